@@ -1,0 +1,121 @@
+//! Parsed request inputs: biz tags, batch sizes and tokens.
+
+use sha2::{Digest, Sha256};
+
+/// Largest batch one request may ask for.
+pub const MAX_BATCH: usize = 100_000;
+
+/// Why an input was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InputError {
+    #[error("biz type must be 1 to 63 characters of letters, digits, '_', '-' or '.'")]
+    BizTag,
+    #[error("{name} must be an integer between 1 and {MAX_BATCH}, got `{value}`")]
+    Batch { name: &'static str, value: String },
+}
+
+/// The name of an ID sequence, as stored in `tiny_id_info.biz_type`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BizTag(String);
+
+impl BizTag {
+    /// # Errors
+    /// [`InputError::BizTag`] unless the tag is 1–63 characters of `[A-Za-z0-9_.-]`.
+    pub fn parse(tag: &str) -> Result<BizTag, InputError> {
+        let ok = (1..=63).contains(&tag.len())
+            && tag
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b));
+        if ok {
+            Ok(BizTag(tag.to_owned()))
+        } else {
+            Err(InputError::BizTag)
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for BizTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// How many IDs one request asks for: `1..=MAX_BATCH`. Never silently capped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSize(usize);
+
+impl BatchSize {
+    /// Parses the `name` parameter; a missing one means 1.
+    ///
+    /// # Errors
+    /// [`InputError::Batch`] for anything but an integer in `1..=MAX_BATCH`.
+    pub fn parse(name: &'static str, value: Option<&str>) -> Result<BatchSize, InputError> {
+        let Some(value) = value else {
+            return Ok(BatchSize(1));
+        };
+        value
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_BATCH).contains(n))
+            .map(BatchSize)
+            .ok_or_else(|| InputError::Batch {
+                name,
+                value: value.chars().take(32).collect(),
+            })
+    }
+
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+/// A fresh random token: 32 random bytes, hex-encoded. Shown once, stored hashed.
+pub fn generate_token() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+/// What the databases store in place of a token: its SHA-256, hex-encoded. A leaked
+/// table reveals no usable token, and lookups by hash leak no timing about the token.
+pub fn hash_token(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn biz_tags() {
+        assert!(BizTag::parse("order-v2.eu_1").is_ok());
+        for bad in ["", "a b", "x;drop", "é", &"a".repeat(64)] {
+            assert_eq!(BizTag::parse(bad), Err(InputError::BizTag), "{bad}");
+        }
+    }
+
+    #[test]
+    fn batch_sizes() {
+        assert_eq!(BatchSize::parse("batchSize", None).unwrap().get(), 1);
+        assert_eq!(
+            BatchSize::parse("batchSize", Some("100000")).unwrap().get(),
+            100_000
+        );
+        for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
+            assert!(BatchSize::parse("batchSize", Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tokens_are_random_and_hashed() {
+        let (a, b) = (generate_token(), generate_token());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_eq!(hash_token(&a).len(), 64);
+        assert_ne!(hash_token(&a), a);
+        assert_eq!(hash_token(&a), hash_token(&a));
+    }
+}

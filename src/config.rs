@@ -1,0 +1,325 @@
+//! Layered settings: a TOML file, then `SEGMINT_…` environment variables, validated
+//! once at load so the rest of the code works with parsed types only.
+
+use std::path::Path;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+use crate::segment::Residue;
+
+/// Default configuration file, relative to the working directory.
+pub const DEFAULT_PATH: &str = "config/default.toml";
+
+/// Why a configuration was refused. Every message names the offending key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("configuration file {0} not found")]
+    Missing(String),
+    #[error("configuration: {0}")]
+    Load(#[from] Box<figment::Error>),
+    #[error("configuration key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// The settings as written in the file and the environment, before validation.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    bind: String,
+    preload_percent: i64,
+    fetch_timeout_ms: u64,
+    wait_timeout_ms: u64,
+    backoff_initial_ms: u64,
+    backoff_max_ms: u64,
+    catalog_refresh_ms: u64,
+    pool_size: usize,
+    workers: usize,
+    databases: Vec<RawDatabase>,
+}
+
+impl Default for RawSettings {
+    fn default() -> Self {
+        RawSettings {
+            bind: "127.0.0.1:9999".into(),
+            preload_percent: 20,
+            fetch_timeout_ms: 3_000,
+            wait_timeout_ms: 5_000,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 10_000,
+            catalog_refresh_ms: 5_000,
+            pool_size: 8,
+            workers: 0,
+            databases: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDatabase {
+    name: String,
+    url: String,
+    #[serde(default = "one")]
+    delta: i64,
+    #[serde(default)]
+    remainder: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address the HTTP server listens on.
+    pub bind: String,
+    /// Share of a segment (percent) issued before the next one is fetched.
+    pub preload_percent: u8,
+    /// Longest a segment fetch may take on one database before it counts as down.
+    pub fetch_timeout: Duration,
+    /// Longest a request waits for an in-flight fetch when the cache is empty.
+    pub wait_timeout: Duration,
+    /// First back-off after a database fails; doubles on each further failure.
+    pub backoff_initial: Duration,
+    /// Cap on the back-off.
+    pub backoff_max: Duration,
+    /// How often bizs and tokens are re-read from the databases.
+    pub catalog_refresh: Duration,
+    /// Connections per database pool.
+    pub pool_size: usize,
+    /// HTTP worker threads; 0 means one per core.
+    pub workers: usize,
+    /// The databases, with pairwise disjoint residue classes.
+    pub databases: Vec<DatabaseConfig>,
+}
+
+/// One database: where it is and which residue class it issues from.
+#[derive(Clone)]
+pub struct DatabaseConfig {
+    /// Unique name used in logs, errors and metrics.
+    pub name: String,
+    /// Connection settings parsed from the URL (which may hold a password).
+    pub pg: tokio_postgres::Config,
+    /// The residue class plain bizs get on this database.
+    pub residue: Residue,
+}
+
+impl std::fmt::Debug for DatabaseConfig {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseConfig")
+            .field("name", &self.name)
+            .field("location", &self.location())
+            .field("residue", &self.residue)
+            .finish()
+    }
+}
+
+impl DatabaseConfig {
+    /// `host:port/dbname`, safe to log.
+    pub fn location(&self) -> String {
+        let host = self
+            .pg
+            .get_hosts()
+            .first()
+            .map(|h| match h {
+                tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+            })
+            .unwrap_or_default();
+        let port = self.pg.get_ports().first().copied().unwrap_or(5432);
+        let db = self.pg.get_dbname().unwrap_or("");
+        format!("{host}:{port}/{db}")
+    }
+}
+
+impl Config {
+    /// Loads `path`, applies `SEGMINT_…` environment overrides and validates.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the missing file or the offending key.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        if !path.is_file() {
+            return Err(ConfigError::Missing(path.display().to_string()));
+        }
+        Self::from_figment(Figment::new().merge(Toml::file(path)))
+    }
+
+    /// Parses settings from TOML text (plus the environment), as [`Config::load`] does.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the offending key.
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::new().merge(Toml::string(text)))
+    }
+
+    fn from_figment(file: Figment) -> Result<Config, ConfigError> {
+        let raw: RawSettings = Figment::from(Serialized::defaults(RawSettings::default()))
+            .merge(file)
+            .merge(Env::prefixed("SEGMINT_").ignore(&["config"]))
+            .extract()
+            .map_err(Box::new)?;
+        raw.validate()
+    }
+}
+
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+impl RawSettings {
+    fn validate(self) -> Result<Config, ConfigError> {
+        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+            return Err(invalid(
+                "bind",
+                format!("`{}` is not an address like 127.0.0.1:9999", self.bind),
+            ));
+        }
+        let preload_percent = u8::try_from(self.preload_percent)
+            .ok()
+            .filter(|p| *p <= 100)
+            .ok_or_else(|| invalid("preload_percent", "must be between 0 and 100"))?;
+        for (key, ms) in [
+            ("fetch_timeout_ms", self.fetch_timeout_ms),
+            ("wait_timeout_ms", self.wait_timeout_ms),
+            ("backoff_initial_ms", self.backoff_initial_ms),
+            ("catalog_refresh_ms", self.catalog_refresh_ms),
+        ] {
+            if ms == 0 {
+                return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.backoff_max_ms < self.backoff_initial_ms {
+            return Err(invalid(
+                "backoff_max_ms",
+                "must be at least backoff_initial_ms",
+            ));
+        }
+        if self.pool_size == 0 {
+            return Err(invalid("pool_size", "must be at least 1"));
+        }
+        if self.databases.is_empty() {
+            return Err(invalid(
+                "databases",
+                "at least one [[databases]] entry is required",
+            ));
+        }
+        let mut databases: Vec<DatabaseConfig> = Vec::with_capacity(self.databases.len());
+        for (i, db) in self.databases.into_iter().enumerate() {
+            let key = |field: &str| format!("databases[{i}].{field} (database \"{}\")", db.name);
+            if db.name.is_empty()
+                || !db
+                    .name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(invalid(
+                    key("name"),
+                    "must be non-empty and use only letters, digits, '-', '_' and '.'",
+                ));
+            }
+            if databases.iter().any(|d| d.name == db.name) {
+                return Err(invalid(key("name"), "is used by another database"));
+            }
+            let residue = Residue::new(db.delta, db.remainder).map_err(|e| {
+                let field = if db.delta < 1 { "delta" } else { "remainder" };
+                invalid(key(field), e.to_string())
+            })?;
+            let pg: tokio_postgres::Config = db
+                .url
+                .parse()
+                .map_err(|e| invalid(key("url"), format!("not a PostgreSQL URL: {e}")))?;
+            if let Some(other) = databases.iter().find(|d| d.residue.overlaps(residue)) {
+                return Err(invalid(
+                    key("remainder"),
+                    format!(
+                        "residue class {residue} overlaps {} of database \"{}\": the two databases could issue the same ID",
+                        other.residue, other.name
+                    ),
+                ));
+            }
+            databases.push(DatabaseConfig {
+                name: db.name,
+                pg,
+                residue,
+            });
+        }
+        Ok(Config {
+            bind: self.bind,
+            preload_percent,
+            fetch_timeout: Duration::from_millis(self.fetch_timeout_ms),
+            wait_timeout: Duration::from_millis(self.wait_timeout_ms),
+            backoff_initial: Duration::from_millis(self.backoff_initial_ms),
+            backoff_max: Duration::from_millis(self.backoff_max_ms),
+            catalog_refresh: Duration::from_millis(self.catalog_refresh_ms),
+            pool_size: self.pool_size,
+            workers: self.workers,
+            databases,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO: &str = r#"
+        [[databases]]
+        name = "a"
+        url = "postgres://postgres:secret@127.0.0.1:5432/segmint"
+        delta = 2
+        remainder = 0
+        [[databases]]
+        name = "b"
+        url = "postgres://postgres@127.0.0.1:5433/segmint"
+        delta = 2
+        remainder = 1
+    "#;
+
+    fn error(text: &str) -> String {
+        Config::from_toml(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn loads_two_databases_with_defaults() {
+        let cfg = Config::from_toml(TWO).unwrap();
+        assert_eq!(cfg.bind, "127.0.0.1:9999");
+        assert_eq!(cfg.preload_percent, 20);
+        assert_eq!(cfg.databases.len(), 2);
+        assert_eq!(cfg.databases[1].residue, Residue::new(2, 1).unwrap());
+        let shown = format!("{:?}", cfg.databases[0]);
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("127.0.0.1:5432/segmint"), "{shown}");
+    }
+
+    #[test]
+    fn names_the_offending_key() {
+        let overlap = TWO.replace("remainder = 1", "remainder = 0");
+        let msg = error(&overlap);
+        assert!(msg.contains("databases[1].remainder"), "{msg}");
+        assert!(msg.contains("\"a\""), "{msg}");
+        let msg = error(&TWO.replace("remainder = 1", "remainder = 2"));
+        assert!(
+            msg.contains("databases[1].remainder") && msg.contains("\"b\""),
+            "{msg}"
+        );
+        let msg = error(&TWO.replacen("delta = 2", "delta = 0", 1));
+        assert!(msg.contains("databases[0].delta"), "{msg}");
+        let msg = error(&TWO.replace("name = \"b\"", "name = \"a\""));
+        assert!(msg.contains("databases[1].name"), "{msg}");
+        let msg = error(&TWO.replacen("postgres://", "mysql://", 1));
+        assert!(msg.contains("databases[0].url"), "{msg}");
+        let msg = error(&format!("preload_percent = 101\n{TWO}"));
+        assert!(msg.contains("preload_percent"), "{msg}");
+        let msg = error(&format!("bogus = 1\n{TWO}"));
+        assert!(msg.contains("bogus"), "{msg}");
+        assert!(error("").contains("databases"));
+    }
+}

@@ -1,0 +1,168 @@
+//! Per-biz double buffers: IDs come from memory, segments from the store in the
+//! background.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+use crate::biz::BizTag;
+use crate::segment::DoubleBuffer;
+use crate::store::{Store, StoreError};
+
+/// Issues IDs for every biz from its double buffer.
+pub struct Generator {
+    store: Arc<Store>,
+    /// One buffer per biz, created on first use. Only bizs the catalog knows get one,
+    /// so the map is bounded by the configured bizs.
+    buffers: RwLock<HashMap<BizTag, Arc<Buffer>>>,
+    /// Share of a segment issued before the next is fetched.
+    preload_percent: u8,
+    /// Longest a request waits for the in-flight fetch when both segments are empty.
+    wait_timeout: Duration,
+}
+
+struct Buffer {
+    biz: BizTag,
+    /// Plain mutex: held for arithmetic only, never across an await.
+    state: Mutex<State>,
+    /// Bumped after every fetch completes; requests waiting for a segment watch it.
+    fetched: watch::Sender<u64>,
+}
+
+struct State {
+    buffer: DoubleBuffer,
+    /// Why the last fetch failed; returned to the requests that waited for it.
+    last_error: Option<StoreError>,
+}
+
+impl Generator {
+    pub fn new(store: Arc<Store>, preload_percent: u8, wait_timeout: Duration) -> Self {
+        Generator {
+            store,
+            buffers: RwLock::new(HashMap::new()),
+            preload_percent,
+            wait_timeout,
+        }
+    }
+
+    fn buffer(&self, biz: &BizTag) -> Arc<Buffer> {
+        if let Some(b) = self.buffers.read().get(biz) {
+            return b.clone();
+        }
+        self.buffers
+            .write()
+            .entry(biz.clone())
+            .or_insert_with(|| {
+                Arc::new(Buffer {
+                    biz: biz.clone(),
+                    state: Mutex::new(State {
+                        buffer: DoubleBuffer::new(self.preload_percent),
+                        last_error: None,
+                    }),
+                    fetched: watch::Sender::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// `n` IDs of `biz`. Served from memory while a segment is cached; starts the
+    /// background fetch of the next segment at the preload threshold; waits only when
+    /// both segments are empty, and then for the one fetch in flight.
+    ///
+    /// # Errors
+    /// The [`StoreError`] of the fetch it waited for, or [`StoreError::Unavailable`]
+    /// when no segment arrived within the wait timeout.
+    pub async fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, StoreError> {
+        let buffer = self.buffer(biz);
+        let mut ids = Vec::with_capacity(n);
+        let mut waited = false;
+        loop {
+            let mut fetched = {
+                let mut state = buffer.state.lock();
+                state.buffer.take(n - ids.len(), &mut ids);
+                let done = ids.len() == n;
+                if !done && waited && !state.buffer.is_fetching() {
+                    if let Some(e) = state.last_error.clone() {
+                        return Err(e);
+                    }
+                }
+                if state.buffer.start_fetch() {
+                    state.last_error = None;
+                    self.spawn_fetch(buffer.clone());
+                }
+                if done {
+                    return Ok(ids);
+                }
+                buffer.fetched.subscribe()
+            };
+            if tokio::time::timeout(self.wait_timeout, fetched.changed())
+                .await
+                .is_err()
+            {
+                return Err(StoreError::Unavailable(format!(
+                    "no segment of biz `{biz}` arrived within {:?}",
+                    self.wait_timeout
+                )));
+            }
+            waited = true;
+        }
+    }
+
+    /// IDs of `biz` issuable without a fetch.
+    pub fn remaining(&self, biz: &BizTag) -> u64 {
+        self.buffers
+            .read()
+            .get(biz)
+            .map_or(0, |b| b.state.lock().buffer.remaining())
+    }
+
+    fn spawn_fetch(&self, buffer: Arc<Buffer>) {
+        let store = self.store.clone();
+        let guard = FetchGuard(Some(buffer.clone()));
+        tokio::spawn(async move {
+            let result = store.reserve(&buffer.biz, None).await;
+            guard.disarm();
+            buffer.complete(result.map(|r| r.range));
+        });
+    }
+}
+
+impl Buffer {
+    fn complete(&self, result: Result<crate::segment::SegmentRange, StoreError>) {
+        {
+            let mut state = self.state.lock();
+            match result {
+                Ok(range) => state.buffer.install(range),
+                Err(e) => {
+                    tracing::warn!(biz = %self.biz, error = %e, "segment fetch failed");
+                    state.buffer.fetch_failed();
+                    state.last_error = Some(e);
+                }
+            }
+        }
+        self.fetched.send_modify(|n| *n += 1);
+    }
+}
+
+/// Ends a fetch that was dropped before completing (its task cancelled), so that the
+/// biz does not stay marked as fetching forever.
+struct FetchGuard(Option<Arc<Buffer>>);
+
+impl FetchGuard {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FetchGuard {
+    fn drop(&mut self) {
+        if let Some(buffer) = self.0.take() {
+            buffer.complete(Err(StoreError::Unavailable(
+                "segment fetch was cancelled".into(),
+            )));
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The `segmint` binary: wires telemetry, configuration and the library together.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use segmint::biz::BizTag;
+use segmint::config::{self, Config};
+use segmint::segment::Residue;
+use segmint::server::Application;
+use segmint::store::Store;
+
+#[derive(Parser)]
+#[command(
+    name = "segmint",
+    version,
+    about = "Distributed segment-based ID server"
+)]
+struct Cli {
+    /// Configuration file; `SEGMINT_…` environment variables override its keys.
+    #[arg(long, global = true, env = "SEGMINT_CONFIG", default_value = config::DEFAULT_PATH)]
+    config: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve IDs over HTTP until SIGINT/SIGTERM.
+    Serve,
+    /// Create or upgrade the schema on every configured database (idempotent).
+    Migrate,
+    /// Manage bizs (ID sequences).
+    #[command(subcommand)]
+    Biz(BizCommand),
+    /// Manage access tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+}
+
+#[derive(Subcommand)]
+enum BizCommand {
+    /// Add a biz to every database.
+    Add(BizAdd),
+    /// List the biz rows of every database.
+    List,
+}
+
+#[derive(Args)]
+struct BizAdd {
+    /// Biz name (1-63 characters of letters, digits, '_', '-', '.').
+    name: String,
+    /// IDs reserved per segment; size it at about 600 × peak IDs/s.
+    #[arg(long)]
+    step: i64,
+    /// First ID (or the next one of the biz's class).
+    #[arg(long, default_value_t = 1)]
+    start: i64,
+    /// Issue odd IDs only.
+    #[arg(long, conflicts_with = "even")]
+    odd: bool,
+    /// Issue even IDs only.
+    #[arg(long)]
+    even: bool,
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Create a token for a biz; prints it once on stdout.
+    Add {
+        /// The biz the token may use.
+        #[arg(long)]
+        biz: String,
+        /// A note stored beside the token.
+        #[arg(long, default_value = "")]
+        remark: String,
+    },
+    /// List tokens (their hashes; tokens themselves are never stored).
+    List,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    segmint::telemetry::init();
+    let config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("segmint: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cli.command {
+        Command::Serve => serve(config),
+        command => admin(config, command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("segmint: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+fn serve(config: Config) -> Result {
+    actix_web::rt::System::new().block_on(async move {
+        let app = Application::build(config).await?;
+        app.run_until_stopped().await?;
+        tracing::info!("segmint stopped");
+        Ok(())
+    })
+}
+
+fn admin(config: Config, command: Command) -> Result {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let store = Store::connect(&config)?;
+        match command {
+            Command::Serve => unreachable!("serve is handled by main"),
+            Command::Migrate => migrate(&store).await,
+            Command::Biz(BizCommand::Add(add)) => {
+                let within = match (add.odd, add.even) {
+                    (true, _) => Some(Residue::new(2, 1)?),
+                    (_, true) => Some(Residue::new(2, 0)?),
+                    _ => None,
+                };
+                let biz = BizTag::parse(&add.name)?;
+                for line in store.add_biz(&biz, add.step, add.start, within).await? {
+                    println!("{line}");
+                }
+                Ok(())
+            }
+            Command::Biz(BizCommand::List) => list_bizs(&store).await,
+            Command::Token(TokenCommand::Add { biz, remark }) => {
+                let (token, report) = store.add_token(&BizTag::parse(&biz)?, &remark).await?;
+                for line in report {
+                    eprintln!("{line}");
+                }
+                println!("{token}");
+                Ok(())
+            }
+            Command::Token(TokenCommand::List) => list_tokens(&store).await,
+        }
+    })
+}
+
+async fn migrate(store: &Store) -> Result {
+    let mut failed = 0;
+    for (db, result) in store.migrate().await {
+        match result {
+            Ok(applied) if applied.is_empty() => println!("\"{db}\": schema up to date"),
+            Ok(applied) => println!("\"{db}\": applied {}", applied.join(", ")),
+            Err(e) => {
+                failed += 1;
+                println!("\"{db}\": FAILED: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(format!("migration failed on {failed} database(s)").into());
+    }
+    Ok(())
+}
+
+async fn list_bizs(store: &Store) -> Result {
+    println!(
+        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10}",
+        "DATABASE", "BIZ", "MAX_ID", "STEP", "DELTA", "REMAINDER", "VERSION"
+    );
+    let mut failed = 0;
+    for (db, result) in store.list_bizs().await {
+        match result {
+            Ok(rows) => {
+                for r in rows {
+                    println!(
+                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10}",
+                        db, r.biz_type, r.max_id, r.step, r.delta, r.remainder, r.version
+                    );
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("\"{db}\": unreachable: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} database(s) could not be read").into());
+    }
+    Ok(())
+}
+
+async fn list_tokens(store: &Store) -> Result {
+    println!(
+        "{:<16} {:>6} {:<24} {:<18} {:<25} REMARK",
+        "DATABASE", "ID", "BIZ", "TOKEN_SHA256", "CREATED"
+    );
+    let mut failed = 0;
+    for (db, result) in store.list_tokens().await {
+        match result {
+            Ok(rows) => {
+                for t in rows {
+                    let hash: String = t.token_hash.chars().take(16).collect();
+                    println!(
+                        "{:<16} {:>6} {:<24} {:<18} {:<25} {}",
+                        db, t.id, t.biz_type, hash, t.create_time, t.remark
+                    );
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                eprintln!("\"{db}\": unreachable: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(format!("{failed} database(s) could not be read").into());
+    }
+    Ok(())
+}

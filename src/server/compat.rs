@@ -1,0 +1,173 @@
+//! Tinyid-compatible routes under `/tinyid/id/`, GET and POST: the same parameters
+//! (`bizType`, `token`, `batchSize`), the same response shapes and error codes, so
+//! existing Tinyid clients work unchanged.
+
+use actix_web::web::{self, Bytes};
+use actix_web::{HttpRequest, HttpResponse};
+use serde::Serialize;
+
+use super::error::ApiError;
+use super::{AppState, Params, authorize};
+use crate::biz::{BatchSize, BizTag};
+use crate::store::Reservation;
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    for (path, handler) in [
+        ("/tinyid/id/nextId", Route::NextId),
+        ("/tinyid/id/nextIdSimple", Route::NextIdSimple),
+        ("/tinyid/id/nextSegmentId", Route::NextSegmentId),
+        ("/tinyid/id/nextSegmentIdSimple", Route::NextSegmentIdSimple),
+    ] {
+        let serve = move |state: web::Data<AppState>, req: HttpRequest, body: Bytes| {
+            handle(handler, state, req, body)
+        };
+        cfg.service(
+            web::resource(path)
+                .route(web::get().to(serve))
+                .route(web::post().to(serve)),
+        );
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    NextId,
+    NextIdSimple,
+    NextSegmentId,
+    NextSegmentIdSimple,
+}
+
+/// Tinyid's response envelope; `data` is left out on errors.
+#[derive(Serialize)]
+struct Envelope<T> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<T>,
+    code: u32,
+    message: String,
+}
+
+/// Tinyid's `SegmentId`: `currentId` is the unaligned `maxId - step`; the client aligns.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SegmentId {
+    current_id: i64,
+    loading_id: i64,
+    max_id: i64,
+    delta: i64,
+    remainder: i64,
+}
+
+async fn handle(
+    route: Route,
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    body: Bytes,
+) -> HttpResponse {
+    let result = match Params::from_request(&req, &body) {
+        Ok(params) => serve(route, &state, &params).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(response) => response,
+        Err(e) => tinyid_error(route, &e),
+    }
+}
+
+/// Tinyid's error shapes: HTTP 200 with `code`/`message` for the JSON routes, an
+/// empty body for the simple ones (the reason travels in `X-Segmint-Error`).
+fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
+    match route {
+        Route::NextId | Route::NextSegmentId => HttpResponse::Ok().json(Envelope::<()> {
+            data: None,
+            code: e.tinyid_code(),
+            message: e.tinyid_message(),
+        }),
+        Route::NextIdSimple | Route::NextSegmentIdSimple => {
+            let reason: String = format!("{}: {}", e.tinyid_code(), e.tinyid_message())
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_graphic() || c == ' ' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect();
+            HttpResponse::Ok()
+                .insert_header(("X-Segmint-Error", reason))
+                .content_type("text/plain; charset=utf-8")
+                .finish()
+        }
+    }
+}
+
+async fn serve(route: Route, state: &AppState, params: &Params) -> Result<HttpResponse, ApiError> {
+    let biz = BizTag::parse(
+        params
+            .get("bizType")
+            .ok_or_else(|| ApiError::BadRequest("bizType is required".into()))?,
+    )?;
+    let batch = match route {
+        Route::NextId | Route::NextIdSimple => {
+            BatchSize::parse("batchSize", params.get("batchSize"))?
+        }
+        Route::NextSegmentId | Route::NextSegmentIdSimple => BatchSize::parse("batchSize", None)?,
+    };
+    authorize(&state.store, params.get("token"), &biz).await?;
+    Ok(match route {
+        Route::NextId => {
+            let ids = state.generator.next_ids(&biz, batch.get()).await?;
+            HttpResponse::Ok().json(Envelope {
+                data: Some(ids),
+                code: 200,
+                message: String::new(),
+            })
+        }
+        Route::NextIdSimple => {
+            let ids = state.generator.next_ids(&biz, batch.get()).await?;
+            text(join(ids.iter()))
+        }
+        Route::NextSegmentId => {
+            let s = segment_id(state, state.store.reserve(&biz, None).await?);
+            HttpResponse::Ok().json(Envelope {
+                data: Some(s),
+                code: 200,
+                message: String::new(),
+            })
+        }
+        Route::NextSegmentIdSimple => {
+            let s = segment_id(state, state.store.reserve(&biz, None).await?);
+            text(join(
+                [s.current_id, s.loading_id, s.max_id, s.delta, s.remainder].iter(),
+            ))
+        }
+    })
+}
+
+fn segment_id(state: &AppState, r: Reservation) -> SegmentId {
+    let range = r.range;
+    SegmentId {
+        current_id: range.current_id(),
+        loading_id: range.loading_id(state.preload_percent),
+        max_id: range.max_id(),
+        delta: range.residue().delta(),
+        remainder: range.residue().remainder(),
+    }
+}
+
+fn join<'a>(values: impl Iterator<Item = &'a i64>) -> String {
+    let mut out = String::new();
+    for (i, v) in values.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&v.to_string());
+    }
+    out
+}
+
+fn text(body: String) -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type("text/plain; charset=utf-8")
+        .body(body)
+}

@@ -1,0 +1,86 @@
+//! HTTP errors: one enum, mapped to a status and a JSON body for the v1 API and to
+//! Tinyid's `code`/`message` shape for the compatible routes.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::json;
+
+use crate::biz::InputError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("token is not granted biz `{0}`")]
+    Forbidden(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<InputError> for ApiError {
+    fn from(e: InputError) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl ApiError {
+    /// Stable machine-readable code for the v1 error body.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Store(e) => match e {
+                StoreError::NotFound(_) => "not_found",
+                StoreError::Overflow { .. } => "id_space_exhausted",
+                StoreError::ResidueConflict { .. } | StoreError::InvalidRow { .. } => {
+                    "biz_misconfigured"
+                }
+                StoreError::Contention(_) => "contention",
+                StoreError::Unavailable(_) => "unavailable",
+                StoreError::Refused(_) => "bad_request",
+            },
+        }
+    }
+
+    /// Tinyid's error code: 5 for a token problem, 6 for everything else.
+    pub fn tinyid_code(&self) -> u32 {
+        match self {
+            ApiError::Unauthorized(_) | ApiError::Forbidden(_) => 5,
+            _ => 6,
+        }
+    }
+
+    /// Tinyid's message: its fixed text for token problems, ours otherwise.
+    pub fn tinyid_message(&self) -> String {
+        match self.tinyid_code() {
+            5 => "token is error".into(),
+            _ => self.to_string(),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self.code() {
+            "bad_request" => StatusCode::BAD_REQUEST,
+            "unauthorized" => StatusCode::UNAUTHORIZED,
+            "forbidden" => StatusCode::FORBIDDEN,
+            "not_found" => StatusCode::NOT_FOUND,
+            "id_space_exhausted" => StatusCode::CONFLICT,
+            "biz_misconfigured" => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code());
+        if let ApiError::Unauthorized(_) = self {
+            response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+    }
+}

@@ -1,0 +1,236 @@
+//! The actix-web application: Tinyid-compatible routes, the v1 JSON API, health.
+
+mod auth;
+mod compat;
+mod error;
+mod v1;
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{Server, ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::web::{self, Bytes};
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
+use tracing::Span;
+use tracing_actix_web::{RootSpanBuilder, TracingLogger};
+
+pub use auth::authorize;
+pub use error::ApiError;
+
+use crate::config::Config;
+use crate::generator::Generator;
+use crate::store::{Store, StoreError};
+
+/// What every handler shares.
+pub struct AppState {
+    pub store: Arc<Store>,
+    pub generator: Arc<Generator>,
+    /// Reported in Tinyid's `loadingId` for segments handed to clients.
+    pub preload_percent: u8,
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error("cannot listen on {bind}: {source}")]
+    Bind {
+        bind: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A bound, configured server, not yet running.
+pub struct Application {
+    port: u16,
+    server: Server,
+    state: web::Data<AppState>,
+    /// Stops the periodic catalog refresh when the application goes away.
+    _refresher: AbortOnDrop,
+}
+
+impl Application {
+    /// Binds `config.bind` and builds the application.
+    ///
+    /// # Errors
+    /// [`StartupError`] when the address cannot be bound or the pools not built.
+    pub async fn build(config: Config) -> Result<Application, StartupError> {
+        let listener = TcpListener::bind(&config.bind).map_err(|source| StartupError::Bind {
+            bind: config.bind.clone(),
+            source,
+        })?;
+        Self::with_listener(config, listener).await
+    }
+
+    /// Builds the application on an already bound listener (tests bind port 0).
+    ///
+    /// # Errors
+    /// [`StartupError`] when the pools cannot be built.
+    pub async fn with_listener(
+        config: Config,
+        listener: TcpListener,
+    ) -> Result<Application, StartupError> {
+        let port = listener
+            .local_addr()
+            .map_err(|source| StartupError::Bind {
+                bind: config.bind.clone(),
+                source,
+            })?
+            .port();
+        let store = Arc::new(Store::connect(&config)?);
+        store.refresh_since(Instant::now()).await;
+        let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
+            store.clone(),
+            config.catalog_refresh,
+        )));
+        let generator = Arc::new(Generator::new(
+            store.clone(),
+            config.preload_percent,
+            config.wait_timeout,
+        ));
+        let state = web::Data::new(AppState {
+            store,
+            generator,
+            preload_percent: config.preload_percent,
+        });
+        let app_state = state.clone();
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(TracingLogger::<ScrubbedSpan>::new())
+                .app_data(app_state.clone())
+                .configure(compat::routes)
+                .configure(v1::routes)
+                .default_service(web::to(not_found))
+        })
+        .shutdown_timeout(30);
+        if config.workers > 0 {
+            server = server.workers(config.workers);
+        }
+        let server = server
+            .listen(listener)
+            .map_err(|source| StartupError::Bind {
+                bind: config.bind.clone(),
+                source,
+            })?
+            .run();
+        tracing::info!(port, databases = ?config.databases, "segmint listening");
+        Ok(Application {
+            port,
+            server,
+            state,
+            _refresher: refresher,
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server from elsewhere (graceful unless told otherwise).
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    pub fn state(&self) -> web::Data<AppState> {
+        self.state.clone()
+    }
+
+    /// Serves until stopped by SIGINT/SIGTERM or the handle; in-flight requests finish.
+    ///
+    /// # Errors
+    /// The server's IO error.
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+async fn refresh_periodically(store: Arc<Store>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        store.refresh_since(Instant::now()).await;
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn not_found(req: HttpRequest) -> HttpResponse {
+    HttpResponse::NotFound().json(serde_json::json!({
+        "error": {"code": "not_found", "message": format!("no route for {} {}", req.method(), req.path())}
+    }))
+}
+
+/// Request parameters from the query string and, for POST, a form body.
+pub(crate) struct Params(Vec<(String, String)>);
+
+impl Params {
+    fn from_query(req: &HttpRequest) -> Result<Params, ApiError> {
+        serde_urlencoded::from_str(req.query_string())
+            .map(Params)
+            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+    }
+
+    fn from_request(req: &HttpRequest, body: &Bytes) -> Result<Params, ApiError> {
+        let mut params = Self::from_query(req)?;
+        let form = req
+            .headers()
+            .get(actix_web::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if form && !body.is_empty() {
+            let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
+                .map_err(|e| ApiError::BadRequest(format!("malformed form body: {e}")))?;
+            params.0.extend(fields);
+        }
+        Ok(params)
+    }
+
+    /// The first value of `name`.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Request spans that record the path but never the query string, where Tinyid
+/// clients put their token.
+struct ScrubbedSpan;
+
+impl RootSpanBuilder for ScrubbedSpan {
+    fn on_request_start(request: &ServiceRequest) -> Span {
+        let route = request
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".into());
+        tracing::info_span!(
+            "http",
+            method = %request.method(),
+            route = %route,
+            status = tracing::field::Empty,
+        )
+    }
+
+    fn on_request_end<B: MessageBody>(
+        span: Span,
+        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
+    ) {
+        let status = match outcome {
+            Ok(response) => response.status().as_u16(),
+            Err(e) => e.as_response_error().status_code().as_u16(),
+        };
+        span.record("status", status);
+        tracing::debug!(parent: &span, status, "request");
+    }
+}

@@ -1,0 +1,95 @@
+//! The JSON API: real status codes, `{"error":{"code","message"}}` bodies, and the
+//! token in `Authorization: Bearer …`.
+
+use actix_web::http::header::AUTHORIZATION;
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::{AppState, Params, authorize};
+use crate::biz::{BatchSize, BizTag};
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/v1/ids/{biz}", web::get().to(ids))
+        .route("/v1/ids/{biz}", web::post().to(ids))
+        .route("/v1/segments/{biz}", web::get().to(segment))
+        .route("/v1/segments/{biz}", web::post().to(segment))
+        .route("/healthz", web::get().to(healthz))
+        .route("/readyz", web::get().to(readyz));
+}
+
+/// The bearer token, if the header is present.
+///
+/// # Errors
+/// 401 when the header is not of the form `Bearer <token>`.
+fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+    let Some(value) = req.headers().get(AUTHORIZATION) else {
+        return Ok(None);
+    };
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| Some(t.trim()))
+        .ok_or(ApiError::Unauthorized(
+            "the Authorization header must be `Bearer <token>`",
+        ))
+}
+
+/// Parses the biz and checks the caller may use it.
+async fn authorized(state: &AppState, req: &HttpRequest, biz: &str) -> Result<BizTag, ApiError> {
+    let biz = BizTag::parse(biz)?;
+    authorize(&state.store, bearer(req)?, &biz).await?;
+    Ok(biz)
+}
+
+async fn ids(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    biz: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let params = Params::from_query(&req)?;
+    let count = BatchSize::parse("count", params.get("count"))?;
+    let biz = authorized(&state, &req, &biz).await?;
+    let ids = state.generator.next_ids(&biz, count.get()).await?;
+    Ok(HttpResponse::Ok().json(json!({"biz": biz.as_str(), "ids": ids})))
+}
+
+async fn segment(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    biz: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    let biz = authorized(&state, &req, &biz).await?;
+    let reservation = state.store.reserve(&biz, None).await?;
+    let range = reservation.range;
+    Ok(HttpResponse::Ok().json(json!({
+        "biz": biz.as_str(),
+        "database": state.store.database_names()[reservation.database],
+        "current_id": range.current_id(),
+        "max_id": range.max_id(),
+        "step": range.step(),
+        "delta": range.residue().delta(),
+        "remainder": range.residue().remainder(),
+        "first_id": range.first_id(),
+        "count": range.len(),
+        "loading_id": range.loading_id(state.preload_percent),
+    })))
+}
+
+async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(json!({"status": "ok"}))
+}
+
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let ready = state.store.ready().await;
+    let body = json!({
+        "status": if ready { "ready" } else { "unavailable" },
+        "databases": state.store.status(),
+    });
+    if ready {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
+}

@@ -1,0 +1,182 @@
+//! What the databases say exists: bizs (with the residue class of each row) and the
+//! tokens granted to them. Held in memory so that requests never query for it.
+
+use std::collections::{HashMap, HashSet};
+
+use super::{BizRow, StoreError, TokenRow};
+use crate::segment::Residue;
+
+/// The rows of one database, as last read.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Snapshot {
+    pub bizs: Vec<BizRow>,
+    pub tokens: Vec<TokenRow>,
+}
+
+/// Bizs and tokens merged over every database.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    /// Every known biz.
+    bizs: HashMap<String, BizEntry>,
+    /// Token hash → the bizs it may use.
+    tokens: HashMap<String, HashSet<String>>,
+}
+
+/// One biz across the databases.
+#[derive(Debug, Clone)]
+pub struct BizEntry {
+    /// Index of each database holding a row of the biz, with the row's class.
+    pub classes: Vec<(usize, Residue)>,
+    /// Set when the biz must not be served: its rows overlap or are invalid.
+    pub refused: Option<StoreError>,
+}
+
+impl Catalog {
+    /// Merges the snapshots (`None` for a database never read) of the databases
+    /// named `names`, refusing every biz whose rows could overlap.
+    pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
+        let mut bizs: HashMap<String, BizEntry> = HashMap::new();
+        let mut tokens: HashMap<String, HashSet<String>> = HashMap::new();
+        for (db, snap) in snapshots.iter().enumerate() {
+            let Some(snap) = snap else { continue };
+            for row in &snap.bizs {
+                let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
+                    classes: Vec::new(),
+                    refused: None,
+                });
+                match Residue::new(row.delta, row.remainder) {
+                    Ok(class) => entry.classes.push((db, class)),
+                    Err(e) => {
+                        entry.refused.get_or_insert(StoreError::InvalidRow {
+                            biz: row.biz_type.clone(),
+                            database: names[db].clone(),
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+            }
+            for t in &snap.tokens {
+                tokens
+                    .entry(t.token_hash.clone())
+                    .or_default()
+                    .insert(t.biz_type.clone());
+            }
+        }
+        for (biz, entry) in &mut bizs {
+            if entry.refused.is_none() {
+                entry.refused = conflict(biz, names, &entry.classes);
+            }
+        }
+        Catalog { bizs, tokens }
+    }
+
+    pub fn biz(&self, name: &str) -> Option<&BizEntry> {
+        self.bizs.get(name)
+    }
+
+    /// `None` when no database knows the token; else whether it may use `biz`.
+    pub fn granted(&self, token_hash: &str, biz: &str) -> Option<bool> {
+        self.tokens.get(token_hash).map(|bizs| bizs.contains(biz))
+    }
+
+    /// Every known biz, sorted.
+    pub fn biz_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.bizs.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+/// The first pair of rows whose classes overlap, as a refusal naming both databases.
+pub(crate) fn conflict(
+    biz: &str,
+    names: &[String],
+    classes: &[(usize, Residue)],
+) -> Option<StoreError> {
+    classes.iter().enumerate().find_map(|(i, &(a, ca))| {
+        classes[i + 1..]
+            .iter()
+            .find(|&&(b, cb)| a != b && ca.overlaps(cb))
+            .map(|&(b, cb)| StoreError::ResidueConflict {
+                biz: biz.to_owned(),
+                first: names[a].clone(),
+                first_class: ca.to_string(),
+                second: names[b].clone(),
+                second_class: cb.to_string(),
+            })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(biz: &str, delta: i64, remainder: i64) -> BizRow {
+        BizRow {
+            biz_type: biz.into(),
+            begin_id: 0,
+            max_id: 0,
+            step: 10,
+            delta,
+            remainder,
+            version: 0,
+        }
+    }
+
+    fn token(hash: &str, biz: &str) -> TokenRow {
+        TokenRow {
+            id: 1,
+            token_hash: hash.into(),
+            biz_type: biz.into(),
+            remark: String::new(),
+            create_time: String::new(),
+        }
+    }
+
+    #[test]
+    fn refuses_only_the_overlapping_biz() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let a = Snapshot {
+            bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
+            tokens: vec![token("h1", "ok")],
+        };
+        let b = Snapshot {
+            bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
+            tokens: vec![token("h1", "bad")],
+        };
+        let cat = Catalog::build(&names, &[Some(a), Some(b)]);
+        assert!(cat.biz("ok").unwrap().refused.is_none());
+        assert!(cat.biz("only-b").unwrap().refused.is_none());
+        let msg = cat
+            .biz("bad")
+            .unwrap()
+            .refused
+            .as_ref()
+            .unwrap()
+            .to_string();
+        assert!(
+            msg.contains("`bad`") && msg.contains("\"a\"") && msg.contains("\"b\""),
+            "{msg}"
+        );
+        assert_eq!(cat.granted("h1", "ok"), Some(true));
+        assert_eq!(cat.granted("h1", "only-b"), Some(false));
+        assert_eq!(cat.granted("h2", "ok"), None);
+        assert_eq!(cat.biz_names(), vec!["bad", "ok", "only-b"]);
+    }
+
+    #[test]
+    fn keeps_rows_of_unread_databases_out() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let cat = Catalog::build(
+            &names,
+            &[
+                None,
+                Some(Snapshot {
+                    bizs: vec![row("x", 1, 0)],
+                    tokens: vec![],
+                }),
+            ],
+        );
+        assert_eq!(cat.biz("x").unwrap().classes, vec![(1, Residue::ALL)]);
+    }
+}

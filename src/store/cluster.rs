@@ -1,0 +1,594 @@
+//! Reservations over N independent databases.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use parking_lot::{Mutex, RwLock};
+use rand::seq::SliceRandom;
+
+use super::catalog::{Snapshot, conflict};
+use super::postgres::PgStore;
+use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
+use crate::biz::{BizTag, generate_token, hash_token};
+use crate::config::Config;
+use crate::segment::{Residue, SegmentRange};
+
+/// Compare-and-set attempts on one database before trying another.
+const CAS_ATTEMPTS: usize = 3;
+
+/// Shortest time between the starts of two catalog refreshes.
+pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
+
+/// A segment reserved for a caller, and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub range: SegmentRange,
+    /// Index of the database in the configuration.
+    pub database: usize,
+}
+
+/// How a database looks from here, for `/readyz` and status pages.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DatabaseStatus {
+    pub name: String,
+    pub location: String,
+    pub residue: String,
+    /// False while the database is backed off after a failure.
+    pub up: bool,
+    pub last_error: Option<String>,
+}
+
+/// Timeouts and back-off, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Bound on one database operation; past it the database counts as failed.
+    pub fetch_timeout: Duration,
+    /// First back-off after a failure; doubles per consecutive failure.
+    pub backoff_initial: Duration,
+    /// Cap on the back-off.
+    pub backoff_max: Duration,
+}
+
+struct Database {
+    /// Configured name, used in every message about it.
+    name: String,
+    /// `host:port/db`, without credentials.
+    location: String,
+    /// The residue class plain bizs get here.
+    residue: Residue,
+    store: Box<dyn SegmentStore>,
+    /// Plain mutex: held only to read or update a few fields, never across an await.
+    health: Mutex<Health>,
+}
+
+#[derive(Default)]
+struct Health {
+    /// Consecutive failures; sets the back-off length.
+    failures: u32,
+    /// The database is skipped until then.
+    down_until: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// What one database answered to a reservation attempt.
+enum Attempt {
+    Reserved(Reservation),
+    Missing,
+    /// Every compare-and-set lost: other writers are busy on this row.
+    Contended,
+    /// The biz cannot be served from this row; trying elsewhere will not help.
+    Refused(StoreError),
+}
+
+/// All configured databases, with the merged catalog of bizs and tokens.
+pub struct Store {
+    dbs: Vec<Database>,
+    /// Database names by index, for catalog messages.
+    names: Vec<String>,
+    timing: Timing,
+    /// Read on every request, replaced on refresh.
+    catalog: RwLock<Arc<Catalog>>,
+    /// Last rows read from each database; kept while a database is down so that its
+    /// rows still take part in the residue checks.
+    snapshots: Mutex<Vec<Option<Snapshot>>>,
+    /// Single flight for refreshes; holds when the last one started.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Store {
+    /// Pools for every configured PostgreSQL database. Connects lazily.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a pool cannot be built.
+    pub fn connect(config: &Config) -> Result<Store, StoreError> {
+        let mut dbs = Vec::with_capacity(config.databases.len());
+        for db in &config.databases {
+            let store = PgStore::new(db.pg.clone(), config.pool_size, config.fetch_timeout)
+                .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;
+            dbs.push((
+                db.name.clone(),
+                db.location(),
+                db.residue,
+                Box::new(store) as Box<dyn SegmentStore>,
+            ));
+        }
+        Ok(Store::new(
+            dbs,
+            Timing {
+                fetch_timeout: config.fetch_timeout,
+                backoff_initial: config.backoff_initial,
+                backoff_max: config.backoff_max,
+            },
+        ))
+    }
+
+    /// A store over `dbs`: `(name, location, residue class, database)`.
+    pub fn new(
+        dbs: Vec<(String, String, Residue, Box<dyn SegmentStore>)>,
+        timing: Timing,
+    ) -> Store {
+        let names: Vec<String> = dbs.iter().map(|d| d.0.clone()).collect();
+        Store {
+            snapshots: Mutex::new(vec![None; dbs.len()]),
+            dbs: dbs
+                .into_iter()
+                .map(|(name, location, residue, store)| Database {
+                    name,
+                    location,
+                    residue,
+                    store,
+                    health: Mutex::new(Health::default()),
+                })
+                .collect(),
+            names,
+            timing,
+            catalog: RwLock::new(Arc::new(Catalog::default())),
+            refreshed: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn database_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The bizs and tokens as last read.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.read().clone()
+    }
+
+    /// Re-reads bizs and tokens, unless a refresh started at or after `since` (then
+    /// its result is returned). Concurrent callers share one refresh, and refreshes
+    /// start at least [`MIN_REFRESH_GAP`] apart, so a flood of misses (unknown tokens)
+    /// costs the databases a bounded number of reads.
+    pub async fn refresh_since(&self, since: Instant) -> Arc<Catalog> {
+        let mut last_start = self.refreshed.lock().await;
+        if let Some(last) = *last_start {
+            if last >= since {
+                return self.catalog();
+            }
+            tokio::time::sleep_until((last + MIN_REFRESH_GAP).into()).await;
+        }
+        *last_start = Some(Instant::now());
+        let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        let reads = join_all(live.iter().map(|&i| {
+            self.call(i, async move {
+                let db = &self.dbs[i];
+                Ok(Snapshot {
+                    bizs: db.store.bizs().await?,
+                    tokens: db.store.tokens().await?,
+                })
+            })
+        }))
+        .await;
+        let catalog = {
+            let mut snapshots = self.snapshots.lock();
+            for (i, read) in live.into_iter().zip(reads) {
+                if let Ok(snap) = read {
+                    snapshots[i] = Some(snap);
+                }
+            }
+            Arc::new(Catalog::build(&self.names, &snapshots))
+        };
+        *self.catalog.write() = catalog.clone();
+        catalog
+    }
+
+    /// Reserves the next segment of `biz` on a random live database, advancing its row
+    /// by `step` (the row's own step when `None`).
+    ///
+    /// # Errors
+    /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
+    /// would overflow, or no database could be reached.
+    pub async fn reserve(
+        &self,
+        biz: &BizTag,
+        step: Option<i64>,
+    ) -> Result<Reservation, StoreError> {
+        let mut catalog = self.catalog();
+        if catalog.biz(biz.as_str()).is_none() {
+            catalog = self.refresh_since(Instant::now()).await;
+        }
+        let entry = catalog
+            .biz(biz.as_str())
+            .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
+        if let Some(refused) = &entry.refused {
+            return Err(refused.clone());
+        }
+        let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        order.shuffle(&mut rand::rng());
+        let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
+        for i in order {
+            match self
+                .call(i, self.attempt(i, biz, step, &entry.classes))
+                .await
+            {
+                Ok(Attempt::Reserved(r)) => return Ok(r),
+                Ok(Attempt::Missing) => missing += 1,
+                Ok(Attempt::Contended) => contended += 1,
+                Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
+                Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
+                Err(e) => failed.push(format!("\"{}\": {e}", self.dbs[i].name)),
+            }
+        }
+        Err(if let Some(e) = refused {
+            e
+        } else if contended > 0 {
+            StoreError::Contention(biz.to_string())
+        } else if missing > 0 && failed.is_empty() {
+            StoreError::NotFound(biz.to_string())
+        } else if failed.is_empty() {
+            StoreError::Unavailable(format!(
+                "every database is backing off after failures ({})",
+                self.last_errors()
+            ))
+        } else {
+            StoreError::Unavailable(failed.join("; "))
+        })
+    }
+
+    /// One optimistic reservation on database `i`: read the row, then compare-and-set
+    /// it forward, at most [`CAS_ATTEMPTS`] times.
+    async fn attempt(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        step: Option<i64>,
+        known: &[(usize, Residue)],
+    ) -> Result<Attempt, DbError> {
+        let db = &self.dbs[i];
+        let refuse = |reason: String| {
+            Attempt::Refused(StoreError::InvalidRow {
+                biz: biz.to_string(),
+                database: db.name.clone(),
+                reason,
+            })
+        };
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(row) = db.store.biz(biz.as_str()).await? else {
+                return Ok(Attempt::Missing);
+            };
+            let residue = match self.checked_class(biz, i, &row, known) {
+                Ok(r) => r,
+                Err(e) => return Ok(Attempt::Refused(e)),
+            };
+            let step = step.unwrap_or(row.step).max(row.step);
+            if step < residue.delta() {
+                return Ok(refuse(format!(
+                    "step {step} is smaller than delta {}: a segment could hold no ID",
+                    residue.delta()
+                )));
+            }
+            let range = match SegmentRange::after(row.max_id, step, residue) {
+                Ok(r) => r,
+                Err(_) => {
+                    return Ok(Attempt::Refused(StoreError::Overflow {
+                        biz: biz.to_string(),
+                        database: db.name.clone(),
+                        max_id: row.max_id,
+                        step,
+                    }));
+                }
+            };
+            let Some(updated) = db
+                .store
+                .advance(biz.as_str(), row.version, row.max_id, range.max_id())
+                .await?
+            else {
+                continue;
+            };
+            // The class may have been edited by hand between the read and the update:
+            // the segment is issued from the class the row has now, checked again.
+            let range = match self.checked_class(biz, i, &updated, known) {
+                Ok(r) if r == residue => range,
+                Ok(r) => match SegmentRange::after(row.max_id, step, r) {
+                    Ok(range) if step >= r.delta() => range,
+                    _ => return Ok(refuse(format!("class changed to {r} during a reservation"))),
+                },
+                Err(e) => return Ok(Attempt::Refused(e)),
+            };
+            return Ok(Attempt::Reserved(Reservation { range, database: i }));
+        }
+        Ok(Attempt::Contended)
+    }
+
+    /// The class of `row` on database `i`, if it is valid and disjoint from the classes
+    /// the biz has on the other databases.
+    fn checked_class(
+        &self,
+        biz: &BizTag,
+        i: usize,
+        row: &BizRow,
+        known: &[(usize, Residue)],
+    ) -> Result<Residue, StoreError> {
+        let residue =
+            Residue::new(row.delta, row.remainder).map_err(|e| StoreError::InvalidRow {
+                biz: biz.to_string(),
+                database: self.dbs[i].name.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut classes: Vec<(usize, Residue)> =
+            known.iter().copied().filter(|&(db, _)| db != i).collect();
+        classes.push((i, residue));
+        match conflict(biz.as_str(), &self.names, &classes) {
+            Some(e) => Err(e),
+            None => Ok(residue),
+        }
+    }
+
+    /// Runs `op` on database `i` within the fetch timeout, recording the outcome in the
+    /// database's health: a failure backs it off, a success clears the back-off.
+    async fn call<T>(
+        &self,
+        i: usize,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        let result = match tokio::time::timeout(self.timing.fetch_timeout, op).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError(format!(
+                "timed out after {:?}",
+                self.timing.fetch_timeout
+            ))),
+        };
+        let db = &self.dbs[i];
+        let mut health = db.health.lock();
+        match &result {
+            Ok(_) => {
+                health.failures = 0;
+                health.down_until = None;
+            }
+            Err(e) => {
+                health.failures = health.failures.saturating_add(1);
+                let factor = 1u32 << (health.failures - 1).min(16);
+                let backoff = self
+                    .timing
+                    .backoff_initial
+                    .saturating_mul(factor)
+                    .min(self.timing.backoff_max);
+                health.down_until = Some(Instant::now() + backoff);
+                health.last_error = Some(e.0.clone());
+                tracing::warn!(database = %db.name, error = %e, ?backoff, "database failed; backing off");
+            }
+        }
+        result
+    }
+
+    fn is_live(&self, i: usize) -> bool {
+        self.dbs[i]
+            .health
+            .lock()
+            .down_until
+            .is_none_or(|t| Instant::now() >= t)
+    }
+
+    fn last_errors(&self) -> String {
+        self.status()
+            .into_iter()
+            .map(|s| {
+                format!(
+                    "\"{}\": {}",
+                    s.name,
+                    s.last_error.unwrap_or_else(|| "no error".into())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Pings every database that is not backing off; true when one answers.
+    pub async fn ready(&self) -> bool {
+        let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        join_all(
+            live.into_iter()
+                .map(|i| self.call(i, self.dbs[i].store.ping())),
+        )
+        .await
+        .iter()
+        .any(Result::is_ok)
+    }
+
+    pub fn status(&self) -> Vec<DatabaseStatus> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .map(|(i, db)| DatabaseStatus {
+                name: db.name.clone(),
+                location: db.location.clone(),
+                residue: db.residue.to_string(),
+                up: self.is_live(i),
+                last_error: db.health.lock().last_error.clone(),
+            })
+            .collect()
+    }
+
+    /// Runs `op` on every database at once, bounded by the fetch timeout.
+    async fn on_all<'a, T, F>(
+        &'a self,
+        op: impl Fn(&'a dyn SegmentStore) -> F,
+    ) -> Vec<Result<T, DbError>>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        join_all((0..self.dbs.len()).map(|i| self.call(i, op(self.dbs[i].store.as_ref())))).await
+    }
+
+    /// Applies pending migrations to every database; one line per database.
+    pub async fn migrate(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
+        let results = self.on_all(|db| db.migrate()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+
+    /// Every biz row of every database.
+    pub async fn list_bizs(&self) -> Vec<(String, Result<Vec<BizRow>, DbError>)> {
+        let results = self.on_all(|db| db.bizs()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+
+    /// Every token row (hashes only) of every database.
+    pub async fn list_tokens(&self) -> Vec<(String, Result<Vec<TokenRow>, DbError>)> {
+        let results = self.on_all(|db| db.tokens()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+
+    /// Reads `biz` on every database; every one must answer.
+    async fn biz_everywhere(&self, biz: &BizTag) -> Result<Vec<Option<BizRow>>, StoreError> {
+        self.on_all(|db| db.biz(biz.as_str()))
+            .await
+            .into_iter()
+            .zip(&self.names)
+            .map(|(r, name)| {
+                r.map_err(|e| {
+                    StoreError::Refused(format!(
+                        "database \"{name}\" is unreachable ({e}); nothing changed"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Inserts `biz` into every database: first ID `start` (or the next one of its
+    /// class), segments of `step`, restricted to the class `within` if given (odd-only
+    /// is `1 mod 2`). Returns one report line per database.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database is unreachable, the biz exists in some
+    /// or all databases, or the parameters are invalid; nothing is changed then.
+    pub async fn add_biz(
+        &self,
+        biz: &BizTag,
+        step: i64,
+        start: i64,
+        within: Option<Residue>,
+    ) -> Result<Vec<String>, StoreError> {
+        if step < 1 {
+            return Err(StoreError::Refused(format!(
+                "step must be at least 1, got {step}"
+            )));
+        }
+        if start < 1 {
+            return Err(StoreError::Refused(format!(
+                "start must be at least 1, got {start}"
+            )));
+        }
+        let existing = self.biz_everywhere(biz).await?;
+        let (have, lack): (Vec<_>, Vec<_>) = self
+            .names
+            .iter()
+            .zip(&existing)
+            .partition(|(_, row)| row.is_some());
+        let list = |v: &[(&String, &Option<BizRow>)]| {
+            v.iter()
+                .map(|(n, _)| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if lack.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "biz `{biz}` already exists on every database; nothing changed"
+            )));
+        }
+        if !have.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "biz `{biz}` exists on {} but not on {}; fix the rows by hand (they must have disjoint residue classes); nothing changed",
+                list(&have),
+                list(&lack)
+            )));
+        }
+        let mut rows = Vec::with_capacity(self.dbs.len());
+        for db in &self.dbs {
+            let class = match within {
+                Some(w) => db.residue.restrict(w),
+                None => Ok(db.residue),
+            }
+            .map_err(|e| StoreError::Refused(format!("database \"{}\": {e}", db.name)))?;
+            if step < class.delta() {
+                return Err(StoreError::Refused(format!(
+                    "step {step} is smaller than the biz's delta {} on database \"{}\": a segment could hold no ID; nothing changed",
+                    class.delta(),
+                    db.name
+                )));
+            }
+            rows.push(BizRow {
+                biz_type: biz.to_string(),
+                begin_id: start - 1,
+                max_id: start - 1,
+                step,
+                delta: class.delta(),
+                remainder: class.remainder(),
+                version: 0,
+            });
+        }
+        let mut report = Vec::with_capacity(rows.len());
+        for (db, row) in self.dbs.iter().zip(&rows) {
+            let line = match db.store.insert_biz(row).await {
+                Ok(true) => format!(
+                    "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
+                    db.name, row.remainder, row.delta
+                ),
+                Ok(false) => format!(
+                    "\"{}\": biz `{biz}` appeared meanwhile; left as it is",
+                    db.name
+                ),
+                Err(e) => {
+                    report.push(format!("\"{}\": FAILED: {e}", db.name));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
+            };
+            report.push(line);
+        }
+        Ok(report)
+    }
+
+    /// Creates a token for `biz` and grants it on every database. Returns the token
+    /// (shown once; only its hash is stored) and one report line per database.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database is unreachable or no database has the biz.
+    pub async fn add_token(
+        &self,
+        biz: &BizTag,
+        remark: &str,
+    ) -> Result<(String, Vec<String>), StoreError> {
+        let existing = self.biz_everywhere(biz).await?;
+        if existing.iter().all(Option::is_none) {
+            return Err(StoreError::NotFound(biz.to_string()));
+        }
+        let token = generate_token();
+        let hash = hash_token(&token);
+        let mut report = Vec::with_capacity(self.dbs.len());
+        for db in &self.dbs {
+            match db.store.insert_token(&hash, biz.as_str(), remark).await {
+                Ok(()) => report.push(format!(
+                    "\"{}\": granted biz `{biz}` to token {}…",
+                    db.name,
+                    &hash[..8]
+                )),
+                Err(e) => {
+                    report.push(format!("\"{}\": FAILED: {e}", db.name));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
+            }
+        }
+        Ok((token, report))
+    }
+}

@@ -1,0 +1,113 @@
+//! Storage: the only place that talks SQL.
+//!
+//! [`SegmentStore`] is one database (PostgreSQL in [`postgres`]). [`Store`] spreads
+//! reservations over all configured databases: a random live one per fetch, a
+//! back-off for one that fails, and the residue checks that keep bizs collision-free.
+
+mod catalog;
+mod cluster;
+pub mod postgres;
+
+use async_trait::async_trait;
+
+pub use catalog::{BizEntry, Catalog};
+pub use cluster::{DatabaseStatus, Reservation, Store};
+
+/// A failure talking to one database: unreachable, timed out, or a query error.
+/// The database is backed off and another one is tried.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct DbError(pub String);
+
+/// One `tiny_id_info` row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BizRow {
+    pub biz_type: String,
+    pub begin_id: i64,
+    pub max_id: i64,
+    pub step: i64,
+    pub delta: i64,
+    pub remainder: i64,
+    pub version: i64,
+}
+
+/// One `tiny_id_token` row. `token_hash` is the SHA-256 of the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRow {
+    pub id: i64,
+    pub token_hash: String,
+    pub biz_type: String,
+    pub remark: String,
+    pub create_time: String,
+}
+
+/// One database holding `tiny_id_info` and `tiny_id_token`.
+///
+/// Every method is a single short statement (or one transaction) so that the caller
+/// can bound it with a timeout; none retries on its own.
+#[async_trait]
+pub trait SegmentStore: Send + Sync + 'static {
+    /// Applies the pending migrations; returns the names of those applied now.
+    async fn migrate(&self) -> Result<Vec<String>, DbError>;
+    /// Succeeds when the database answers.
+    async fn ping(&self) -> Result<(), DbError>;
+    /// The row of `biz`, if it exists.
+    async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError>;
+    /// Compare-and-set: moves `max_id` from `max_id` to `new_max_id` and bumps the
+    /// version, only if the row still has `version` and `max_id`. Returns the updated
+    /// row, or `None` when another writer got there first.
+    async fn advance(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError>;
+    /// Every biz row.
+    async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
+    /// Inserts a biz row; `false` when the biz already exists.
+    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError>;
+    /// Every token row.
+    async fn tokens(&self) -> Result<Vec<TokenRow>, DbError>;
+    /// Grants the token with this hash the use of `biz`.
+    async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError>;
+}
+
+/// Why a reservation or an admin operation failed, across all databases.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("biz `{0}` does not exist")]
+    NotFound(String),
+    #[error(
+        "biz `{biz}` cannot advance on database \"{database}\": max_id {max_id} + step {step} exceeds {}; IDs never wrap",
+        i64::MAX
+    )]
+    Overflow {
+        biz: String,
+        database: String,
+        max_id: i64,
+        step: i64,
+    },
+    #[error(
+        "biz `{biz}` is refused: its rows on databases \"{first}\" ({first_class}) and \"{second}\" ({second_class}) have overlapping residue classes and could issue the same ID"
+    )]
+    ResidueConflict {
+        biz: String,
+        first: String,
+        first_class: String,
+        second: String,
+        second_class: String,
+    },
+    #[error("biz `{biz}` has an invalid row on database \"{database}\": {reason}")]
+    InvalidRow {
+        biz: String,
+        database: String,
+        reason: String,
+    },
+    #[error("biz `{0}`: every reservation lost its compare-and-set race; try again")]
+    Contention(String),
+    #[error("no database reachable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Refused(String),
+}
