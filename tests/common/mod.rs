@@ -1,0 +1,331 @@
+//! Test harness: throwaway PostgreSQL clusters and in-process segmint servers.
+//!
+//! Clusters are real `initdb`/`pg_ctl` clusters on loopback ports, run as the
+//! `postgres` user when the tests run as root (PostgreSQL refuses root).
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::time::Duration;
+
+use segmint::biz::BizTag;
+use segmint::config::Config;
+use segmint::segment::Residue;
+use segmint::server::Application;
+use segmint::store::Store;
+
+/// The directory holding `initdb`, `pg_ctl` and `psql`.
+fn pg_bin() -> PathBuf {
+    let on_path = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default();
+    let mut debian: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    debian.sort();
+    debian.reverse();
+    for dir in debian.into_iter().chain(on_path) {
+        if dir.join("initdb").is_file() && dir.join("pg_ctl").is_file() {
+            return dir;
+        }
+    }
+    panic!(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found: run scripts/test, which installs Debian's postgresql"
+    );
+}
+
+/// `(uid, gid)` of the `postgres` user when running as root, else `None`.
+fn run_as() -> Option<(u32, u32)> {
+    let me = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(1);
+    if me != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("read /etc/passwd");
+    let line = passwd
+        .lines()
+        .find(|l| l.starts_with("postgres:"))
+        .expect("running as root needs a `postgres` user (Debian's postgresql package creates it)");
+    let f: Vec<&str> = line.split(':').collect();
+    Some((f[2].parse().unwrap(), f[3].parse().unwrap()))
+}
+
+fn pg_command(program: &str) -> Command {
+    let mut cmd = Command::new(pg_bin().join(program));
+    if let Some((uid, gid)) = run_as() {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.env_remove("PGDATA").env("LC_ALL", "C");
+    cmd
+}
+
+fn check(what: &str, out: std::io::Result<Output>) -> String {
+    let out = out.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A free loopback port (bound and released; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A throwaway PostgreSQL cluster with a `segmint` database, removed on drop.
+pub struct PgCluster {
+    dir: tempfile::TempDir,
+    pub port: u16,
+}
+
+impl PgCluster {
+    pub fn start() -> PgCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("segmint-pg-")
+            .tempdir()
+            .unwrap();
+        if let Some((uid, gid)) = run_as() {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let data = dir.path().join("data");
+        check(
+            "initdb",
+            pg_command("initdb")
+                .args([
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "--no-sync",
+                    "-E",
+                    "UTF8",
+                    "-D",
+                ])
+                .arg(&data)
+                .output(),
+        );
+        let cluster = PgCluster {
+            dir,
+            port: free_port(),
+        };
+        cluster.start_again();
+        cluster.psql_db("postgres", "CREATE DATABASE segmint");
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts the cluster (again) on its port, with its data directory.
+    pub fn start_again(&self) {
+        let opts = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200",
+            self.port,
+            self.dir.path().display()
+        );
+        check(
+            "pg_ctl start",
+            pg_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(self.dir.path().join("log"))
+                .args(["-o", &opts, "-w", "-t", "30", "start"])
+                .output(),
+        );
+    }
+
+    /// Stops the cluster at once, as a crash would (`-m immediate`).
+    pub fn stop(&self) {
+        check(
+            "pg_ctl stop",
+            pg_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"])
+                .output(),
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/segmint", self.port)
+    }
+
+    /// Runs SQL on the `segmint` database; returns psql's unaligned output.
+    pub fn psql(&self, sql: &str) -> String {
+        self.psql_db("segmint", sql)
+    }
+
+    fn psql_db(&self, db: &str, sql: &str) -> String {
+        check(
+            "psql",
+            pg_command("psql")
+                .args([
+                    "-X",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-At",
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                ])
+                .args(["-p", &self.port.to_string(), "-d", db, "-c", sql])
+                .output(),
+        )
+    }
+
+    /// `max_id,version` of a biz row, to see whether anything changed.
+    pub fn row(&self, biz: &str) -> String {
+        self.psql(&format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
+    }
+
+    /// The version of a biz row: how many segments were reserved from it.
+    pub fn version(&self, biz: &str) -> i64 {
+        self.psql(&format!(
+            "SELECT version FROM tiny_id_info WHERE biz_type = '{biz}'"
+        ))
+        .parse()
+        .unwrap()
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        let _ = pg_command("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// Configuration for `clusters` as databases `pg0, pg1, …` with classes `i mod N`,
+/// short timeouts so that failures are seen quickly, and `extra` TOML on top.
+pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
+    let n = clusters.len();
+    let mut toml = format!(
+        "bind = \"127.0.0.1:0\"\nworkers = 2\nfetch_timeout_ms = 1000\nwait_timeout_ms = 3000\nbackoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = 1000\n{extra}\n"
+    );
+    for (i, c) in clusters.iter().enumerate() {
+        toml.push_str(&format!(
+            "[[databases]]\nname = \"pg{i}\"\nurl = \"{}\"\ndelta = {n}\nremainder = {i}\n",
+            c.url()
+        ));
+    }
+    toml
+}
+
+pub fn config(clusters: &[&PgCluster], extra: &str) -> Config {
+    Config::from_toml(&config_toml(clusters, extra)).expect("test configuration")
+}
+
+/// Migrates every database and adds `biz` with `step` (odd-only when `odd`), plus a
+/// token for it. Returns the token.
+pub async fn setup_biz(config: &Config, biz: &str, step: i64, odd: bool) -> String {
+    let store = Store::connect(config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    let within = odd.then(|| Residue::new(2, 1).unwrap());
+    let biz = BizTag::parse(biz).unwrap();
+    store.add_biz(&biz, step, 1, within).await.unwrap();
+    store.add_token(&biz, "test").await.unwrap().0
+}
+
+/// Adds a token for `biz` (which must exist).
+pub async fn add_token(config: &Config, biz: &str) -> String {
+    let store = Store::connect(config).unwrap();
+    store
+        .add_token(&BizTag::parse(biz).unwrap(), "test")
+        .await
+        .unwrap()
+        .0
+}
+
+/// A segmint server running in this process on a random port.
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    pub state: actix_web::web::Data<segmint::server::AppState>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+pub async fn spawn_app(config: Config) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let app = Application::with_listener(config, listener)
+        .await
+        .expect("build app");
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    let state = app.state();
+    tokio::spawn(app.run_until_stopped());
+    TestApp {
+        base,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        state,
+        handle,
+    }
+}
+
+impl TestApp {
+    /// GET `path` (with query) and return status and body text.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// GET `path` with a bearer token; status and parsed JSON body.
+    pub async fn get_v1(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// `n` IDs through the v1 API; panics on any failure.
+    pub async fn ids(&self, biz: &str, token: &str, n: usize) -> Vec<i64> {
+        let (status, body) = self
+            .get_v1(&format!("/v1/ids/{biz}?count={n}"), Some(token))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body["ids"].clone()).unwrap()
+    }
+
+    pub async fn stop(&self) {
+        self.handle.stop(true).await;
+    }
+}
+
+/// Shares one value between tasks.
+pub fn shared<T>(v: T) -> Arc<T> {
+    Arc::new(v)
+}
+
+/// The path of the `segmint` binary built for these tests.
+pub fn segmint_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_segmint"))
+}
