@@ -107,7 +107,7 @@ type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 fn serve(config: Config) -> Result {
     actix_web::rt::System::new().block_on(async move {
         let app = Application::build(config).await?;
-        app.run_until_stopped().await?;
+        app.run_until(segmint::server::shutdown_signal()).await?;
         tracing::info!("segmint stopped");
         Ok(())
     })

@@ -13,10 +13,10 @@ use crate::store::Reservation;
 
 pub fn routes(cfg: &mut web::ServiceConfig) {
     for (path, handler) in [
-        ("/tinyid/id/nextId", Route::NextId),
-        ("/tinyid/id/nextIdSimple", Route::NextIdSimple),
-        ("/tinyid/id/nextSegmentId", Route::NextSegmentId),
-        ("/tinyid/id/nextSegmentIdSimple", Route::NextSegmentIdSimple),
+        ("/tinyid/id/nextId", Route::Ids),
+        ("/tinyid/id/nextIdSimple", Route::IdsSimple),
+        ("/tinyid/id/nextSegmentId", Route::Segment),
+        ("/tinyid/id/nextSegmentIdSimple", Route::SegmentSimple),
     ] {
         let serve = move |state: web::Data<AppState>, req: HttpRequest, body: Bytes| {
             handle(handler, state, req, body)
@@ -31,10 +31,14 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 
 #[derive(Debug, Clone, Copy)]
 enum Route {
-    NextId,
-    NextIdSimple,
-    NextSegmentId,
-    NextSegmentIdSimple,
+    /// `nextId`: IDs as JSON.
+    Ids,
+    /// `nextIdSimple`: IDs as comma-separated text.
+    IdsSimple,
+    /// `nextSegmentId`: a fresh segment as JSON.
+    Segment,
+    /// `nextSegmentIdSimple`: a fresh segment as comma-separated text.
+    SegmentSimple,
 }
 
 /// Tinyid's response envelope; `data` is left out on errors.
@@ -77,12 +81,12 @@ async fn handle(
 /// empty body for the simple ones (the reason travels in `X-Segmint-Error`).
 fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
     match route {
-        Route::NextId | Route::NextSegmentId => HttpResponse::Ok().json(Envelope::<()> {
+        Route::Ids | Route::Segment => HttpResponse::Ok().json(Envelope::<()> {
             data: None,
             code: e.tinyid_code(),
             message: e.tinyid_message(),
         }),
-        Route::NextIdSimple | Route::NextSegmentIdSimple => {
+        Route::IdsSimple | Route::SegmentSimple => {
             let reason: String = format!("{}: {}", e.tinyid_code(), e.tinyid_message())
                 .chars()
                 .map(|c| {
@@ -108,14 +112,12 @@ async fn serve(route: Route, state: &AppState, params: &Params) -> Result<HttpRe
             .ok_or_else(|| ApiError::BadRequest("bizType is required".into()))?,
     )?;
     let batch = match route {
-        Route::NextId | Route::NextIdSimple => {
-            BatchSize::parse("batchSize", params.get("batchSize"))?
-        }
-        Route::NextSegmentId | Route::NextSegmentIdSimple => BatchSize::parse("batchSize", None)?,
+        Route::Ids | Route::IdsSimple => BatchSize::parse("batchSize", params.get("batchSize"))?,
+        Route::Segment | Route::SegmentSimple => BatchSize::parse("batchSize", None)?,
     };
     authorize(&state.store, params.get("token"), &biz).await?;
     Ok(match route {
-        Route::NextId => {
+        Route::Ids => {
             let ids = state.generator.next_ids(&biz, batch.get()).await?;
             HttpResponse::Ok().json(Envelope {
                 data: Some(ids),
@@ -123,11 +125,11 @@ async fn serve(route: Route, state: &AppState, params: &Params) -> Result<HttpRe
                 message: String::new(),
             })
         }
-        Route::NextIdSimple => {
+        Route::IdsSimple => {
             let ids = state.generator.next_ids(&biz, batch.get()).await?;
             text(join(ids.iter()))
         }
-        Route::NextSegmentId => {
+        Route::Segment => {
             let s = segment_id(state, state.store.reserve(&biz, None).await?);
             HttpResponse::Ok().json(Envelope {
                 data: Some(s),
@@ -135,7 +137,7 @@ async fn serve(route: Route, state: &AppState, params: &Params) -> Result<HttpRe
                 message: String::new(),
             })
         }
-        Route::NextSegmentIdSimple => {
+        Route::SegmentSimple => {
             let s = segment_id(state, state.store.reserve(&biz, None).await?);
             text(join(
                 [s.current_id, s.loading_id, s.max_id, s.delta, s.remainder].iter(),

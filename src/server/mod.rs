@@ -47,6 +47,8 @@ pub enum StartupError {
 pub struct Application {
     port: u16,
     server: Server,
+    /// Requests being served, so that a graceful stop can wait for them.
+    in_flight: InFlight,
     state: web::Data<AppState>,
     /// Stops the periodic catalog refresh when the application goes away.
     _refresher: AbortOnDrop,
@@ -97,15 +99,30 @@ impl Application {
             preload_percent: config.preload_percent,
         });
         let app_state = state.clone();
+        let in_flight = InFlight::default();
+        let counter = in_flight.clone();
         let mut server = HttpServer::new(move || {
+            let counter = counter.clone();
             App::new()
+                .wrap(actix_web::middleware::from_fn(
+                    move |req: ServiceRequest, next: actix_web::middleware::Next<_>| {
+                        let entered = counter.enter();
+                        async move {
+                            let response = next.call(req).await;
+                            drop(entered);
+                            response
+                        }
+                    },
+                ))
                 .wrap(TracingLogger::<ScrubbedSpan>::new())
                 .app_data(app_state.clone())
                 .configure(compat::routes)
                 .configure(v1::routes)
                 .default_service(web::to(not_found))
         })
-        .shutdown_timeout(30);
+        .shutdown_timeout(30)
+        // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
+        .disable_signals();
         if config.workers > 0 {
             server = server.workers(config.workers);
         }
@@ -120,6 +137,7 @@ impl Application {
         Ok(Application {
             port,
             server,
+            in_flight,
             state,
             _refresher: refresher,
         })
@@ -138,12 +156,87 @@ impl Application {
         self.state.clone()
     }
 
-    /// Serves until stopped by SIGINT/SIGTERM or the handle; in-flight requests finish.
+    /// Serves until `shutdown` completes (or the handle stops it), then stops
+    /// gracefully: no new connections, in-flight requests finish.
     ///
     /// # Errors
     /// The server's IO error.
-    pub async fn run_until_stopped(self) -> std::io::Result<()> {
-        self.server.await
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let handle = self.server.handle();
+        let in_flight = self.in_flight.clone();
+        let stopper = AbortOnDrop(tokio::spawn(async move {
+            shutdown.await;
+            tracing::info!(
+                in_flight = in_flight.count(),
+                "stopping: finishing in-flight requests"
+            );
+            // Stop accepting first, then wait for the requests being served to be
+            // answered before the workers are told to stop.
+            handle.pause().await;
+            in_flight.drained(DRAIN_TIMEOUT).await;
+            handle.stop(true).await;
+        }));
+        let result = self.server.await;
+        drop(stopper);
+        result
+    }
+}
+
+/// Longest a graceful stop waits for in-flight requests.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Counts the requests being served.
+#[derive(Clone, Default)]
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+/// One request being served; leaving the count when dropped, even on cancellation.
+struct Entered(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn enter(&self) -> Entered {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Entered(self.0.clone())
+    }
+
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Waits until no request is being served, or `timeout` passes.
+    async fn drained(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.count() > 0 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Completes on the first SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot listen for signals; stop with the server handle");
+            std::future::pending::<()>().await;
+        }
     }
 }
 

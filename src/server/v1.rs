@@ -29,8 +29,9 @@ fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
     value
         .to_str()
         .ok()
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(|t| Some(t.trim()))
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| Some(token.trim()))
         .ok_or(ApiError::Unauthorized(
             "the Authorization header must be `Bearer <token>`",
         ))

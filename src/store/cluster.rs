@@ -1,10 +1,12 @@
 //! Reservations over N independent databases.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 use parking_lot::{Mutex, RwLock};
+use rand::Rng;
 use rand::seq::SliceRandom;
 
 use super::catalog::{Snapshot, conflict};
@@ -60,6 +62,10 @@ struct Database {
     store: Box<dyn SegmentStore>,
     /// Plain mutex: held only to read or update a few fields, never across an await.
     health: Mutex<Health>,
+    /// One lock per biz: reservations of one biz on this database from this process
+    /// queue instead of racing each other's compare-and-set, so lost races only come
+    /// from other processes.
+    reserving: Mutex<HashMap<BizTag, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 #[derive(Default)]
@@ -139,6 +145,7 @@ impl Store {
                     residue,
                     store,
                     health: Mutex::new(Health::default()),
+                    reserving: Mutex::new(HashMap::new()),
                 })
                 .collect(),
             names,
@@ -215,14 +222,44 @@ impl Store {
         if let Some(refused) = &entry.refused {
             return Err(refused.clone());
         }
+        // Lost races are retried in passes over the databases until the fetch timeout:
+        // a busy row slows a reservation down but does not fail it.
+        let deadline = Instant::now() + self.timing.fetch_timeout;
+        loop {
+            match self.reserve_pass(biz, step, &entry.classes, deadline).await {
+                Err(StoreError::Contention(_)) if Instant::now() < deadline => {
+                    let pause = rand::rng().random_range(1..=5);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// One pass over the live databases in random order, stopping at the first that
+    /// reserves a segment.
+    async fn reserve_pass(
+        &self,
+        biz: &BizTag,
+        step: Option<i64>,
+        known: &[(usize, Residue)],
+        deadline: Instant,
+    ) -> Result<Reservation, StoreError> {
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
         for i in order {
-            match self
-                .call(i, self.attempt(i, biz, step, &entry.classes))
-                .await
-            {
+            let lock = self.dbs[i]
+                .reserving
+                .lock()
+                .entry(biz.clone())
+                .or_default()
+                .clone();
+            let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
+                contended += 1;
+                continue;
+            };
+            match self.call(i, self.attempt(i, biz, step, known)).await {
                 Ok(Attempt::Reserved(r)) => return Ok(r),
                 Ok(Attempt::Missing) => missing += 1,
                 Ok(Attempt::Contended) => contended += 1,

@@ -12,7 +12,7 @@ use super::{BizRow, DbError, SegmentStore, TokenRow};
 const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("../../sql/0001_init.sql"))];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
-const MIGRATION_LOCK: i64 = 0x5e9_1d;
+const MIGRATION_LOCK: i64 = 0x0005_e91d;
 
 const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
 

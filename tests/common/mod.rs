@@ -187,6 +187,18 @@ impl PgCluster {
         )
     }
 
+    /// Runs SQL in a background psql; the returned child is killed on drop.
+    pub fn psql_background(&self, sql: &str) -> ChildGuard {
+        ChildGuard(
+            pg_command("psql")
+                .args(["-X", "-q", "-h", "127.0.0.1", "-U", "postgres"])
+                .args(["-p", &self.port.to_string(), "-d", "segmint", "-c", sql])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn psql"),
+        )
+    }
+
     /// `max_id,version` of a biz row, to see whether anything changed.
     pub fn row(&self, biz: &str) -> String {
         self.psql(&format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
@@ -212,13 +224,39 @@ impl Drop for PgCluster {
     }
 }
 
+/// A child process killed when dropped.
+pub struct ChildGuard(pub std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Configuration for `clusters` as databases `pg0, pg1, …` with classes `i mod N`,
-/// short timeouts so that failures are seen quickly, and `extra` TOML on top.
+/// short timeouts so that failures are seen quickly, and `extra` TOML on top (its
+/// keys replace the defaults here).
 pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
     let n = clusters.len();
-    let mut toml = format!(
-        "bind = \"127.0.0.1:0\"\nworkers = 2\nfetch_timeout_ms = 1000\nwait_timeout_ms = 3000\nbackoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = 1000\n{extra}\n"
-    );
+    let defaults = [
+        ("bind", "\"127.0.0.1:0\""),
+        ("workers", "2"),
+        ("fetch_timeout_ms", "1000"),
+        ("wait_timeout_ms", "3000"),
+        ("backoff_initial_ms", "100"),
+        ("backoff_max_ms", "400"),
+        ("catalog_refresh_ms", "1000"),
+    ];
+    let mut toml = format!("{extra}\n");
+    for (key, value) in defaults {
+        if !extra
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{key} ")))
+        {
+            toml.push_str(&format!("{key} = {value}\n"));
+        }
+    }
     for (i, c) in clusters.iter().enumerate() {
         toml.push_str(&format!(
             "[[databases]]\nname = \"pg{i}\"\nurl = \"{}\"\ndelta = {n}\nremainder = {i}\n",
@@ -271,7 +309,7 @@ pub async fn spawn_app(config: Config) -> TestApp {
     let base = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     let state = app.state();
-    tokio::spawn(app.run_until_stopped());
+    tokio::spawn(app.run_until(std::future::pending()));
     TestApp {
         base,
         http: reqwest::Client::builder()

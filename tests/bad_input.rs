@@ -1,0 +1,919 @@
+//! Bad input gets a clear error and changes nothing (design invariant 7), against real
+//! PostgreSQL: every refused request, on the Tinyid-compatible routes and the v1 API, is
+//! followed by a check that no row of any database moved — on a biz that has already
+//! served IDs and on one never used. Also: overflow near `i64::MAX`, bizs whose rows
+//! overlap across databases, and bad configuration files given to the binary.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::header::HeaderValue;
+use serde_json::Value;
+
+/// What a response looked like.
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    content_type: String,
+    error_header: Option<String>,
+    www_authenticate: Option<String>,
+    body: String,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+}
+
+async fn send(req: reqwest::RequestBuilder) -> Resp {
+    let r = req.send().await.expect("request");
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().expect("ASCII header").to_string())
+    };
+    let content_type = header("content-type").unwrap_or_default();
+    let error_header = header("x-segmint-error");
+    let www_authenticate = header("www-authenticate");
+    Resp {
+        status: r.status().as_u16(),
+        content_type,
+        error_header,
+        www_authenticate,
+        body: r.text().await.expect("body"),
+    }
+}
+
+const COMPAT_ROUTES: [&str; 4] = [
+    "nextId",
+    "nextIdSimple",
+    "nextSegmentId",
+    "nextSegmentIdSimple",
+];
+
+/// Request parameters of a compat route.
+type Params<'a> = Vec<(&'a str, &'a str)>;
+
+/// A compat request, as a GET query string or a POST form body.
+async fn compat(app: &TestApp, route: &str, post: bool, params: &[(&str, &str)]) -> Resp {
+    let encoded = serde_urlencoded::to_string(params).unwrap();
+    let url = format!("{}/tinyid/id/{route}", app.base);
+    let req = if post {
+        app.http
+            .post(url)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(encoded)
+    } else {
+        app.http.get(format!("{url}?{encoded}"))
+    };
+    send(req).await
+}
+
+/// A v1 request with the raw `Authorization` header `auth`, if any.
+async fn v1(app: &TestApp, post: bool, path: &str, auth: Option<HeaderValue>) -> Resp {
+    let url = format!("{}{path}", app.base);
+    let mut req = if post {
+        app.http.post(url)
+    } else {
+        app.http.get(url)
+    };
+    if let Some(auth) = auth {
+        req = req.header("authorization", auth);
+    }
+    send(req).await
+}
+
+fn bearer(token: &str) -> Option<HeaderValue> {
+    Some(HeaderValue::from_str(&format!("Bearer {token}")).unwrap())
+}
+
+/// The expected refusal of a compat request.
+#[derive(Debug, Clone, Copy)]
+enum Refusal<'a> {
+    /// Code 5, "token is error".
+    Token,
+    /// Code 6 with a message containing this.
+    Other(&'a str),
+}
+
+fn assert_compat_refusal(r: &Resp, route: &str, expect: Refusal, what: &str) {
+    assert_eq!(r.status, 200, "{what}: Tinyid errors are HTTP 200: {r:?}");
+    if route.ends_with("Simple") {
+        assert_eq!(
+            r.body, "",
+            "{what}: simple routes answer errors with an empty body"
+        );
+        let h = r
+            .error_header
+            .as_deref()
+            .unwrap_or_else(|| panic!("{what}: X-Segmint-Error missing: {r:?}"));
+        match expect {
+            Refusal::Token => assert_eq!(h, "5: token is error", "{what}"),
+            Refusal::Other(needle) => assert!(
+                h.starts_with("6: ") && h.contains(needle),
+                "{what}: X-Segmint-Error `{h}` should be code 6 mentioning `{needle}`"
+            ),
+        }
+        return;
+    }
+    assert!(
+        r.content_type.starts_with("application/json"),
+        "{what}: {r:?}"
+    );
+    match expect {
+        Refusal::Token => assert_eq!(r.body, r#"{"code":5,"message":"token is error"}"#, "{what}"),
+        Refusal::Other(needle) => {
+            let v = r.json();
+            let mut keys: Vec<&String> = v.as_object().expect("object").keys().collect();
+            keys.sort();
+            assert_eq!(
+                keys,
+                ["code", "message"],
+                "{what}: no `data` on errors: {r:?}"
+            );
+            assert_eq!(v["code"], 6, "{what}: {r:?}");
+            let msg = v["message"].as_str().unwrap();
+            assert!(
+                msg.contains(needle),
+                "{what}: `{msg}` should mention `{needle}`"
+            );
+        }
+    }
+}
+
+/// Asserts a v1 error body `{"error":{"code","message"}}` with `status` and `code`;
+/// returns the message.
+fn assert_v1_error(r: &Resp, status: u16, code: &str, what: &str) -> String {
+    assert_eq!(r.status, status, "{what}: {r:?}");
+    assert!(
+        r.content_type.starts_with("application/json"),
+        "{what}: {r:?}"
+    );
+    let v = r.json();
+    assert_eq!(
+        v.as_object().map(|o| o.len()),
+        Some(1),
+        "{what}: only `error`: {r:?}"
+    );
+    assert_eq!(v["error"]["code"], code, "{what}: {r:?}");
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: error.message missing: {r:?}"))
+        .to_string();
+    assert!(!msg.is_empty(), "{what}: empty message");
+    if status == 401 {
+        assert_eq!(
+            r.www_authenticate.as_deref(),
+            Some("Bearer"),
+            "{what}: 401 carries WWW-Authenticate: Bearer"
+        );
+    }
+    msg
+}
+
+/// Direct connections to every cluster, to read the rows after each request cheaply.
+struct Rows {
+    clients: Vec<tokio_postgres::Client>,
+    bizs: Vec<&'static str>,
+}
+
+impl Rows {
+    async fn connect(clusters: &[&PgCluster], bizs: &[&'static str]) -> Rows {
+        let mut clients = Vec::new();
+        for c in clusters {
+            let (client, conn) = tokio_postgres::connect(&c.url(), tokio_postgres::NoTls)
+                .await
+                .expect("connect to the test cluster");
+            tokio::spawn(conn);
+            clients.push(client);
+        }
+        Rows {
+            clients,
+            bizs: bizs.to_vec(),
+        }
+    }
+
+    /// `row(biz)` of every tracked biz on every database (the same columns as
+    /// `PgCluster::row`), plus the row counts of both tables.
+    async fn state(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, client) in self.clients.iter().enumerate() {
+            for biz in &self.bizs {
+                let row = client
+                    .query_one(
+                        "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = $1",
+                        &[biz],
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("row of `{biz}` on pg{i}: {e}"));
+                let f: Vec<i64> = (0..5).map(|k| row.get(k)).collect();
+                out.push(format!(
+                    "pg{i} {biz}: {}",
+                    f.iter().map(i64::to_string).collect::<Vec<_>>().join("|")
+                ));
+            }
+            let counts = client
+                .query_one(
+                    "SELECT (SELECT count(*) FROM tiny_id_info), (SELECT count(*) FROM tiny_id_token)",
+                    &[],
+                )
+                .await
+                .unwrap();
+            out.push(format!(
+                "pg{i}: {} bizs, {} tokens",
+                counts.get::<_, i64>(0),
+                counts.get::<_, i64>(1)
+            ));
+        }
+        out
+    }
+
+    async fn assert_unchanged(&self, before: &[String], what: &str) {
+        assert_eq!(
+            self.state().await,
+            before,
+            "{what} must change nothing in the databases"
+        );
+    }
+}
+
+/// `row(biz)` of every cluster, through psql.
+fn psql_rows(clusters: &[&PgCluster], bizs: &[&str]) -> Vec<String> {
+    clusters
+        .iter()
+        .flat_map(|c| bizs.iter().map(|b| c.row(b)))
+        .collect()
+}
+
+/// Two clusters with bizs `used` (which has served IDs), `fresh` (never used) and
+/// `other`, and a running server. Returns the tokens of the three.
+struct Setup {
+    a: PgCluster,
+    b: PgCluster,
+    app: TestApp,
+    used: String,
+    fresh: String,
+    other: String,
+}
+
+async fn setup() -> Setup {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let config = config(&[&a, &b], "");
+    let used = setup_biz(&config, "used", 1000, false).await;
+    let fresh = setup_biz(&config, "fresh", 1000, false).await;
+    let other = setup_biz(&config, "other", 1000, false).await;
+    let app = spawn_app(config).await;
+    // A few IDs, far below the 20 % of a 500-ID segment that starts a prefetch.
+    assert_eq!(app.ids("used", &used, 5).await.len(), 5);
+    let r = compat(
+        &app,
+        "nextIdSimple",
+        false,
+        &[("bizType", "used"), ("token", &used), ("batchSize", "3")],
+    )
+    .await;
+    assert_eq!(r.body.split(',').count(), 3, "{r:?}");
+    let versions = |biz: &str| a.version(biz) + b.version(biz);
+    assert!(versions("used") >= 1, "`used` has reserved segments");
+    assert_eq!(versions("fresh"), 0, "`fresh` was never used");
+    Setup {
+        a,
+        b,
+        app,
+        used,
+        fresh,
+        other,
+    }
+}
+
+/// Waits until no background fetch moves the rows, and returns the settled state.
+async fn settled(rows: &Rows) -> Vec<String> {
+    let mut last = rows.state().await;
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = rows.state().await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("rows keep changing with no request: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compat_bad_requests_change_nothing() {
+    let s = setup().await;
+    let clusters = [&s.a, &s.b];
+    let bizs = ["used", "fresh", "other"];
+    let rows = Rows::connect(&clusters, &bizs).await;
+    let before = settled(&rows).await;
+    let psql_before = psql_rows(&clusters, &bizs);
+    let long = "a".repeat(64);
+
+    // (what, params, refusal, only on the ID routes)
+    let mut cases: Vec<(String, Params, Refusal, bool)> = Vec::new();
+    for (biz, token) in [("used", s.used.as_str()), ("fresh", s.fresh.as_str())] {
+        cases.push((
+            format!("unknown biz with the token of `{biz}`"),
+            vec![("bizType", "nosuch"), ("token", token)],
+            Refusal::Other("nosuch"),
+            false,
+        ));
+        cases.push((
+            "unknown biz with an unknown token".into(),
+            vec![("bizType", "nosuch"), ("token", "0123456789abcdef")],
+            Refusal::Token,
+            false,
+        ));
+        cases.push((
+            format!("`{biz}` with an unknown token"),
+            vec![("bizType", biz), ("token", "0123456789abcdef")],
+            Refusal::Token,
+            false,
+        ));
+        cases.push((
+            format!("`{biz}` without a token"),
+            vec![("bizType", biz)],
+            Refusal::Token,
+            false,
+        ));
+        cases.push((
+            format!("`{biz}` with an empty token"),
+            vec![("bizType", biz), ("token", "")],
+            Refusal::Token,
+            false,
+        ));
+        cases.push((
+            format!("`{biz}` with the token of `other`"),
+            vec![("bizType", biz), ("token", s.other.as_str())],
+            Refusal::Token,
+            false,
+        ));
+        for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
+            cases.push((
+                format!("`{biz}` with batchSize `{bad}`"),
+                vec![("bizType", biz), ("token", token), ("batchSize", bad)],
+                Refusal::Other("batchSize"),
+                true,
+            ));
+        }
+    }
+    for name in ["a b", "x;drop", "é", long.as_str(), "", "used'--"] {
+        cases.push((
+            format!("illegal biz name `{name}`"),
+            vec![("bizType", name), ("token", s.used.as_str())],
+            Refusal::Other("biz type"),
+            false,
+        ));
+    }
+    cases.push((
+        "missing bizType".into(),
+        vec![("token", s.used.as_str())],
+        Refusal::Other("bizType"),
+        false,
+    ));
+
+    let mut checked = 0;
+    for (what, params, refusal, ids_only) in &cases {
+        for route in COMPAT_ROUTES {
+            if *ids_only && route.contains("Segment") {
+                continue; // the segment routes take no batchSize
+            }
+            for post in [false, true] {
+                let label = format!("{route} {} {what}", if post { "POST" } else { "GET" });
+                let r = compat(&s.app, route, post, params).await;
+                assert_compat_refusal(&r, route, *refusal, &label);
+                rows.assert_unchanged(&before, &label).await;
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 100, "ran {checked} refused requests");
+    assert_eq!(
+        psql_rows(&clusters, &bizs),
+        psql_before,
+        "row() of every cluster"
+    );
+
+    // The same server still serves both bizs afterwards.
+    for (biz, token) in [("used", &s.used), ("fresh", &s.fresh)] {
+        let r = compat(
+            &s.app,
+            "nextIdSimple",
+            false,
+            &[("bizType", biz), ("token", token), ("batchSize", "2")],
+        )
+        .await;
+        assert_eq!(
+            r.body.split(',').count(),
+            2,
+            "{biz} after the refusals: {r:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn v1_bad_requests_change_nothing() {
+    let s = setup().await;
+    let clusters = [&s.a, &s.b];
+    let bizs = ["used", "fresh", "other"];
+    let rows = Rows::connect(&clusters, &bizs).await;
+    let before = settled(&rows).await;
+    let psql_before = psql_rows(&clusters, &bizs);
+
+    // (what, path, Authorization, status, code, message must contain)
+    type Case = (
+        String,
+        String,
+        Option<HeaderValue>,
+        u16,
+        &'static str,
+        String,
+    );
+    let mut cases: Vec<Case> = Vec::new();
+    for route in ["ids", "segments"] {
+        for (biz, token) in [("used", s.used.as_str()), ("fresh", s.fresh.as_str())] {
+            let path = format!("/v1/{route}/{biz}");
+            cases.push((
+                format!("unknown biz with the token of `{biz}`"),
+                format!("/v1/{route}/nosuch"),
+                bearer(token),
+                404,
+                "not_found",
+                "nosuch".into(),
+            ));
+            cases.push((
+                "unknown biz with an unknown token".into(),
+                format!("/v1/{route}/nosuch"),
+                bearer("0123456789abcdef"),
+                401,
+                "unauthorized",
+                String::new(),
+            ));
+            cases.push((
+                "unknown biz without a token".into(),
+                format!("/v1/{route}/nosuch"),
+                None,
+                401,
+                "unauthorized",
+                String::new(),
+            ));
+            cases.push((
+                format!("`{biz}` with an unknown token"),
+                path.clone(),
+                bearer("0123456789abcdef"),
+                401,
+                "unauthorized",
+                String::new(),
+            ));
+            cases.push((
+                format!("`{biz}` without a token"),
+                path.clone(),
+                None,
+                401,
+                "unauthorized",
+                String::new(),
+            ));
+            cases.push((
+                format!("`{biz}` with the token of `other`"),
+                path.clone(),
+                bearer(&s.other),
+                403,
+                "forbidden",
+                biz.into(),
+            ));
+            let malformed = [
+                format!("Basic {token}"),
+                format!("Token {token}"),
+                token.to_string(),
+                "Bearer".to_string(),
+                format!("Bearer {token} extra"),
+            ];
+            for auth in malformed {
+                cases.push((
+                    format!("`{biz}` with Authorization `{auth}`"),
+                    path.clone(),
+                    Some(HeaderValue::from_str(&auth).unwrap()),
+                    401,
+                    "unauthorized",
+                    String::new(),
+                ));
+            }
+            cases.push((
+                format!("`{biz}` with a non-UTF-8 Authorization"),
+                path.clone(),
+                Some(HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap()),
+                401,
+                "unauthorized",
+                String::new(),
+            ));
+            if route == "ids" {
+                for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
+                    cases.push((
+                        format!("`{biz}` with count `{bad}`"),
+                        format!("{path}?count={bad}"),
+                        bearer(token),
+                        400,
+                        "bad_request",
+                        "count".into(),
+                    ));
+                }
+            }
+        }
+        let long = "a".repeat(64);
+        for name in [
+            "a%20b",
+            "x;drop",
+            "%C3%A9",
+            long.as_str(),
+            "a%2Fb",
+            "used'--",
+        ] {
+            cases.push((
+                format!("illegal biz name `{name}`"),
+                format!("/v1/{route}/{name}"),
+                bearer(&s.used),
+                400,
+                "bad_request",
+                "biz type".into(),
+            ));
+        }
+    }
+
+    let mut checked = 0;
+    for (what, path, auth, status, code, needle) in &cases {
+        for post in [false, true] {
+            let label = format!("{} {path}: {what}", if post { "POST" } else { "GET" });
+            let r = v1(&s.app, post, path, auth.clone()).await;
+            let msg = assert_v1_error(&r, *status, code, &label);
+            assert!(
+                msg.contains(needle.as_str()),
+                "{label}: `{msg}` should mention `{needle}`"
+            );
+            rows.assert_unchanged(&before, &label).await;
+            checked += 1;
+        }
+    }
+    assert!(checked > 80, "ran {checked} refused requests");
+
+    // Unknown routes: 404 with a JSON error.
+    for (post, path) in [
+        (false, "/v1/nope"),
+        (false, "/v1/ids"),
+        (false, "/v1/ids/used/extra"),
+        (true, "/v1/segments/used/extra"),
+        (false, "/tinyid/id/nope"),
+        (false, "/"),
+    ] {
+        let r = v1(&s.app, post, path, bearer(&s.used)).await;
+        assert_v1_error(&r, 404, "not_found", path);
+        rows.assert_unchanged(&before, path).await;
+    }
+    assert_eq!(
+        psql_rows(&clusters, &bizs),
+        psql_before,
+        "row() of every cluster"
+    );
+
+    // The same server still serves both bizs afterwards.
+    assert_eq!(s.app.ids("used", &s.used, 2).await.len(), 2);
+    assert_eq!(s.app.ids("fresh", &s.fresh, 2).await.len(), 2);
+}
+
+const I64_MAX: i64 = i64::MAX;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overflow_near_i64_max_is_refused() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let clusters = [&a, &b];
+    let config = config(&clusters, "");
+    let ovf = setup_biz(&config, "ovf", 100, false).await;
+    let edge = setup_biz(&config, "edge", 100, false).await;
+    let ok = setup_biz(&config, "ok", 100, false).await;
+    for c in clusters {
+        c.psql(&format!(
+            "UPDATE tiny_id_info SET max_id = {}, step = 100 WHERE biz_type = 'ovf'",
+            I64_MAX - 10
+        ));
+        c.psql(&format!(
+            "UPDATE tiny_id_info SET max_id = {}, step = 100 WHERE biz_type = 'edge'",
+            I64_MAX - 100
+        ));
+    }
+    let app = spawn_app(config).await;
+    let rows = Rows::connect(&clusters, &["ovf", "edge", "ok"]).await;
+
+    let refuse_everywhere = |biz: &'static str, token: String| {
+        let app = &app;
+        let rows = &rows;
+        async move {
+            let before = rows.state().await;
+            for (post, route) in [
+                (false, "ids"),
+                (true, "ids"),
+                (false, "segments"),
+                (true, "segments"),
+            ] {
+                let path = if route == "ids" {
+                    format!("/v1/ids/{biz}?count=1")
+                } else {
+                    format!("/v1/segments/{biz}")
+                };
+                let r = v1(app, post, &path, bearer(&token)).await;
+                let msg = assert_v1_error(&r, 409, "id_space_exhausted", &path);
+                assert!(
+                    msg.contains(biz),
+                    "409 message `{msg}` should name biz `{biz}`"
+                );
+                rows.assert_unchanged(&before, &path).await;
+            }
+            for route in COMPAT_ROUTES {
+                for post in [false, true] {
+                    let r = compat(app, route, post, &[("bizType", biz), ("token", &token)]).await;
+                    let what = format!("{route} {biz} near i64::MAX");
+                    assert_compat_refusal(&r, route, Refusal::Other(biz), &what);
+                    rows.assert_unchanged(&before, &what).await;
+                }
+            }
+        }
+    };
+
+    // max_id + step > i64::MAX on every database: refused, rows unchanged.
+    let ovf_rows = psql_rows(&clusters, &["ovf"]);
+    refuse_everywhere("ovf", ovf.clone()).await;
+    assert_eq!(
+        psql_rows(&clusters, &["ovf"]),
+        ovf_rows,
+        "`ovf` rows unchanged"
+    );
+    for r in &ovf_rows {
+        assert!(
+            r.starts_with(&format!("{}|0|", I64_MAX - 10)),
+            "`ovf` never advanced: {r}"
+        );
+    }
+
+    // Another biz keeps working.
+    assert_eq!(app.ids("ok", &ok, 10).await.len(), 10);
+    let r = compat(
+        &app,
+        "nextIdSimple",
+        false,
+        &[("bizType", "ok"), ("token", &ok)],
+    )
+    .await;
+    assert!(r.body.parse::<i64>().is_ok(), "`ok` still served: {r:?}");
+
+    // max_id + step == i64::MAX is fine: the last 100 IDs, i64::MAX included, no wrap.
+    let mut ids = app.ids("edge", &edge, 100).await;
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        ((I64_MAX - 99)..=I64_MAX).collect::<Vec<_>>(),
+        "the two rows yield exactly (i64::MAX - 100, i64::MAX]"
+    );
+    for (i, c) in clusters.iter().enumerate() {
+        assert_eq!(
+            c.row("edge"),
+            format!("{I64_MAX}|1|100|2|{i}"),
+            "each row advanced once, to i64::MAX"
+        );
+    }
+    // …and then the biz is exhausted.
+    refuse_everywhere("edge", edge.clone()).await;
+    assert_eq!(app.ids("ok", &ok, 10).await.len(), 10, "`ok` still served");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_rows_refuse_only_that_biz() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let clusters = [&a, &b];
+    let config = config(&clusters, "");
+    let fine = setup_biz(&config, "fine", 100, false).await;
+    // `lap`: 2 mod 4 on both databases. `lap2`: 0 mod 2 and 2 mod 4 (2 ≡ 0 mod 2).
+    let insert = |c: &PgCluster, biz: &str, delta: i64, remainder: i64| {
+        c.psql(&format!(
+            "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version) VALUES ('{biz}', 0, 0, 100, {delta}, {remainder}, 0)"
+        ));
+    };
+    insert(&a, "lap", 4, 2);
+    insert(&b, "lap", 4, 2);
+    insert(&a, "lap2", 2, 0);
+    insert(&b, "lap2", 4, 2);
+    let lap = add_token(&config, "lap").await;
+    let lap2 = add_token(&config, "lap2").await;
+    let app = spawn_app(config).await;
+    let rows = Rows::connect(&clusters, &["fine", "lap", "lap2"]).await;
+    let before = rows.state().await;
+
+    for (biz, token) in [("lap", &lap), ("lap2", &lap2)] {
+        for (post, path) in [
+            (false, format!("/v1/ids/{biz}?count=1")),
+            (true, format!("/v1/ids/{biz}")),
+            (false, format!("/v1/segments/{biz}")),
+            (true, format!("/v1/segments/{biz}")),
+        ] {
+            let r = v1(&app, post, &path, bearer(token)).await;
+            let msg = assert_v1_error(&r, 500, "biz_misconfigured", &path);
+            for needle in [format!("`{biz}`"), "\"pg0\"".into(), "\"pg1\"".into()] {
+                assert!(
+                    msg.contains(&needle),
+                    "{path}: `{msg}` should name {needle}"
+                );
+            }
+            rows.assert_unchanged(&before, &path).await;
+        }
+        for route in COMPAT_ROUTES {
+            for post in [false, true] {
+                let r = compat(&app, route, post, &[("bizType", biz), ("token", token)]).await;
+                let what = format!("{route} {biz} with overlapping rows");
+                assert_compat_refusal(&r, route, Refusal::Other("pg1"), &what);
+                assert_compat_refusal(&r, route, Refusal::Other("pg0"), &what);
+                assert_compat_refusal(&r, route, Refusal::Other(biz), &what);
+                rows.assert_unchanged(&before, &what).await;
+            }
+        }
+    }
+    // Another biz keeps working.
+    assert_eq!(app.ids("fine", &fine, 10).await.len(), 10);
+    let r = compat(
+        &app,
+        "nextId",
+        true,
+        &[("bizType", "fine"), ("token", &fine)],
+    )
+    .await;
+    assert!(
+        r.body.starts_with(r#"{"data":["#),
+        "`fine` still served: {r:?}"
+    );
+
+    // Once the rows are made disjoint by hand, the biz is served again (after the
+    // periodic catalog refresh), from the corrected classes.
+    b.psql("UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'lap'");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ids = loop {
+        let r = v1(&app, false, "/v1/ids/lap?count=30", bearer(&lap)).await;
+        if r.status == 200 {
+            break serde_json::from_value::<Vec<i64>>(r.json()["ids"].clone()).unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`lap` still refused after its rows were fixed: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(ids.len(), 30);
+    assert!(
+        ids.iter().all(|id| id % 4 == 2 || id % 4 == 0),
+        "IDs from 2 mod 4 (pg0) or 0 mod 4 (pg1): {ids:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_databases_give_503_and_change_nothing() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let clusters = [&a, &b];
+    let config = config(&clusters, "");
+    let token = setup_biz(&config, "down", 100, false).await;
+    let app = spawn_app(config).await;
+    let before = psql_rows(&clusters, &["down"]);
+    a.stop();
+    b.stop();
+    for (post, path) in [(false, "/v1/ids/down?count=1"), (true, "/v1/segments/down")] {
+        let r = v1(&app, post, path, bearer(&token)).await;
+        assert_v1_error(&r, 503, "unavailable", path);
+    }
+    for route in COMPAT_ROUTES {
+        let r = compat(
+            &app,
+            route,
+            false,
+            &[("bizType", "down"), ("token", &token)],
+        )
+        .await;
+        assert_compat_refusal(&r, route, Refusal::Other("database"), route);
+    }
+    a.start_again();
+    b.start_again();
+    assert_eq!(
+        psql_rows(&clusters, &["down"]),
+        before,
+        "failed requests reserved nothing"
+    );
+    // Served again once the back-off (at most 400 ms here) is over.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = v1(&app, false, "/v1/ids/down?count=3", bearer(&token)).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503, "only unavailable while recovering: {r:?}");
+        assert!(Instant::now() < deadline, "not served again: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A two-database configuration with a dummy URL (nothing listens on port 1).
+fn two_databases(db1_extra: &str) -> String {
+    format!(
+        "[[databases]]\nname = \"a\"\nurl = \"postgres://postgres@127.0.0.1:1/segmint\"\ndelta = 2\nremainder = 0\n\
+         [[databases]]\nname = \"b\"\nurl = \"postgres://postgres@127.0.0.1:1/segmint\"\n{db1_extra}\n"
+    )
+}
+
+/// Runs `segmint --config <toml> migrate`; returns (success, stdout, stderr).
+fn migrate_with(toml: &str) -> (Option<i32>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("segmint.toml");
+    std::fs::write(&path, toml).unwrap();
+    let mut cmd = Command::new(segmint_bin());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SEGMINT_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .arg("--config")
+        .arg(&path)
+        .arg("migrate")
+        .output()
+        .expect("run segmint");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configuration_is_refused_by_the_binary() {
+    // Control: a valid file gets past the configuration and fails only on connecting.
+    let (code, stdout, stderr) = migrate_with(&two_databases("delta = 2\nremainder = 1"));
+    assert_ne!(code, Some(0), "nothing listens on port 1: {stdout}{stderr}");
+    assert!(
+        !stderr.contains("configuration"),
+        "the control configuration is valid: {stderr}"
+    );
+    assert!(
+        stdout.contains("\"a\"") && stdout.contains("\"b\""),
+        "migrate tried both databases: {stdout}"
+    );
+
+    let cases = [
+        (
+            "overlapping residue classes",
+            two_databases("delta = 2\nremainder = 0"),
+            &["databases[1].remainder", "\"a\""][..],
+        ),
+        (
+            "remainder >= delta",
+            two_databases("delta = 2\nremainder = 2"),
+            &["databases[1].remainder"][..],
+        ),
+        (
+            "overlapping classes of different deltas",
+            two_databases("delta = 4\nremainder = 2"),
+            &["databases[1].remainder"][..],
+        ),
+        (
+            "delta 0",
+            two_databases("delta = 0\nremainder = 0"),
+            &["databases[1].delta"][..],
+        ),
+        (
+            "unknown top-level key",
+            format!(
+                "bogus_key = 1\n{}",
+                two_databases("delta = 2\nremainder = 1")
+            ),
+            &["bogus_key"][..],
+        ),
+        (
+            "unknown key in a database",
+            two_databases("delta = 2\nremainder = 1\ncolour = \"red\""),
+            &["colour", "databases"][..],
+        ),
+    ];
+    for (what, toml, needles) in cases {
+        let (code, stdout, stderr) = migrate_with(&toml);
+        assert!(
+            code.is_some_and(|c| c != 0),
+            "{what}: must exit non-zero, got {code:?}: {stderr}"
+        );
+        for needle in needles {
+            assert!(
+                stderr.contains(needle),
+                "{what}: stderr must name `{needle}`: {stderr}"
+            );
+        }
+        assert!(
+            !stdout.contains("\"a\""),
+            "{what}: no database may be touched: {stdout}"
+        );
+    }
+}
