@@ -68,9 +68,10 @@ impl Generator {
             .clone()
     }
 
-    /// `n` IDs of `biz`. Served from memory while a segment is cached; starts the
+    /// `n` IDs of `biz`. Served from memory while the cache holds them; starts the
     /// background fetch of the next segment at the preload threshold; waits only when
-    /// both segments are empty, and then for the one fetch in flight.
+    /// the cache is short, and then for the one fetch in flight. A request that fails
+    /// leaves the cache as it was, unless it was larger than both segments together.
     ///
     /// # Errors
     /// The [`StoreError`] of the fetch it waited for, or [`StoreError::Unavailable`]
@@ -82,18 +83,24 @@ impl Generator {
         loop {
             let mut fetched = {
                 let mut state = buffer.state.lock();
-                state.buffer.take(n - ids.len(), &mut ids);
-                let done = ids.len() == n;
-                if !done && waited && !state.buffer.is_fetching() {
+                let need = n - ids.len();
+                // Take only what completes the request, unless the buffer cannot hold
+                // more: a request that then fails has not burnt the cache.
+                if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
+                    state.buffer.take(need, &mut ids);
+                }
+                let need = n - ids.len();
+                if need > 0 && waited && !state.buffer.is_fetching() {
                     if let Some(e) = state.last_error.clone() {
                         return Err(e);
                     }
                 }
-                if state.buffer.start_fetch() {
+                let short = state.buffer.remaining() < need as u64;
+                if state.buffer.start_fetch(short) {
                     state.last_error = None;
                     self.spawn_fetch(buffer.clone());
                 }
-                if done {
+                if need == 0 {
                     return Ok(ids);
                 }
                 buffer.fetched.subscribe()

@@ -28,6 +28,13 @@ struct Cli {
 enum Command {
     /// Serve IDs over HTTP until SIGINT/SIGTERM.
     Serve,
+    #[command(flatten)]
+    Admin(AdminCommand),
+}
+
+/// Commands that work on the databases directly, without a server.
+#[derive(Subcommand)]
+enum AdminCommand {
     /// Create or upgrade the schema on every configured database (idempotent).
     Migrate,
     /// Manage bizs (ID sequences).
@@ -91,7 +98,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve => serve(config),
-        command => admin(config, command),
+        Command::Admin(command) => admin(config, command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -113,16 +120,15 @@ fn serve(config: Config) -> Result {
     })
 }
 
-fn admin(config: Config, command: Command) -> Result {
+fn admin(config: Config, command: AdminCommand) -> Result {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let store = Store::connect(&config)?;
         match command {
-            Command::Serve => unreachable!("serve is handled by main"),
-            Command::Migrate => migrate(&store).await,
-            Command::Biz(BizCommand::Add(add)) => {
+            AdminCommand::Migrate => migrate(&store).await,
+            AdminCommand::Biz(BizCommand::Add(add)) => {
                 let within = match (add.odd, add.even) {
                     (true, _) => Some(Residue::new(2, 1)?),
                     (_, true) => Some(Residue::new(2, 0)?),
@@ -134,8 +140,8 @@ fn admin(config: Config, command: Command) -> Result {
                 }
                 Ok(())
             }
-            Command::Biz(BizCommand::List) => list_bizs(&store).await,
-            Command::Token(TokenCommand::Add { biz, remark }) => {
+            AdminCommand::Biz(BizCommand::List) => list_bizs(&store).await,
+            AdminCommand::Token(TokenCommand::Add { biz, remark }) => {
                 let (token, report) = store.add_token(&BizTag::parse(&biz)?, &remark).await?;
                 for line in report {
                     eprintln!("{line}");
@@ -143,7 +149,7 @@ fn admin(config: Config, command: Command) -> Result {
                 println!("{token}");
                 Ok(())
             }
-            Command::Token(TokenCommand::List) => list_tokens(&store).await,
+            AdminCommand::Token(TokenCommand::List) => list_tokens(&store).await,
         }
     })
 }

@@ -22,3 +22,24 @@ async fn serves_ids_from_two_databases() {
     assert_eq!(status, 200);
     assert_eq!(body.split(',').count(), 3, "{body}");
 }
+
+/// A biz and token created while the server runs work at once, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_biz_created_while_running_is_served_at_once() {
+    let pg = PgCluster::start();
+    // A long periodic refresh: only the refresh on a miss can pick the new biz up.
+    let config = config(&[&pg], "catalog_refresh_ms = 600000");
+    setup_biz(&config, "first", 10, false).await;
+    let app = spawn_app(config.clone()).await;
+    let token = setup_biz_only(&config, "second", 10).await;
+    assert_eq!(app.ids("second", &token, 3).await, vec![1, 2, 3]);
+    let (status, body) = app.get_v1("/v1/ids/second", Some("not-a-token")).await;
+    assert_eq!(status, 401, "{body}");
+}
+
+async fn setup_biz_only(config: &segmint::config::Config, biz: &str, step: i64) -> String {
+    let store = segmint::store::Store::connect(config).unwrap();
+    let tag = segmint::biz::BizTag::parse(biz).unwrap();
+    store.add_biz(&tag, step, 1, None).await.unwrap();
+    store.add_token(&tag, "").await.unwrap().0
+}

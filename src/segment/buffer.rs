@@ -46,18 +46,25 @@ impl DoubleBuffer {
 
     /// Whether a fetch should start now; if so, marks it in flight so that no other
     /// caller starts one. A fetch is due when no segment is waiting and the current one
-    /// is missing, exhausted, or used past the preload share.
-    pub fn start_fetch(&mut self) -> bool {
+    /// is missing, exhausted, used past the preload share, or `short` of what a caller
+    /// needs.
+    pub fn start_fetch(&mut self, short: bool) -> bool {
         let due = !self.fetching
             && self.next.is_none()
-            && self
-                .current
-                .as_ref()
-                .is_none_or(|c| c.used_at_least(self.preload_percent));
+            && (short
+                || self
+                    .current
+                    .as_ref()
+                    .is_none_or(|c| c.used_at_least(self.preload_percent)));
         if due {
             self.fetching = true;
         }
         due
+    }
+
+    /// Whether the next segment is already waiting (no fetch can add more).
+    pub fn is_full(&self) -> bool {
+        self.next.is_some()
     }
 
     /// A fetch completed: the segment becomes current if nothing is left to issue,
@@ -110,8 +117,8 @@ mod tests {
         let mut buf = DoubleBuffer::new(20);
         let mut out = Vec::new();
         assert_eq!(buf.take(1, &mut out), 0);
-        assert!(buf.start_fetch());
-        assert!(!buf.start_fetch(), "single flight");
+        assert!(buf.start_fetch(false));
+        assert!(!buf.start_fetch(false), "single flight");
         buf.install(seg(0, 10));
         assert_eq!(buf.take(1, &mut out), 1);
         assert_eq!(out, vec![1]);
@@ -123,24 +130,41 @@ mod tests {
         buf.install(seg(0, 10));
         let mut out = Vec::new();
         buf.take(1, &mut out);
-        assert!(!buf.start_fetch(), "10 % used, below the 20 % threshold");
+        assert!(
+            !buf.start_fetch(false),
+            "10 % used, below the 20 % threshold"
+        );
         buf.take(1, &mut out);
-        assert!(buf.start_fetch(), "20 % used");
+        assert!(buf.start_fetch(false), "20 % used");
         buf.install(seg(100, 10));
         assert_eq!(buf.remaining(), 18);
-        assert!(!buf.start_fetch(), "next segment already waiting");
+        assert!(!buf.start_fetch(false), "next segment already waiting");
         buf.take(12, &mut out);
         assert_eq!(out, (1..=10).chain(101..=104).collect::<Vec<_>>());
         assert_eq!(buf.current().map(SegmentRange::max_id), Some(110));
     }
 
     #[test]
+    fn a_short_caller_fetches_before_the_threshold() {
+        let mut buf = DoubleBuffer::new(20);
+        buf.install(seg(0, 10));
+        assert!(!buf.start_fetch(false));
+        assert!(
+            buf.start_fetch(true),
+            "a caller needing more than is cached"
+        );
+        buf.install(seg(10, 10));
+        assert!(buf.is_full());
+        assert!(!buf.start_fetch(true), "nothing more can be buffered");
+    }
+
+    #[test]
     fn failed_fetch_can_be_retried() {
         let mut buf = DoubleBuffer::new(20);
-        assert!(buf.start_fetch());
+        assert!(buf.start_fetch(false));
         buf.fetch_failed();
         assert!(!buf.is_fetching());
-        assert!(buf.start_fetch());
+        assert!(buf.start_fetch(false));
     }
 
     proptest! {
@@ -154,7 +178,7 @@ mod tests {
             let mut installed = 0u64;
             for (n, fetch) in ops {
                 buf.take(n, &mut out);
-                if fetch && buf.start_fetch() {
+                if fetch && buf.start_fetch(n > 20) {
                     buf.install(seg(max_id, 7));
                     max_id += 7;
                     installed += 7;

@@ -1,0 +1,305 @@
+//! Failover between two real PostgreSQL databases: while one answers, a database
+//! crashing, restarting, or being down when the server starts fails no request and
+//! never makes an ID appear twice; a database that comes back is used again.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use segmint::biz::BizTag;
+use serde_json::Value;
+use tokio::task::{JoinHandle, block_in_place};
+
+const BIZ: &str = "order";
+
+/// Small segments (25 IDs on each of the two databases) so that fetches never stop.
+const STEP: i64 = 50;
+
+/// What the traffic tasks saw, shared between them and the test.
+#[derive(Default)]
+struct Log {
+    /// Every ID issued, in no particular order.
+    ids: Mutex<Vec<i64>>,
+    /// One line per failed ID request.
+    failures: Mutex<Vec<String>>,
+    /// One line per `/readyz` answer other than 200.
+    not_ready: Mutex<Vec<String>>,
+    /// ID requests answered successfully.
+    served: AtomicUsize,
+}
+
+/// The IDs in a successful response, or why there are none.
+fn ids_in(
+    what: &str,
+    data: &Value,
+    n: usize,
+    body: &impl std::fmt::Display,
+) -> Result<Vec<i64>, String> {
+    let ids: Vec<i64> = serde_json::from_value(data.clone())
+        .map_err(|e| format!("{what}: no IDs in the answer ({e}): {body}"))?;
+    if ids.len() == n {
+        Ok(ids)
+    } else {
+        Err(format!("{what}: {} IDs instead of {n}: {body}", ids.len()))
+    }
+}
+
+/// One request of the mix: v1 and Tinyid's `nextId`, single IDs and batches.
+async fn request(app: &TestApp, token: &str, kind: usize) -> Result<Vec<i64>, String> {
+    let n = [1, 7, 1, 5][kind % 4];
+    if kind % 4 < 2 {
+        let what = format!("v1 count={n}");
+        let (status, body) = app
+            .get_v1(&format!("/v1/ids/{BIZ}?count={n}"), Some(token))
+            .await;
+        if status != 200 {
+            return Err(format!("{what}: HTTP {status}: {body}"));
+        }
+        ids_in(&what, &body["ids"], n, &body)
+    } else {
+        let what = format!("nextId batchSize={n}");
+        let (status, text) = app
+            .get(&format!(
+                "/tinyid/id/nextId?bizType={BIZ}&token={token}&batchSize={n}"
+            ))
+            .await;
+        let body: Value = serde_json::from_str(&text).unwrap_or_default();
+        if status != 200 || body["code"] != 200 {
+            return Err(format!("{what}: HTTP {status}: {text}"));
+        }
+        ids_in(&what, &body["data"], n, &text)
+    }
+}
+
+/// `clients` tasks requesting IDs back to back, plus one polling `/readyz`, until
+/// `stop` is set.
+fn start_traffic(
+    app: &Arc<TestApp>,
+    token: &str,
+    log: &Arc<Log>,
+    stop: &Arc<AtomicBool>,
+    clients: usize,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks: Vec<JoinHandle<()>> = (0..clients)
+        .map(|client| {
+            let (app, token, log, stop) =
+                (app.clone(), token.to_string(), log.clone(), stop.clone());
+            tokio::spawn(async move {
+                let mut kind = client;
+                while !stop.load(Ordering::Relaxed) {
+                    match request(&app, &token, kind).await {
+                        Ok(ids) => {
+                            log.ids.lock().unwrap().extend(ids);
+                            log.served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => log.failures.lock().unwrap().push(e),
+                    }
+                    kind += 1;
+                }
+            })
+        })
+        .collect();
+    let (app, log, stop) = (app.clone(), log.clone(), stop.clone());
+    tasks.push(tokio::spawn(async move {
+        while !stop.load(Ordering::Relaxed) {
+            let (status, body) = app.get("/readyz").await;
+            if status != 200 {
+                log.not_ready
+                    .lock()
+                    .unwrap()
+                    .push(format!("HTTP {status}: {body}"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }));
+    tasks
+}
+
+/// Polls `done` until it holds; panics after `limit` naming `what`.
+async fn eventually(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn assert_unique(ids: &[i64]) {
+    let mut seen = HashSet::with_capacity(ids.len());
+    let twice: Vec<i64> = ids
+        .iter()
+        .copied()
+        .filter(|&id| !seen.insert(id))
+        .take(10)
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "{} IDs issued, and these (at least) were issued twice: {twice:?}",
+        ids.len()
+    );
+}
+
+/// `max_id` and `version` of the biz row.
+fn max_and_version(db: &PgCluster) -> (i64, i64) {
+    let row = db.psql(&format!(
+        "SELECT max_id || ',' || version FROM tiny_id_info WHERE biz_type = '{BIZ}'"
+    ));
+    let (max, version) = row.split_once(',').expect("max_id,version");
+    (max.parse().unwrap(), version.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_and_restart_of_one_database_fails_no_request() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let config = config(&[&a, &b], "");
+    let token = setup_biz(&config, BIZ, STEP, false).await;
+    let app = shared(spawn_app(config).await);
+    let log = shared(Log::default());
+    let stop = shared(AtomicBool::new(false));
+    let tasks = start_traffic(&app, &token, &log, &stop, 4);
+
+    eventually(
+        "both databases reserve segments",
+        Duration::from_secs(10),
+        || block_in_place(|| a.version(BIZ) > 0 && b.version(BIZ) > 0),
+    )
+    .await;
+
+    block_in_place(|| b.stop());
+    let pg0_at_crash = block_in_place(|| a.version(BIZ));
+    let served_at_crash = log.served.load(Ordering::Relaxed);
+    // Long enough for pg1's back-off to run out several times, so that fetches pick it.
+    eventually(
+        "pg0 reserves 30 segments while pg1 is down",
+        Duration::from_secs(15),
+        || block_in_place(|| a.version(BIZ) >= pg0_at_crash + 30),
+    )
+    .await;
+    let served_while_down = log.served.load(Ordering::Relaxed) - served_at_crash;
+    assert!(
+        served_while_down >= 30,
+        "only {served_while_down} requests were served while pg1 was down"
+    );
+    // Copied out, so that a failing assertion does not poison the traffic's lock.
+    let failures = log.failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} requests failed while pg0 was up; first ones: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+
+    block_in_place(|| b.start_again());
+    let (pg1_max, pg1_version) = block_in_place(|| max_and_version(&b));
+    eventually(
+        "pg1 reserves a segment again after its restart and its IDs are issued",
+        Duration::from_secs(10),
+        || {
+            block_in_place(|| b.version(BIZ) > pg1_version)
+                && log
+                    .ids
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .any(|&id| id % 2 == 1 && id > pg1_max)
+        },
+    )
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await.expect("traffic task panicked");
+    }
+    let failures = log.failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} requests failed; first ones: {:#?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let not_ready = log.not_ready.lock().unwrap();
+    assert!(
+        not_ready.is_empty(),
+        "/readyz was not 200 {} times while pg0 was up; first: {:?}",
+        not_ready.len(),
+        not_ready.first()
+    );
+    assert_unique(&log.ids.lock().unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_down_at_startup_is_used_once_it_is_up() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    let config = config(&[&a, &b], "");
+    let token = setup_biz(&config, BIZ, STEP, false).await;
+    block_in_place(|| b.stop());
+    let app = spawn_app(config).await;
+    let status = app.state.store.status();
+    assert!(
+        status[1].last_error.is_some(),
+        "pg1 is down, yet its startup read recorded no error: {status:?}"
+    );
+
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.extend(app.ids(BIZ, &token, 25).await);
+    }
+    // Once pg1's back-off ends, a fetch tries it first half of the time and must go on
+    // to pg0 within the same fetch: each of these requests empties the cache and waits.
+    let biz = BizTag::parse(BIZ).unwrap();
+    for round in 1..=8 {
+        eventually("pg1's back-off ends", Duration::from_secs(2), || {
+            app.state.store.status()[1].up
+        })
+        .await;
+        let n = app.state.generator.remaining(&biz) + 1;
+        let (status, body) = app
+            .get_v1(&format!("/v1/ids/{BIZ}?count={n}"), Some(&token))
+            .await;
+        assert_eq!(
+            status, 200,
+            "round {round}: {n} IDs, one more than cached, with pg1 down: {body}"
+        );
+        ids.extend(serde_json::from_value::<Vec<i64>>(body["ids"].clone()).unwrap());
+    }
+    let odd: Vec<i64> = ids.iter().copied().filter(|id| id % 2 == 1).collect();
+    assert!(
+        odd.is_empty(),
+        "pg1 is down, yet odd IDs were issued: {odd:?}"
+    );
+    let pg0 = block_in_place(|| a.version(BIZ));
+    let needed = ids.len().div_ceil(25) as i64;
+    assert!(
+        pg0 >= needed,
+        "{} IDs need {needed} segments of pg0, its version is {pg0}",
+        ids.len()
+    );
+
+    block_in_place(|| b.start_again());
+    assert_eq!(
+        block_in_place(|| b.version(BIZ)),
+        0,
+        "pg1 was used while down"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ids.iter().any(|id| id % 2 == 1) {
+        assert!(
+            Instant::now() < deadline,
+            "pg1 came back but no odd ID was issued within 10 s ({} IDs, pg1 version {}, status {:?})",
+            ids.len(),
+            block_in_place(|| b.version(BIZ)),
+            app.state.store.status()
+        );
+        ids.extend(app.ids(BIZ, &token, 25).await);
+    }
+    let pg1 = block_in_place(|| b.version(BIZ));
+    assert!(
+        pg1 > 0,
+        "odd IDs were issued but pg1's row shows no reservation"
+    );
+    assert_unique(&ids);
+}
