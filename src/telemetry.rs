@@ -1,5 +1,7 @@
 //! Logging: `tracing` events to stderr, filtered by `RUST_LOG` (default `info`).
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Call once, before anything logs.
@@ -9,5 +11,6 @@ pub fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .try_init();
 }

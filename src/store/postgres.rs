@@ -60,15 +60,30 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
-        self.pool.get().await.map_err(|e| DbError(e.to_string()))
+        self.pool.get().await.map_err(|e| DbError(with_causes(&e)))
     }
 }
 
 fn db_error(e: tokio_postgres::Error) -> DbError {
     match e.as_db_error() {
         Some(db) => DbError(format!("{}: {}", db.code().code(), db.message())),
-        None => DbError(e.to_string()),
+        None => DbError(with_causes(&e)),
     }
+}
+
+/// The error and its chain of causes ("error connecting to server: Connection refused").
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn biz_row(row: &Row) -> BizRow {

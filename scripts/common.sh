@@ -1,0 +1,65 @@
+# Helpers shared by scripts/test and scripts/quickstart. Source it; do not run it.
+# shellcheck shell=bash
+
+# Prints a step header on stderr, so that captured stdout stays clean.
+say() {
+    printf '\n==> %s\n' "$*" >&2
+}
+
+die() {
+    printf 'error: %s\n' "$*" >&2
+    exit 1
+}
+
+is_root() {
+    [ "$(id -u)" -eq 0 ]
+}
+
+# Runs a command as root: directly when we are root, else through sudo.
+as_root() {
+    if is_root; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*', and sudo is not installed"
+    fi
+}
+
+# The directory holding initdb and pg_ctl: PATH first, then Debian's versioned
+# directories (newest first). Fails when PostgreSQL's server binaries are absent.
+pg_bindir() {
+    local initdb dir
+    if initdb=$(command -v initdb 2>/dev/null) && [ -x "$(dirname "$initdb")/pg_ctl" ]; then
+        dirname "$initdb"
+        return 0
+    fi
+    while IFS= read -r dir; do
+        if [ -x "$dir/initdb" ] && [ -x "$dir/pg_ctl" ]; then
+            echo "$dir"
+            return 0
+        fi
+    done < <(find /usr/lib/postgresql -mindepth 2 -maxdepth 2 -name bin -type d 2>/dev/null | sort -rV)
+    return 1
+}
+
+# Installs Debian's postgresql unless initdb is already there; sets PG_BIN.
+ensure_postgresql() {
+    if ! PG_BIN=$(pg_bindir); then
+        say "PostgreSQL server binaries not found; installing Debian's postgresql"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql
+        PG_BIN=$(pg_bindir) || die "postgresql was installed but initdb is still missing"
+    fi
+    export PG_BIN
+}
+
+# PostgreSQL refuses to run as root: when we are root, make sure the `postgres` user
+# exists to run the clusters (Debian's postgresql package normally creates it).
+ensure_postgres_user() {
+    is_root || return 0
+    if ! getent passwd postgres >/dev/null; then
+        say "creating the postgres system user"
+        useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
+    fi
+}
