@@ -13,6 +13,14 @@ use crate::segment::Residue;
 /// Default configuration file, relative to the working directory.
 pub const DEFAULT_PATH: &str = "config/default.toml";
 
+/// The configuration used when there is no file at all: one embedded database in
+/// `data/`, so that `segmint serve` works on a fresh machine with nothing installed.
+pub const BUILT_IN: &str = r#"
+[[databases]]
+name = "local"
+url = "sqlite://data/segmint.db"
+"#;
+
 /// Why a configuration was refused. Every message names the offending key.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -102,10 +110,20 @@ pub struct Config {
 pub struct DatabaseConfig {
     /// Unique name used in logs, errors and metrics.
     pub name: String,
-    /// Connection settings parsed from the URL (which may hold a password).
-    pub pg: tokio_postgres::Config,
+    /// Which engine, and how to reach it.
+    pub kind: DatabaseKind,
     /// The residue class plain bizs get on this database.
     pub residue: Residue,
+}
+
+/// The engine behind one configured database, chosen by its URL's scheme.
+#[derive(Clone)]
+pub enum DatabaseKind {
+    /// `postgres://…`: connection settings (which may hold a password).
+    Postgres(tokio_postgres::Config),
+    /// `sqlite://path`: an embedded database file, relative to the working directory
+    /// unless absolute (`sqlite:///var/lib/segmint/a.db`).
+    Sqlite(std::path::PathBuf),
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -120,21 +138,42 @@ impl std::fmt::Debug for DatabaseConfig {
 }
 
 impl DatabaseConfig {
-    /// `host:port/dbname`, safe to log.
+    /// `host:port/dbname` or the file path, safe to log.
     pub fn location(&self) -> String {
-        let host = self
-            .pg
-            .get_hosts()
-            .first()
-            .map(|h| match h {
-                tokio_postgres::config::Host::Tcp(h) => h.clone(),
-                tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
-            })
-            .unwrap_or_default();
-        let port = self.pg.get_ports().first().copied().unwrap_or(5432);
-        let db = self.pg.get_dbname().unwrap_or("");
-        format!("{host}:{port}/{db}")
+        match &self.kind {
+            DatabaseKind::Postgres(pg) => {
+                let host = pg
+                    .get_hosts()
+                    .first()
+                    .map(|h| match h {
+                        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                    })
+                    .unwrap_or_default();
+                let port = pg.get_ports().first().copied().unwrap_or(5432);
+                let db = pg.get_dbname().unwrap_or("");
+                format!("{host}:{port}/{db}")
+            }
+            DatabaseKind::Sqlite(path) => format!("sqlite:{}", path.display()),
+        }
     }
+
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.kind, DatabaseKind::Sqlite(_))
+    }
+}
+
+/// Parses a database URL: `sqlite://path` or a PostgreSQL URL / key=value string.
+fn database_kind(url: &str) -> Result<DatabaseKind, String> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err("`sqlite://` needs a file path, e.g. sqlite://data/segmint.db".into());
+        }
+        return Ok(DatabaseKind::Sqlite(path.into()));
+    }
+    url.parse()
+        .map(DatabaseKind::Postgres)
+        .map_err(|e| format!("neither sqlite://PATH nor a PostgreSQL URL: {e}"))
 }
 
 impl Config {
@@ -147,6 +186,24 @@ impl Config {
             return Err(ConfigError::Missing(path.display().to_string()));
         }
         Self::from_figment(Figment::new().merge(Toml::file(path)))
+    }
+
+    /// Loads `path` if given; else [`DEFAULT_PATH`] if it exists; else the built-in
+    /// embedded configuration ([`BUILT_IN`]).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the missing file or the offending key.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
+        match path {
+            Some(path) => Self::load(path),
+            None if Path::new(DEFAULT_PATH).is_file() => Self::load(Path::new(DEFAULT_PATH)),
+            None => Self::from_toml(BUILT_IN),
+        }
+    }
+
+    /// Whether every database is embedded (a single-node setup).
+    pub fn all_embedded(&self) -> bool {
+        self.databases.iter().all(DatabaseConfig::is_embedded)
     }
 
     /// Parses settings from TOML text (plus the environment), as [`Config::load`] does.
@@ -232,10 +289,22 @@ impl RawSettings {
                 let field = if db.delta < 1 { "delta" } else { "remainder" };
                 invalid(key(field), e.to_string())
             })?;
-            let pg: tokio_postgres::Config = db
-                .url
-                .parse()
-                .map_err(|e| invalid(key("url"), format!("not a PostgreSQL URL: {e}")))?;
+            let kind = database_kind(&db.url).map_err(|e| invalid(key("url"), e))?;
+            if let DatabaseKind::Sqlite(path) = &kind {
+                if let Some(other) = databases
+                    .iter()
+                    .find(|d| matches!(&d.kind, DatabaseKind::Sqlite(p) if p == path))
+                {
+                    return Err(invalid(
+                        key("url"),
+                        format!(
+                            "file {} is already database \"{}\"",
+                            path.display(),
+                            other.name
+                        ),
+                    ));
+                }
+            }
             if let Some(other) = databases.iter().find(|d| d.residue.overlaps(residue)) {
                 return Err(invalid(
                     key("remainder"),
@@ -247,7 +316,7 @@ impl RawSettings {
             }
             databases.push(DatabaseConfig {
                 name: db.name,
-                pg,
+                kind,
                 residue,
             });
         }
@@ -300,6 +369,19 @@ mod tests {
     }
 
     #[test]
+    fn built_in_default_is_one_embedded_database() {
+        let cfg = Config::from_toml(BUILT_IN).unwrap();
+        assert!(cfg.all_embedded());
+        assert_eq!(cfg.databases[0].location(), "sqlite:data/segmint.db");
+        let mixed = TWO.replace(
+            "postgres://postgres@127.0.0.1:5433/segmint",
+            "sqlite:///tmp/b.db",
+        );
+        let cfg = Config::from_toml(&mixed).unwrap();
+        assert!(!cfg.all_embedded() && cfg.databases[1].is_embedded());
+    }
+
+    #[test]
     fn names_the_offending_key() {
         let overlap = TWO.replace("remainder = 1", "remainder = 0");
         let msg = error(&overlap);
@@ -316,6 +398,18 @@ mod tests {
         assert!(msg.contains("databases[1].name"), "{msg}");
         let msg = error(&TWO.replacen("postgres://", "mysql://", 1));
         assert!(msg.contains("databases[0].url"), "{msg}");
+        let same_file = TWO.replace(
+            "postgres://postgres:secret@127.0.0.1:5432/segmint",
+            "sqlite://x.db",
+        );
+        let msg = error(&same_file.replace(
+            "postgres://postgres@127.0.0.1:5433/segmint",
+            "sqlite://x.db",
+        ));
+        assert!(
+            msg.contains("databases[1].url") && msg.contains("x.db"),
+            "{msg}"
+        );
         let msg = error(&format!("preload_percent = 101\n{TWO}"));
         assert!(msg.contains("preload_percent"), "{msg}");
         let msg = error(&format!("bogus = 1\n{TWO}"));

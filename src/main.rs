@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
-use segmint::config::{self, Config};
+use segmint::config::Config;
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::Store;
@@ -18,8 +18,9 @@ use segmint::store::Store;
 )]
 struct Cli {
     /// Configuration file; `SEGMINT_…` environment variables override its keys.
-    #[arg(long, global = true, env = "SEGMINT_CONFIG", default_value = config::DEFAULT_PATH)]
-    config: PathBuf,
+    /// Without one: config/default.toml if present, else one embedded database in data/.
+    #[arg(long, global = true, env = "SEGMINT_CONFIG")]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -89,7 +90,7 @@ enum TokenCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     segmint::telemetry::init();
-    let config = match Config::load(&cli.config) {
+    let config = match Config::load_or_default(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("segmint: {e}");
@@ -113,11 +114,44 @@ type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn serve(config: Config) -> Result {
     actix_web::rt::System::new().block_on(async move {
+        let first_token = match config.all_embedded() {
+            true => first_start(&config).await?,
+            false => None,
+        };
+        let host = match config.bind.split_once(':') {
+            Some(("0.0.0.0" | "[::]", _)) | None => "127.0.0.1".to_string(),
+            Some((host, _)) => host.to_string(),
+        };
         let app = Application::build(config).await?;
+        if let Some(token) = first_token {
+            let base = format!("http://{host}:{}", app.port());
+            println!(
+                "segmint: first start: created biz `test` and a token for it (shown once). Try:"
+            );
+            println!("curl '{base}/tinyid/id/nextIdSimple?bizType=test&token={token}'");
+            println!("curl -H 'Authorization: Bearer {token}' '{base}/v1/ids/test?count=3'");
+        }
         app.run_until(segmint::server::shutdown_signal()).await?;
         tracing::info!("segmint stopped");
         Ok(())
     })
+}
+
+/// On an embedded store with no biz at all, creates the biz `test` and a token for
+/// it, so that a fresh `segmint serve` can be tried at once. Returns the token.
+async fn first_start(config: &Config) -> Result<Option<String>> {
+    let store = Store::connect(config)?;
+    for (db, rows) in store.list_bizs().await {
+        match rows {
+            Ok(rows) if rows.is_empty() => {}
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(format!("database \"{db}\": {e}").into()),
+        }
+    }
+    let biz = BizTag::parse("test")?;
+    store.add_biz(&biz, 1000, 1, None).await?;
+    let (token, _) = store.add_token(&biz, "created on first start").await?;
+    Ok(Some(token))
 }
 
 fn admin(config: Config, command: AdminCommand) -> Result {

@@ -11,9 +11,10 @@ use rand::seq::SliceRandom;
 
 use super::catalog::{Snapshot, conflict};
 use super::postgres::PgStore;
+use super::sqlite::SqliteStore;
 use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
 use crate::biz::{BizTag, generate_token, hash_token};
-use crate::config::Config;
+use crate::config::{Config, DatabaseKind};
 use crate::segment::{Residue, SegmentRange};
 
 /// Compare-and-set attempts on one database before trying another.
@@ -103,21 +104,24 @@ pub struct Store {
 }
 
 impl Store {
-    /// Pools for every configured PostgreSQL database. Connects lazily.
+    /// Every configured database: PostgreSQL pools (connecting lazily) and embedded
+    /// files (opened and migrated now).
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] when a pool cannot be built.
+    /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened.
     pub fn connect(config: &Config) -> Result<Store, StoreError> {
         let mut dbs = Vec::with_capacity(config.databases.len());
         for db in &config.databases {
-            let store = PgStore::new(db.pg.clone(), config.pool_size, config.fetch_timeout)
-                .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;
-            dbs.push((
-                db.name.clone(),
-                db.location(),
-                db.residue,
-                Box::new(store) as Box<dyn SegmentStore>,
-            ));
+            let store = match &db.kind {
+                DatabaseKind::Postgres(pg) => {
+                    PgStore::new(pg.clone(), config.pool_size, config.fetch_timeout)
+                        .map(|s| Box::new(s) as Box<dyn SegmentStore>)
+                }
+                DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout)
+                    .map(|s| Box::new(s) as Box<dyn SegmentStore>),
+            }
+            .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;
+            dbs.push((db.name.clone(), db.location(), db.residue, store));
         }
         Ok(Store::new(
             dbs,

@@ -1,12 +1,14 @@
 //! Storage: the only place that talks SQL.
 //!
-//! [`SegmentStore`] is one database (PostgreSQL in [`postgres`]). [`Store`] spreads
+//! [`SegmentStore`] is one database: PostgreSQL ([`postgres`]) or an embedded SQLite
+//! file ([`sqlite`]). [`Store`] spreads
 //! reservations over all configured databases: a random live one per fetch, a
 //! back-off for one that fails, and the residue checks that keep bizs collision-free.
 
 mod catalog;
 mod cluster;
 pub mod postgres;
+pub mod sqlite;
 
 use async_trait::async_trait;
 

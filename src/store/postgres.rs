@@ -9,7 +9,8 @@ use tokio_postgres::{NoTls, Row};
 use super::{BizRow, DbError, SegmentStore, TokenRow};
 
 /// Schema migrations, applied in order, each once per database.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "init", include_str!("../../sql/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] =
+    &[(1, "init", include_str!("../../sql/postgres/0001_init.sql"))];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
