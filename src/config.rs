@@ -120,7 +120,7 @@ pub struct DatabaseConfig {
 #[derive(Clone)]
 pub enum DatabaseKind {
     /// `postgres://…`: connection settings (which may hold a password).
-    Postgres(tokio_postgres::Config),
+    Postgres(Box<tokio_postgres::Config>),
     /// `sqlite://path`: an embedded database file, relative to the working directory
     /// unless absolute (`sqlite:///var/lib/segmint/a.db`).
     Sqlite(std::path::PathBuf),
@@ -172,7 +172,7 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
         return Ok(DatabaseKind::Sqlite(path.into()));
     }
     url.parse()
-        .map(DatabaseKind::Postgres)
+        .map(|pg| DatabaseKind::Postgres(Box::new(pg)))
         .map_err(|e| format!("neither sqlite://PATH nor a PostgreSQL URL: {e}"))
 }
 
@@ -290,20 +290,19 @@ impl RawSettings {
                 invalid(key(field), e.to_string())
             })?;
             let kind = database_kind(&db.url).map_err(|e| invalid(key("url"), e))?;
-            if let DatabaseKind::Sqlite(path) = &kind {
-                if let Some(other) = databases
+            if let DatabaseKind::Sqlite(path) = &kind
+                && let Some(other) = databases
                     .iter()
                     .find(|d| matches!(&d.kind, DatabaseKind::Sqlite(p) if p == path))
-                {
-                    return Err(invalid(
-                        key("url"),
-                        format!(
-                            "file {} is already database \"{}\"",
-                            path.display(),
-                            other.name
-                        ),
-                    ));
-                }
+            {
+                return Err(invalid(
+                    key("url"),
+                    format!(
+                        "file {} is already database \"{}\"",
+                        path.display(),
+                        other.name
+                    ),
+                ));
             }
             if let Some(other) = databases.iter().find(|d| d.residue.overlaps(residue)) {
                 return Err(invalid(

@@ -90,10 +90,12 @@ impl Generator {
                     state.buffer.take(need, &mut ids);
                 }
                 let need = n - ids.len();
-                if need > 0 && waited && !state.buffer.is_fetching() {
-                    if let Some(e) = state.last_error.clone() {
-                        return Err(e);
-                    }
+                if need > 0
+                    && waited
+                    && !state.buffer.is_fetching()
+                    && let Some(e) = state.last_error.clone()
+                {
+                    return Err(e);
                 }
                 let short = state.buffer.remaining() < need as u64;
                 if state.buffer.start_fetch(short) {
