@@ -238,7 +238,13 @@ impl Drop for ChildGuard {
 /// short timeouts so that failures are seen quickly, and `extra` TOML on top (its
 /// keys replace the defaults here).
 pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
-    let n = clusters.len();
+    let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
+    config_toml_urls(&urls, extra)
+}
+
+/// As [`config_toml`], for databases at `urls` (PostgreSQL or `sqlite://` files).
+pub fn config_toml_urls(urls: &[String], extra: &str) -> String {
+    let n = urls.len();
     let defaults = [
         ("bind", "\"127.0.0.1:0\""),
         ("workers", "2"),
@@ -257,13 +263,106 @@ pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
             toml.push_str(&format!("{key} = {value}\n"));
         }
     }
-    for (i, c) in clusters.iter().enumerate() {
+    for (i, url) in urls.iter().enumerate() {
         toml.push_str(&format!(
-            "[[databases]]\nname = \"pg{i}\"\nurl = \"{}\"\ndelta = {n}\nremainder = {i}\n",
-            c.url()
+            "[[databases]]\nname = \"pg{i}\"\nurl = \"{url}\"\ndelta = {n}\nremainder = {i}\n"
         ));
     }
     toml
+}
+
+/// Which kind of database a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Postgres,
+    Embedded,
+}
+
+/// N databases of one kind, named `pg0, pg1, …` in their configuration, with SQL
+/// access for checking and editing rows behind segmint's back.
+pub struct Databases {
+    pub kind: Kind,
+    /// How many databases.
+    n: usize,
+    clusters: Vec<PgCluster>,
+    /// Holds the embedded files.
+    dir: tempfile::TempDir,
+}
+
+impl Databases {
+    pub fn start(kind: Kind, n: usize) -> Databases {
+        Databases {
+            kind,
+            n,
+            clusters: match kind {
+                Kind::Postgres => (0..n).map(|_| PgCluster::start()).collect(),
+                Kind::Embedded => Vec::new(),
+            },
+            dir: tempfile::Builder::new()
+                .prefix("segmint-db-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    fn file(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("db{i}.db"))
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        match self.kind {
+            Kind::Postgres => self.clusters.iter().map(PgCluster::url).collect(),
+            Kind::Embedded => (0..self.n)
+                .map(|i| format!("sqlite://{}", self.file(i).display()))
+                .collect(),
+        }
+    }
+
+    pub fn config(&self, extra: &str) -> Config {
+        Config::from_toml(&config_toml_urls(&self.urls(), extra)).expect("test configuration")
+    }
+
+    /// Runs SQL on database `i`; rows as `a|b|c` lines, like `psql -At`.
+    pub fn sql(&self, i: usize, sql: &str) -> String {
+        match self.kind {
+            Kind::Postgres => self.clusters[i].psql(sql),
+            Kind::Embedded => {
+                let conn = rusqlite::Connection::open(self.file(i)).unwrap();
+                conn.busy_timeout(Duration::from_secs(5)).unwrap();
+                let mut stmt = conn.prepare(sql).unwrap();
+                let columns = stmt.column_count();
+                let mut rows = stmt.query([]).unwrap();
+                let mut lines = Vec::new();
+                while let Some(row) = rows.next().unwrap() {
+                    let fields: Vec<String> = (0..columns)
+                        .map(|c| match row.get_ref(c).unwrap() {
+                            rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                            rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into(),
+                            rusqlite::types::ValueRef::Real(v) => v.to_string(),
+                            _ => String::new(),
+                        })
+                        .collect();
+                    lines.push(fields.join("|"));
+                }
+                lines.join("\n")
+            }
+        }
+    }
+
+    /// `max_id|version|step|delta|remainder` of a biz row on database `i`.
+    pub fn row(&self, i: usize, biz: &str) -> String {
+        self.sql(i, &format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
+    }
+
+    /// Reservations made from the biz row on database `i`.
+    pub fn version(&self, i: usize, biz: &str) -> i64 {
+        self.sql(
+            i,
+            &format!("SELECT version FROM tiny_id_info WHERE biz_type = '{biz}'"),
+        )
+        .parse()
+        .unwrap()
+    }
 }
 
 pub fn config(clusters: &[&PgCluster], extra: &str) -> Config {

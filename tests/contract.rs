@@ -1,0 +1,293 @@
+//! The store contract: one suite, run against PostgreSQL and against the embedded
+//! store. Each scenario is a function of the database kind; the macro at the bottom
+//! makes one test per scenario and kind.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use segmint::biz::{BizTag, hash_token};
+use segmint::segment::Residue;
+use segmint::store::{Store, StoreError};
+
+fn tag(biz: &str) -> BizTag {
+    BizTag::parse(biz).unwrap()
+}
+
+/// Two databases of `kind`, migrated, with `bizs` added (step 10, plain).
+async fn setup(kind: Kind, bizs: &[&str]) -> (Databases, segmint::config::Config, Store) {
+    let dbs = Databases::start(kind, 2);
+    let config = dbs.config("");
+    let store = Store::connect(&config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    for biz in bizs {
+        store.add_biz(&tag(biz), 10, 1, None).await.unwrap();
+    }
+    (dbs, config, store)
+}
+
+async fn migrations_are_idempotent(kind: Kind) {
+    let (_dbs, _config, store) = setup(kind, &[]).await;
+    for (db, r) in store.migrate().await {
+        assert_eq!(
+            r.unwrap(),
+            Vec::<String>::new(),
+            "{db}: nothing left to apply"
+        );
+    }
+}
+
+async fn reservations_advance_each_row_by_its_step(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &["order"]).await;
+    let mut ids = Vec::new();
+    let mut per_db = [0i64; 2];
+    for _ in 0..12 {
+        let r = store.reserve(&tag("order"), None).await.unwrap();
+        let class = Residue::new(2, r.database as i64).unwrap();
+        assert_eq!(
+            r.range.residue(),
+            class,
+            "a segment carries its row's class"
+        );
+        assert!(r.range.ids().all(|id| class.contains(id)));
+        per_db[r.database] += 1;
+        assert_eq!(
+            r.range.max_id(),
+            10 * per_db[r.database],
+            "row advanced by its step"
+        );
+        ids.extend(r.range.ids());
+    }
+    for (i, n) in per_db.iter().enumerate() {
+        assert_eq!(
+            dbs.version(i, "order"),
+            *n,
+            "one version bump per reservation"
+        );
+    }
+    let total = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), total, "segments overlap");
+    assert_eq!(total, 12 * 5);
+}
+
+async fn concurrent_reservations_from_two_processes_are_disjoint(kind: Kind) {
+    let (dbs, config, _store) = setup(kind, &["race"]).await;
+    // Two stores stand for two server processes: their reservations really race.
+    let stores = [
+        shared(Store::connect(&config).unwrap()),
+        shared(Store::connect(&config).unwrap()),
+    ];
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let store = stores[i % 2].clone();
+            tokio::spawn(async move { store.reserve(&tag("race"), None).await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for t in tasks {
+        let r = t
+            .await
+            .unwrap()
+            .expect("every reservation succeeds under contention");
+        ids.extend(r.range.ids());
+    }
+    let total = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), total, "overlapping segments");
+    assert_eq!(
+        total,
+        64 * 5,
+        "each segment of step 10 on delta 2 holds 5 IDs"
+    );
+    assert_eq!(
+        dbs.version(0, "race") + dbs.version(1, "race"),
+        64,
+        "one row update per reservation"
+    );
+}
+
+async fn overflow_is_refused_and_changes_nothing(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &["top", "fine"]).await;
+    for i in 0..2 {
+        dbs.sql(
+            i,
+            &format!(
+                "UPDATE tiny_id_info SET max_id = {} WHERE biz_type = 'top'",
+                i64::MAX - 5
+            ),
+        );
+    }
+    let before = [dbs.row(0, "top"), dbs.row(1, "top")];
+    let err = store.reserve(&tag("top"), None).await.unwrap_err();
+    assert!(matches!(err, StoreError::Overflow { .. }), "{err}");
+    assert!(err.to_string().contains("`top`"), "{err}");
+    assert_eq!(
+        [dbs.row(0, "top"), dbs.row(1, "top")],
+        before,
+        "nothing reserved"
+    );
+    // The very last IDs are issued exactly, with no wrap.
+    dbs.sql(
+        0,
+        &format!(
+            "UPDATE tiny_id_info SET max_id = {} WHERE biz_type = 'top'",
+            i64::MAX - 10
+        ),
+    );
+    let r = store.reserve(&tag("top"), None).await.unwrap();
+    assert_eq!(r.range.max_id(), i64::MAX);
+    assert!(
+        store.reserve(&tag("fine"), None).await.is_ok(),
+        "other bizs keep working"
+    );
+}
+
+async fn unknown_biz_is_not_found_and_creates_nothing(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &["known"]).await;
+    let err = store.reserve(&tag("unknown"), None).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound(_)), "{err}");
+    for i in 0..2 {
+        assert_eq!(dbs.sql(i, "SELECT count(*) FROM tiny_id_info"), "1");
+    }
+}
+
+async fn overlapping_rows_refuse_only_that_biz(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &["edited", "fine"]).await;
+    store.refresh_since(Instant::now()).await;
+    // After the catalog was read, pg1's row is moved onto pg0's class (0 mod 2).
+    dbs.sql(
+        1,
+        "UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'edited'",
+    );
+    let before = dbs.row(1, "edited");
+    for _ in 0..8 {
+        match store.reserve(&tag("edited"), None).await {
+            // Reservations that pick pg0 still see pg1's class as 1 mod 2 until the
+            // next refresh; those that pick pg1 must be refused.
+            Ok(r) => assert_eq!(r.database, 0, "pg1's overlapping row was used"),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(matches!(e, StoreError::ResidueConflict { .. }), "{msg}");
+                assert!(
+                    msg.contains("edited") && msg.contains("pg0") && msg.contains("pg1"),
+                    "{msg}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        dbs.row(1, "edited"),
+        before,
+        "nothing reserved on the refused row"
+    );
+    store.refresh_since(Instant::now()).await;
+    let err = store.reserve(&tag("edited"), None).await.unwrap_err();
+    assert!(matches!(err, StoreError::ResidueConflict { .. }), "{err}");
+    assert!(
+        store.reserve(&tag("fine"), None).await.is_ok(),
+        "other bizs keep working"
+    );
+}
+
+async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &[]).await;
+    store
+        .add_biz(&tag("odd"), 8, 1, Some(Residue::new(2, 1).unwrap()))
+        .await
+        .unwrap();
+    // Odd-only on (2, 0) and (2, 1): delta 4, remainders 1 and 3.
+    assert_eq!(dbs.row(0, "odd"), "0|0|8|4|1");
+    assert_eq!(dbs.row(1, "odd"), "0|0|8|4|3");
+    let err = store
+        .add_biz(&tag("odd"), 8, 1, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("already exists"), "{err}");
+    dbs.sql(1, "DELETE FROM tiny_id_info WHERE biz_type = 'odd'");
+    let err = store
+        .add_biz(&tag("odd"), 8, 1, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("\"pg0\"") && err.contains("\"pg1\"") && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert_eq!(dbs.sql(1, "SELECT count(*) FROM tiny_id_info"), "0");
+    let err = store
+        .add_biz(&tag("tiny"), 1, 1, None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("smaller than"),
+        "step below delta is refused: {err}"
+    );
+    // --start: the first ID is the start itself when it is in the class.
+    store.add_biz(&tag("late"), 10, 1000, None).await.unwrap();
+    let r = store.reserve(&tag("late"), None).await.unwrap();
+    assert_eq!(r.range.first_id(), Some(1000 + r.database as i64));
+}
+
+async fn tokens_are_stored_hashed_and_granted_everywhere(kind: Kind) {
+    let (dbs, _config, store) = setup(kind, &["order", "other"]).await;
+    let (token, report) = store.add_token(&tag("order"), "svc").await.unwrap();
+    assert_eq!(report.len(), 2);
+    for i in 0..2 {
+        assert_eq!(
+            dbs.sql(i, "SELECT token, biz_type, remark FROM tiny_id_token"),
+            format!("{}|order|svc", hash_token(&token))
+        );
+    }
+    let catalog = store.refresh_since(Instant::now()).await;
+    assert_eq!(catalog.granted(&hash_token(&token), "order"), Some(true));
+    assert_eq!(catalog.granted(&hash_token(&token), "other"), Some(false));
+    assert_eq!(
+        catalog.granted(&token, "order"),
+        None,
+        "the token itself is not a key"
+    );
+    assert!(matches!(
+        store.add_token(&tag("missing"), "").await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+macro_rules! contract {
+    ($($scenario:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Postgres).await
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Embedded).await
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    migrations_are_idempotent,
+    reservations_advance_each_row_by_its_step,
+    concurrent_reservations_from_two_processes_are_disjoint,
+    overflow_is_refused_and_changes_nothing,
+    unknown_biz_is_not_found_and_creates_nothing,
+    overlapping_rows_refuse_only_that_biz,
+    add_biz_restricts_classes_and_refuses_partial_names,
+    tokens_are_stored_hashed_and_granted_everywhere,
+);
