@@ -291,3 +291,33 @@ contract!(
     add_biz_restricts_classes_and_refuses_partial_names,
     tokens_are_stored_hashed_and_granted_everywhere,
 );
+
+/// PostgreSQL and an embedded file in one configuration: each keeps its own class.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_kinds_share_a_biz_without_overlap() {
+    let (pg, files) = (
+        Databases::start(Kind::Postgres, 1),
+        Databases::start(Kind::Embedded, 1),
+    );
+    let urls = [pg.urls()[0].clone(), files.urls()[0].clone()];
+    let config = segmint::config::Config::from_toml(&config_toml_urls(&urls, "")).unwrap();
+    let store = Store::connect(&config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    store.add_biz(&tag("mixed"), 10, 1, None).await.unwrap();
+    let mut ids = Vec::new();
+    let mut seen = [false; 2];
+    for _ in 0..20 {
+        let r = store.reserve(&tag("mixed"), None).await.unwrap();
+        seen[r.database] = true;
+        assert!(r.range.ids().all(|id| id % 2 == r.database as i64));
+        ids.extend(r.range.ids());
+    }
+    assert_eq!(seen, [true, true], "both kinds serve");
+    let total = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), total);
+    assert_eq!(pg.version(0, "mixed") + files.version(0, "mixed"), 20);
+}
