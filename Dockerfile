@@ -2,10 +2,27 @@
 #
 # segmint: build with the Rust toolchain, run on a slim Debian with only the binary.
 #   docker build -t segmint .
-#   docker run --rm -p 9999:9999 \
+#
+# Out of the box the image serves the embedded default (/etc/segmint/default.toml): one
+# SQLite file in the volume /var/lib/segmint (data/segmint.db there). On the first start
+# it creates the biz `test` and a token, and prints curl commands to try:
+#   docker run --rm -p 9999:9999 -v segmint-data:/var/lib/segmint segmint
+# Admin commands run in the same container or in another one on the same volume (several
+# processes may share the file):
+#   docker exec CONTAINER segmint token add --biz test
+#   docker run --rm -v segmint-data:/var/lib/segmint segmint biz list
+#
+# For production, point it at PostgreSQL. The image holds config/ as /etc/segmint/:
+# -e SEGMINT_CONFIG=/etc/segmint/postgres.toml selects the single-PostgreSQL file, whose
+# database is postgres://postgres@127.0.0.1:5432/segmint (the host's, with --network host);
+# SEGMINT_DATABASES replaces the file's database list with your own:
+#   docker run --rm -p 9999:9999 -e SEGMINT_CONFIG=/etc/segmint/postgres.toml \
 #     -e SEGMINT_DATABASES='[{name="pg", url="postgres://postgres@db.example:5432/segmint"}]' \
 #     segmint
-# Admin commands use the same image: `docker run --rm -e SEGMINT_DATABASES=… segmint migrate`.
+# Or mount your own configuration and point SEGMINT_CONFIG at it:
+#   docker run --rm -p 9999:9999 -v "$PWD/segmint.toml:/etc/segmint/segmint.toml:ro" \
+#     -e SEGMINT_CONFIG=/etc/segmint/segmint.toml segmint
+# Create the schema once with the same settings: `docker run --rm … segmint migrate`.
 
 FROM rust:1-bookworm AS builder
 WORKDIR /src
@@ -19,7 +36,8 @@ RUN mkdir src \
     && cargo build --release --locked --bin segmint \
     && rm -rf src
 
-# The real sources. sql/ is compiled in (the migrations are include_str!'d).
+# The real sources. sql/ (sql/postgres/ and sql/sqlite/) is compiled in: the migrations
+# are include_str!'d. rusqlite builds its bundled SQLite with the image's C compiler (gcc).
 COPY src ./src
 COPY sql ./sql
 # Forget the stub's build of segmint itself: COPY keeps the files' old modification
@@ -33,17 +51,24 @@ FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates \
     && rm -rf /var/lib/apt/lists/*
+# The state directory is created and handed to the non-root user before it is declared
+# a VOLUME: a fresh named volume starts as a copy of it, ownership included.
 RUN useradd --system --user-group --no-create-home --home-dir /nonexistent \
-        --shell /usr/sbin/nologin segmint
+        --shell /usr/sbin/nologin segmint \
+    && install -d -o segmint -g segmint -m 0750 /var/lib/segmint
 
 COPY --from=builder /src/target/release/segmint /usr/local/bin/segmint
+# default.toml (embedded), postgres.toml, two-databases.toml, embedded-two.toml.
 COPY config/ /etc/segmint/
 
-# The file's bind address is loopback; in a container the server must listen on all
-# interfaces. Databases: mount a configuration over /etc/segmint/default.toml, point
-# SEGMINT_CONFIG elsewhere, or set SEGMINT_DATABASES as in the example above.
+# The files' bind address is loopback; in a container the server must listen on all
+# interfaces. The embedded default's relative path sqlite://data/segmint.db resolves
+# against the working directory: /var/lib/segmint/data/segmint.db, in the volume. A
+# host directory mounted there instead must be writable by the segmint user.
 ENV SEGMINT_CONFIG=/etc/segmint/default.toml \
     SEGMINT_BIND=0.0.0.0:9999
+WORKDIR /var/lib/segmint
+VOLUME ["/var/lib/segmint"]
 
 USER segmint
 EXPOSE 9999

@@ -163,6 +163,22 @@ impl DatabaseConfig {
     }
 }
 
+/// Whether two embedded database paths name the same file, spelled differently
+/// (`data/a.db`, `./data/a.db`, or absolute from the working directory).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    fn normal(p: &std::path::Path) -> std::path::PathBuf {
+        let absolute = match std::env::current_dir() {
+            Ok(cwd) if p.is_relative() => cwd.join(p),
+            _ => p.to_path_buf(),
+        };
+        absolute
+            .components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect()
+    }
+    normal(a) == normal(b)
+}
+
 /// Parses a database URL: `sqlite://path` or a PostgreSQL URL / key=value string.
 fn database_kind(url: &str) -> Result<DatabaseKind, String> {
     if let Some(path) = url.strip_prefix("sqlite://") {
@@ -293,7 +309,7 @@ impl RawSettings {
             if let DatabaseKind::Sqlite(path) = &kind
                 && let Some(other) = databases
                     .iter()
-                    .find(|d| matches!(&d.kind, DatabaseKind::Sqlite(p) if p == path))
+                    .find(|d| matches!(&d.kind, DatabaseKind::Sqlite(p) if same_file(p, path)))
             {
                 return Err(invalid(
                     key("url"),
@@ -403,7 +419,7 @@ mod tests {
         );
         let msg = error(&same_file.replace(
             "postgres://postgres@127.0.0.1:5433/segmint",
-            "sqlite://x.db",
+            "sqlite://./x.db",
         ));
         assert!(
             msg.contains("databases[1].url") && msg.contains("x.db"),

@@ -4,7 +4,6 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -78,7 +77,9 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
     let port = free_port();
     let mut server = ChildGuard(
         Command::new("sh")
-            .args(["-c", &command])
+            // `exec`: the shell becomes cargo, and `cargo run` in turn becomes segmint,
+            // so the child is the server itself and SIGTERM reaches it directly.
+            .args(["-c", &format!("exec {command}")])
             .current_dir(checkout.path())
             // Shares the build cache so that only segmint itself is compiled again.
             .env("CARGO_TARGET_DIR", root.join("target"))
@@ -86,7 +87,6 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
             .env_remove("SEGMINT_CONFIG")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .process_group(0)
             .spawn()
             .expect("run the quick start"),
     );
@@ -124,10 +124,9 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
         "the embedded store lives in data/"
     );
 
-    let group = format!("-{}", server.0.id());
     assert!(
         Command::new("kill")
-            .args(["-TERM", &group])
+            .args(["-s", "TERM", &server.0.id().to_string()])
             .status()
             .unwrap()
             .success()
