@@ -9,6 +9,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
 use crate::segment::Residue;
+use crate::step::StepPolicy;
 
 /// Default configuration file, relative to the working directory.
 pub const DEFAULT_PATH: &str = "config/default.toml";
@@ -45,6 +46,10 @@ struct RawSettings {
     catalog_refresh_ms: u64,
     pool_size: usize,
     workers: usize,
+    adaptive_step: bool,
+    step_target_secs: u64,
+    step_max: i64,
+    metrics_max_bizs: usize,
     databases: Vec<RawDatabase>,
 }
 
@@ -60,6 +65,10 @@ impl Default for RawSettings {
             catalog_refresh_ms: 5_000,
             pool_size: 8,
             workers: 0,
+            adaptive_step: true,
+            step_target_secs: 600,
+            step_max: 1_000_000,
+            metrics_max_bizs: 1_000,
             databases: Vec::new(),
         }
     }
@@ -101,6 +110,10 @@ pub struct Config {
     pub pool_size: usize,
     /// HTTP worker threads; 0 means one per core.
     pub workers: usize,
+    /// How the step of the cache's segments is chosen.
+    pub step: StepPolicy,
+    /// Bizs with their own metric label; the rest share `_other`.
+    pub metrics_max_bizs: usize,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -269,6 +282,12 @@ impl RawSettings {
                 return Err(invalid(key, "must be at least 1"));
             }
         }
+        if self.step_target_secs == 0 {
+            return Err(invalid("step_target_secs", "must be at least 1"));
+        }
+        if self.step_max < 1 {
+            return Err(invalid("step_max", "must be at least 1"));
+        }
         if self.backoff_max_ms < self.backoff_initial_ms {
             return Err(invalid(
                 "backoff_max_ms",
@@ -343,6 +362,12 @@ impl RawSettings {
             backoff_initial: Duration::from_millis(self.backoff_initial_ms),
             backoff_max: Duration::from_millis(self.backoff_max_ms),
             catalog_refresh: Duration::from_millis(self.catalog_refresh_ms),
+            step: StepPolicy {
+                adaptive: self.adaptive_step,
+                target: Duration::from_secs(self.step_target_secs),
+                max: self.step_max,
+            },
+            metrics_max_bizs: self.metrics_max_bizs,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

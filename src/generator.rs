@@ -3,14 +3,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
+use prometheus::IntCounter;
 use tokio::sync::watch;
 
 use crate::biz::BizTag;
+use crate::metrics::BizStats;
+use crate::rate::{RateTracker, runway};
 use crate::segment::DoubleBuffer;
-use crate::store::{Store, StoreError};
+use crate::step::{StepHint, StepReason};
+use crate::store::{Reservation, Store, StoreError};
 
 /// Issues IDs for every biz from its double buffer.
 pub struct Generator {
@@ -30,6 +35,19 @@ struct Buffer {
     state: Mutex<State>,
     /// Bumped after every fetch completes; requests waiting for a segment watch it.
     fetched: watch::Sender<u64>,
+    /// IDs issued from this buffer since start; sampled for the rate.
+    issued: AtomicU64,
+    /// The biz's `segmint_ids_issued_total` (shared by the bizs past the label cap).
+    issued_metric: IntCounter,
+    /// Rates and the last step; off the request path (sampler, fetches, scrapes).
+    sizing: Mutex<Sizing>,
+}
+
+#[derive(Default)]
+struct Sizing {
+    rates: RateTracker,
+    /// Step, class modulus and reason of the last segment reserved.
+    last: Option<(i64, i64, StepReason)>,
 }
 
 struct State {
@@ -63,6 +81,9 @@ impl Generator {
                         last_error: None,
                     }),
                     fetched: watch::Sender::new(0),
+                    issued: AtomicU64::new(0),
+                    issued_metric: self.store.metrics().issued_counter(biz),
+                    sizing: Mutex::new(Sizing::default()),
                 })
             })
             .clone()
@@ -87,7 +108,9 @@ impl Generator {
                 // Take only what completes the request, unless the buffer cannot hold
                 // more: a request that then fails has not burnt the cache.
                 if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
-                    state.buffer.take(need, &mut ids);
+                    let took = state.buffer.take(need, &mut ids) as u64;
+                    buffer.issued.fetch_add(took, Ordering::Relaxed);
+                    buffer.issued_metric.inc_by(took);
                 }
                 let need = n - ids.len();
                 if need > 0
@@ -128,18 +151,87 @@ impl Generator {
             .map_or(0, |b| b.state.lock().buffer.remaining())
     }
 
+    /// Samples every biz's issue count at `now`, for its rate and peak. Called about
+    /// once a second.
+    pub fn sample(&self, now: Instant) {
+        let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
+        for b in buffers {
+            let issued = b.issued.load(Ordering::Relaxed);
+            b.sizing.lock().rates.record(now, issued);
+        }
+    }
+
+    /// The state of every biz that has served a request, by name.
+    pub fn stats(&self) -> Vec<BizStats> {
+        let policy = self.store.step_policy();
+        let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
+        let mut stats: Vec<BizStats> = buffers
+            .iter()
+            .map(|b| {
+                let cached_ids = b.state.lock().buffer.remaining();
+                let sizing = b.sizing.lock();
+                let (rate, peak_rate) = (sizing.rates.rate(), sizing.rates.peak());
+                let (step, delta, reason) = match sizing.last {
+                    Some((step, delta, reason)) => (step, delta, Some(reason)),
+                    None => (0, 1, None),
+                };
+                let runway = runway(cached_ids, rate);
+                BizStats {
+                    biz: b.biz.to_string(),
+                    rate,
+                    peak_rate,
+                    step,
+                    recommended_step: policy.recommended(peak_rate, delta),
+                    last_step_reason: reason,
+                    cached_ids,
+                    runway_seconds: runway.is_finite().then_some(runway),
+                    issued: b.issued.load(Ordering::Relaxed),
+                }
+            })
+            .collect();
+        stats.sort_by(|a, b| a.biz.cmp(&b.biz));
+        stats
+    }
+
     fn spawn_fetch(&self, buffer: Arc<Buffer>) {
         let store = self.store.clone();
         let guard = FetchGuard(Some(buffer.clone()));
+        let hint = {
+            let sizing = buffer.sizing.lock();
+            StepHint {
+                peak_rate: sizing.rates.peak(),
+                previous: sizing.last.map(|(step, _, _)| step),
+            }
+        };
         tokio::spawn(async move {
-            let result = store.reserve(&buffer.biz, None).await;
+            let result = store.reserve(&buffer.biz, Some(hint)).await;
             guard.disarm();
+            if let Ok(r) = &result {
+                buffer.reserved(&store, r, hint);
+            }
             buffer.complete(result.map(|r| r.range));
         });
     }
 }
 
 impl Buffer {
+    /// Records the step of a new segment: in the log, the metrics and for the next
+    /// choice.
+    fn reserved(&self, store: &Store, r: &Reservation, hint: StepHint) {
+        let (step, delta) = (r.range.step(), r.range.residue().delta());
+        tracing::info!(
+            biz = %self.biz,
+            database = %store.database_names()[r.database],
+            step,
+            reason = %r.reason,
+            peak_rate = hint.peak_rate,
+            previous_step = hint.previous.unwrap_or(0),
+            "reserved a segment"
+        );
+        store.metrics().step_chosen(&self.biz, r.reason);
+        self.sizing.lock().last = Some((step, delta, r.reason));
+    }
+
     fn complete(&self, result: Result<crate::segment::SegmentRange, StoreError>) {
         {
             let mut state = self.state.lock();

@@ -124,16 +124,8 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
         "the embedded store lives in data/"
     );
 
-    assert!(
-        Command::new("kill")
-            .args(["-s", "TERM", &server.0.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = server.0.wait().unwrap();
     assert_eq!(
-        status.code(),
+        server.terminate(),
         Some(0),
         "SIGTERM stops the quick start cleanly"
     );

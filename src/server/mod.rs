@@ -3,6 +3,7 @@
 mod auth;
 mod compat;
 mod error;
+mod status;
 mod v1;
 
 use std::net::TcpListener;
@@ -31,6 +32,22 @@ pub struct AppState {
     pub preload_percent: u8,
 }
 
+impl AppState {
+    /// Reserves a segment of `biz` to hand to a client, with the row's own step (the
+    /// client sizes its own cache), and counts its IDs.
+    ///
+    /// # Errors
+    /// The [`StoreError`] of the reservation.
+    pub async fn segment_for_client(
+        &self,
+        biz: &crate::biz::BizTag,
+    ) -> Result<crate::store::Reservation, StoreError> {
+        let r = self.store.reserve(biz, None).await?;
+        self.store.metrics().segment_handed_out(biz, r.range.len());
+        Ok(r)
+    }
+}
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -52,6 +69,8 @@ pub struct Application {
     state: web::Data<AppState>,
     /// Stops the periodic catalog refresh when the application goes away.
     _refresher: AbortOnDrop,
+    /// Stops the sampling of issue rates likewise.
+    _sampler: AbortOnDrop,
 }
 
 impl Application {
@@ -93,6 +112,7 @@ impl Application {
             config.preload_percent,
             config.wait_timeout,
         ));
+        let sampler = AbortOnDrop(tokio::spawn(sample_periodically(generator.clone())));
         let state = web::Data::new(AppState {
             store,
             generator,
@@ -101,14 +121,29 @@ impl Application {
         let app_state = state.clone();
         let in_flight = InFlight::default();
         let counter = in_flight.clone();
+        let metrics = state.store.metrics().clone();
         let mut server = HttpServer::new(move || {
             let counter = counter.clone();
+            let metrics = metrics.clone();
             App::new()
                 .wrap(actix_web::middleware::from_fn(
                     move |req: ServiceRequest, next: actix_web::middleware::Next<_>| {
                         let entered = counter.enter();
+                        let metrics = metrics.clone();
                         async move {
+                            let started = Instant::now();
+                            let method = method_label(req.method());
                             let response = next.call(req).await;
+                            let (route, status) = match &response {
+                                Ok(r) => (r.request().match_pattern(), r.status()),
+                                Err(e) => (None, e.as_response_error().status_code()),
+                            };
+                            metrics.http_request(
+                                route.as_deref().unwrap_or("unmatched"),
+                                method,
+                                status.as_str(),
+                                started.elapsed(),
+                            );
                             drop(entered);
                             response
                         }
@@ -118,6 +153,7 @@ impl Application {
                 .app_data(app_state.clone())
                 .configure(compat::routes)
                 .configure(v1::routes)
+                .configure(status::routes)
                 .default_service(web::to(not_found))
         })
         .shutdown_timeout(30)
@@ -140,6 +176,7 @@ impl Application {
             in_flight,
             state,
             _refresher: refresher,
+            _sampler: sampler,
         })
     }
 
@@ -246,6 +283,32 @@ async fn refresh_periodically(store: Arc<Store>, every: Duration) {
     loop {
         tick.tick().await;
         store.refresh_since(Instant::now()).await;
+    }
+}
+
+/// Samples the issue counts once a second, for rates and peaks.
+async fn sample_periodically(generator: Arc<Generator>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        generator.sample(Instant::now());
+    }
+}
+
+/// The method as a metric label: the standard ones by name, any other as `other`, so
+/// that made-up methods cannot create series.
+fn method_label(method: &actix_web::http::Method) -> &'static str {
+    use actix_web::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
     }
 }
 

@@ -62,7 +62,7 @@ async fn segment(
     biz: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     let biz = authorized(&state, &req, &biz).await?;
-    let reservation = state.store.reserve(&biz, None).await?;
+    let reservation = state.segment_for_client(&biz).await?;
     let range = reservation.range;
     Ok(HttpResponse::Ok().json(json!({
         "biz": biz.as_str(),

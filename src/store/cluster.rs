@@ -15,7 +15,9 @@ use super::sqlite::SqliteStore;
 use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
 use crate::biz::{BizTag, generate_token, hash_token};
 use crate::config::{Config, DatabaseKind};
+use crate::metrics::{DatabaseMetrics, FetchOutcome, Metrics};
 use crate::segment::{Residue, SegmentRange};
+use crate::step::{StepHint, StepPolicy, StepReason};
 
 /// Compare-and-set attempts on one database before trying another.
 const CAS_ATTEMPTS: usize = 3;
@@ -29,6 +31,8 @@ pub struct Reservation {
     pub range: SegmentRange,
     /// Index of the database in the configuration.
     pub database: usize,
+    /// Why the segment has its step.
+    pub reason: StepReason,
 }
 
 /// How a database looks from here, for `/readyz` and status pages.
@@ -61,6 +65,7 @@ struct Database {
     /// The residue class plain bizs get here.
     residue: Residue,
     store: Box<dyn SegmentStore>,
+    metrics: DatabaseMetrics,
     /// Plain mutex: held only to read or update a few fields, never across an await.
     health: Mutex<Health>,
     /// One lock per biz: reservations of one biz on this database from this process
@@ -94,6 +99,9 @@ pub struct Store {
     /// Database names by index, for catalog messages.
     names: Vec<String>,
     timing: Timing,
+    /// How the step of segments reserved with a [`StepHint`] is chosen.
+    policy: StepPolicy,
+    metrics: Arc<Metrics>,
     /// Read on every request, replaced on refresh.
     catalog: RwLock<Arc<Catalog>>,
     /// Last rows read from each database; kept while a database is down so that its
@@ -130,6 +138,8 @@ impl Store {
                 backoff_initial: config.backoff_initial,
                 backoff_max: config.backoff_max,
             },
+            config.step,
+            Arc::new(Metrics::new(config.metrics_max_bizs)),
         ))
     }
 
@@ -137,6 +147,8 @@ impl Store {
     pub fn new(
         dbs: Vec<(String, String, Residue, Box<dyn SegmentStore>)>,
         timing: Timing,
+        policy: StepPolicy,
+        metrics: Arc<Metrics>,
     ) -> Store {
         let names: Vec<String> = dbs.iter().map(|d| d.0.clone()).collect();
         Store {
@@ -144,9 +156,10 @@ impl Store {
             dbs: dbs
                 .into_iter()
                 .map(|(name, location, residue, store)| Database {
-                    name,
                     location,
                     residue,
+                    metrics: metrics.database(&name),
+                    name,
                     store,
                     health: Mutex::new(Health::default()),
                     reserving: Mutex::new(HashMap::new()),
@@ -154,9 +167,21 @@ impl Store {
                 .collect(),
             names,
             timing,
+            policy,
+            metrics,
             catalog: RwLock::new(Arc::new(Catalog::default())),
             refreshed: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// The metrics of this store's databases, shared with the server.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// How segments reserved with a [`StepHint`] are sized.
+    pub fn step_policy(&self) -> StepPolicy {
+        self.policy
     }
 
     pub fn database_names(&self) -> &[String] {
@@ -206,7 +231,7 @@ impl Store {
     }
 
     /// Reserves the next segment of `biz` on a random live database, advancing its row
-    /// by `step` (the row's own step when `None`).
+    /// by its own step, or with a `hint`, by the step the [`StepPolicy`] chooses.
     ///
     /// # Errors
     /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
@@ -214,7 +239,7 @@ impl Store {
     pub async fn reserve(
         &self,
         biz: &BizTag,
-        step: Option<i64>,
+        hint: Option<StepHint>,
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
@@ -230,7 +255,7 @@ impl Store {
         // a busy row slows a reservation down but does not fail it.
         let deadline = Instant::now() + self.timing.fetch_timeout;
         loop {
-            match self.reserve_pass(biz, step, &entry.classes, deadline).await {
+            match self.reserve_pass(biz, hint, &entry.classes, deadline).await {
                 Err(StoreError::Contention(_)) if Instant::now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -245,7 +270,7 @@ impl Store {
     async fn reserve_pass(
         &self,
         biz: &BizTag,
-        step: Option<i64>,
+        hint: Option<StepHint>,
         known: &[(usize, Residue)],
         deadline: Instant,
     ) -> Result<Reservation, StoreError> {
@@ -263,7 +288,18 @@ impl Store {
                 contended += 1;
                 continue;
             };
-            match self.call(i, self.attempt(i, biz, step, known)).await {
+            let started = Instant::now();
+            let result = self.call(i, self.attempt(i, biz, hint, known)).await;
+            let db = &self.dbs[i].metrics;
+            db.observe(started.elapsed());
+            match &result {
+                Ok(Attempt::Reserved(_)) => db.outcome(FetchOutcome::Ok),
+                Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
+                // Each lost compare-and-set was counted as it happened.
+                Ok(Attempt::Contended) => {}
+                Err(_) => db.outcome(FetchOutcome::Error),
+            }
+            match result {
                 Ok(Attempt::Reserved(r)) => return Ok(r),
                 Ok(Attempt::Missing) => missing += 1,
                 Ok(Attempt::Contended) => contended += 1,
@@ -294,7 +330,7 @@ impl Store {
         &self,
         i: usize,
         biz: &BizTag,
-        step: Option<i64>,
+        hint: Option<StepHint>,
         known: &[(usize, Residue)],
     ) -> Result<Attempt, DbError> {
         let db = &self.dbs[i];
@@ -313,7 +349,8 @@ impl Store {
                 Ok(r) => r,
                 Err(e) => return Ok(Attempt::Refused(e)),
             };
-            let step = step.unwrap_or(row.step).max(row.step);
+            let choice = self.policy.choose(row.step, residue.delta(), hint);
+            let step = choice.step;
             if step < residue.delta() {
                 return Ok(refuse(format!(
                     "step {step} is smaller than delta {}: a segment could hold no ID",
@@ -336,6 +373,7 @@ impl Store {
                 .advance(biz.as_str(), row.version, row.max_id, range.max_id())
                 .await?
             else {
+                db.metrics.outcome(FetchOutcome::Conflict);
                 continue;
             };
             // The class may have been edited by hand between the read and the update:
@@ -348,7 +386,11 @@ impl Store {
                 },
                 Err(e) => return Ok(Attempt::Refused(e)),
             };
-            return Ok(Attempt::Reserved(Reservation { range, database: i }));
+            return Ok(Attempt::Reserved(Reservation {
+                range,
+                database: i,
+                reason: choice.reason,
+            }));
         }
         Ok(Attempt::Contended)
     }

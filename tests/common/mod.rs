@@ -234,6 +234,18 @@ impl Drop for ChildGuard {
     }
 }
 
+impl ChildGuard {
+    /// Sends SIGTERM to this process alone (never a group) and waits for its exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let sent = std::process::Command::new("kill")
+            .args(["-s", "TERM", &self.0.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -s TERM {}", self.0.id());
+        self.0.wait().expect("wait for the process").code()
+    }
+}
+
 /// Configuration for `clusters` as databases `pg0, pg1, …` with classes `i mod N`,
 /// short timeouts so that failures are seen quickly, and `extra` TOML on top (its
 /// keys replace the defaults here).

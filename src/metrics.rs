@@ -1,0 +1,512 @@
+//! Prometheus metrics, served at `GET /metrics`.
+//!
+//! Counters on request paths are prometheus handles resolved once (per biz, per
+//! database) and kept by their owners, so counting is one atomic add: no lock, no
+//! allocation. Gauges that describe state (rates, cache, runway, database health) are
+//! set from that state when `/metrics` is scraped. Label values come only from the
+//! configuration (database names) or the catalog's bizs, capped at
+//! `metrics_max_bizs`: later bizs share the label `_other`, so a flood of bizs cannot
+//! grow the series without bound. Request input never becomes a label.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use prometheus::{
+    Encoder, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::biz::BizTag;
+use crate::step::StepReason;
+
+/// Label shared by the bizs past the cap.
+pub const OTHER_BIZ: &str = "_other";
+
+/// HTTP latency buckets: fine below a millisecond, where the IDs served from memory
+/// are, so that p99 and p999 can be read there; coarse up to the wait timeouts.
+const HTTP_BUCKETS: &[f64] = &[
+    0.000_025, 0.000_05, 0.000_075, 0.000_1, 0.000_15, 0.000_2, 0.000_3, 0.000_4, 0.000_5,
+    0.000_75, 0.001, 0.001_5, 0.002, 0.003, 0.005, 0.007_5, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+];
+
+/// Segment fetch latency buckets: a round trip and an UPDATE, up to the fetch timeout.
+const FETCH_BUCKETS: &[f64] = &[
+    0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What a reservation attempt on one database came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// A segment was reserved.
+    Ok,
+    /// A version-checked UPDATE lost to another writer.
+    Conflict,
+    /// The database failed or timed out.
+    Error,
+    /// The row cannot serve the biz (invalid, overlapping, or overflowing).
+    Refused,
+}
+
+/// Per-database handles, resolved once.
+pub struct DatabaseMetrics {
+    ok: IntCounter,
+    conflict: IntCounter,
+    error: IntCounter,
+    refused: IntCounter,
+    latency: Histogram,
+}
+
+impl DatabaseMetrics {
+    pub fn outcome(&self, outcome: FetchOutcome) {
+        match outcome {
+            FetchOutcome::Ok => &self.ok,
+            FetchOutcome::Conflict => &self.conflict,
+            FetchOutcome::Error => &self.error,
+            FetchOutcome::Refused => &self.refused,
+        }
+        .inc();
+    }
+
+    pub fn observe(&self, took: Duration) {
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
+/// The state of one biz, as the gauges show it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BizStats {
+    pub biz: String,
+    /// IDs issued per second over the last minute.
+    pub rate: f64,
+    /// Highest such rate over the last 24 hours.
+    pub peak_rate: f64,
+    /// Step of the last segment reserved for the cache (0 before the first).
+    pub step: i64,
+    /// Step that would last the target time at the peak rate.
+    pub recommended_step: i64,
+    /// Why the last step was chosen.
+    pub last_step_reason: Option<StepReason>,
+    /// IDs left in the cache.
+    pub cached_ids: u64,
+    /// Seconds the cache lasts at the current rate; `None` when infinite.
+    pub runway_seconds: Option<f64>,
+    /// IDs issued since the server started.
+    pub issued: u64,
+}
+
+impl BizStats {
+    /// A biz that has not served an ID here.
+    pub fn idle(biz: &str) -> BizStats {
+        BizStats {
+            biz: biz.to_string(),
+            rate: 0.0,
+            peak_rate: 0.0,
+            step: 0,
+            recommended_step: 0,
+            last_step_reason: None,
+            cached_ids: 0,
+            runway_seconds: Some(0.0),
+            issued: 0,
+        }
+    }
+}
+
+/// Every metric segmint exports, in its own registry.
+pub struct Metrics {
+    registry: Registry,
+    max_bizs: usize,
+    /// The label of every biz seen so far.
+    labels: Mutex<HashMap<BizTag, Arc<str>>>,
+    ids_issued: IntCounterVec,
+    segment_ids: IntCounterVec,
+    biz_rate: GaugeVec,
+    biz_peak: GaugeVec,
+    biz_step: IntGaugeVec,
+    biz_recommended: IntGaugeVec,
+    biz_cached: IntGaugeVec,
+    biz_runway: GaugeVec,
+    step_choices: IntCounterVec,
+    database_up: IntGaugeVec,
+    fetches: IntCounterVec,
+    fetch_seconds: HistogramVec,
+    http_requests: IntCounterVec,
+    http_seconds: HistogramVec,
+}
+
+/// Registers `metric` with `registry`; every name here is static and distinct, so
+/// registration cannot fail.
+fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: prometheus::Result<M>,
+) -> M {
+    let metric = metric.expect("static metric definition");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("metric names are distinct");
+    metric
+}
+
+impl Metrics {
+    pub fn new(max_bizs: usize) -> Metrics {
+        let r = Registry::new();
+        let biz = &["biz"];
+        let build = registered(
+            &r,
+            IntGaugeVec::new(
+                Opts::new("segmint_build_info", "segmint build; always 1"),
+                &["version"],
+            ),
+        );
+        build.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("process metrics registered once");
+        Metrics {
+            max_bizs,
+            labels: Mutex::new(HashMap::new()),
+            ids_issued: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_ids_issued_total",
+                        "IDs issued from the server's cache (nextId, nextIdSimple, /v1/ids)",
+                    ),
+                    biz,
+                ),
+            ),
+            segment_ids: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_segment_ids_total",
+                        "IDs in segments handed to clients (nextSegmentId, /v1/segments)",
+                    ),
+                    biz,
+                ),
+            ),
+            biz_rate: registered(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "segmint_biz_rate_ids_per_second",
+                        "IDs issued per second over the last minute",
+                    ),
+                    biz,
+                ),
+            ),
+            biz_peak: registered(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "segmint_biz_peak_rate_ids_per_second",
+                        "Highest one-minute issue rate over the last 24 hours",
+                    ),
+                    biz,
+                ),
+            ),
+            biz_step: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_biz_step",
+                        "Step of the last segment reserved for the cache (0 before the first)",
+                    ),
+                    biz,
+                ),
+            ),
+            biz_recommended: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_biz_recommended_step",
+                        "Step lasting step_target_secs at the peak rate",
+                    ),
+                    biz,
+                ),
+            ),
+            biz_cached: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new("segmint_biz_cached_ids", "IDs left in the cache"),
+                    biz,
+                ),
+            ),
+            biz_runway: registered(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "segmint_biz_runway_seconds",
+                        "Seconds the cache lasts at the current rate (+Inf when idle)",
+                    ),
+                    biz,
+                ),
+            ),
+            step_choices: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_step_choices_total",
+                        "Segments reserved for the cache, by why their step was chosen",
+                    ),
+                    &["biz", "reason"],
+                ),
+            ),
+            database_up: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_database_up",
+                        "1 when the database is in use, 0 while it backs off after a failure",
+                    ),
+                    &["database"],
+                ),
+            ),
+            fetches: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_segment_fetches_total",
+                        "Segment reservation attempts by outcome (ok, conflict, error, refused)",
+                    ),
+                    &["database", "outcome"],
+                ),
+            ),
+            fetch_seconds: registered(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "segmint_segment_fetch_duration_seconds",
+                        "Time of one segment reservation on one database",
+                    )
+                    .buckets(FETCH_BUCKETS.to_vec()),
+                    &["database"],
+                ),
+            ),
+            http_requests: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_http_requests_total",
+                        "HTTP requests by route template, method and status",
+                    ),
+                    &["route", "method", "status"],
+                ),
+            ),
+            http_seconds: registered(
+                &r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "segmint_http_request_duration_seconds",
+                        "HTTP request latency by route template",
+                    )
+                    .buckets(HTTP_BUCKETS.to_vec()),
+                    &["route"],
+                ),
+            ),
+            registry: r,
+        }
+    }
+
+    /// The label of `biz`: its name while fewer than `max_bizs` bizs have one, else
+    /// [`OTHER_BIZ`]. Stable for the life of the process.
+    pub fn biz_label(&self, biz: &BizTag) -> Arc<str> {
+        let mut labels = self.labels.lock();
+        if let Some(label) = labels.get(biz) {
+            return label.clone();
+        }
+        let own = labels.values().filter(|l| &***l != OTHER_BIZ).count();
+        let label: Arc<str> = if own < self.max_bizs {
+            Arc::from(biz.as_str())
+        } else {
+            Arc::from(OTHER_BIZ)
+        };
+        labels.insert(biz.clone(), label.clone());
+        label
+    }
+
+    /// The counter of IDs issued from the cache for `biz`, to keep and bump.
+    pub fn issued_counter(&self, biz: &BizTag) -> IntCounter {
+        self.ids_issued.with_label_values(&[&*self.biz_label(biz)])
+    }
+
+    /// Counts `n` IDs handed to a client in a segment.
+    pub fn segment_handed_out(&self, biz: &BizTag, n: u64) {
+        self.segment_ids
+            .with_label_values(&[&*self.biz_label(biz)])
+            .inc_by(n);
+    }
+
+    /// Counts a segment reserved for the cache of `biz` with a step chosen for `reason`.
+    pub fn step_chosen(&self, biz: &BizTag, reason: StepReason) {
+        self.step_choices
+            .with_label_values(&[&*self.biz_label(biz), reason.as_str()])
+            .inc();
+    }
+
+    /// Handles for the database `name`.
+    pub fn database(&self, name: &str) -> DatabaseMetrics {
+        let outcome = |o: &str| self.fetches.with_label_values(&[name, o]);
+        DatabaseMetrics {
+            ok: outcome("ok"),
+            conflict: outcome("conflict"),
+            error: outcome("error"),
+            refused: outcome("refused"),
+            latency: self.fetch_seconds.with_label_values(&[name]),
+        }
+    }
+
+    /// Counts one HTTP request on the route template `route`.
+    pub fn http_request(&self, route: &str, method: &str, status: &str, took: Duration) {
+        self.http_requests
+            .with_label_values(&[route, method, status])
+            .inc();
+        self.http_seconds
+            .with_label_values(&[route])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Sets the state gauges and renders every metric in the text format.
+    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool)]) -> String {
+        for (name, up) in databases {
+            self.database_up
+                .with_label_values(&[name.as_str()])
+                .set(i64::from(*up));
+        }
+        // Bizs past the cap are summed into `_other`; their steps are not comparable,
+        // so `_other` has no step gauges.
+        let mut other: Option<(f64, f64, u64)> = None;
+        for s in bizs {
+            let label = self.biz_label_if_known(&s.biz);
+            if &*label == OTHER_BIZ {
+                let o = other.get_or_insert((0.0, 0.0, 0));
+                o.0 += s.rate;
+                o.1 += s.peak_rate;
+                o.2 += s.cached_ids;
+                continue;
+            }
+            let l = [&*label];
+            self.biz_rate.with_label_values(&l).set(s.rate);
+            self.biz_peak.with_label_values(&l).set(s.peak_rate);
+            self.biz_step.with_label_values(&l).set(s.step);
+            self.biz_recommended
+                .with_label_values(&l)
+                .set(s.recommended_step);
+            self.biz_cached
+                .with_label_values(&l)
+                .set(i64::try_from(s.cached_ids).unwrap_or(i64::MAX));
+            self.biz_runway
+                .with_label_values(&l)
+                .set(s.runway_seconds.unwrap_or(f64::INFINITY));
+        }
+        if let Some((rate, peak, cached)) = other {
+            let l = [OTHER_BIZ];
+            self.biz_rate.with_label_values(&l).set(rate);
+            self.biz_peak.with_label_values(&l).set(peak);
+            self.biz_cached
+                .with_label_values(&l)
+                .set(i64::try_from(cached).unwrap_or(i64::MAX));
+            self.biz_runway
+                .with_label_values(&l)
+                .set(crate::rate::runway(cached, rate));
+        }
+        let mut out = Vec::new();
+        // Encoding into a Vec cannot fail on IO; a metric family it rejects would be a
+        // bug in the definitions above, and shows as an empty scrape in tests.
+        if let Err(e) = TextEncoder::new().encode(&self.registry.gather(), &mut out) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        infinities_as_prometheus_writes_them(&String::from_utf8(out).unwrap_or_default())
+    }
+
+    fn biz_label_if_known(&self, biz: &str) -> Arc<str> {
+        match BizTag::parse(biz) {
+            Ok(tag) => self.biz_label(&tag),
+            Err(_) => Arc::from(OTHER_BIZ),
+        }
+    }
+}
+
+/// The encoder writes infinite samples as Rust prints them (`inf`); the text format
+/// spells them `+Inf` and `-Inf`.
+fn infinities_as_prometheus_writes_them(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let fixed = if line.starts_with('#') {
+            None
+        } else if let Some(head) = line.strip_suffix(" inf") {
+            Some((head, " +Inf"))
+        } else {
+            line.strip_suffix(" -inf").map(|head| (head, " -Inf"))
+        };
+        match fixed {
+            Some((head, value)) => {
+                out.push_str(head);
+                out.push_str(value);
+            }
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tag(s: &str) -> BizTag {
+        BizTag::parse(s).unwrap()
+    }
+
+    #[test]
+    fn bizs_past_the_cap_share_one_label() {
+        let m = Metrics::new(2);
+        assert_eq!(&*m.biz_label(&tag("a")), "a");
+        assert_eq!(&*m.biz_label(&tag("b")), "b");
+        assert_eq!(&*m.biz_label(&tag("c")), OTHER_BIZ);
+        assert_eq!(&*m.biz_label(&tag("d")), OTHER_BIZ);
+        assert_eq!(&*m.biz_label(&tag("a")), "a", "stable");
+        m.issued_counter(&tag("c")).inc_by(3);
+        m.issued_counter(&tag("d")).inc_by(4);
+        let text = m.render(&[], &[]);
+        assert!(
+            text.contains("segmint_ids_issued_total{biz=\"_other\"} 7"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn renders_state_gauges() {
+        let m = Metrics::new(10);
+        let stats = BizStats {
+            biz: "order".into(),
+            rate: 12.5,
+            peak_rate: 40.0,
+            step: 1000,
+            recommended_step: 24_000,
+            last_step_reason: Some(StepReason::Minimum),
+            cached_ids: 900,
+            runway_seconds: None,
+            issued: 100,
+        };
+        let text = m.render(&[stats], &[("pg-a".into(), true), ("pg-b".into(), false)]);
+        for line in [
+            "segmint_biz_rate_ids_per_second{biz=\"order\"} 12.5",
+            "segmint_biz_peak_rate_ids_per_second{biz=\"order\"} 40",
+            "segmint_biz_step{biz=\"order\"} 1000",
+            "segmint_biz_recommended_step{biz=\"order\"} 24000",
+            "segmint_biz_cached_ids{biz=\"order\"} 900",
+            "segmint_biz_runway_seconds{biz=\"order\"} +Inf",
+            "segmint_database_up{database=\"pg-a\"} 1",
+            "segmint_database_up{database=\"pg-b\"} 0",
+            "segmint_build_info{version=\"",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+    }
+}

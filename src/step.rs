@@ -1,0 +1,252 @@
+//! Step sizing: how many IDs the next segment of a biz should span.
+//!
+//! A segment should last [`StepPolicy::target`] (10 minutes by default) at the biz's
+//! peak rate, so that the cache rides out a database outage of that length. The biz
+//! row's `step` is the minimum, [`StepPolicy::max`] the maximum, and the step changes
+//! by at most a factor of 2 from one fetch to the next, so one burst cannot blow a
+//! segment up and a quiet hour cannot shrink it to nothing at once. Pure: no clock, no
+//! IO; the caller passes the observed peak rate.
+
+use std::time::Duration;
+
+/// How the step of the cache's segments is chosen (from the configuration).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepPolicy {
+    /// False: every segment uses the biz row's step, as Tinyid does.
+    pub adaptive: bool,
+    /// How long a segment should last at the peak rate.
+    pub target: Duration,
+    /// Upper bound on a chosen step; a row's own step is used even if larger.
+    pub max: i64,
+}
+
+impl Default for StepPolicy {
+    fn default() -> Self {
+        StepPolicy {
+            adaptive: true,
+            target: Duration::from_secs(600),
+            max: 1_000_000,
+        }
+    }
+}
+
+/// Why a step was chosen; reported in logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepReason {
+    /// Adaptive sizing is off: the row's step.
+    Fixed,
+    /// The target was below the row's step, which is the minimum.
+    Minimum,
+    /// The step that lasts the target time at the peak rate.
+    Target,
+    /// The target was more than twice the previous step.
+    GrowthLimited,
+    /// The target was less than half the previous step.
+    ShrinkLimited,
+    /// The target exceeded the configured maximum.
+    Maximum,
+}
+
+impl StepReason {
+    pub const ALL: [StepReason; 6] = [
+        StepReason::Fixed,
+        StepReason::Minimum,
+        StepReason::Target,
+        StepReason::GrowthLimited,
+        StepReason::ShrinkLimited,
+        StepReason::Maximum,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepReason::Fixed => "fixed",
+            StepReason::Minimum => "minimum",
+            StepReason::Target => "target",
+            StepReason::GrowthLimited => "growth_limited",
+            StepReason::ShrinkLimited => "shrink_limited",
+            StepReason::Maximum => "maximum",
+        }
+    }
+}
+
+impl std::fmt::Display for StepReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the cache knows when it asks for a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepHint {
+    /// Peak issue rate of the biz, IDs per second.
+    pub peak_rate: f64,
+    /// Step of the previous segment reserved for the cache, if any.
+    pub previous: Option<i64>,
+}
+
+/// A chosen step and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepChoice {
+    pub step: i64,
+    pub reason: StepReason,
+}
+
+/// Rounds up to two significant digits: 123 → 130, 1_234_567 → 1_300_000.
+fn round_up_2_digits(x: f64) -> i64 {
+    if x.is_nan() || x <= 0.0 {
+        return 0;
+    }
+    if x >= i64::MAX as f64 {
+        return i64::MAX;
+    }
+    let magnitude = 10f64.powi((x.log10().floor() as i32 - 1).max(0));
+    let rounded = (x / magnitude).ceil() * magnitude;
+    if rounded >= i64::MAX as f64 {
+        i64::MAX
+    } else {
+        rounded as i64
+    }
+}
+
+impl StepPolicy {
+    /// The step that lasts [`StepPolicy::target`] at `peak_rate` IDs/s on a row of
+    /// class modulus `delta` (a segment of step `s` holds about `s / delta` IDs),
+    /// rounded up to two significant digits; 0 when nothing was issued.
+    pub fn recommended(&self, peak_rate: f64, delta: i64) -> i64 {
+        let ids = peak_rate * self.target.as_secs_f64();
+        round_up_2_digits(ids * delta.max(1) as f64)
+    }
+
+    /// The step for the next segment from a row with step `row_step` and class
+    /// modulus `delta`.
+    pub fn choose(&self, row_step: i64, delta: i64, hint: Option<StepHint>) -> StepChoice {
+        let Some(hint) = hint.filter(|_| self.adaptive) else {
+            return StepChoice {
+                step: row_step,
+                reason: StepReason::Fixed,
+            };
+        };
+        let mut step = self.recommended(hint.peak_rate, delta);
+        let mut reason = StepReason::Target;
+        if let Some(previous) = hint.previous.filter(|p| *p > 0) {
+            if step > previous.saturating_mul(2) {
+                step = previous.saturating_mul(2);
+                reason = StepReason::GrowthLimited;
+            } else if step < (previous / 2 + previous % 2) {
+                step = previous / 2 + previous % 2;
+                reason = StepReason::ShrinkLimited;
+            }
+        }
+        if step > self.max {
+            step = self.max;
+            reason = StepReason::Maximum;
+        }
+        if step <= row_step {
+            step = row_step;
+            reason = StepReason::Minimum;
+        }
+        StepChoice { step, reason }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn policy() -> StepPolicy {
+        StepPolicy::default()
+    }
+
+    fn hint(peak_rate: f64, previous: Option<i64>) -> Option<StepHint> {
+        Some(StepHint {
+            peak_rate,
+            previous,
+        })
+    }
+
+    #[test]
+    fn recommended_is_600_times_peak_rounded_up() {
+        let p = policy();
+        assert_eq!(p.recommended(0.0, 1), 0);
+        assert_eq!(p.recommended(1000.0, 1), 600_000);
+        assert_eq!(p.recommended(1234.0, 1), 750_000); // 740_400 → 750_000
+        assert_eq!(p.recommended(0.5, 1), 300);
+        assert_eq!(p.recommended(0.01, 1), 6);
+        // Every other ID of an odd-only row: twice the step for the same IDs.
+        assert_eq!(p.recommended(1000.0, 2), 1_200_000);
+        assert_eq!(p.recommended(f64::INFINITY, 1), i64::MAX);
+        assert_eq!(p.recommended(f64::NAN, 1), 0);
+    }
+
+    #[test]
+    fn fixed_when_off_or_without_a_hint() {
+        let off = StepPolicy {
+            adaptive: false,
+            ..policy()
+        };
+        let fixed = StepChoice {
+            step: 1000,
+            reason: StepReason::Fixed,
+        };
+        assert_eq!(off.choose(1000, 1, hint(1e6, Some(5000))), fixed);
+        assert_eq!(policy().choose(1000, 1, None), fixed);
+    }
+
+    #[test]
+    fn row_step_is_the_minimum() {
+        let c = policy().choose(1000, 1, hint(0.0, None));
+        assert_eq!((c.step, c.reason), (1000, StepReason::Minimum));
+        // Shrinking stops at the row's step as well.
+        let c = policy().choose(1000, 1, hint(0.0, Some(1500)));
+        assert_eq!((c.step, c.reason), (1000, StepReason::Minimum));
+    }
+
+    #[test]
+    fn first_adaptive_step_is_the_target() {
+        let c = policy().choose(1000, 1, hint(100.0, None));
+        assert_eq!((c.step, c.reason), (60_000, StepReason::Target));
+    }
+
+    #[test]
+    fn grows_and_shrinks_by_at_most_two() {
+        let c = policy().choose(1000, 1, hint(100.0, Some(10_000)));
+        assert_eq!((c.step, c.reason), (20_000, StepReason::GrowthLimited));
+        let c = policy().choose(1000, 1, hint(10.0, Some(60_001)));
+        assert_eq!((c.step, c.reason), (30_001, StepReason::ShrinkLimited));
+        let c = policy().choose(1000, 1, hint(100.0, Some(40_000)));
+        assert_eq!((c.step, c.reason), (60_000, StepReason::Target));
+    }
+
+    #[test]
+    fn capped_at_the_maximum_unless_the_row_says_more() {
+        let p = StepPolicy {
+            max: 50_000,
+            ..policy()
+        };
+        let c = p.choose(1000, 1, hint(1000.0, Some(40_000)));
+        assert_eq!((c.step, c.reason), (50_000, StepReason::Maximum));
+        let c = p.choose(80_000, 1, hint(1000.0, Some(40_000)));
+        assert_eq!((c.step, c.reason), (80_000, StepReason::Minimum));
+    }
+
+    proptest! {
+        #[test]
+        fn choice_respects_every_bound(
+            row in 1i64..10_000_000,
+            delta in 1i64..8,
+            peak in 0.0f64..1e7,
+            previous in proptest::option::of(1i64..100_000_000),
+            max in 1i64..100_000_000,
+        ) {
+            let p = StepPolicy { max, ..policy() };
+            let c = p.choose(row, delta, hint(peak, previous));
+            prop_assert!(c.step >= row);
+            prop_assert!(c.step <= max.max(row));
+            if let Some(prev) = previous && c.step > row && c.step < max {
+                prop_assert!(c.step <= prev * 2 && c.step >= (prev / 2 + prev % 2));
+            }
+        }
+    }
+}

@@ -1,0 +1,350 @@
+//! Adaptive step sizing against real databases: the step follows the observed rate,
+//! doubling at most per fetch and stopping at `step_max`, without rewriting the row's
+//! `step`; switched off, every segment uses the row's step; segments handed to
+//! clients report the step they really have. Plus the operators' views of it:
+//! `/v1/bizs`, `/status` and the log line of every reservation.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIZ: &str = "order";
+const ROW_STEP: i64 = 10;
+
+/// Requests `count` IDs at a time from `tasks` tasks for `for_how_long`; every ID.
+async fn load(
+    app: &TestApp,
+    token: &str,
+    tasks: usize,
+    count: usize,
+    for_how_long: Duration,
+) -> Vec<i64> {
+    let until = Instant::now() + for_how_long;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (http, base, token) = (app.http.clone(), app.base.clone(), token.to_string());
+        handles.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while Instant::now() < until {
+                let r = http
+                    .get(format!("{base}/v1/ids/{BIZ}?count={count}"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+                let body: serde_json::Value = r.json().await.unwrap();
+                ids.extend(
+                    body["ids"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.as_i64().unwrap()),
+                );
+            }
+            ids
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
+fn assert_unique(ids: &[i64]) {
+    let mut seen = HashSet::with_capacity(ids.len());
+    for id in ids {
+        assert!(seen.insert(*id), "ID {id} issued twice");
+    }
+}
+
+/// The `/v1/bizs` entry of `biz`.
+async fn biz_report(app: &TestApp, biz: &str) -> serde_json::Value {
+    let (status, body) = app.get_v1("/v1/bizs", None).await;
+    assert_eq!(status, 200, "{body}");
+    body["bizs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["biz"] == biz)
+        .unwrap_or_else(|| panic!("{biz} missing from {body}"))
+        .clone()
+}
+
+/// The value of the sample `series` (name with labels) in `/metrics`.
+async fn metric(app: &TestApp, series: &str) -> f64 {
+    let (status, text) = app.get("/metrics").await;
+    assert_eq!(status, 200);
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_follows_the_rate_up_to_the_maximum_and_leaves_the_row_alone() {
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let config = dbs.config("step_max = 640");
+    let token = setup_biz(&config, BIZ, ROW_STEP, false).await;
+    let app = spawn_app(config).await;
+
+    let ids = load(&app, &token, 4, 20, Duration::from_secs(4)).await;
+    assert_unique(&ids);
+
+    let report = biz_report(&app, BIZ).await;
+    assert_eq!(report["step"], 640, "{report}");
+    assert_eq!(report["last_step_reason"], "maximum", "{report}");
+    let peak = report["peak_rate"].as_f64().unwrap();
+    assert!(peak > 0.0, "{report}");
+    // 600 × the peak rate, rounded up: well past the maximum.
+    let recommended = report["recommended_step"].as_i64().unwrap();
+    assert!(
+        recommended as f64 >= 600.0 * peak && recommended > 640,
+        "{report}"
+    );
+    assert!(report["issued"].as_u64().unwrap() >= ids.len() as u64);
+
+    // The row's step column is the minimum, not rewritten; max_id moved by the chosen steps.
+    let row = dbs.row(0, BIZ);
+    let fields: Vec<i64> = row.split('|').map(|f| f.parse().unwrap()).collect();
+    let (max_id, version, step) = (fields[0], fields[1], fields[2]);
+    assert_eq!(step, ROW_STEP, "row: {row}");
+    assert!(
+        max_id > version * ROW_STEP,
+        "segments were wider than the row's step: {row}"
+    );
+    assert!(
+        max_id <= version * 640,
+        "no segment wider than step_max: {row}"
+    );
+
+    for reason in ["growth_limited", "maximum"] {
+        let n = metric(
+            &app,
+            &format!("segmint_step_choices_total{{biz=\"{BIZ}\",reason=\"{reason}\"}}"),
+        )
+        .await;
+        assert!(n >= 1.0, "no step chosen for {reason}");
+    }
+    assert_eq!(
+        metric(&app, &format!("segmint_biz_step{{biz=\"{BIZ}\"}}")).await,
+        640.0
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adaptive_step_switched_off_keeps_the_row_step() {
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let config = dbs.config("adaptive_step = false");
+    let token = setup_biz(&config, BIZ, ROW_STEP, false).await;
+    let app = spawn_app(config).await;
+
+    let ids = load(&app, &token, 4, 20, Duration::from_secs(3)).await;
+    assert_unique(&ids);
+
+    let report = biz_report(&app, BIZ).await;
+    assert_eq!(report["step"], ROW_STEP, "{report}");
+    assert_eq!(report["last_step_reason"], "fixed", "{report}");
+    assert!(
+        report["recommended_step"].as_i64().unwrap() > ROW_STEP,
+        "{report}"
+    );
+    let row = dbs.row(0, BIZ);
+    let fields: Vec<i64> = row.split('|').map(|f| f.parse().unwrap()).collect();
+    assert_eq!(
+        fields[0],
+        fields[1] * ROW_STEP,
+        "every segment one row step: {row}"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_segments_report_their_real_step_and_are_counted() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let config = dbs.config("preload_percent = 30");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let app = spawn_app(config).await;
+    // Make the cache's step grow first: client segments keep the row's step anyway.
+    load(&app, &token, 2, 20, Duration::from_secs(2)).await;
+
+    let (status, s) = app
+        .get_v1(&format!("/v1/segments/{BIZ}"), Some(&token))
+        .await;
+    assert_eq!(status, 200, "{s}");
+    let (current, max) = (
+        s["current_id"].as_i64().unwrap(),
+        s["max_id"].as_i64().unwrap(),
+    );
+    assert_eq!(s["step"], 100, "{s}");
+    assert_eq!(max - current, 100, "{s}");
+    assert_eq!(s["loading_id"], current + 30, "{s}");
+    assert_eq!(s["count"], 50, "{s}");
+
+    let (status, text) = app
+        .get(&format!(
+            "/tinyid/id/nextSegmentIdSimple?bizType={BIZ}&token={token}"
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let f: Vec<i64> = text.split(',').map(|v| v.parse().unwrap()).collect();
+    let (current, loading, max) = (f[0], f[1], f[2]);
+    assert_eq!(max - current, 100, "{text}");
+    assert_eq!(loading, current + 30, "{text}");
+
+    assert_eq!(
+        metric(&app, &format!("segmint_segment_ids_total{{biz=\"{BIZ}\"}}")).await,
+        100.0,
+        "two segments of 50 IDs"
+    );
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bizs_and_status_list_every_biz_and_database() {
+    let dbs = Databases::start(Kind::Embedded, 2);
+    let config = dbs.config("");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    setup_biz(&config, "idle", 100, false).await;
+    setup_biz(&config, "clash", 100, false).await;
+    // The same class on both databases: refused, with a reason.
+    dbs.sql(
+        1,
+        "UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'clash'",
+    );
+    let app = spawn_app(config).await;
+    assert_eq!(app.ids(BIZ, &token, 5).await.len(), 5);
+
+    let order = biz_report(&app, BIZ).await;
+    assert_eq!(order["issued"], 5, "{order}");
+    assert!(order["cached_ids"].as_u64().unwrap() > 0, "{order}");
+    assert_eq!(order["step"], 100, "{order}");
+    let idle = biz_report(&app, "idle").await;
+    assert_eq!(idle["issued"], 0, "{idle}");
+    assert_eq!(idle["step"], 0, "{idle}");
+    let clash = biz_report(&app, "clash").await;
+    let why = clash["refused"].as_str().unwrap_or_default();
+    assert!(why.contains("pg0") && why.contains("pg1"), "{clash}");
+
+    let (status, body) = app.get_v1("/v1/bizs", None).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = body["databases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["pg0", "pg1"]);
+    assert_eq!(body["step_policy"]["target_secs"], 600);
+
+    let (status, html) = app.get("/status").await;
+    assert_eq!(status, 200);
+    for needle in [
+        "<td>order</td>",
+        "<td>idle</td>",
+        "<td>clash</td>",
+        "<td>pg0</td>",
+        "<td>pg1</td>",
+        ">up<",
+    ] {
+        assert!(html.contains(needle), "{needle} missing from\n{html}");
+    }
+    app.stop().await;
+}
+
+/// Every reservation for the cache is logged with its step and why; consecutive steps
+/// never change by more than a factor of 2.
+#[test]
+fn every_reservation_is_logged_with_its_step_and_reason() {
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let toml = config_toml_urls(&dbs.urls(), "step_max = 320");
+    let config = segmint::config::Config::from_toml(&toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let token = rt.block_on(setup_biz(&config, BIZ, ROW_STEP, false));
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &toml).unwrap();
+    let port = free_port();
+    let mut server = ChildGuard(
+        Command::new(segmint_bin())
+            .args(["--config", file.path().to_str().unwrap(), "serve"])
+            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = server.0.stderr.take().unwrap();
+    let lines = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .filter(|l| l.contains("reserved a segment"))
+            .collect::<Vec<String>>()
+    });
+
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http.get(format!("{base}/healthz")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "server did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let until = Instant::now() + Duration::from_secs(4);
+        while Instant::now() < until {
+            let r = http
+                .get(format!("{base}/v1/ids/{BIZ}?count=20"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+        }
+    });
+    assert_eq!(server.terminate(), Some(0), "SIGTERM stops the server");
+    let lines = lines.join().unwrap();
+
+    let field = |line: &str, name: &str| -> String {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name}= in {line}"))
+            .to_string()
+    };
+    let steps: Vec<(i64, String)> = lines
+        .iter()
+        .map(|l| (field(l, "step").parse().unwrap(), field(l, "reason")))
+        .collect();
+    assert!(steps.len() >= 5, "{lines:#?}");
+    assert_eq!(steps[0], (ROW_STEP, "minimum".to_string()), "{lines:#?}");
+    for pair in steps.windows(2) {
+        let ((a, _), (b, _)) = (&pair[0], &pair[1]);
+        assert!(
+            *b <= a * 2 && *b * 2 >= *a,
+            "step jumped from {a} to {b}: {lines:#?}"
+        );
+    }
+    assert!(
+        steps.iter().any(|(_, r)| r == "growth_limited"),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        steps.last().unwrap(),
+        &(320, "maximum".to_string()),
+        "{lines:#?}"
+    );
+    for l in &lines {
+        assert!(
+            l.contains(&format!("biz={BIZ}")) && l.contains("database=pg0"),
+            "{l}"
+        );
+    }
+}
