@@ -10,14 +10,27 @@
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
+//! - [`client`]: the client library, issuing IDs locally from fetched segments.
+//!
+//! Features: `server` (the server, its CLI and stores) and `client`, both on by
+//! default; `default-features = false, features = ["client"]` builds the client alone.
 
+#[cfg(feature = "server")]
 pub mod biz;
+#[cfg(feature = "client")]
+pub mod client;
+#[cfg(feature = "server")]
 pub mod config;
+#[cfg(feature = "server")]
 pub mod generator;
+#[cfg(feature = "server")]
 pub mod metrics;
 pub mod rate;
 pub mod segment;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod step;
+#[cfg(feature = "server")]
 pub mod store;
+#[cfg(feature = "server")]
 pub mod telemetry;

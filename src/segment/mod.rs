@@ -4,10 +4,12 @@
 //! this arithmetic, and it is unit- and property-tested on its own.
 
 mod buffer;
+mod chain;
 mod range;
 mod residue;
 
 pub use buffer::DoubleBuffer;
+pub use chain::{Chain, MAX_SEGMENT_IDS, SLOTS, Take};
 pub use range::{Cursor, SegmentRange};
 pub use residue::Residue;
 

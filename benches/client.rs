@@ -1,0 +1,154 @@
+//! The client's local issuance against a bare `AtomicU64::fetch_add`, measured in the
+//! same groups so the ratio is read off one run:
+//!
+//! ```sh
+//! cargo bench --bench client
+//! ```
+//!
+//! A segmint server runs in this process on an embedded database with segments of ten
+//! million IDs, so the measured path is the cached one (a fetch every ten million IDs,
+//! in the background).
+//!
+//! Every routine returns a plain integer (`unwrap_or(-1)` on the client's `Result`):
+//! criterion reads the returned value back through a volatile load per word, which
+//! for a 40-byte `Result` would cost more than the `fetch_add` being compared.
+
+use std::hint::black_box;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use segmint::biz::BizTag;
+use segmint::client::blocking::{BlockingBiz, BlockingClient};
+use segmint::config::Config;
+use segmint::server::Application;
+use segmint::store::Store;
+
+const STEP: i64 = 10_000_000;
+
+/// A server in a runtime of its own, a client of it, and the handle of biz `bench`.
+struct Fixture {
+    biz: BlockingBiz,
+    _client: BlockingClient,
+    _server: tokio::runtime::Runtime,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let toml = format!(
+        "bind = \"127.0.0.1:0\"\nworkers = 1\n[[databases]]\nname = \"local\"\nurl = \"sqlite://{}\"\n",
+        dir.path().join("bench.db").display()
+    );
+    let config = Config::from_toml(&toml).expect("bench configuration");
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("server runtime");
+    let (port, token) = server.block_on(async {
+        let store = Store::connect(&config).expect("embedded store");
+        let biz = BizTag::parse("bench").expect("biz name");
+        store.add_biz(&biz, STEP, 1, None).await.expect("biz");
+        let token = store.add_token(&biz, "bench").await.expect("token").0;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let app = Application::with_listener(config, listener)
+            .await
+            .expect("server");
+        let port = app.port();
+        tokio::spawn(app.run_until(std::future::pending()));
+        (port, token)
+    });
+    let client = BlockingClient::builder()
+        .servers([format!("http://127.0.0.1:{port}")])
+        .token(token)
+        .build()
+        .expect("client");
+    let biz = client.biz("bench").expect("biz handle");
+    biz.next_id().expect("first segment");
+    Fixture {
+        biz,
+        _client: client,
+        _server: server,
+        _dir: dir,
+    }
+}
+
+/// Runs `op` `iters` times split over `threads` threads; the wall time of all.
+fn on_threads(threads: u64, iters: u64, op: impl Fn() + Sync) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..iters / threads {
+                    op();
+                }
+            });
+        }
+    });
+    start.elapsed()
+}
+
+fn bench(c: &mut Criterion) {
+    let f = fixture();
+    let counter = Arc::new(AtomicU64::new(0));
+
+    let mut single = c.benchmark_group("single_thread");
+    single.throughput(Throughput::Elements(1));
+    single.bench_function("atomic_fetch_add", |b| {
+        b.iter(|| counter.fetch_add(1, Ordering::AcqRel))
+    });
+    single.bench_function("client_next_id", |b| {
+        b.iter(|| f.biz.next_id().unwrap_or(-1))
+    });
+    let chain = segmint::segment::Chain::new();
+    chain.advance(
+        0,
+        &segmint::segment::SegmentRange::after(0, 1 << 30, segmint::segment::Residue::ALL).unwrap(),
+        20,
+    );
+    single.bench_function("chain_next", |b| b.iter(|| chain.next().unwrap_or(-1)));
+    single.finish();
+
+    let mut two = c.benchmark_group("two_threads");
+    two.throughput(Throughput::Elements(1));
+    two.bench_function("atomic_fetch_add", |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, || {
+                black_box(counter.fetch_add(1, Ordering::AcqRel));
+            })
+        })
+    });
+    two.bench_function("client_next_id", |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, || {
+                let _ = black_box(f.biz.next_id());
+            })
+        })
+    });
+    two.finish();
+
+    let mut batch = c.benchmark_group("batch_1000");
+    batch.throughput(Throughput::Elements(1000));
+    batch.bench_function("atomic_fetch_add_1000_into_vec", |b| {
+        b.iter(|| {
+            let first = counter.fetch_add(1000, Ordering::AcqRel);
+            black_box((first..first + 1000).collect::<Vec<u64>>())
+        })
+    });
+    batch.bench_function("client_next_ids_1000", |b| {
+        b.iter(|| black_box(f.biz.next_ids(1000)))
+    });
+    batch.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = bench
+}
+criterion_main!(benches);

@@ -1,0 +1,497 @@
+//! The segmint client: issues IDs locally from segments fetched over HTTP.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), segmint::client::ClientError> {
+//! use segmint::client::Client;
+//! let client = Client::builder()
+//!     .servers(["http://10.0.0.1:9999", "http://10.0.0.2:9999"])
+//!     .token("3f9a…")
+//!     .build()?;
+//! let orders = client.biz("order")?;
+//! let id = orders.next_id().await?; // from memory, almost always
+//! let ids = orders.next_ids(100).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Each biz keeps a [`Chain`] of segments: taking an ID is one atomic add and a few
+//! loads, with no lock and no await ([`Biz::try_next_id`]). The caller that crosses
+//! the prefetch point of a segment starts fetching the next one in the background, so
+//! the next segment is normally ready before the current one runs out; callers only
+//! wait when both are used up, and then for one fetch shared by all of them. Fetches
+//! go to the servers in turn; a server that fails or times out is skipped for a
+//! back-off period that doubles per failure. Dropping the last handle of a client
+//! stops its background fetches.
+//!
+//! The client speaks segmint's `GET /v1/segments/{biz}` (the default) or Tinyid's
+//! `nextSegmentIdSimple` ([`Protocol::Tinyid`]), so it also works against a Tinyid
+//! server. [`blocking::BlockingClient`] wraps it for code without an async runtime.
+
+pub mod blocking;
+mod fetch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+use tokio::sync::watch;
+
+use crate::segment::{Chain, SegmentRange, Take};
+use fetch::Servers;
+
+/// Which HTTP protocol the client uses to fetch segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// `GET /v1/segments/{biz}` with `Authorization: Bearer <token>`.
+    #[default]
+    V1,
+    /// Tinyid's `GET /tinyid/id/nextSegmentIdSimple?bizType=…&token=…`.
+    Tinyid,
+}
+
+/// Why the client could not issue IDs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    /// The builder was given bad settings.
+    #[error("client configuration: {0}")]
+    Config(String),
+    /// The cache is empty and no server answered.
+    #[error("no segment for biz `{biz}`: every server failed ({reasons})")]
+    Unavailable { biz: String, reasons: String },
+    /// A server refused the request: unknown biz, bad token, exhausted ID space.
+    #[error("server {server} refused biz `{biz}` ({status}): {message}")]
+    Refused {
+        biz: String,
+        server: String,
+        status: u16,
+        message: String,
+    },
+    /// A server answered with something that is not a valid segment.
+    #[error("server {server} sent an invalid segment for biz `{biz}`: {reason}")]
+    InvalidSegment {
+        biz: String,
+        server: String,
+        reason: String,
+    },
+    /// The fetch the caller waited for did not finish in time.
+    #[error("no segment for biz `{biz}` arrived within {waited:?}")]
+    Timeout { biz: String, waited: Duration },
+}
+
+/// Settings of a [`Client`].
+#[derive(Debug, Clone)]
+pub struct ClientBuilder {
+    servers: Vec<String>,
+    token: Option<String>,
+    protocol: Protocol,
+    prefetch_percent: u8,
+    request_timeout: Duration,
+    wait_timeout: Duration,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+}
+
+impl Default for ClientBuilder {
+    fn default() -> Self {
+        ClientBuilder {
+            servers: Vec::new(),
+            token: None,
+            protocol: Protocol::V1,
+            prefetch_percent: 20,
+            request_timeout: Duration::from_secs(3),
+            wait_timeout: Duration::from_secs(10),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ClientBuilder {
+    /// Base URLs of the servers, e.g. `http://10.0.0.1:9999`.
+    pub fn servers<I, S>(mut self, servers: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.servers = servers.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The token granted the bizs this client uses.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+
+    /// Share of a segment issued before the next is fetched (default 20 %).
+    pub fn prefetch_percent(mut self, percent: u8) -> Self {
+        self.prefetch_percent = percent;
+        self
+    }
+
+    /// Longest one HTTP request may take before the server counts as failed (3 s).
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+
+    /// Longest a caller waits for a segment when the cache is empty (10 s).
+    pub fn wait_timeout(mut self, timeout: Duration) -> Self {
+        self.wait_timeout = timeout;
+        self
+    }
+
+    /// Back-off of a failed server: first `initial`, doubling to at most `max`.
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self
+    }
+
+    /// Builds the client. Must be called within a Tokio runtime, which runs its
+    /// background fetches.
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] naming the bad setting.
+    pub fn build(self) -> Result<Client, ClientError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            ClientError::Config(
+                "build() must run within a Tokio runtime (or use blocking::BlockingClient)".into(),
+            )
+        })?;
+        if self.servers.is_empty() {
+            return Err(ClientError::Config(
+                "servers: at least one is needed".into(),
+            ));
+        }
+        let token = self
+            .token
+            .clone()
+            .filter(|t| !t.trim().is_empty())
+            .ok_or_else(|| ClientError::Config("token: required".into()))?;
+        if self.prefetch_percent > 100 {
+            return Err(ClientError::Config(
+                "prefetch_percent: must be between 0 and 100".into(),
+            ));
+        }
+        if self.backoff_max < self.backoff_initial {
+            return Err(ClientError::Config(
+                "backoff: max must be at least initial".into(),
+            ));
+        }
+        let servers = Arc::new(Servers::new(&self, token)?);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                servers,
+                runtime,
+                prefetch_percent: self.prefetch_percent,
+                wait_timeout: self.wait_timeout,
+                bizs: RwLock::new(HashMap::new()),
+            }),
+        })
+    }
+}
+
+/// A segmint client; cheap to clone, shared by every biz handle it gives out.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    servers: Arc<Servers>,
+    runtime: tokio::runtime::Handle,
+    prefetch_percent: u8,
+    wait_timeout: Duration,
+    bizs: RwLock<HashMap<String, Arc<Cache>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for cache in self.bizs.read().values() {
+            if let Some(task) = cache.slow.lock().task.take() {
+                task.abort();
+            }
+        }
+    }
+}
+
+/// The IDs of one biz held by a client.
+struct Cache {
+    biz: String,
+    chain: Chain,
+    slow: Mutex<Slow>,
+    /// Bumped when a fetch completes; waiting callers watch it.
+    fetched: watch::Sender<u64>,
+}
+
+#[derive(Default)]
+struct Slow {
+    /// A fetched segment waiting for the current one to run out.
+    next: Option<SegmentRange>,
+    /// The fetch in flight.
+    task: Option<tokio::task::AbortHandle>,
+    /// Why the last fetch failed, for the callers that waited for it.
+    last_error: Option<ClientError>,
+    /// Segments installed, for [`Biz::segments`].
+    installed: Vec<SegmentRange>,
+    /// Whether to remember installed segments (tests and audits).
+    record: bool,
+}
+
+impl Client {
+    pub fn builder() -> ClientBuilder {
+        ClientBuilder::default()
+    }
+
+    /// The handle of `biz`; keep it, as its methods skip the lookup by name.
+    ///
+    /// # Errors
+    /// [`ClientError::Config`] for an empty or over-long name.
+    pub fn biz(&self, biz: &str) -> Result<Biz, ClientError> {
+        if biz.is_empty() || biz.len() > 128 {
+            return Err(ClientError::Config(format!(
+                "biz: `{biz}` must be 1 to 128 characters"
+            )));
+        }
+        if let Some(cache) = self.inner.bizs.read().get(biz) {
+            return Ok(Biz {
+                cache: cache.clone(),
+                client: self.inner.clone(),
+            });
+        }
+        let cache = self
+            .inner
+            .bizs
+            .write()
+            .entry(biz.to_string())
+            .or_insert_with(|| {
+                Arc::new(Cache {
+                    biz: biz.to_string(),
+                    chain: Chain::new(),
+                    slow: Mutex::new(Slow::default()),
+                    fetched: watch::Sender::new(0),
+                })
+            })
+            .clone();
+        Ok(Biz {
+            cache,
+            client: self.inner.clone(),
+        })
+    }
+
+    /// One ID of `biz`.
+    ///
+    /// # Errors
+    /// As [`Biz::next_id`].
+    pub async fn next_id(&self, biz: &str) -> Result<i64, ClientError> {
+        self.biz(biz)?.next_id().await
+    }
+
+    /// `n` IDs of `biz`.
+    ///
+    /// # Errors
+    /// As [`Biz::next_ids`].
+    pub async fn next_ids(&self, biz: &str, n: usize) -> Result<Vec<i64>, ClientError> {
+        self.biz(biz)?.next_ids(n).await
+    }
+}
+
+/// One biz of a [`Client`]: issues its IDs.
+#[derive(Clone)]
+pub struct Biz {
+    cache: Arc<Cache>,
+    client: Arc<Inner>,
+}
+
+impl Biz {
+    pub fn name(&self) -> &str {
+        &self.cache.biz
+    }
+
+    /// An ID from the cache, if it has one: no lock, no await, no IO. Starts the
+    /// background fetch of the next segment at the prefetch point.
+    #[inline]
+    pub fn try_next_id(&self) -> Option<i64> {
+        match self.cache.chain.take(1).0 {
+            Take::Ids {
+                first, prefetch, ..
+            } => {
+                if prefetch {
+                    self.prefetch();
+                }
+                Some(first)
+            }
+            _ => None,
+        }
+    }
+
+    /// One ID: from the cache when it has one, else after the next segment arrives.
+    ///
+    /// # Errors
+    /// [`ClientError`] when the cache is empty and no segment could be fetched.
+    #[inline]
+    pub async fn next_id(&self) -> Result<i64, ClientError> {
+        loop {
+            if let Some(id) = self.try_next_id() {
+                return Ok(id);
+            }
+            self.refill().await?;
+        }
+    }
+
+    /// `n` IDs, in increasing order within each segment; spans segments as needed.
+    ///
+    /// # Errors
+    /// [`ClientError`] when the cache ran short and no segment could be fetched; the
+    /// IDs taken before are then discarded (never reissued).
+    pub async fn next_ids(&self, n: usize) -> Result<Vec<i64>, ClientError> {
+        let mut ids = Vec::with_capacity(n);
+        while !self.take_into(n, &mut ids) {
+            self.refill().await?;
+        }
+        Ok(ids)
+    }
+
+    /// Fills `ids` up to `n` from the cache; false when it ran out first.
+    #[inline]
+    fn take_into(&self, n: usize, ids: &mut Vec<i64>) -> bool {
+        while ids.len() < n {
+            let (take, _) = self.cache.chain.take((n - ids.len()) as u64);
+            match take {
+                Take::Ids { prefetch, .. } => {
+                    take.extend_into(ids);
+                    if prefetch {
+                        self.prefetch();
+                    }
+                }
+                Take::Exhausted { .. } => return false,
+                Take::Lost => {}
+            }
+        }
+        true
+    }
+
+    /// IDs left in the current segment (not counting a prefetched one).
+    pub fn cached(&self) -> u64 {
+        self.cache.chain.remaining()
+            + self
+                .cache
+                .slow
+                .lock()
+                .next
+                .as_ref()
+                .map_or(0, SegmentRange::len)
+    }
+
+    /// Starts recording the segments this handle's biz installs, for audits and tests:
+    /// every ID the client issues comes from one of them.
+    pub fn record_segments(&self) {
+        self.cache.slow.lock().record = true;
+    }
+
+    /// The segments installed since [`Biz::record_segments`], oldest first.
+    pub fn segments(&self) -> Vec<SegmentRange> {
+        self.cache.slow.lock().installed.clone()
+    }
+
+    /// Starts the fetch of the next segment unless one is fetched or in flight.
+    fn prefetch(&self) {
+        let mut slow = self.cache.slow.lock();
+        if slow.next.is_none() && slow.task.is_none() {
+            self.spawn_fetch(&mut slow);
+        }
+    }
+
+    fn spawn_fetch(&self, slow: &mut Slow) {
+        let fetch = fetch_into(
+            self.client.servers.clone(),
+            self.cache.clone(),
+            self.client.prefetch_percent,
+        );
+        slow.last_error = None;
+        slow.task = Some(self.client.runtime.spawn(fetch).abort_handle());
+    }
+
+    /// Makes the next segment current, fetching it if needed; returns when the chain
+    /// may have IDs again.
+    async fn refill(&self) -> Result<(), ClientError> {
+        let deadline = Instant::now() + self.client.wait_timeout;
+        let mut waited = false;
+        loop {
+            let mut fetched = {
+                let mut slow = self.cache.slow.lock();
+                let chain = &self.cache.chain;
+                if chain.remaining() > 0 {
+                    return Ok(());
+                }
+                let generation = chain.generation();
+                chain.close(generation);
+                if let Some(next) = slow.next.take() {
+                    self.install(&mut slow, generation, next);
+                    return Ok(());
+                }
+                if slow.task.is_none() {
+                    if waited && let Some(e) = slow.last_error.clone() {
+                        return Err(e);
+                    }
+                    self.spawn_fetch(&mut slow);
+                }
+                self.cache.fetched.subscribe()
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, fetched.changed()).await.is_err() {
+                return Err(ClientError::Timeout {
+                    biz: self.cache.biz.clone(),
+                    waited: self.client.wait_timeout,
+                });
+            }
+            waited = true;
+        }
+    }
+
+    fn install(&self, slow: &mut Slow, generation: u32, range: SegmentRange) {
+        if self
+            .cache
+            .chain
+            .advance(generation, &range, self.client.prefetch_percent)
+            && slow.record
+        {
+            slow.installed.push(range);
+        }
+    }
+}
+
+/// Fetches one segment for `cache` and hands it over: installed at once if the chain
+/// is used up, else kept as the next one.
+async fn fetch_into(servers: Arc<Servers>, cache: Arc<Cache>, prefetch_percent: u8) {
+    let result = servers.fetch(&cache.biz).await;
+    {
+        let mut slow = cache.slow.lock();
+        slow.task = None;
+        match result {
+            Ok(range) if cache.chain.remaining() == 0 && slow.next.is_none() => {
+                let generation = cache.chain.generation();
+                cache.chain.close(generation);
+                if cache.chain.advance(generation, &range, prefetch_percent) {
+                    if slow.record {
+                        slow.installed.push(range);
+                    }
+                } else {
+                    slow.next = Some(range);
+                }
+            }
+            Ok(range) => slow.next = Some(range),
+            Err(e) => {
+                tracing::warn!(biz = %cache.biz, error = %e, "segment fetch failed");
+                slow.last_error = Some(e);
+            }
+        }
+    }
+    cache.fetched.send_modify(|n| *n += 1);
+}
