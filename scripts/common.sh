@@ -63,3 +63,19 @@ ensure_postgres_user() {
         useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
     fi
 }
+
+have_prometheus() {
+    command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1
+}
+
+# Installs Debian's prometheus (the server and promtool) unless both are already on
+# PATH: the observability tests lint /metrics, check and unit-test the alert rules, and
+# run a real Prometheus against a server.
+ensure_prometheus() {
+    if ! have_prometheus; then
+        say "prometheus or promtool not found; installing Debian's prometheus"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+        have_prometheus || die "prometheus was installed but prometheus or promtool is still missing"
+    fi
+}

@@ -43,11 +43,19 @@ struct Buffer {
     sizing: Mutex<Sizing>,
 }
 
-#[derive(Default)]
 struct Sizing {
     rates: RateTracker,
     /// Step, class modulus and reason of the last segment reserved.
     last: Option<(i64, i64, StepReason)>,
+}
+
+impl Sizing {
+    /// Counting from zero now, so that the IDs issued before the first sample count.
+    fn starting_now() -> Sizing {
+        let mut rates = RateTracker::new();
+        rates.record(Instant::now(), 0);
+        Sizing { rates, last: None }
+    }
 }
 
 struct State {
@@ -83,7 +91,7 @@ impl Generator {
                     fetched: watch::Sender::new(0),
                     issued: AtomicU64::new(0),
                     issued_metric: self.store.metrics().issued_counter(biz),
-                    sizing: Mutex::new(Sizing::default()),
+                    sizing: Mutex::new(Sizing::starting_now()),
                 })
             })
             .clone()

@@ -312,6 +312,11 @@ impl Metrics {
         }
     }
 
+    /// Bizs with a label of their own at most.
+    pub fn max_bizs(&self) -> usize {
+        self.max_bizs
+    }
+
     /// The label of `biz`: its name while fewer than `max_bizs` bizs have one, else
     /// [`OTHER_BIZ`]. Stable for the life of the process.
     pub fn biz_label(&self, biz: &BizTag) -> Arc<str> {

@@ -59,9 +59,11 @@ impl Setup {
             .collect();
         // Generous timeouts: the checks here are about correctness, not latency, and
         // two processes queue on the same file locks (fsync'd commits) constantly.
+        // Fixed steps: the tests reason about segments of exactly `step` and want them
+        // small, so that reservations race; the adaptive step would widen them.
         let toml = config_toml_urls(
             &urls,
-            "fetch_timeout_ms = 5000\nwait_timeout_ms = 10000\ncatalog_refresh_ms = 1000",
+            "fetch_timeout_ms = 5000\nwait_timeout_ms = 10000\ncatalog_refresh_ms = 1000\nadaptive_step = false",
         );
         let config = dir.path().join("segmint.toml");
         std::fs::write(&config, toml).unwrap();

@@ -155,7 +155,8 @@ fn max_and_version(db: &PgCluster) -> (i64, i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_and_restart_of_one_database_fails_no_request() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
-    let config = config(&[&a, &b], "");
+    // Fixed steps: the test counts reservations, and wants many of them.
+    let config = config(&[&a, &b], "adaptive_step = false");
     let token = setup_biz(&config, BIZ, STEP, false).await;
     let app = shared(spawn_app(config).await);
     let log = shared(Log::default());
@@ -271,11 +272,16 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
         odd.is_empty(),
         "pg1 is down, yet odd IDs were issued: {odd:?}"
     );
-    let pg0 = block_in_place(|| a.version(BIZ));
-    let needed = ids.len().div_ceil(25) as i64;
+    // pg0's row covers every ID issued: its even IDs up to max_id (segments may be
+    // wider than the row's step, as the adaptive step follows the load).
+    let pg0_max: i64 = block_in_place(|| a.row(BIZ))
+        .split('|')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap();
     assert!(
-        pg0 >= needed,
-        "{} IDs need {needed} segments of pg0, its version is {pg0}",
+        pg0_max / 2 >= ids.len() as i64 && ids.iter().all(|&id| id <= pg0_max),
+        "{} IDs, yet pg0's max_id is {pg0_max}",
         ids.len()
     );
 

@@ -133,7 +133,15 @@ impl Application {
                         async move {
                             let started = Instant::now();
                             let method = method_label(req.method());
-                            let response = next.call(req).await;
+                            let mut response = next.call(req).await;
+                            if entered.closing()
+                                && let Ok(r) = &mut response
+                            {
+                                // Stopping: the client must not reuse this connection.
+                                r.response_mut()
+                                    .head_mut()
+                                    .set_connection_type(actix_web::http::ConnectionType::Close);
+                            }
                             let (route, status) = match &response {
                                 Ok(r) => (r.request().match_pattern(), r.status()),
                                 Err(e) => (None, e.as_response_error().status_code()),
@@ -156,7 +164,9 @@ impl Application {
                 .configure(status::routes)
                 .default_service(web::to(not_found))
         })
-        .shutdown_timeout(30)
+        // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
+        // for actix to wait for is idle keep-alive connections, which need no wait.
+        .shutdown_timeout(1)
         // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
         .disable_signals();
         if config.workers > 0 {
@@ -210,9 +220,10 @@ impl Application {
                 in_flight = in_flight.count(),
                 "stopping: finishing in-flight requests"
             );
-            // Stop accepting first, then wait for the requests being served to be
-            // answered before the workers are told to stop.
+            // Stop accepting first, tell keep-alive clients to close, then wait for
+            // the requests being served to be answered before the workers stop.
             handle.pause().await;
+            in_flight.close();
             in_flight.drained(DRAIN_TIMEOUT).await;
             handle.stop(true).await;
         }));
@@ -225,21 +236,43 @@ impl Application {
 /// Longest a graceful stop waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Counts the requests being served.
+/// Counts the requests being served, and whether the server is stopping.
 #[derive(Clone, Default)]
-struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+struct InFlight(Arc<InFlightState>);
+
+#[derive(Default)]
+struct InFlightState {
+    count: std::sync::atomic::AtomicUsize,
+    closing: std::sync::atomic::AtomicBool,
+}
 
 /// One request being served; leaving the count when dropped, even on cancellation.
-struct Entered(Arc<std::sync::atomic::AtomicUsize>);
+struct Entered(Arc<InFlightState>);
+
+impl Entered {
+    /// Whether the server is stopping, so the connection should be closed.
+    fn closing(&self) -> bool {
+        self.0.closing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
 
 impl InFlight {
     fn enter(&self) -> Entered {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.0
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Entered(self.0.clone())
     }
 
     fn count(&self) -> usize {
-        self.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.0.count.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// From now on, every response closes its connection.
+    fn close(&self) {
+        self.0
+            .closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Waits until no request is being served, or `timeout` passes.
@@ -253,7 +286,9 @@ impl InFlight {
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 

@@ -84,10 +84,15 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .into_iter()
         .map(|d| (d.name, d.up))
         .collect();
-    let text = state
-        .store
-        .metrics()
-        .render(&state.generator.stats(), &databases);
+    let metrics = state.store.metrics();
+    // Idle bizs get their series too (at zero), as long as that cannot take labels
+    // from bizs that will serve later.
+    let stats: Vec<BizStats> = if state.store.catalog().biz_names().len() <= metrics.max_bizs() {
+        report(&state).bizs.into_iter().map(|b| b.stats).collect()
+    } else {
+        state.generator.stats()
+    };
+    let text = metrics.render(&stats, &databases);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(text)
