@@ -267,3 +267,37 @@ fn the_blocking_client_issues_without_a_runtime() {
     drop(client);
     rt.block_on(server.stop(true));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_client_stops_its_tasks() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let config = dbs.config("");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let (port, server) = server_on(config, 0).await;
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let before = alive();
+
+    let c = client(&[port], &token);
+    let biz = c.biz(BIZ).unwrap();
+    // Past the prefetch point of several segments: fetches ran, connections pooled.
+    for _ in 0..1_000 {
+        biz.next_id().await.unwrap();
+    }
+    assert!(alive() > before, "the client has tasks while it lives");
+    drop(biz);
+    drop(c);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while alive() > before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} tasks still alive after the client was dropped ({before} before)",
+            alive()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop(false).await;
+}

@@ -135,7 +135,13 @@ impl Cursor {
         let delta = self.range.residue().delta();
         // Cannot overflow: every issued ID is at most `max_id`.
         let start = self.first + self.used as i64 * delta;
-        out.extend((0..k as i64).map(|i| start + i * delta));
+        if k == 0 {
+        } else if delta == 1 {
+            // A plain range compiles to vector stores.
+            out.extend(start..=start + (k as i64 - 1));
+        } else {
+            out.extend((0..k as i64).map(|i| start + i * delta));
+        }
         self.used += k;
         k as usize
     }

@@ -14,8 +14,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Server, ServerHandle, ServiceRequest, ServiceResponse};
 use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
-use tracing::Span;
-use tracing_actix_web::{RootSpanBuilder, TracingLogger};
+use tracing::Instrument;
 
 pub use auth::authorize;
 pub use error::ApiError;
@@ -128,36 +127,9 @@ impl Application {
             App::new()
                 .wrap(actix_web::middleware::from_fn(
                     move |req: ServiceRequest, next: actix_web::middleware::Next<_>| {
-                        let entered = counter.enter();
-                        let metrics = metrics.clone();
-                        async move {
-                            let started = Instant::now();
-                            let method = method_label(req.method());
-                            let mut response = next.call(req).await;
-                            if entered.closing()
-                                && let Ok(r) = &mut response
-                            {
-                                // Stopping: the client must not reuse this connection.
-                                r.response_mut()
-                                    .head_mut()
-                                    .set_connection_type(actix_web::http::ConnectionType::Close);
-                            }
-                            let (route, status) = match &response {
-                                Ok(r) => (r.request().match_pattern(), r.status()),
-                                Err(e) => (None, e.as_response_error().status_code()),
-                            };
-                            metrics.http_request(
-                                route.as_deref().unwrap_or("unmatched"),
-                                method,
-                                status.as_str(),
-                                started.elapsed(),
-                            );
-                            drop(entered);
-                            response
-                        }
+                        observe(req, next, counter.clone(), metrics.clone())
                     },
                 ))
-                .wrap(TracingLogger::<ScrubbedSpan>::new())
                 .app_data(app_state.clone())
                 .configure(compat::routes)
                 .configure(v1::routes)
@@ -321,6 +293,41 @@ async fn refresh_periodically(store: Arc<Store>, every: Duration) {
     }
 }
 
+/// Every request: counted while in flight (for the graceful stop), run in a span with
+/// its method, route template and status (never the query string, where Tinyid
+/// clients put their token), measured for the metrics, and answered with
+/// `Connection: close` once the server is stopping.
+async fn observe<B: MessageBody>(
+    req: ServiceRequest,
+    next: actix_web::middleware::Next<B>,
+    in_flight: InFlight,
+    metrics: Arc<crate::metrics::Metrics>,
+) -> Result<ServiceResponse<B>, actix_web::Error> {
+    let entered = in_flight.enter();
+    let started = Instant::now();
+    let method = method_label(req.method());
+    let route = req.match_pattern();
+    let route = route.as_deref().unwrap_or("unmatched");
+    let span = tracing::info_span!("http", method, route, status = tracing::field::Empty);
+    let mut response = next.call(req).instrument(span.clone()).await;
+    let status = match &mut response {
+        Ok(r) => {
+            if entered.closing() {
+                // Stopping: the client must not reuse this connection.
+                r.response_mut()
+                    .head_mut()
+                    .set_connection_type(actix_web::http::ConnectionType::Close);
+            }
+            r.status()
+        }
+        Err(e) => e.as_response_error().status_code(),
+    };
+    span.record("status", status.as_u16());
+    tracing::debug!(parent: &span, status = status.as_u16(), "request");
+    metrics.http_request(route, method, status.as_str(), started.elapsed());
+    response
+}
+
 /// Samples the issue counts once a second, for rates and peaks.
 async fn sample_periodically(generator: Arc<Generator>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -393,35 +400,5 @@ impl Params {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
-    }
-}
-
-/// Request spans that record the path but never the query string, where Tinyid
-/// clients put their token.
-struct ScrubbedSpan;
-
-impl RootSpanBuilder for ScrubbedSpan {
-    fn on_request_start(request: &ServiceRequest) -> Span {
-        let route = request
-            .match_pattern()
-            .unwrap_or_else(|| "unmatched".into());
-        tracing::info_span!(
-            "http",
-            method = %request.method(),
-            route = %route,
-            status = tracing::field::Empty,
-        )
-    }
-
-    fn on_request_end<B: MessageBody>(
-        span: Span,
-        outcome: &Result<ServiceResponse<B>, actix_web::Error>,
-    ) {
-        let status = match outcome {
-            Ok(response) => response.status().as_u16(),
-            Err(e) => e.as_response_error().status_code().as_u16(),
-        };
-        span.record("status", status);
-        tracing::debug!(parent: &span, status, "request");
     }
 }

@@ -53,7 +53,17 @@ async fn ids(
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = authorized(&state, &req, &biz).await?;
     let ids = state.generator.next_ids(&biz, count.get()).await?;
-    Ok(HttpResponse::Ok().json(json!({"biz": biz.as_str(), "ids": ids})))
+    Ok(HttpResponse::Ok().json(Ids {
+        biz: biz.as_str(),
+        ids: &ids,
+    }))
+}
+
+/// `{"biz": …, "ids": […]}`, serialized straight from the slice.
+#[derive(serde::Serialize)]
+struct Ids<'a> {
+    biz: &'a str,
+    ids: &'a [i64],
 }
 
 async fn segment(
