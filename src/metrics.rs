@@ -129,6 +129,8 @@ pub struct Metrics {
     biz_cached: IntGaugeVec,
     biz_runway: GaugeVec,
     step_choices: IntCounterVec,
+    given_back: IntCounterVec,
+    wasted: IntCounterVec,
     database_up: IntGaugeVec,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
@@ -256,6 +258,26 @@ impl Metrics {
                     &["biz", "reason"],
                 ),
             ),
+            given_back: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_ids_given_back_total",
+                        "Unissued IDs returned to the databases at a graceful stop",
+                    ),
+                    biz,
+                ),
+            ),
+            wasted: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_ids_wasted_total",
+                        "Cached IDs abandoned at a graceful stop (never reissued)",
+                    ),
+                    biz,
+                ),
+            ),
             database_up: registered(
                 &r,
                 IntGaugeVec::new(
@@ -351,6 +373,20 @@ impl Metrics {
         self.step_choices
             .with_label_values(&[&*self.biz_label(biz), reason.as_str()])
             .inc();
+    }
+
+    /// Counts `n` IDs of `biz` given back at a graceful stop.
+    pub fn given_back(&self, biz: &BizTag, n: u64) {
+        self.given_back
+            .with_label_values(&[&*self.biz_label(biz)])
+            .inc_by(n);
+    }
+
+    /// Counts `n` cached IDs of `biz` abandoned at a graceful stop.
+    pub fn wasted(&self, biz: &BizTag, n: u64) {
+        self.wasted
+            .with_label_values(&[&*self.biz_label(biz)])
+            .inc_by(n);
     }
 
     /// Handles for the database `name`.

@@ -96,6 +96,16 @@ impl DoubleBuffer {
             .sum()
     }
 
+    /// The segments held (current first), with the last ID issued from each and how
+    /// many it has left.
+    pub fn held(&self) -> Vec<(SegmentRange, Option<i64>, u64)> {
+        [&self.current, &self.next]
+            .into_iter()
+            .flatten()
+            .map(|c| (*c.range(), c.last_issued(), c.remaining()))
+            .collect()
+    }
+
     /// The segment IDs are being issued from, if any.
     pub fn current(&self) -> Option<&SegmentRange> {
         self.current.as_ref().map(Cursor::range)

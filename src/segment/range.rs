@@ -120,6 +120,11 @@ impl Cursor {
         self.len - self.used
     }
 
+    /// The last ID issued from the segment, if any.
+    pub fn last_issued(&self) -> Option<i64> {
+        (self.used > 0).then(|| self.first + (self.used as i64 - 1) * self.range.residue().delta())
+    }
+
     pub fn is_exhausted(&self) -> bool {
         self.used == self.len
     }

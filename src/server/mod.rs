@@ -201,6 +201,9 @@ impl Application {
         }));
         let result = self.server.await;
         drop(stopper);
+        // Nothing is served any more: give the caches' unissued IDs back where safe.
+        let (given, wasted) = self.state.generator.give_back().await;
+        tracing::info!(given_back = given, wasted, "stopped");
         result
     }
 }

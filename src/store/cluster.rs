@@ -33,6 +33,9 @@ pub struct Reservation {
     pub database: usize,
     /// Why the segment has its step.
     pub reason: StepReason,
+    /// The row's version after the reservation: still this version later means
+    /// nobody reserved from the row since.
+    pub version: i64,
 }
 
 /// How a database looks from here, for `/readyz` and status pages.
@@ -390,6 +393,7 @@ impl Store {
                 range,
                 database: i,
                 reason: choice.reason,
+                version: updated.version,
             }));
         }
         Ok(Attempt::Contended)
@@ -476,6 +480,33 @@ impl Store {
             })
             .collect::<Vec<_>>()
             .join("; ")
+    }
+
+    /// Moves the row of `biz` on database `i` back from `max_id` to `new_max_id` if its
+    /// version is still `version`, i.e. if the segments above `new_max_id` were this
+    /// process's last reservations and nobody reserved since. Returns whether it did;
+    /// the version moves on either way nobody can reserve from the old state.
+    ///
+    /// # Errors
+    /// [`DbError`] when the database fails.
+    pub async fn give_back(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        version: i64,
+        max_id: i64,
+        new_max_id: i64,
+    ) -> Result<bool, DbError> {
+        debug_assert!(new_max_id <= max_id);
+        let updated = self
+            .call(
+                i,
+                self.dbs[i]
+                    .store
+                    .advance(biz.as_str(), version, max_id, new_max_id),
+            )
+            .await?;
+        Ok(updated.is_some())
     }
 
     /// Pings every database that is not backing off; true when one answers.

@@ -1,0 +1,47 @@
+//! The OpenAPI 3.0 description of the HTTP API (the v1 API, health, status and the
+//! Tinyid-compatible routes), served at `GET /openapi.json`. The document is
+//! `openapi.json` beside this file, compiled in; `tests/fuzz.rs` fuzzes the server
+//! against it with schemathesis, so it stays exact.
+
+use actix_web::http::header::ContentType;
+use actix_web::{HttpResponse, web};
+
+/// The document, as served.
+pub const DOCUMENT: &str = include_str!("openapi.json");
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.route("/openapi.json", web::get().to(openapi));
+}
+
+async fn openapi() -> HttpResponse {
+    HttpResponse::Ok()
+        .content_type(ContentType::json())
+        .body(DOCUMENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn document_is_openapi_json() {
+        let doc: serde_json::Value = serde_json::from_str(DOCUMENT).expect("valid JSON");
+        assert_eq!(doc["openapi"], "3.0.3");
+        assert_eq!(doc["info"]["version"], env!("CARGO_PKG_VERSION"));
+        for path in [
+            "/v1/ids/{biz}",
+            "/v1/segments/{biz}",
+            "/v1/bizs",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/status",
+            "/tinyid/id/nextId",
+            "/tinyid/id/nextIdSimple",
+            "/tinyid/id/nextSegmentId",
+            "/tinyid/id/nextSegmentIdSimple",
+        ] {
+            assert!(doc["paths"][path].is_object(), "{path} is described");
+        }
+    }
+}

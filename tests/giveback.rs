@@ -1,0 +1,209 @@
+//! Zero-waste graceful restart against real PostgreSQL: a graceful stop gives the
+//! caches' unissued IDs back when nobody reserved since, so a restart continues right
+//! after the last ID issued; when another server reserved in between nothing is given
+//! back; a kill -9 loses at most the cached segments and never reuses one.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use segmint::config::Config;
+use segmint::server::Application;
+
+const BIZ: &str = "order";
+
+/// A server in this process that stops gracefully (as on SIGTERM) when told.
+struct Running {
+    base: String,
+    http: reqwest::Client,
+    stop: tokio::sync::oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn start(config: Config) -> Running {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let app = Application::with_listener(config, listener).await.unwrap();
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let done = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    Running {
+        base,
+        http: reqwest::Client::new(),
+        stop,
+        done,
+    }
+}
+
+impl Running {
+    async fn ids(&self, token: &str, n: usize) -> Vec<i64> {
+        let r = self
+            .http
+            .get(format!("{}/v1/ids/{BIZ}?count={n}", self.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let body: serde_json::Value = r.json().await.unwrap();
+        serde_json::from_value(body["ids"].clone()).unwrap()
+    }
+
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        self.done.await.unwrap().unwrap();
+    }
+}
+
+/// `max_id` and `version` of the biz row.
+fn row(pg: &PgCluster) -> (i64, i64) {
+    let r = pg.row(BIZ);
+    let f: Vec<i64> = r.split('|').take(2).map(|v| v.parse().unwrap()).collect();
+    (f[0], f[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_restart_continues_after_the_last_issued_id() {
+    let pg = PgCluster::start();
+    let config = config(&[&pg], "preload_percent = 20\nadaptive_step = false");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+
+    let server = start(config.clone()).await;
+    // 30 of the first segment's 100: the next one is fetched ahead (version 2).
+    let first = server.ids(&token, 30).await;
+    assert_eq!(first, (1..=30).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tokio::task::block_in_place(|| row(&pg)) != (200, 2) {
+        assert!(
+            Instant::now() < deadline,
+            "the next segment was not fetched"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+    // Both segments went back: the row stands at the last ID issued.
+    assert_eq!(tokio::task::block_in_place(|| row(&pg)), (30, 3));
+
+    let server = start(config.clone()).await;
+    assert_eq!(
+        server.ids(&token, 3).await,
+        [31, 32, 33],
+        "no gap after the restart"
+    );
+    server.stop().await;
+
+    // A stop with nothing issued since the restart gives its whole cache back too.
+    let server = start(config).await;
+    let _ = server
+        .http
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    server.stop().await;
+    assert_eq!(tokio::task::block_in_place(|| row(&pg)).0, 33);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_given_back_after_another_server_reserved() {
+    let pg = PgCluster::start();
+    let config = config(&[&pg], "preload_percent = 100\nadaptive_step = false");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+
+    let a = start(config.clone()).await;
+    let b = start(config.clone()).await;
+    let mut ids = a.ids(&token, 10).await; // a holds (0, 100]
+    ids.extend(b.ids(&token, 10).await); // b reserves (100, 200] after it
+    let before = tokio::task::block_in_place(|| row(&pg));
+    assert_eq!(before, (200, 2));
+    a.stop().await;
+    assert_eq!(
+        tokio::task::block_in_place(|| row(&pg)),
+        before,
+        "a's segment is not the row's last reservation: nothing given back"
+    );
+    // b's segment is the last one: b gives back its rest.
+    b.stop().await;
+    assert_eq!(tokio::task::block_in_place(|| row(&pg)), (110, 3));
+
+    let c = start(config).await;
+    ids.extend(c.ids(&token, 50).await);
+    c.stop().await;
+    let unique: HashSet<i64> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), ids.len(), "duplicate among {ids:?}");
+    assert_eq!(ids[20], 111);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_loses_at_most_the_cached_segments_and_reuses_none() {
+    let pg = PgCluster::start();
+    let toml = config_toml(&[&pg], "preload_percent = 20\nadaptive_step = false");
+    let config = Config::from_toml(&toml).unwrap();
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &toml).unwrap();
+    let port = free_port();
+    let serve = || {
+        ChildGuard(
+            Command::new(segmint_bin())
+                .args(["--config", file.path().to_str().unwrap(), "serve"])
+                .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let http = reqwest::Client::new();
+    let get_ids = |n: usize| {
+        let (http, token) = (http.clone(), token.clone());
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match http
+                    .get(format!("http://127.0.0.1:{port}/v1/ids/{BIZ}?count={n}"))
+                    .bearer_auth(&token)
+                    .send()
+                    .await
+                {
+                    Ok(r) if r.status() == 200 => {
+                        let body: serde_json::Value = r.json().await.unwrap();
+                        return serde_json::from_value::<Vec<i64>>(body["ids"].clone()).unwrap();
+                    }
+                    _ => {
+                        assert!(Instant::now() < deadline, "server did not answer");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }
+    };
+
+    let mut server = serve();
+    let first = get_ids(30).await;
+    tokio::time::sleep(Duration::from_millis(300)).await; // the prefetch lands
+    server.0.kill().unwrap(); // SIGKILL: no give-back
+    server.0.wait().unwrap();
+    let (max_id, _) = tokio::task::block_in_place(|| row(&pg));
+    assert_eq!(max_id, 200, "both cached segments stay reserved");
+
+    let _server = serve();
+    let after = get_ids(5).await;
+    let last = *first.last().unwrap();
+    assert!(
+        after[0] > last,
+        "an ID was reused: {} after {last}",
+        after[0]
+    );
+    assert!(
+        after[0] - last <= 2 * 100,
+        "more than the two cached segments were lost: {} after {last}",
+        after[0]
+    );
+    assert_eq!(after[0], 201);
+}
