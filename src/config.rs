@@ -50,6 +50,9 @@ struct RawSettings {
     step_target_secs: u64,
     step_max: i64,
     metrics_max_bizs: usize,
+    max_body_bytes: usize,
+    request_timeout_ms: u64,
+    keep_alive_ms: u64,
     databases: Vec<RawDatabase>,
 }
 
@@ -69,6 +72,9 @@ impl Default for RawSettings {
             step_target_secs: 600,
             step_max: 1_000_000,
             metrics_max_bizs: 1_000,
+            max_body_bytes: 8_192,
+            request_timeout_ms: 5_000,
+            keep_alive_ms: 5_000,
             databases: Vec::new(),
         }
     }
@@ -114,6 +120,12 @@ pub struct Config {
     pub step: StepPolicy,
     /// Bizs with their own metric label; the rest share `_other`.
     pub metrics_max_bizs: usize,
+    /// Largest request body accepted (a Tinyid form is a few dozen bytes).
+    pub max_body_bytes: usize,
+    /// Longest a client may take to send a request's head; then it is disconnected.
+    pub request_timeout: Duration,
+    /// How long an idle keep-alive connection is kept open; 0 disables keep-alive.
+    pub keep_alive: Duration,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -277,10 +289,14 @@ impl RawSettings {
             ("wait_timeout_ms", self.wait_timeout_ms),
             ("backoff_initial_ms", self.backoff_initial_ms),
             ("catalog_refresh_ms", self.catalog_refresh_ms),
+            ("request_timeout_ms", self.request_timeout_ms),
         ] {
             if ms == 0 {
                 return Err(invalid(key, "must be at least 1"));
             }
+        }
+        if !(64..=1 << 20).contains(&self.max_body_bytes) {
+            return Err(invalid("max_body_bytes", "must be between 64 and 1048576"));
         }
         if self.step_target_secs == 0 {
             return Err(invalid("step_target_secs", "must be at least 1"));
@@ -368,6 +384,9 @@ impl RawSettings {
                 max: self.step_max,
             },
             metrics_max_bizs: self.metrics_max_bizs,
+            max_body_bytes: self.max_body_bytes,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+            keep_alive: Duration::from_millis(self.keep_alive_ms),
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

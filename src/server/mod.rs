@@ -121,6 +121,7 @@ impl Application {
         let in_flight = InFlight::default();
         let counter = in_flight.clone();
         let metrics = state.store.metrics().clone();
+        let max_body = config.max_body_bytes;
         let mut server = HttpServer::new(move || {
             let counter = counter.clone();
             let metrics = metrics.clone();
@@ -131,6 +132,7 @@ impl Application {
                     },
                 ))
                 .app_data(app_state.clone())
+                .app_data(web::PayloadConfig::new(max_body))
                 .configure(compat::routes)
                 .configure(v1::routes)
                 .configure(status::routes)
@@ -139,6 +141,12 @@ impl Application {
         // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
         // for actix to wait for is idle keep-alive connections, which need no wait.
         .shutdown_timeout(1)
+        .client_request_timeout(config.request_timeout)
+        .keep_alive(if config.keep_alive.is_zero() {
+            actix_web::http::KeepAlive::Disabled
+        } else {
+            actix_web::http::KeepAlive::Timeout(config.keep_alive)
+        })
         // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
         .disable_signals();
         if config.workers > 0 {

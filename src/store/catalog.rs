@@ -18,8 +18,11 @@ pub(crate) struct Snapshot {
 pub struct Catalog {
     /// Every known biz.
     bizs: HashMap<String, BizEntry>,
-    /// Token hash → the bizs it may use.
-    tokens: HashMap<String, HashSet<String>>,
+    /// Token hashes by their first [`TOKEN_KEY`] hex digits, each with the bizs it may
+    /// use. The lookup key is only a prefix of a SHA-256 digest; the full digest is
+    /// then compared in constant time, so response times say nothing about how close
+    /// a guess came.
+    tokens: HashMap<String, Vec<(String, HashSet<String>)>>,
 }
 
 /// One biz across the databases.
@@ -31,12 +34,19 @@ pub struct BizEntry {
     pub refused: Option<StoreError>,
 }
 
+/// Hex digits of a token hash used as its lookup key.
+const TOKEN_KEY: usize = 8;
+
+fn token_key(hash: &str) -> String {
+    hash.chars().take(TOKEN_KEY).collect()
+}
+
 impl Catalog {
     /// Merges the snapshots (`None` for a database never read) of the databases
     /// named `names`, refusing every biz whose rows could overlap.
     pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
-        let mut tokens: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut tokens: HashMap<String, Vec<(String, HashSet<String>)>> = HashMap::new();
         for (db, snap) in snapshots.iter().enumerate() {
             let Some(snap) = snap else { continue };
             for row in &snap.bizs {
@@ -56,10 +66,13 @@ impl Catalog {
                 }
             }
             for t in &snap.tokens {
-                tokens
-                    .entry(t.token_hash.clone())
-                    .or_default()
-                    .insert(t.biz_type.clone());
+                let same = tokens.entry(token_key(&t.token_hash)).or_default();
+                match same.iter_mut().find(|(hash, _)| *hash == t.token_hash) {
+                    Some((_, bizs)) => {
+                        bizs.insert(t.biz_type.clone());
+                    }
+                    None => same.push((t.token_hash.clone(), HashSet::from([t.biz_type.clone()]))),
+                }
             }
         }
         for (biz, entry) in &mut bizs {
@@ -76,7 +89,12 @@ impl Catalog {
 
     /// `None` when no database knows the token; else whether it may use `biz`.
     pub fn granted(&self, token_hash: &str, biz: &str) -> Option<bool> {
-        self.tokens.get(token_hash).map(|bizs| bizs.contains(biz))
+        use subtle::ConstantTimeEq;
+        self.tokens
+            .get(&token_key(token_hash))?
+            .iter()
+            .find(|(hash, _)| bool::from(hash.as_bytes().ct_eq(token_hash.as_bytes())))
+            .map(|(_, bizs)| bizs.contains(biz))
     }
 
     /// Every known biz, sorted.
@@ -131,6 +149,29 @@ mod tests {
             remark: String::new(),
             create_time: String::new(),
         }
+    }
+
+    #[test]
+    fn tokens_sharing_a_lookup_key_are_told_apart() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let a = Snapshot {
+            bizs: vec![row("x", 1, 0), row("y", 1, 0)],
+            tokens: vec![token("abcdef0011", "x"), token("abcdef0022", "y")],
+        };
+        let b = Snapshot {
+            bizs: vec![],
+            tokens: vec![token("abcdef0011", "y")],
+        };
+        let cat = Catalog::build(&names, &[Some(a), Some(b)]);
+        assert_eq!(cat.granted("abcdef0011", "x"), Some(true));
+        assert_eq!(cat.granted("abcdef0011", "y"), Some(true), "grants merge");
+        assert_eq!(cat.granted("abcdef0022", "x"), Some(false));
+        assert_eq!(cat.granted("abcdef0033", "x"), None);
+        assert_eq!(
+            cat.granted("abcdef001", "x"),
+            None,
+            "a prefix is not the token"
+        );
     }
 
     #[test]

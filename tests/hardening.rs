@@ -1,0 +1,173 @@
+//! Hardening: bounded request bodies and request heads, statement timeouts on
+//! PostgreSQL, and tokens that never reach the logs.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIZ: &str = "order";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_body_is_refused_and_changes_nothing() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let config = dbs.config("max_body_bytes = 1024");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let app = spawn_app(config).await;
+    let before = dbs.row(0, BIZ);
+    let padding = "x".repeat(64 * 1024);
+    let r = app
+        .http
+        .post(format!("{}/tinyid/id/nextId", app.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("bizType={BIZ}&token={token}&pad={padding}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(dbs.row(0, BIZ), before, "nothing reserved");
+    // A small form still works.
+    let r = app
+        .http
+        .post(format!("{}/tinyid/id/nextIdSimple", app.base))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("bizType={BIZ}&token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.text().await.unwrap(), "1");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_request_is_disconnected() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let app = spawn_app(dbs.config("request_timeout_ms = 300")).await;
+    let addr = app.base.trim_start_matches("http://").to_string();
+    let started = Instant::now();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // The head of a request, never ended by its blank line.
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: segmint\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf)
+            .map(|_| String::from_utf8_lossy(&buf).into_owned())
+    })
+    .await
+    .unwrap();
+    let waited = started.elapsed();
+    let answer = answer.expect("the server closes the connection, not the read timeout");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408"),
+        "{answer:?}"
+    );
+    assert!(waited < Duration::from_secs(3), "cut after {waited:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_statement_is_cancelled_by_postgresql() {
+    let pg = PgCluster::start();
+    let config = config(&[&pg], "fetch_timeout_ms = 800\nwait_timeout_ms = 1500");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let app = spawn_app(config).await;
+    let _locker = pg.psql_background(
+        "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(6); COMMIT;",
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, _) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(&token)).await;
+    assert_eq!(status, 503, "the row is locked");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // segmint gave up on the client side; the server side gave up too, so no
+    // connection of segmint's is left waiting on the lock.
+    let waiting = tokio::task::block_in_place(|| {
+        pg.psql(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'segmint' AND wait_event_type = 'Lock'",
+        )
+    });
+    assert_eq!(waiting, "0");
+    app.stop().await;
+}
+
+#[test]
+fn tokens_never_reach_the_logs() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let toml = config_toml_urls(&dbs.urls(), "");
+    let config = segmint::config::Config::from_toml(&toml).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let token = rt.block_on(setup_biz(&config, BIZ, 100, false));
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &toml).unwrap();
+    let port = free_port();
+    let mut server = ChildGuard(
+        Command::new(segmint_bin())
+            .args(["--config", file.path().to_str().unwrap(), "serve"])
+            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let stderr = server.0.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .collect::<Vec<String>>()
+            .join("\n")
+    });
+    let wrong = "f00dfeedf00dfeedf00dfeedf00dfeed";
+    rt.block_on(async {
+        let http = reqwest::Client::new();
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while http.get(format!("{base}/healthz")).send().await.is_err() {
+            assert!(Instant::now() < deadline, "server did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for t in [token.as_str(), wrong] {
+            for route in ["nextId", "nextIdSimple", "nextSegmentId"] {
+                http.get(format!("{base}/tinyid/id/{route}?bizType={BIZ}&token={t}"))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+            http.post(format!("{base}/tinyid/id/nextId"))
+                .header("content-type", "application/x-www-form-urlencoded")
+                .body(format!("bizType={BIZ}&token={t}"))
+                .send()
+                .await
+                .unwrap();
+            http.get(format!("{base}/v1/ids/{BIZ}"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap();
+            http.get(format!("{base}/v1/ids/no-such-biz?count=0"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap();
+        }
+    });
+    assert_eq!(server.terminate(), Some(0));
+    let log = log.join().unwrap();
+    assert!(
+        log.contains("route=\"/tinyid/id/nextId\"") && log.contains("status=401"),
+        "the requests were logged at debug level:\n{log}"
+    );
+    for t in [token.as_str(), wrong] {
+        assert!(!log.contains(t), "a token reached the log:\n{log}");
+        assert!(
+            !log.contains(&t[..12]),
+            "part of a token reached the log:\n{log}"
+        );
+    }
+}
