@@ -51,6 +51,7 @@ struct RawSettings {
     step_max: i64,
     metrics_max_bizs: usize,
     max_body_bytes: usize,
+    hedge_after_ms: u64,
     request_timeout_ms: u64,
     keep_alive_ms: u64,
     databases: Vec<RawDatabase>,
@@ -73,6 +74,7 @@ impl Default for RawSettings {
             step_max: 1_000_000,
             metrics_max_bizs: 1_000,
             max_body_bytes: 8_192,
+            hedge_after_ms: 50,
             request_timeout_ms: 5_000,
             keep_alive_ms: 5_000,
             databases: Vec::new(),
@@ -120,6 +122,9 @@ pub struct Config {
     pub step: StepPolicy,
     /// Bizs with their own metric label; the rest share `_other`.
     pub metrics_max_bizs: usize,
+    /// Least time a database round trip may go unanswered before a reservation is
+    /// also tried on another database; zero turns hedging off.
+    pub hedge_after: Duration,
     /// Largest request body accepted (a Tinyid form is a few dozen bytes).
     pub max_body_bytes: usize,
     /// Longest a client may take to send a request's head; then it is disconnected.
@@ -385,6 +390,7 @@ impl RawSettings {
             },
             metrics_max_bizs: self.metrics_max_bizs,
             max_body_bytes: self.max_body_bytes,
+            hedge_after: Duration::from_millis(self.hedge_after_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             pool_size: self.pool_size,

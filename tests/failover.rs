@@ -309,3 +309,44 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
     );
     assert_unique(&ids);
 }
+
+/// A database whose biz row is locked answers nothing; each fetch that tries it first
+/// goes on to the other database after the hedge delay, not after the fetch timeout,
+/// and the stalled database is backed off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_database_costs_the_hedge_delay_not_the_fetch_timeout() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    // One ID per segment and database: every request fetches, with a fixed step.
+    let config = config(
+        &[&a, &b],
+        "fetch_timeout_ms = 3000\nwait_timeout_ms = 5000\nadaptive_step = false\nbackoff_initial_ms = 200\nbackoff_max_ms = 200",
+    );
+    let token = setup_biz(&config, BIZ, 2, false).await;
+    let app = spawn_app(config).await;
+    app.ids(BIZ, &token, 4).await;
+
+    let _locker = a.psql_background(
+        "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(4); COMMIT;",
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ids = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        let started = Instant::now();
+        ids.extend(app.ids(BIZ, &token, 1).await);
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(ids.len() > 20, "{} requests", ids.len());
+    assert!(
+        slowest < Duration::from_millis(700),
+        "a request waited {slowest:?} on the stalled database"
+    );
+    let even = ids.iter().filter(|&&id| id % 2 == 0).count();
+    assert!(
+        even <= 2,
+        "only the odd database could reserve; {even} even IDs are more than were cached"
+    );
+    assert_unique(&ids);
+    app.stop().await;
+}

@@ -58,6 +58,43 @@ pub struct Timing {
     pub backoff_initial: Duration,
     /// Cap on the back-off.
     pub backoff_max: Duration,
+    /// Least time a database round trip may go unanswered before the reservation is
+    /// tried on another database alongside it; `None` turns hedging off.
+    pub hedge_after: Option<Duration>,
+}
+
+/// When the current database round trip of an attempt started, if one is under way.
+#[derive(Default)]
+struct RoundTrip {
+    /// Microseconds since `epoch` at the start of the round trip; 0 when idle.
+    since: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl RoundTrip {
+    fn now_us(&self) -> u64 {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        u64::try_from(epoch.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Runs one round trip, marked as under way meanwhile.
+    async fn around<T>(&self, op: impl Future<Output = T>) -> T {
+        self.since
+            .store(self.now_us(), std::sync::atomic::Ordering::Relaxed);
+        let out = op.await;
+        self.since.store(0, std::sync::atomic::Ordering::Relaxed);
+        out
+    }
+
+    /// How long the round trip under way has gone unanswered; zero when none is.
+    fn stuck_for(&self) -> Duration {
+        match self.since.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_micros(self.now_us().saturating_sub(since)),
+        }
+    }
 }
 
 struct Database {
@@ -105,6 +142,8 @@ pub struct Store {
     /// How the step of segments reserved with a [`StepHint`] is chosen.
     policy: StepPolicy,
     metrics: Arc<Metrics>,
+    /// Moving average of successful reservation times, in microseconds.
+    usual_fetch_us: std::sync::atomic::AtomicU64,
     /// Read on every request, replaced on refresh.
     catalog: RwLock<Arc<Catalog>>,
     /// Last rows read from each database; kept while a database is down so that its
@@ -140,6 +179,7 @@ impl Store {
                 fetch_timeout: config.fetch_timeout,
                 backoff_initial: config.backoff_initial,
                 backoff_max: config.backoff_max,
+                hedge_after: (!config.hedge_after.is_zero()).then_some(config.hedge_after),
             },
             config.step,
             Arc::new(Metrics::new(config.metrics_max_bizs)),
@@ -172,6 +212,7 @@ impl Store {
             timing,
             policy,
             metrics,
+            usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
             catalog: RwLock::new(Arc::new(Catalog::default())),
             refreshed: tokio::sync::Mutex::new(None),
         }
@@ -269,7 +310,13 @@ impl Store {
     }
 
     /// One pass over the live databases in random order, stopping at the first that
-    /// reserves a segment.
+    /// reserves a segment. Attempts run one at a time, except that when one has not
+    /// answered within the hedge delay (a few times the usual reservation time) the
+    /// next database is tried alongside it: a stalled database costs a request that
+    /// delay, not the fetch timeout. The first reservation wins; attempts still running
+    /// are dropped, and those that started before the winner count as failed (the
+    /// database is backed off). A dropped attempt may still commit later: its segment
+    /// is never used, so its IDs are lost, never issued twice.
     async fn reserve_pass(
         &self,
         biz: &BizTag,
@@ -277,33 +324,63 @@ impl Store {
         known: &[(usize, Residue)],
         deadline: Instant,
     ) -> Result<Reservation, StoreError> {
+        use futures_util::StreamExt;
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
-        for i in order {
-            let lock = self.dbs[i]
-                .reserving
-                .lock()
-                .entry(biz.clone())
-                .or_default()
-                .clone();
-            let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
-                contended += 1;
-                continue;
-            };
-            let started = Instant::now();
-            let result = self.call(i, self.attempt(i, biz, hint, known)).await;
-            let db = &self.dbs[i].metrics;
-            db.observe(started.elapsed());
-            match &result {
-                Ok(Attempt::Reserved(_)) => db.outcome(FetchOutcome::Ok),
-                Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
-                // Each lost compare-and-set was counted as it happened.
-                Ok(Attempt::Contended) => {}
-                Err(_) => db.outcome(FetchOutcome::Error),
+        // One round-trip tracker per database, declared before the attempts borrow them.
+        let trips: Vec<RoundTrip> = (0..self.dbs.len()).map(|_| RoundTrip::default()).collect();
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        let mut tried: Vec<usize> = Vec::new();
+        let mut queue = order.into_iter();
+        let hedge = self.hedge_delay();
+        loop {
+            if running.is_empty() {
+                let Some(i) = queue.next() else { break };
+                tried.push(i);
+                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
             }
+            let outcome = match hedge {
+                Some(hedge) if queue.len() > 0 => {
+                    tokio::select! {
+                        done = running.next() => done,
+                        () = tokio::time::sleep(hedge / 4) => {
+                            // The newest attempt is stuck in one round trip: try the
+                            // next database alongside it.
+                            let newest = tried[tried.len() - 1];
+                            if trips[newest].stuck_for() >= hedge
+                                && let Some(i) = queue.next()
+                            {
+                                tracing::debug!(biz = %biz, database = %self.dbs[i].name, "hedging a stalled reservation");
+                                tried.push(i);
+                                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
+                            }
+                            continue;
+                        }
+                    }
+                }
+                _ => running.next().await,
+            };
+            let Some((i, result)) = outcome else { continue };
             match result {
-                Ok(Attempt::Reserved(r)) => return Ok(r),
+                Ok(Attempt::Reserved(r)) => {
+                    // The attempts left behind are dropped; those stuck in a round trip
+                    // are the stalled databases, backed off.
+                    for &db in &tried {
+                        let stuck = trips[db].stuck_for();
+                        if db != i && hedge.is_some_and(|h| stuck >= h) {
+                            self.failed(
+                                db,
+                                &format!(
+                                    "no answer within {stuck:?} while database \"{}\" reserved",
+                                    self.dbs[i].name
+                                ),
+                            );
+                            self.dbs[db].metrics.outcome(FetchOutcome::Error);
+                        }
+                    }
+                    return Ok(r);
+                }
                 Ok(Attempt::Missing) => missing += 1,
                 Ok(Attempt::Contended) => contended += 1,
                 Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
@@ -327,6 +404,62 @@ impl Store {
         })
     }
 
+    /// How long one round trip may go unanswered before another database is tried
+    /// alongside it: four times the recent reservation time, at least the configured
+    /// `hedge_after` (`None`: hedging is off), at most half the fetch timeout.
+    fn hedge_delay(&self) -> Option<Duration> {
+        let least = self.timing.hedge_after?;
+        let usual = Duration::from_micros(
+            self.usual_fetch_us
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        Some((usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least)))
+    }
+
+    /// One reservation attempt on database `i`, queued behind this process's other
+    /// reservations of `biz` there, measured and counted.
+    async fn attempt_on(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        known: &[(usize, Residue)],
+        deadline: Instant,
+        trip: &RoundTrip,
+    ) -> (usize, Result<Attempt, DbError>) {
+        let lock = self.dbs[i]
+            .reserving
+            .lock()
+            .entry(biz.clone())
+            .or_default()
+            .clone();
+        let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
+            return (i, Ok(Attempt::Contended));
+        };
+        let started = Instant::now();
+        let result = self.call(i, self.attempt(i, biz, hint, known, trip)).await;
+        let took = started.elapsed();
+        let db = &self.dbs[i].metrics;
+        db.observe(took);
+        match &result {
+            Ok(Attempt::Reserved(_)) => {
+                db.outcome(FetchOutcome::Ok);
+                // A moving average over about eight reservations.
+                let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                let _ = self.usual_fetch_us.fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |avg| Some(if avg == 0 { took } else { (avg * 7 + took) / 8 }),
+                );
+            }
+            Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
+            // Each lost compare-and-set was counted as it happened.
+            Ok(Attempt::Contended) => {}
+            Err(_) => db.outcome(FetchOutcome::Error),
+        }
+        (i, result)
+    }
+
     /// One optimistic reservation on database `i`: read the row, then compare-and-set
     /// it forward, at most [`CAS_ATTEMPTS`] times.
     async fn attempt(
@@ -335,6 +468,7 @@ impl Store {
         biz: &BizTag,
         hint: Option<StepHint>,
         known: &[(usize, Residue)],
+        trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
         let db = &self.dbs[i];
         let refuse = |reason: String| {
@@ -345,7 +479,7 @@ impl Store {
             })
         };
         for _ in 0..CAS_ATTEMPTS {
-            let Some(row) = db.store.biz(biz.as_str()).await? else {
+            let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
                 return Ok(Attempt::Missing);
             };
             let residue = match self.checked_class(biz, i, &row, known) {
@@ -371,9 +505,11 @@ impl Store {
                     }));
                 }
             };
-            let Some(updated) = db
-                .store
-                .advance(biz.as_str(), row.version, row.max_id, range.max_id())
+            let Some(updated) = trip
+                .around(
+                    db.store
+                        .advance(biz.as_str(), row.version, row.max_id, range.max_id()),
+                )
                 .await?
             else {
                 db.metrics.outcome(FetchOutcome::Conflict);
@@ -445,19 +581,28 @@ impl Store {
                 health.down_until = None;
             }
             Err(e) => {
-                health.failures = health.failures.saturating_add(1);
-                let factor = 1u32 << (health.failures - 1).min(16);
-                let backoff = self
-                    .timing
-                    .backoff_initial
-                    .saturating_mul(factor)
-                    .min(self.timing.backoff_max);
-                health.down_until = Some(Instant::now() + backoff);
-                health.last_error = Some(e.0.clone());
-                tracing::warn!(database = %db.name, error = %e, ?backoff, "database failed; backing off");
+                drop(health);
+                self.failed(i, &e.0);
             }
         }
         result
+    }
+
+    /// Records a failure of database `i`: it is skipped for a back-off that doubles
+    /// with each consecutive failure.
+    fn failed(&self, i: usize, error: &str) {
+        let db = &self.dbs[i];
+        let mut health = db.health.lock();
+        health.failures = health.failures.saturating_add(1);
+        let factor = 1u32 << (health.failures - 1).min(16);
+        let backoff = self
+            .timing
+            .backoff_initial
+            .saturating_mul(factor)
+            .min(self.timing.backoff_max);
+        health.down_until = Some(Instant::now() + backoff);
+        health.last_error = Some(error.to_string());
+        tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
 
     fn is_live(&self, i: usize) -> bool {
