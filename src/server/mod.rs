@@ -3,6 +3,7 @@
 mod auth;
 mod compat;
 mod error;
+mod openapi;
 mod status;
 mod v1;
 
@@ -136,6 +137,7 @@ impl Application {
                 .configure(compat::routes)
                 .configure(v1::routes)
                 .configure(status::routes)
+                .configure(openapi::routes)
                 .default_service(web::to(not_found))
         })
         // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left

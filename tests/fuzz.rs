@@ -1,0 +1,291 @@
+//! Fuzzes the HTTP API with schemathesis against the OpenAPI document the server
+//! serves at `/openapi.json` (`src/server/openapi.json`): the v1 API, health, status
+//! and the Tinyid-compatible routes, with generated valid and invalid input.
+//!
+//! A segmint server runs in this process on an embedded database (no PostgreSQL), with
+//! the biz `test` (and a token for it) and the biz `other` (which that token is not
+//! granted). schemathesis, pinned in `scripts/fuzz-requirements.txt`, is installed into
+//! `target/fuzz-venv` on first use; the test fails, never skips, when it cannot be.
+//!
+//! Passing means: no response was a 5xx, every status code, content type, header and
+//! body is the one the document describes, and afterwards the server still issues IDs
+//! (no panicked or dead worker). The server's own request counter is checked for 5xx
+//! too, independently of schemathesis.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Random seed of the run: the same requests every time.
+const SEED: &str = "20260607";
+/// Test cases per operation and phase; the whole run stays well under a minute or
+/// two on 2 cores.
+const MAX_EXAMPLES: &str = "60";
+/// Longest the schemathesis run may take before the test fails.
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+/// What every response is checked for.
+const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
+                      response_headers_conformance,response_schema_conformance";
+
+/// The repository's root.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a command to completion; panics with its output unless it succeeds.
+fn run(what: &str, cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {cmd:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Held while the virtualenv is being checked or installed, so that two test runs at
+/// once do not install into it together.
+struct InstallLock(PathBuf);
+
+impl InstallLock {
+    fn acquire(path: PathBuf) -> InstallLock {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            match File::create_new(&path) {
+                Ok(_) => return InstallLock(path),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    // A lock left by a run that was killed mid-install goes stale.
+                    let stale = std::fs::metadata(&path)
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(900));
+                    if stale {
+                        let _ = std::fs::remove_file(&path);
+                        continue;
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "{} is held by another run for too long",
+                        path.display()
+                    );
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => panic!("create {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
+impl Drop for InstallLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The `schemathesis` executable of `target/fuzz-venv`, created with `python3 -m venv`
+/// and filled from `scripts/fuzz-requirements.txt` unless it already holds exactly
+/// those requirements.
+fn schemathesis() -> PathBuf {
+    let requirements = root().join("scripts/fuzz-requirements.txt");
+    let wanted = std::fs::read_to_string(&requirements)
+        .unwrap_or_else(|e| panic!("read {}: {e}", requirements.display()));
+    let target = root().join("target");
+    std::fs::create_dir_all(&target).unwrap();
+    let venv = target.join("fuzz-venv");
+    let exe = venv.join("bin/schemathesis");
+    // What the virtualenv was last filled from.
+    let stamp = venv.join("segmint-requirements.txt");
+    let _lock = InstallLock::acquire(target.join("fuzz-venv.lock"));
+    let installed = |stamp: &Path| std::fs::read_to_string(stamp).is_ok_and(|s| s == wanted);
+    if !(exe.is_file() && installed(&stamp)) {
+        eprintln!(
+            "fuzz: installing {} into {}",
+            requirements.display(),
+            venv.display()
+        );
+        let _ = std::fs::remove_file(&stamp);
+        run(
+            "python3 -m venv (needs Python 3 with its venv module; on Debian: apt-get install python3-venv)",
+            Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        );
+        run(
+            "pip install -r scripts/fuzz-requirements.txt (needs PyPI)",
+            Command::new(venv.join("bin/python"))
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "-q",
+                    "-r",
+                ])
+                .arg(&requirements),
+        );
+        std::fs::write(&stamp, &wanted).unwrap();
+    }
+    let version = run(
+        "schemathesis --version",
+        Command::new(&exe).arg("--version"),
+    );
+    eprintln!("fuzz: {}", version.trim());
+    exe
+}
+
+/// `segmint_http_requests_total` from `/metrics`: `(route, method, status, count)`.
+async fn requests_served(app: &TestApp) -> Vec<(String, String, String, u64)> {
+    let (status, text) = app.get("/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\"")).unwrap() + name.len() + 2;
+        let len = line[start..].find('"').unwrap();
+        line[start..start + len].to_string()
+    };
+    text.lines()
+        .filter(|l| l.starts_with("segmint_http_requests_total{"))
+        .map(|l| {
+            let count = l.rsplit(' ').next().unwrap().parse::<f64>().unwrap() as u64;
+            (
+                label(l, "route"),
+                label(l, "method"),
+                label(l, "status"),
+                count,
+            )
+        })
+        .collect()
+}
+
+/// Runs schemathesis on `base` until it exits (or [`RUN_LIMIT`] passes); its exit
+/// status and output.
+fn run_schemathesis(exe: &Path, base: &str, token: &str) -> (Option<i32>, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("segmint-fuzz-")
+        .tempdir()
+        .unwrap();
+    // The token, for both security schemes of the document: the Bearer header of the
+    // v1 API and Tinyid's `token` query parameter.
+    let config = dir.path().join("schemathesis.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[auth.openapi.bearerAuth]\nbearer = \"{token}\"\n\n\
+             [auth.openapi.tinyidToken]\napi_key = \"{token}\"\n"
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("output.txt");
+    let out = File::create(&log).unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.arg("--config-file")
+        .arg(&config)
+        .arg("run")
+        .arg(format!("{base}/openapi.json"))
+        .args(["--checks", CHECKS])
+        .args(["--max-examples", MAX_EXAMPLES])
+        .args(["--seed", SEED])
+        .args(["--workers", "2"])
+        .args(["--request-timeout", "30"])
+        // No example database: every run generates from the seed alone.
+        .args(["--generation-database", "none"])
+        .args(["--output-truncate", "false"])
+        .arg("--no-color")
+        // Anything schemathesis writes stays in the scratch directory.
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out);
+    eprintln!("fuzz: {cmd:?}");
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("start schemathesis");
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if started.elapsed() > RUN_LIMIT {
+            // Our own child, by its handle: never a process group.
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    eprintln!("fuzz: schemathesis ran {:.1?}", started.elapsed());
+    (status, std::fs::read_to_string(&log).unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_finds_no_server_error_and_no_schema_violation() {
+    let exe = schemathesis();
+    let dbs = Databases::start(Kind::Embedded, 1);
+    // Generous timeouts: this run is about input handling, and a slow fsync on a busy CI
+    // machine must not turn into a 503 (which would fail `not_a_server_error`).
+    let config = dbs.config("fetch_timeout_ms = 10000\nwait_timeout_ms = 20000");
+    let token = setup_biz(&config, "test", 1000, false).await;
+    // A biz the token is not granted: 403 on the v1 API, code 5 on Tinyid's routes.
+    setup_biz(&config, "other", 1000, false).await;
+    let app = spawn_app(config).await;
+
+    // The document is served as it is in the repository.
+    let r = app
+        .http
+        .get(format!("{}/openapi.json", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "GET /openapi.json");
+    assert_eq!(
+        r.headers()["content-type"].to_str().unwrap(),
+        "application/json"
+    );
+    assert_eq!(
+        r.text().await.unwrap(),
+        include_str!("../src/server/openapi.json")
+    );
+
+    let base = app.base.clone();
+    let run_token = token.clone();
+    let (status, output) =
+        tokio::task::spawn_blocking(move || run_schemathesis(&exe, &base, &run_token))
+            .await
+            .unwrap();
+    eprintln!("{output}");
+    let served = requests_served(&app).await;
+    let total: u64 = served.iter().map(|r| r.3).sum();
+    let errors: Vec<_> = served.iter().filter(|r| r.2.starts_with('5')).collect();
+    let mut by_status = std::collections::BTreeMap::<&str, u64>::new();
+    for (_, _, status, count) in &served {
+        *by_status.entry(status.as_str()).or_default() += count;
+    }
+    eprintln!("fuzz: the server answered {total} requests, by status: {by_status:?}");
+    assert_eq!(
+        status,
+        Some(0),
+        "schemathesis failed (exit status {status:?}; None: killed after {RUN_LIMIT:?}); its output is above"
+    );
+    assert!(errors.is_empty(), "the server answered 5xx: {errors:?}");
+    assert!(total > 500, "schemathesis sent only {total} requests");
+
+    // Still serving, with every worker alive: a few IDs on each API.
+    for _ in 0..4 {
+        let ids = app.ids("test", &token, 3).await;
+        assert_eq!(ids.len(), 3);
+        let (status, body) = app
+            .get(&format!(
+                "/tinyid/id/nextIdSimple?bizType=test&token={token}&batchSize=2"
+            ))
+            .await;
+        assert_eq!(status, 200);
+        assert_eq!(body.split(',').count(), 2, "{body}");
+    }
+    let (status, body) = app.get("/healthz").await;
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+    app.stop().await;
+}
