@@ -259,17 +259,22 @@ impl Generator {
             let mut back = 0;
             for plan in plan_give_back(&held) {
                 let name = &self.store.database_names()[plan.database];
-                match self
-                    .store
-                    .give_back(
+                let give_back = || {
+                    self.store.give_back(
                         plan.database,
                         &b.biz,
                         plan.version,
                         plan.max_id,
                         plan.new_max_id,
                     )
-                    .await
-                {
+                };
+                // Once more on an error: a pooled connection may have died with a
+                // database restart. The compare-and-set makes a repeat harmless.
+                let result = match give_back().await {
+                    Err(_) => give_back().await,
+                    done => done,
+                };
+                match result {
                     Ok(true) => {
                         back += plan.ids;
                         tracing::info!(biz = %b.biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");

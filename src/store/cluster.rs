@@ -251,8 +251,11 @@ impl Store {
         }
         *last_start = Some(Instant::now());
         let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        // A slow catalog read does not back a database off: only reservations and
+        // pings judge its health, so that a read starved under load cannot take a
+        // healthy database out of the reservations.
         let reads = join_all(live.iter().map(|&i| {
-            self.call(i, async move {
+            self.timed(async move {
                 let db = &self.dbs[i];
                 Ok(Snapshot {
                     bizs: db.store.bizs().await?,
@@ -261,6 +264,11 @@ impl Store {
             })
         }))
         .await;
+        for (&i, read) in live.iter().zip(&reads) {
+            if let Err(e) = read {
+                tracing::warn!(database = %self.dbs[i].name, error = %e, "catalog read failed; keeping the last one");
+            }
+        }
         let catalog = {
             let mut snapshots = self.snapshots.lock();
             for (i, read) in live.into_iter().zip(reads) {
@@ -566,13 +574,7 @@ impl Store {
         i: usize,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        let result = match tokio::time::timeout(self.timing.fetch_timeout, op).await {
-            Ok(r) => r,
-            Err(_) => Err(DbError(format!(
-                "timed out after {:?}",
-                self.timing.fetch_timeout
-            ))),
-        };
+        let result = self.timed(op).await;
         let db = &self.dbs[i];
         let mut health = db.health.lock();
         match &result {
@@ -586,6 +588,17 @@ impl Store {
             }
         }
         result
+    }
+
+    /// Runs `op` within the fetch timeout.
+    async fn timed<T>(&self, op: impl Future<Output = Result<T, DbError>>) -> Result<T, DbError> {
+        match tokio::time::timeout(self.timing.fetch_timeout, op).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError(format!(
+                "timed out after {:?}",
+                self.timing.fetch_timeout
+            ))),
+        }
     }
 
     /// Records a failure of database `i`: it is skipped for a back-off that doubles

@@ -1,0 +1,756 @@
+#!/usr/bin/env python3
+"""The figures of scripts/bench: parses each run's raw output into JSON (`record`) and
+writes the report with summary.json (`report`). Standard library only.
+
+    bench_report.py record --dir D --kind wrk|pgbench|redis --name N [...]
+        reads D/raw/N.txt (and D/metrics/N.{before,after}.prom for wrk), writes D/N.json,
+        prints the run's requests per second; fails when the output holds no number.
+    bench_report.py report --dir D --out FILE [...]
+        writes FILE and D/summary.json; exits 1 when a figure is missing or a run that
+        must answer without errors did not.
+"""
+
+import argparse
+import csv
+import datetime
+import glob
+import io
+import json
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+
+# The runs of the report, in order: (name, what it measures).
+THROUGHPUT_RUNS = [
+    ("segmint-nextIdSimple", "Tinyid route, token in the query, 1 ID per request"),
+    ("segmint-v1", "JSON API, `Authorization: Bearer`, 1 ID per request"),
+    ("segmint-v1-batch", "JSON API, 1000 IDs per request"),
+    ("segmint-healthz", "the HTTP framework's ceiling: a constant 200, no ID"),
+    ("pg-nextval", "`SELECT nextval('s')`, prepared, one ID per transaction"),
+    ("pg-hot-row", "`UPDATE tiny_id_info SET max_id = max_id + 1 WHERE biz_type = 'x' RETURNING max_id` per ID"),
+    ("redis-incr", "`INCR` of one key, no pipelining"),
+    ("redis-incr-p16", "`INCR` of one key, 16 commands per round trip"),
+]
+LATENCY_RUNS = [
+    ("latency-undisturbed", "undisturbed"),
+    ("latency-stalled", "one database stalled"),
+    ("latency-stopped", "one database stopped"),
+]
+
+
+def die(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def number(x):
+    """x when it is a finite positive number, else None."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0:
+        return x
+    return None
+
+
+# --- parsing ------------------------------------------------------------------------
+
+
+def parse_wrk(text):
+    for line in text.splitlines():
+        if line.startswith("WRK_JSON "):
+            d = json.loads(line[len("WRK_JSON "):])
+            secs = d["duration_us"] / 1e6
+            lat = {k: v / 1000 for k, v in d["latency_us"].items()}
+            return {
+                "requests": d["requests"],
+                "elapsed_s": secs,
+                "rps": d["requests"] / secs if secs > 0 else None,
+                "bytes": d["bytes"],
+                "latency_ms": lat,
+                "errors": d["errors"],
+            }
+    return None
+
+
+def parse_pgbench(text):
+    tps = re.search(r"^tps = ([0-9.]+) \(without initial connection time\)", text, re.M)
+    if not tps:
+        return None
+    avg = re.search(r"^latency average = ([0-9.]+) ms", text, re.M)
+    done = re.search(r"^number of transactions actually processed: (\d+)", text, re.M)
+    failed = re.search(r"^number of failed transactions: (\d+)", text, re.M)
+    return {
+        "rps": float(tps.group(1)),
+        "requests": int(done.group(1)) if done else None,
+        "failed": int(failed.group(1)) if failed else 0,
+        "latency_ms": {"mean": float(avg.group(1))} if avg else {},
+    }
+
+
+def parse_redis(text):
+    rows = list(csv.reader(io.StringIO(text)))
+    header = next((r for r in rows if r and r[0] == "test"), None)
+    row = next((r for r in rows if r and r[0] == "INCR"), None)
+    if not header or not row:
+        return None
+    d = dict(zip(header, row))
+    names = {"avg_latency_ms": "mean", "min_latency_ms": "min", "p50_latency_ms": "p50",
+             "p95_latency_ms": "p95", "p99_latency_ms": "p99", "max_latency_ms": "max"}
+    return {
+        "rps": float(d["rps"]),
+        "latency_ms": {names[k]: float(v) for k, v in d.items() if k in names},
+    }
+
+
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+# A sample line; label values may hold `}` (route templates such as `/v1/ids/{biz}`).
+SAMPLE = re.compile(r'^(\w+)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
+
+
+def parse_metrics(path):
+    """Prometheus text format: {(name, ((label, value), ...)): value}."""
+    samples = {}
+    if not os.path.exists(path):
+        return samples
+    with open(path) as f:
+        for line in f:
+            if not line.strip() or line.startswith("#"):
+                continue
+            m = SAMPLE.match(line)
+            if not m:
+                continue
+            labels = tuple(sorted(LABEL.findall(m.group(2) or "")))
+            try:
+                samples[(m.group(1), labels)] = float(m.group(3))
+            except ValueError:
+                pass
+    return samples
+
+
+def metrics_delta(before, after, name):
+    """[(labels dict, increase)] of counter `name` between two scrapes."""
+    out = []
+    for (n, labels), value in after.items():
+        if n == name:
+            inc = value - before.get((n, labels), 0.0)
+            if inc:
+                out.append((dict(labels), inc))
+    return out
+
+
+def server_side(directory, name):
+    before = parse_metrics(os.path.join(directory, "metrics", f"{name}.before.prom"))
+    after = parse_metrics(os.path.join(directory, "metrics", f"{name}.after.prom"))
+    if not after:
+        return None
+    responses = {}
+    for labels, inc in metrics_delta(before, after, "segmint_http_requests_total"):
+        if labels.get("route") == "/metrics":
+            continue
+        key = f'{labels.get("method", "?")} {labels.get("route", "?")} {labels.get("status", "?")}'
+        responses[key] = int(inc)
+    fetches = {}
+    for labels, inc in metrics_delta(before, after, "segmint_segment_fetches_total"):
+        fetches.setdefault(labels.get("database", "?"), {})[labels.get("outcome", "?")] = int(inc)
+    issued = sum(inc for _, inc in metrics_delta(before, after, "segmint_ids_issued_total"))
+    return {"ids_issued": int(issued), "responses": responses, "segment_fetches": fetches,
+            "fetch_time": fetch_time(before, after)}
+
+
+def fetch_time(before, after):
+    """Per database: the segment fetches' mean time and the bucket bound holding the
+    slowest, from the histogram's increase between two scrapes."""
+    name = "segmint_segment_fetch_duration_seconds"
+    out = {}
+    counts = {l["database"]: n for l, n in metrics_delta(before, after, f"{name}_count") if "database" in l}
+    sums = {l["database"]: s for l, s in metrics_delta(before, after, f"{name}_sum") if "database" in l}
+    buckets = {}
+    for labels, inc in metrics_delta(before, after, f"{name}_bucket"):
+        buckets.setdefault(labels.get("database"), []).append((float(labels["le"]), inc))
+    for db, n in counts.items():
+        slowest = min((le for le, c in buckets.get(db, []) if c >= n), default=None)
+        out[db] = {"count": int(n), "mean_ms": sums.get(db, 0.0) / n * 1000,
+                   "slowest_at_most_ms": None if slowest is None or math.isinf(slowest) else slowest * 1000}
+    return out
+
+
+# --- record -------------------------------------------------------------------------
+
+
+def record(args):
+    raw_path = os.path.join(args.dir, "raw", f"{args.name}.txt")
+    try:
+        with open(raw_path, errors="replace") as f:
+            text = f.read()
+    except OSError as e:
+        die(f"{args.name}: {e}")
+    parsed = {"wrk": parse_wrk, "pgbench": parse_pgbench, "redis": parse_redis}[args.kind](text)
+    run = {
+        "name": args.name,
+        "kind": args.kind,
+        "title": args.title,
+        "command": args.command,
+        "connections": args.connections,
+        "threads": args.threads,
+        "duration_s": args.duration,
+        "raw": os.path.relpath(raw_path, args.dir),
+        "strict": args.strict,
+    }
+    # Problems are wrong answers (they invalidate a run that must answer without errors);
+    # notes are worth knowing but leave the answers, and so the figures, intact.
+    problems, notes = [], []
+    if parsed:
+        run.update(parsed)
+    if args.kind == "wrk":
+        run["ids_per_request"] = args.ids_per_request
+        if number(run.get("rps")) is not None:
+            run["ids_per_s"] = run["rps"] * args.ids_per_request
+        if args.target_rps is not None:
+            run.update(target_rps=args.target_rps, delay_ms=args.delay_ms,
+                       disturbance=args.disturbance, description=args.description,
+                       recovery_s=args.recovery_s)
+        server = server_side(args.dir, args.name)
+        if server is not None:
+            run["server"] = server
+            # The run's time window, to place segmint's log lines.
+            run["window"] = [os.path.getmtime(os.path.join(args.dir, "metrics", f"{args.name}.{w}.prom"))
+                             for w in ("before", "after")]
+        problems += wrk_problems(run, server, args)
+        notes += wrk_notes(run, server, args)
+    elif args.kind in ("pgbench", "redis"):
+        run["ids_per_request"] = 1
+        if number(run.get("rps")) is not None:
+            run["ids_per_s"] = run["rps"]
+        if run.get("failed"):
+            problems.append(f"{run['failed']} failed transactions")
+    run["problems"] = problems
+    run["notes"] = notes
+    headline = number(run.get("rps"))
+    run["valid"] = headline is not None and not (args.strict and problems)
+    with open(os.path.join(args.dir, f"{args.name}.json"), "w") as f:
+        json.dump(run, f, indent=2)
+        f.write("\n")
+    for p in problems + notes:
+        print(f"warning: {args.name}: {p}", file=sys.stderr)
+    if headline is None:
+        die(f"{args.name}: no requests/s in the output; see {raw_path}")
+    print(f"{headline:.3f}")
+
+
+def wrk_problems(run, server, args):
+    problems = []
+    errors = run.get("errors") or {}
+    socket = {k: v for k, v in errors.items() if k != "status" and v}
+    if socket:
+        problems.append("wrk socket errors: " + ", ".join(f"{k} {v}" for k, v in socket.items()))
+    if errors.get("status"):
+        problems.append(f"{errors['status']} responses with status 4xx/5xx (wrk)")
+    if server is None:
+        return problems
+    bad = {k: v for k, v in server["responses"].items() if not k.split()[-1].startswith("2")}
+    if bad:
+        problems.append("non-2xx responses (server): " + ", ".join(f"{k}: {v}" for k, v in bad.items()))
+    requests = run.get("requests") or 0
+    expected = requests * args.ids_per_request
+    if server["ids_issued"] < expected:
+        problems.append(
+            f"the server issued {server['ids_issued']} IDs for {requests} answered requests "
+            f"of {args.ids_per_request} IDs: some answers carried no IDs")
+    return problems
+
+
+def wrk_notes(run, server, args):
+    notes = []
+    if server and args.disturbance in (None, "none"):
+        errs = {db: o.get("error", 0) for db, o in server["segment_fetches"].items() if o.get("error")}
+        if errs:
+            notes.append("segment fetches that failed without any disturbance (see "
+                         "target/bench/logs/segmint.log): " + ", ".join(f"{db}: {n}" for db, n in errs.items()))
+    if args.recovery_s is not None and args.recovery_s < 0:
+        notes.append("the databases were not both up in /readyz 30 s after the run")
+    return notes
+
+
+# --- report -------------------------------------------------------------------------
+
+
+def run_text(cmd):
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def machine(args):
+    info = {}
+    lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    m = re.search(r"^Model name:\s*(.+)$", lscpu, re.M)
+    info["cpu"] = m.group(1).strip() if m else platform.processor() or "unknown"
+    m = re.search(r"^Hypervisor vendor:\s*(.+)$", lscpu, re.M)
+    if m:
+        info["cpu"] += f" (virtual machine, {m.group(1).strip()})"
+    info["cores"] = os.cpu_count()
+    with open("/proc/meminfo") as f:
+        m = re.search(r"^MemTotal:\s*(\d+) kB", f.read(), re.M)
+    info["ram_gib"] = round(int(m.group(1)) / 1024 / 1024, 1) if m else None
+    info["kernel"] = platform.release()
+    try:
+        with open("/etc/os-release") as f:
+            m = re.search(r'^PRETTY_NAME="?([^"\n]*)', f.read(), re.M)
+        info["os"] = m.group(1) if m else None
+    except OSError:
+        info["os"] = None
+    info["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    commit = run_text(["git", "-C", args.repo, "rev-parse", "HEAD"])
+    if commit and re.fullmatch(r"[0-9a-f]{40}", commit):
+        # --no-optional-locks: reading the status must not rewrite the index.
+        status = subprocess.run(
+            ["git", "--no-optional-locks", "-C", args.repo, "status", "--porcelain",
+             "--untracked-files=no"], capture_output=True, text=True).stdout
+        info["commit"] = commit + (" (with uncommitted changes)" if status.strip() else "")
+    else:
+        info["commit"] = "unknown (not a git checkout)"
+    info["versions"] = {
+        "segmint": run_text([args.segmint, "--version"]),
+        "PostgreSQL": run_text([os.path.join(args.pg_bin, "postgres"), "--version"]),
+        "pgbench": run_text([args.pgbench, "--version"]),
+        "redis-server": run_text(["redis-server", "--version"]),
+        "redis-benchmark": run_text(["redis-benchmark", "--version"]),
+        "wrk": run_text(["wrk", "-v"]),
+    }
+    return info
+
+
+def criterion(directory):
+    rows = []
+    for est in sorted(glob.glob(os.path.join(directory, "**", "new", "estimates.json"), recursive=True)):
+        new = os.path.dirname(est)
+        try:
+            with open(est) as f:
+                mean = json.load(f)["mean"]["point_estimate"]
+            with open(os.path.join(new, "benchmark.json")) as f:
+                bench = json.load(f)
+        except (OSError, ValueError, KeyError):
+            continue
+        elements = (bench.get("throughput") or {}).get("Elements")
+        rows.append({
+            "group": bench.get("group_id"),
+            "function": bench.get("function_id") or bench.get("full_id"),
+            "mean_ns": mean,
+            "elements": elements,
+            "ns_per_element": mean / elements if elements else None,
+            "elements_per_s": elements / mean * 1e9 if elements and mean else None,
+            "measured": datetime.datetime.fromtimestamp(os.path.getmtime(est)).strftime("%Y-%m-%d %H:%M"),
+        })
+    for r in rows:
+        base = next((b for b in rows if b["group"] == r["group"] and str(b["function"]).startswith("atomic")
+                     and b["elements"] == r["elements"]), None)
+        r["vs_atomic"] = base["mean_ns"] / r["mean_ns"] if base and base is not r and r["mean_ns"] else None
+    return rows
+
+
+LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+)Z\s+(WARN|ERROR)\s+(.*)$")
+
+
+def log_warnings(path, runs):
+    """segmint's warnings and errors, grouped by message (numbers masked), each with
+    its count and the runs during which it was logged."""
+    groups = {}
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.readlines()
+    except OSError:
+        return []
+    windows = [(name, r["window"]) for name, r in runs.items() if r.get("window")]
+    for line in lines:
+        m = LOG_LINE.match(line.strip())
+        if not m:
+            continue
+        when = datetime.datetime.fromisoformat(m.group(1)).replace(tzinfo=datetime.timezone.utc).timestamp()
+        key = f"{m.group(2)} " + re.sub(r"\d+(\.\d+)?", "#", m.group(3))
+        g = groups.setdefault(key, {"message": key, "count": 0, "example": f"{m.group(2)} {m.group(3)}",
+                                    "during": set(), "first": m.group(1)})
+        g["count"] += 1
+        g["during"].add(next((n for n, (a, b) in windows if a <= when <= b), "outside the measured segmint runs"))
+    out = sorted(groups.values(), key=lambda g: g["first"])
+    for g in out:
+        g["during"] = sorted(g["during"])
+    return out
+
+
+def fmt_int(x):
+    return "—" if number(x) is None else f"{x:,.0f}"
+
+
+def fmt_ms(x):
+    return "—" if number(x) is None else f"{x:,.3f} ms"
+
+
+def fmt_ratio(x):
+    return "—" if x is None else f"{x:,.2f}"
+
+
+def ratio(a, b):
+    a, b = number(a), number(b)
+    return a / b if a is not None and b is not None else None
+
+
+def errors_text(run):
+    if not run:
+        return "—"
+    if run["kind"] == "wrk":
+        errs = run.get("errors") or {}
+        bad = sum(v for k, v in (run.get("server") or {}).get("responses", {}).items()
+                  if not k.split()[-1].startswith("2"))
+        return f"{bad} non-2xx, {sum(v for k, v in errs.items() if k != 'status')} socket"
+    if run["kind"] == "pgbench":
+        return f"{run.get('failed', 0)} failed"
+    return "—"
+
+
+def fetches_text(run):
+    server = run.get("server") or {}
+    fetches = server.get("segment_fetches") or {}
+    if not fetches:
+        return "none"
+    parts = []
+    for db, outcomes in sorted(fetches.items()):
+        text = f"{db}: " + ", ".join(f"{o} {n}" for o, n in sorted(outcomes.items()))
+        time = (server.get("fetch_time") or {}).get(db)
+        if time:
+            slowest = time["slowest_at_most_ms"]
+            text += f" (mean {time['mean_ms']:.1f} ms, " + (
+                f"all ≤ {slowest:g} ms)" if slowest is not None else "some over the largest bucket)")
+        parts.append(text)
+    return "; ".join(parts)
+
+
+def report(args):
+    runs = {}
+    for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS:
+        path = os.path.join(args.dir, f"{name}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                runs[name] = json.load(f)
+    missing = []
+
+    def get(name, *keys):
+        v = runs.get(name)
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        return v
+
+    for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS:
+        if name not in runs:
+            missing.append(f"{name}: no result")
+        elif number(runs[name].get("rps")) is None:
+            missing.append(f"{name}: no requests/s")
+        elif not runs[name].get("valid"):
+            missing.append(f"{name}: answered with errors ({'; '.join(runs[name]['problems'])})")
+    for name, _ in LATENCY_RUNS:
+        if name in runs and number(get(name, "latency_ms", "p999")) is None:
+            missing.append(f"{name}: no p99.9 latency")
+
+    peak = get("segmint-nextIdSimple", "rps")
+    lat = {name: get(name, "latency_ms", "p999") for name, _ in LATENCY_RUNS}
+    ratios = [
+        ("segmint nextIdSimple ÷ Redis INCR (no pipelining), requests/s",
+         ratio(peak, get("redis-incr", "rps")), ">=", 1.5, ""),
+        ("segmint nextIdSimple ÷ segmint /healthz, requests/s",
+         ratio(peak, get("segmint-healthz", "rps")), ">=", 0.9, ""),
+        ("segmint /v1/ids (1 ID) ÷ segmint /healthz, requests/s",
+         ratio(get("segmint-v1", "rps"), get("segmint-healthz", "rps")), ">=", 0.9, ""),
+        ("segmint batch of 1000, IDs/s ÷ Redis INCR -P 16, IDs/s",
+         ratio(get("segmint-v1-batch", "ids_per_s"), get("redis-incr-p16", "ids_per_s")), ">=", 10, ""),
+        ("segmint p99.9 at half load", lat["latency-undisturbed"], "<", 1.0, " ms"),
+        ("p99.9 with one database stalled ÷ undisturbed",
+         ratio(lat["latency-stalled"], lat["latency-undisturbed"]), "<=", 1.2, ""),
+        ("p99.9 with one database stopped ÷ undisturbed",
+         ratio(lat["latency-stopped"], lat["latency-undisturbed"]), "<=", 1.2, ""),
+    ]
+    context = [
+        ("segmint nextIdSimple ÷ PostgreSQL nextval, IDs/s", ratio(peak, get("pg-nextval", "rps"))),
+        ("segmint nextIdSimple ÷ PostgreSQL hot-row UPDATE, IDs/s", ratio(peak, get("pg-hot-row", "rps"))),
+        ("segmint batch of 1000 ÷ segmint nextIdSimple, IDs/s",
+         ratio(get("segmint-v1-batch", "ids_per_s"), peak)),
+    ]
+    ratio_rows = []
+    for label, value, op, goal, unit in ratios:
+        if value is None:
+            missing.append(f"ratio `{label}`: missing")
+            verdict = "no figure"
+        else:
+            ok = {"<": value < goal, "<=": value <= goal, ">=": value >= goal}[op]
+            verdict = "met" if ok else "not met"
+        ratio_rows.append({"ratio": label, "value": value, "target": f"{op} {goal}{unit}", "verdict": verdict})
+
+    info = machine(args)
+    crit = criterion(args.criterion)
+    warnings = log_warnings(os.path.join(args.dir, "logs", "segmint.log"), runs)
+    problems = [(name, p) for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS
+                for p in runs.get(name, {}).get("problems", []) + runs.get(name, {}).get("notes", [])]
+    summary = {
+        "mode": args.mode, "duration_s": args.duration, "connections": args.connections,
+        "threads": args.threads, "elapsed_s": args.elapsed, "machine": info,
+        "runs": runs, "ratios": ratio_rows,
+        "context_ratios": [{"ratio": l, "value": v} for l, v in context],
+        "criterion": crit, "segmint_log_warnings": warnings, "problems": [f"{n}: {p}" for n, p in problems], "missing": missing,
+    }
+    with open(os.path.join(args.dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+
+    md = render(args, info, runs, ratio_rows, context, crit, problems, missing, warnings)
+    with open(args.out, "w") as f:
+        f.write(md)
+    for m in missing:
+        print(f"error: {m}", file=sys.stderr)
+    print(f"wrote {args.out} and {os.path.join(args.dir, 'summary.json')}", file=sys.stderr)
+    if missing:
+        sys.exit(1)
+
+
+def render(args, info, runs, ratio_rows, context, crit, problems, missing, warnings):
+    c, t, d = args.connections, args.threads, args.duration
+    out = []
+    w = out.append
+    title = "segmint benchmarks" + (" (smoke run)" if args.mode == "smoke" else "")
+    w(f"# {title}\n")
+    w(f"Written by `scripts/bench`{' --smoke' if args.mode == 'smoke' else ''} on {info['date']}: "
+      f"every figure below comes from that one run (about {args.elapsed} s, build excluded). "
+      "Run it again to refresh them; `scripts/bench --smoke` runs the same pipeline for one "
+      "second per run. Raw figures: `target/bench/*.json` (one file per run) and "
+      "`target/bench/summary.json`.\n")
+    if args.mode == "smoke":
+        w("**Smoke run:** one second per measurement, so the figures only show that every "
+          "measurement works; they are not benchmarks.\n")
+    w("The machine is small and was not idle, and the load generators run on the same two "
+      "cores as segmint, PostgreSQL and Redis: read every figure, and the ratios built from "
+      "them (runs a minute or two apart), as one noisy sample.\n")
+
+    w("## Machine\n")
+    w("| | |\n| --- | --- |")
+    w(f"| CPU | {info['cpu']} |")
+    w(f"| cores | {info['cores']} |")
+    w(f"| RAM | {info['ram_gib']} GiB |")
+    w(f"| kernel | Linux {info['kernel']}{' (' + info['os'] + ')' if info.get('os') else ''} |")
+    w(f"| date | {info['date']} |")
+    w(f"| segmint commit | `{info['commit']}` |")
+    for k, v in info["versions"].items():
+        w(f"| {k} | {v or 'unknown'} |")
+    w("")
+
+    w("## Method\n")
+    w(f"- **Same load everywhere.** Every HTTP and TCP run uses {c} connections and {t} client "
+      f"threads: `wrk -t{t} -c{c}`, `pgbench -c {c} -j {t}`, `redis-benchmark -c {c} --threads {t}`, "
+      f"for {d} s each (redis-benchmark takes a request count: a short first run gives the rate, "
+      f"and the measured run gets {d} s worth of requests). Everything runs on this machine over "
+      "loopback; the segmint runs follow a warm-up.")
+    w("- **segmint** is the release build with the configuration below: two throwaway "
+      "PostgreSQL clusters (initdb defaults, so `fsync` and `synchronous_commit` on), even IDs "
+      "from one and odd IDs from the other, every key at its default (one HTTP worker per core, "
+      "8 connections per database) except `adaptive_step = false`. The biz `bench` has step "
+      "1,000,000, which is also what the adaptive step would choose for it, so a segment "
+      "fetch is rare; the adaptive step is off so that the latency biz below keeps its small "
+      "step.")
+    w("- **Latencies** of the wrk runs are wrk's own, from sending a request to its whole "
+      "response, as percentiles of wrk's histogram reported by a `done()` hook of the lua script "
+      "(`target/bench/bench.lua`). Errors: wrk's socket errors and its count of 4xx/5xx "
+      "answers, and, from segmint's `/metrics` before and after each run, the answers by "
+      "status and the IDs issued — the Tinyid `Simple` route reports errors with status 200 "
+      "and an empty body, so every run also checks that segmint issued at least one ID per "
+      "answered request (times the batch size).")
+    w("- **PostgreSQL baselines** run in a database `bench` of one of the two clusters while "
+      "segmint is idle: a sequence, and a table created by segmint's own schema "
+      "(`sql/postgres/0001_init.sql`, so the real `tiny_id_info`) with one row updated per ID, "
+      "as an ID server without segments would. pgbench reports only the mean latency.")
+    target = get_first(runs, "latency-undisturbed", "target_rps")
+    delay = get_first(runs, "latency-undisturbed", "delay_ms")
+    w(f"- **Latency at half load.** wrk is a closed loop: each connection sends its next request "
+      f"when the last one is answered. To hold the rate at about half the peak (half of "
+      f"nextIdSimple's requests/s above: {fmt_int(target)}/s), the lua script's `delay()` pauses "
+      f"each connection before every request, {fmt_ratio(delay)} ms on average (whole "
+      "milliseconds, rounded up or down at random to that mean): connections ÷ target rate, "
+      "less the time a request itself takes, as found by up to three short calibration runs "
+      "(`target/bench/latency-calibration-*.json`). The rate achieved is in the table. These runs "
+      f"use the biz `latency` with a small step ({args.latency_step}, i.e. "
+      f"{args.latency_step // 2} IDs per segment from each database), so that segments are "
+      "fetched every few tens of milliseconds, also during the disturbances: (a) a `psql` "
+      "session holds the biz row of database `even` with `SELECT … FOR UPDATE` and "
+      "`pg_sleep`, (b) `pg_ctl stop -m immediate` stops the cluster of `even`, which is "
+      "started again afterwards. The disturbance starts at a fifth of the run and lasts half "
+      "of it, at most 5 s. Caveat: being a closed loop, wrk does not send the requests a "
+      "blocked connection would have sent meanwhile (no correction for coordinated "
+      "omission), so a stall shows as one slow request per waiting connection, not as every "
+      "request that would have been late.")
+    w("")
+
+    w("## Results\n")
+    w("| benchmark | what | requests/s | IDs/s | mean | p50 | p99 | p99.9 | max | errors |")
+    w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for name, what in THROUGHPUT_RUNS:
+        r = runs.get(name) or {}
+        lat = r.get("latency_ms") or {}
+        p999 = lat.get("p999")
+        w(f"| {r.get('title', name)} | {what} | {fmt_int(r.get('rps'))} | "
+          f"{fmt_int(r.get('ids_per_s')) if r.get('ids_per_request') else '—'} | "
+          f"{fmt_ms(lat.get('mean'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p99'))} | "
+          f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {errors_text(r)} |")
+    w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean.\n")
+
+    w("## Latency at half load\n")
+    w("| condition | target rate | achieved rate | of peak | p50 | p99 | p99.9 | max | "
+      "segment fetches during the run | errors |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    peak = get_first(runs, "segmint-nextIdSimple", "rps")
+    for name, label in LATENCY_RUNS:
+        r = runs.get(name) or {}
+        lat = r.get("latency_ms") or {}
+        share = ratio(r.get("rps"), peak)
+        w(f"| {label} | {fmt_int(r.get('target_rps'))}/s | {fmt_int(r.get('rps'))}/s | "
+          f"{'—' if share is None else f'{share:.0%}'} | {fmt_ms(lat.get('p50'))} | "
+          f"{fmt_ms(lat.get('p99'))} | {fmt_ms(lat.get('p999'))} | {fmt_ms(lat.get('max'))} | "
+          f"{fetches_text(r)} | {errors_text(r)} |")
+    w("")
+    for name, label in LATENCY_RUNS[1:]:
+        r = runs.get(name) or {}
+        if r.get("description"):
+            rec = r.get("recovery_s")
+            after = (f"; both databases were up again in `/readyz` {rec} s after the run"
+                     if rec is not None and rec >= 0 else "")
+            w(f"- {label}: {r['description']}{after}.")
+    w("")
+
+    w("## Ratios\n")
+    w("| ratio | value | target | |")
+    w("| --- | ---: | --- | --- |")
+    for row in ratio_rows:
+        unit = " ms" if row["target"].endswith("ms") else ""
+        value = "—" if row["value"] is None else f"{row['value']:,.3f}{unit}" if unit else fmt_ratio(row["value"])
+        w(f"| {row['ratio']} | {value} | {row['target']} | {row['verdict']} |")
+    w("\nFor context (no target):\n")
+    w("| ratio | value |\n| --- | ---: |")
+    for label, value in context:
+        w(f"| {label} | {fmt_ratio(value)} |")
+    w("")
+
+    w("## In-process benchmarks (criterion)\n")
+    if crit:
+        w("Read from `target/criterion` as found when this report was written (`cargo bench "
+          "--bench client` produces the groups `single_thread`, `two_threads` and `batch_1000`; "
+          "`scripts/bench --with-criterion` runs it first). Each result keeps the date it was "
+          "measured: results of other or older benches stay there until overwritten. "
+          "\"÷ atomic\" is the throughput relative to the group's `atomic_*` baseline.\n")
+        w("| group | function | mean per iteration | per ID | IDs/s | ÷ atomic | measured |")
+        w("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+        for r in crit:
+            per = "—" if r["ns_per_element"] is None else f"{r['ns_per_element']:,.2f} ns"
+            vs = "—" if r["vs_atomic"] is None else f"{r['vs_atomic']:.0%}"
+            w(f"| {r['group']} | {r['function']} | {r['mean_ns']:,.2f} ns | {per} | "
+              f"{fmt_int(r['elements_per_s'])} | {vs} | {r['measured']} |")
+    else:
+        w("No results in `target/criterion`: run `cargo bench --bench client` (or "
+          "`scripts/bench --with-criterion`) first.")
+    w("")
+
+    w("## Problems and notes\n")
+    if problems or missing:
+        for name, p in problems:
+            w(f"- {name}: {p}")
+        for m in missing:
+            if not any(m.startswith(f"{n}:") for n, _ in problems):
+                w(f"- {m}")
+    else:
+        w("None: every run answered only 2xx, without socket errors, and segmint issued an ID "
+          "for every answered request.")
+    w("")
+    if warnings:
+        w("segmint's warnings and errors in `target/bench/logs/segmint.log` (the stalled and "
+          "stopped database of the latency runs are expected to show up here):\n")
+        w("| count | first | during | example |")
+        w("| ---: | --- | --- | --- |")
+        for g in warnings:
+            example = g["example"].replace("|", "\\|")
+            if len(example) > 240:
+                example = example[:240] + "…"
+            w(f"| {g['count']} | {g['first'][11:19]} | {', '.join(g['during'])} | `{example}` |")
+    else:
+        w("segmint logged no warnings or errors.")
+    w("")
+
+    w("## Commands\n")
+    w("Setup (PostgreSQL commands run as the `postgres` user when the script runs as root; "
+      "`segmint` is `target/release/segmint`):\n")
+    w("```sh")
+    with open(os.path.join(args.dir, "commands.txt")) as f:
+        out.extend(line.rstrip("\n") for line in f)
+    w("```\n")
+    w("Measurements (`$TOKEN`: the biz's token; ports are chosen free at each run):\n")
+    w("```sh")
+    for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS:
+        if runs.get(name, {}).get("command"):
+            w(runs[name]["command"])
+    w("```\n")
+    w("with `target/bench/nextval.sql` and `target/bench/hot-row.sql`:\n")
+    w("```sql")
+    for script in ("nextval.sql", "hot-row.sql"):
+        with open(os.path.join(args.dir, script)) as f:
+            w(f.read().strip())
+    w("```\n")
+
+    w("## Configuration\n")
+    w("```toml")
+    with open(args.config) as f:
+        w(f.read().strip())
+    w("```")
+    return "\n".join(out) + "\n"
+
+
+def get_first(runs, name, key):
+    return (runs.get(name) or {}).get(key)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    rec = sub.add_parser("record")
+    rec.add_argument("--dir", required=True)
+    rec.add_argument("--kind", required=True, choices=["wrk", "pgbench", "redis"])
+    rec.add_argument("--name", required=True)
+    rec.add_argument("--title", required=True)
+    rec.add_argument("--command", default="")
+    rec.add_argument("--ids-per-request", type=int, default=1)
+    rec.add_argument("--connections", type=int)
+    rec.add_argument("--threads", type=int)
+    rec.add_argument("--duration", type=float)
+    rec.add_argument("--strict", action="store_true",
+                     help="errors make the run invalid (undisturbed throughput runs)")
+    rec.add_argument("--target-rps", type=float)
+    rec.add_argument("--delay-ms", type=float)
+    rec.add_argument("--disturbance")
+    rec.add_argument("--description", default="")
+    rec.add_argument("--recovery-s", type=float)
+    rep = sub.add_parser("report")
+    rep.add_argument("--dir", required=True)
+    rep.add_argument("--out", required=True)
+    rep.add_argument("--mode", choices=["full", "smoke"], required=True)
+    rep.add_argument("--duration", type=int, required=True)
+    rep.add_argument("--connections", type=int, required=True)
+    rep.add_argument("--threads", type=int, required=True)
+    rep.add_argument("--config", required=True)
+    rep.add_argument("--segmint", required=True)
+    rep.add_argument("--pg-bin", required=True)
+    rep.add_argument("--pgbench", required=True)
+    rep.add_argument("--criterion", required=True)
+    rep.add_argument("--latency-step", type=int, required=True)
+    rep.add_argument("--elapsed", type=int, required=True)
+    rep.add_argument("--repo", required=True)
+    args = parser.parse_args()
+    {"record": record, "report": report}[args.action](args)
+
+
+if __name__ == "__main__":
+    main()
