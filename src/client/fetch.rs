@@ -57,6 +57,9 @@ impl Servers {
         let http = reqwest::Client::builder()
             .timeout(settings.request_timeout)
             .connect_timeout(settings.request_timeout)
+            // No idle reaper: its background task would outlive a dropped client by up
+            // to its interval. Idle connections the server closed are noticed on use.
+            .pool_idle_timeout(None)
             .build()
             .map_err(|e| ClientError::Config(format!("HTTP client: {e}")))?;
         Ok(Servers {
@@ -156,8 +159,17 @@ impl Servers {
         let parsed = match self.protocol {
             Protocol::V1 => parse_v1(&body),
             Protocol::Tinyid => match header_error {
-                // Tinyid's simple routes answer 200 with an empty body on errors.
-                Some(e) if body.trim().is_empty() => return refused(e),
+                // Tinyid's simple routes answer 200 with an empty body on errors: code 5
+                // is a token problem, final; code 6 is anything else, mostly passing
+                // (no database reachable, contention, a server stopping), so another
+                // server is tried, as after a 5xx of the v1 API.
+                Some(e) if body.trim().is_empty() => {
+                    return if e.starts_with("5:") {
+                        refused(e)
+                    } else {
+                        Answer::Failed(e)
+                    };
+                }
                 _ => parse_tinyid(&body),
             },
         };
