@@ -16,7 +16,8 @@ use tokio::task::block_in_place;
 const BIZ: &str = "order";
 
 /// 50 IDs per segment on each of the two databases (delta 2); every test here turns the
-/// adaptive step off, as it counts segments of exactly this size.
+/// adaptive step off, as it counts segments of exactly this size, and hedging, as it
+/// counts the reservations waiting on locked rows.
 const STEP: i64 = 100;
 const PER_SEGMENT: u64 = 50;
 
@@ -79,7 +80,10 @@ fn assert_consecutive(ids: &[i64], what: &str) {
 async fn next_segment_is_fetched_once_at_the_threshold() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
     let dbs = [&a, &b];
-    let config = config(&dbs, "preload_percent = 20\nadaptive_step = false");
+    let config = config(
+        &dbs,
+        "preload_percent = 20\nadaptive_step = false\nhedge_after_ms = 0",
+    );
     let token = setup_biz(&config, BIZ, STEP, false).await;
     let app = spawn_app(config).await;
 
@@ -218,8 +222,11 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
     let dbs = [&a, &b];
     // Fetch only when the segment is used up; give the held-up fetch time to wait.
-    let toml = config_toml(&dbs, "preload_percent = 100\nadaptive_step = false")
-        .replace("fetch_timeout_ms = 1000", "fetch_timeout_ms = 3000");
+    let toml = config_toml(
+        &dbs,
+        "preload_percent = 100\nadaptive_step = false\nhedge_after_ms = 0",
+    )
+    .replace("fetch_timeout_ms = 1000", "fetch_timeout_ms = 3000");
     let config = Config::from_toml(&toml).expect("test configuration");
     let token = setup_biz(&config, BIZ, STEP, false).await;
     let app = shared(spawn_app(config).await);
@@ -247,7 +254,7 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
 async fn batch_wider_than_a_segment_spans_segments() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
     let dbs = [&a, &b];
-    let config = config(&dbs, "adaptive_step = false");
+    let config = config(&dbs, "adaptive_step = false\nhedge_after_ms = 0");
     let token = setup_biz(&config, BIZ, STEP, false).await;
     let app = spawn_app(config).await;
 
