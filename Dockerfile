@@ -29,12 +29,12 @@ WORKDIR /src
 
 # Dependencies first, against stub sources: this layer is rebuilt only when
 # Cargo.toml or Cargo.lock change, not on every change to segmint itself.
-# (benches/client.rs is declared in Cargo.toml, so it needs a stub too; the image never
-# builds it.)
+# (The benches declared in Cargo.toml need stubs too; the image never builds them.)
 COPY Cargo.toml Cargo.lock ./
 RUN mkdir src benches \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/client.rs \
+    && echo 'fn main() {}' > benches/server.rs \
     && touch src/lib.rs \
     && cargo build --release --locked --bin segmint \
     && rm -rf src
