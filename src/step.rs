@@ -148,6 +148,33 @@ impl StepPolicy {
         }
         StepChoice { step, reason }
     }
+
+    /// As [`StepPolicy::choose`], for a row with only `room` IDs left below
+    /// `i64::MAX`: a chosen step wider than that shrinks to fit, down to the row's step,
+    /// so that a large adaptive step never exhausts the ID space before the row's own
+    /// step would. The row's step itself is not shrunk: past it, overflow is an error.
+    pub fn choose_within(
+        &self,
+        row_step: i64,
+        delta: i64,
+        hint: Option<StepHint>,
+        room: i64,
+    ) -> StepChoice {
+        let choice = self.choose(row_step, delta, hint);
+        if choice.step > room && room > row_step {
+            StepChoice {
+                step: room,
+                reason: StepReason::Maximum,
+            }
+        } else if choice.step > room && choice.step > row_step {
+            StepChoice {
+                step: row_step,
+                reason: StepReason::Minimum,
+            }
+        } else {
+            choice
+        }
+    }
 }
 
 #[cfg(test)]
@@ -229,6 +256,23 @@ mod tests {
         assert_eq!((c.step, c.reason), (50_000, StepReason::Maximum));
         let c = p.choose(80_000, 1, hint(1000.0, Some(40_000)));
         assert_eq!((c.step, c.reason), (80_000, StepReason::Minimum));
+    }
+
+    #[test]
+    fn near_the_top_a_wide_step_shrinks_to_fit() {
+        let p = policy();
+        let wide = hint(1e6, Some(500_000));
+        // Room for 5000 more: the adaptive step shrinks to it.
+        let c = p.choose_within(100, 1, wide, 5_000);
+        assert_eq!((c.step, c.reason), (5_000, StepReason::Maximum));
+        // Room for less than the row's step: the row's step, which then overflows.
+        let c = p.choose_within(100, 1, wide, 50);
+        assert_eq!((c.step, c.reason), (100, StepReason::Minimum));
+        // Plenty of room: unchanged.
+        assert_eq!(
+            p.choose_within(100, 1, wide, i64::MAX),
+            p.choose(100, 1, wide)
+        );
     }
 
     proptest! {

@@ -348,3 +348,36 @@ fn every_reservation_is_logged_with_its_step_and_reason() {
         );
     }
 }
+
+/// Near the top of the ID space a wide adaptive step shrinks to the room left instead
+/// of refusing early; past the row's own step the biz is refused, never wrapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_the_top_the_adaptive_step_shrinks_instead_of_refusing() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let config = dbs.config("");
+    setup_biz(&config, BIZ, ROW_STEP, false).await;
+    let top = i64::MAX - 1_000;
+    dbs.sql(
+        0,
+        &format!("UPDATE tiny_id_info SET max_id = {top} WHERE biz_type = '{BIZ}'"),
+    );
+    let store = segmint::store::Store::connect(&config).unwrap();
+    let biz = segmint::biz::BizTag::parse(BIZ).unwrap();
+    let wide = Some(segmint::step::StepHint {
+        peak_rate: 1e6,
+        previous: Some(500_000),
+    });
+    let r = store.reserve(&biz, wide).await.expect("room is left");
+    assert_eq!(
+        r.range.max_id(),
+        i64::MAX,
+        "the rest of the ID space, no more"
+    );
+    assert_eq!(r.range.step(), 1_000);
+    let err = store.reserve(&biz, wide).await.unwrap_err();
+    assert!(err.to_string().contains("exceeds"), "{err}");
+    assert_eq!(
+        dbs.row(0, BIZ).split('|').next(),
+        Some(&*i64::MAX.to_string())
+    );
+}

@@ -37,8 +37,8 @@ pub struct BizEntry {
 /// Hex digits of a token hash used as its lookup key.
 const TOKEN_KEY: usize = 8;
 
-fn token_key(hash: &str) -> String {
-    hash.chars().take(TOKEN_KEY).collect()
+fn token_key(hash: &str) -> &str {
+    hash.get(..TOKEN_KEY).unwrap_or(hash)
 }
 
 impl Catalog {
@@ -66,7 +66,9 @@ impl Catalog {
                 }
             }
             for t in &snap.tokens {
-                let same = tokens.entry(token_key(&t.token_hash)).or_default();
+                let same = tokens
+                    .entry(token_key(&t.token_hash).to_string())
+                    .or_default();
                 match same.iter_mut().find(|(hash, _)| *hash == t.token_hash) {
                     Some((_, bizs)) => {
                         bizs.insert(t.biz_type.clone());
@@ -91,7 +93,7 @@ impl Catalog {
     pub fn granted(&self, token_hash: &str, biz: &str) -> Option<bool> {
         use subtle::ConstantTimeEq;
         self.tokens
-            .get(&token_key(token_hash))?
+            .get(token_key(token_hash))?
             .iter()
             .find(|(hash, _)| bool::from(hash.as_bytes().ct_eq(token_hash.as_bytes())))
             .map(|(_, bizs)| bizs.contains(biz))

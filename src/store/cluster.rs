@@ -495,7 +495,10 @@ impl Store {
                 Ok(r) => r,
                 Err(e) => return Ok(Attempt::Refused(e)),
             };
-            let choice = self.policy.choose(row.step, residue.delta(), hint);
+            let room = i64::MAX.saturating_sub(row.max_id);
+            let choice = self
+                .policy
+                .choose_within(row.step, residue.delta(), hint, room);
             let step = choice.step;
             if step < residue.delta() {
                 return Ok(refuse(format!(
