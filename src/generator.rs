@@ -205,10 +205,10 @@ impl Generator {
                 {
                     return Err(e);
                 }
-                let short = state.buffer.remaining() < need as u64;
-                if state.buffer.start_fetch(short) {
+                let cached = state.buffer.remaining();
+                if state.buffer.start_fetch(cached < need as u64) {
                     state.last_error = None;
-                    self.spawn_fetch(buffer.clone());
+                    self.spawn_fetch(buffer.clone(), cached);
                 }
                 if need == 0 {
                     return Ok(ids);
@@ -346,18 +346,26 @@ impl Generator {
         stats
     }
 
-    fn spawn_fetch(&self, buffer: Arc<Buffer>) {
+    /// Fetches the next segment in the background; `cached` IDs are left meanwhile.
+    fn spawn_fetch(&self, buffer: Arc<Buffer>, cached: u64) {
         let store = self.store.clone();
         let guard = FetchGuard(Some(buffer.clone()));
-        let hint = {
+        let (hint, runway) = {
             let sizing = buffer.sizing.lock();
-            StepHint {
+            let hint = StepHint {
                 peak_rate: sizing.rates.peak(),
                 previous: sizing.last.map(|(step, _, _)| step),
-            }
+            };
+            // The faster of the minute's rate and the last second's, so that a sudden
+            // load does not make the runway look longer than it is. An empty cache has
+            // requests waiting already: the usual hedge delay applies.
+            let rate = sizing.rates.rate().max(sizing.rates.recent());
+            let secs = runway(cached, rate);
+            let runway = (cached > 0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
+            (hint, runway)
         };
         tokio::spawn(async move {
-            let result = store.reserve(&buffer.biz, Some(hint)).await;
+            let result = store.reserve(&buffer.biz, Some(hint), runway).await;
             guard.disarm();
             if let Ok(r) = &result {
                 buffer.reserved(&store, r, hint);

@@ -401,14 +401,15 @@ impl Metrics {
         }
     }
 
-    /// Counts one HTTP request on the route template `route`.
-    pub fn http_request(&self, route: &str, method: &str, status: &str, took: Duration) {
+    /// The request latency histogram of the route template `route`, to keep.
+    pub fn http_seconds(&self, route: &str) -> Histogram {
+        self.http_seconds.with_label_values(&[route])
+    }
+
+    /// The request counter of `route`, `method` and `status`, to keep and bump.
+    pub fn http_requests(&self, route: &str, method: &str, status: &str) -> IntCounter {
         self.http_requests
             .with_label_values(&[route, method, status])
-            .inc();
-        self.http_seconds
-            .with_label_values(&[route])
-            .observe(took.as_secs_f64());
     }
 
     /// Sets the state gauges and renders every metric in the text format.

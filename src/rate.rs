@@ -27,6 +27,8 @@ pub struct RateTracker {
     /// `(slot start, highest rate seen in the slot)`, oldest first.
     peaks: VecDeque<(Instant, f64)>,
     rate: f64,
+    /// IDs per second between the last two samples: follows a sudden load at once.
+    recent: f64,
 }
 
 impl Default for RateTracker {
@@ -41,6 +43,7 @@ impl RateTracker {
             samples: VecDeque::new(),
             peaks: VecDeque::new(),
             rate: 0.0,
+            recent: 0.0,
         }
     }
 
@@ -51,6 +54,12 @@ impl RateTracker {
             && now < last
         {
             return;
+        }
+        if let Some(&(last, before)) = self.samples.back()
+            && now > last
+        {
+            self.recent =
+                total.saturating_sub(before) as f64 / now.duration_since(last).as_secs_f64();
         }
         self.samples.push_back((now, total));
         // Keep one sample at or before the window's start, so the window is covered.
@@ -87,6 +96,11 @@ impl RateTracker {
     /// IDs per second over the last [`RATE_WINDOW`], as of the last sample.
     pub fn rate(&self) -> f64 {
         self.rate
+    }
+
+    /// IDs per second between the last two samples (a second apart, as sampled).
+    pub fn recent(&self) -> f64 {
+        self.recent
     }
 
     /// The highest [`RateTracker::rate`] over the last [`PEAK_HORIZON`].
@@ -170,6 +184,17 @@ mod tests {
         assert!((r.peak() - 1000.0).abs() < 1e-9);
         r.record(t + Duration::from_secs(3600), total);
         assert_eq!(r.peak(), 0.0);
+    }
+
+    #[test]
+    fn recent_follows_a_sudden_load_that_the_minute_rate_smooths() {
+        let mut r = RateTracker::new();
+        let t0 = Instant::now();
+        r.record(t0, 0);
+        let (t, total) = run(&mut r, t0, 0, 120, 10);
+        run(&mut r, t, total, 2, 30_000);
+        assert!((r.recent() - 30_000.0).abs() < 1e-9, "{}", r.recent());
+        assert!(r.rate() < 1_100.0, "{}", r.rate());
     }
 
     #[test]

@@ -45,7 +45,7 @@ async fn reservations_advance_each_row_by_its_step(kind: Kind) {
     let mut ids = Vec::new();
     let mut per_db = [0i64; 2];
     for _ in 0..12 {
-        let r = store.reserve(&tag("order"), None).await.unwrap();
+        let r = store.reserve(&tag("order"), None, None).await.unwrap();
         let class = Residue::new(2, r.database as i64).unwrap();
         assert_eq!(
             r.range.residue(),
@@ -85,7 +85,7 @@ async fn concurrent_reservations_from_two_processes_are_disjoint(kind: Kind) {
     let tasks: Vec<_> = (0..64)
         .map(|i| {
             let store = stores[i % 2].clone();
-            tokio::spawn(async move { store.reserve(&tag("race"), None).await })
+            tokio::spawn(async move { store.reserve(&tag("race"), None, None).await })
         })
         .collect();
     let mut ids = Vec::new();
@@ -124,7 +124,7 @@ async fn overflow_is_refused_and_changes_nothing(kind: Kind) {
         );
     }
     let before = [dbs.row(0, "top"), dbs.row(1, "top")];
-    let err = store.reserve(&tag("top"), None).await.unwrap_err();
+    let err = store.reserve(&tag("top"), None, None).await.unwrap_err();
     assert!(matches!(err, StoreError::Overflow { .. }), "{err}");
     assert!(err.to_string().contains("`top`"), "{err}");
     assert_eq!(
@@ -140,17 +140,20 @@ async fn overflow_is_refused_and_changes_nothing(kind: Kind) {
             i64::MAX - 10
         ),
     );
-    let r = store.reserve(&tag("top"), None).await.unwrap();
+    let r = store.reserve(&tag("top"), None, None).await.unwrap();
     assert_eq!(r.range.max_id(), i64::MAX);
     assert!(
-        store.reserve(&tag("fine"), None).await.is_ok(),
+        store.reserve(&tag("fine"), None, None).await.is_ok(),
         "other bizs keep working"
     );
 }
 
 async fn unknown_biz_is_not_found_and_creates_nothing(kind: Kind) {
     let (dbs, _config, store) = setup(kind, &["known"]).await;
-    let err = store.reserve(&tag("unknown"), None).await.unwrap_err();
+    let err = store
+        .reserve(&tag("unknown"), None, None)
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::NotFound(_)), "{err}");
     for i in 0..2 {
         assert_eq!(dbs.sql(i, "SELECT count(*) FROM tiny_id_info"), "1");
@@ -167,7 +170,7 @@ async fn overlapping_rows_refuse_only_that_biz(kind: Kind) {
     );
     let before = dbs.row(1, "edited");
     for _ in 0..8 {
-        match store.reserve(&tag("edited"), None).await {
+        match store.reserve(&tag("edited"), None, None).await {
             // Reservations that pick pg0 still see pg1's class as 1 mod 2 until the
             // next refresh; those that pick pg1 must be refused.
             Ok(r) => assert_eq!(r.database, 0, "pg1's overlapping row was used"),
@@ -187,10 +190,10 @@ async fn overlapping_rows_refuse_only_that_biz(kind: Kind) {
         "nothing reserved on the refused row"
     );
     store.refresh_since(Instant::now()).await;
-    let err = store.reserve(&tag("edited"), None).await.unwrap_err();
+    let err = store.reserve(&tag("edited"), None, None).await.unwrap_err();
     assert!(matches!(err, StoreError::ResidueConflict { .. }), "{err}");
     assert!(
-        store.reserve(&tag("fine"), None).await.is_ok(),
+        store.reserve(&tag("fine"), None, None).await.is_ok(),
         "other bizs keep working"
     );
 }
@@ -232,7 +235,7 @@ async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
     );
     // --start: the first ID is the start itself when it is in the class.
     store.add_biz(&tag("late"), 10, 1000, None).await.unwrap();
-    let r = store.reserve(&tag("late"), None).await.unwrap();
+    let r = store.reserve(&tag("late"), None, None).await.unwrap();
     assert_eq!(r.range.first_id(), Some(1000 + r.database as i64));
 }
 
@@ -309,7 +312,7 @@ async fn mixed_kinds_share_a_biz_without_overlap() {
     let mut ids = Vec::new();
     let mut seen = [false; 2];
     for _ in 0..20 {
-        let r = store.reserve(&tag("mixed"), None).await.unwrap();
+        let r = store.reserve(&tag("mixed"), None, None).await.unwrap();
         seen[r.database] = true;
         assert!(r.range.ids().all(|id| id % 2 == r.database as i64));
         ids.extend(r.range.ids());

@@ -350,3 +350,50 @@ async fn a_stalled_database_costs_the_hedge_delay_not_the_fetch_timeout() {
     assert_unique(&ids);
     app.stop().await;
 }
+
+/// With the usual hedge delay far longer than the cache lasts, a fetch that meets a
+/// stalled database is still hedged in time: the delay shrinks to half the cache's
+/// runway, so no request waits for the stalled database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_is_hedged_before_the_cache_runs_dry() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    // 500 IDs per segment and database; the fetch starts with 400 of them left, a few
+    // tens of milliseconds at the rate below. Without the runway, a stalled fetch
+    // would be hedged after 2 s and the requests would wait for it.
+    let config = config(
+        &[&a, &b],
+        "fetch_timeout_ms = 5000\nwait_timeout_ms = 5000\nhedge_after_ms = 2000\nadaptive_step = false\nbackoff_initial_ms = 200\nbackoff_max_ms = 200",
+    );
+    let token = setup_biz(&config, BIZ, 1000, false).await;
+    let app = spawn_app(config).await;
+    // A second and more of steady load, so that the rate is known.
+    let warm = Instant::now() + Duration::from_millis(1500);
+    while Instant::now() < warm {
+        app.ids(BIZ, &token, 20).await;
+    }
+
+    let _locker = a.psql_background(
+        "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut ids = Vec::new();
+    let mut slowest = Duration::ZERO;
+    let mut hedged = false;
+    let until = Instant::now() + Duration::from_millis(2500);
+    while Instant::now() < until {
+        let started = Instant::now();
+        ids.extend(app.ids(BIZ, &token, 20).await);
+        slowest = slowest.max(started.elapsed());
+        hedged |= app.state.store.status()[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("no answer within"));
+    }
+    assert!(hedged, "no fetch met the stalled database");
+    assert!(
+        slowest < Duration::from_millis(500),
+        "a request waited {slowest:?} although the other database could answer"
+    );
+    assert_unique(&ids);
+    app.stop().await;
+}

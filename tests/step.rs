@@ -367,14 +367,14 @@ async fn near_the_top_the_adaptive_step_shrinks_instead_of_refusing() {
         peak_rate: 1e6,
         previous: Some(500_000),
     });
-    let r = store.reserve(&biz, wide).await.expect("room is left");
+    let r = store.reserve(&biz, wide, None).await.expect("room is left");
     assert_eq!(
         r.range.max_id(),
         i64::MAX,
         "the rest of the ID space, no more"
     );
     assert_eq!(r.range.step(), 1_000);
-    let err = store.reserve(&biz, wide).await.unwrap_err();
+    let err = store.reserve(&biz, wide, None).await.unwrap_err();
     assert!(err.to_string().contains("exceeds"), "{err}");
     assert_eq!(
         dbs.row(0, BIZ).split('|').next(),

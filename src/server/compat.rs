@@ -7,11 +7,12 @@ use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
 
 use super::error::ApiError;
+use super::observe::Observer;
 use super::{AppState, Params, authorize};
 use crate::biz::{BatchSize, BizTag};
 use crate::store::Reservation;
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
+pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     for (path, handler) in [
         ("/tinyid/id/nextId", Route::Ids),
         ("/tinyid/id/nextIdSimple", Route::IdsSimple),
@@ -22,7 +23,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             handle(handler, state, req, body)
         };
         cfg.service(
-            web::resource(path)
+            observer
+                .resource(path)
                 .route(web::get().to(serve))
                 .route(web::post().to(serve)),
         );

@@ -3,6 +3,7 @@
 mod auth;
 mod compat;
 mod error;
+mod observe;
 mod openapi;
 mod status;
 mod v1;
@@ -11,14 +12,13 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{Server, ServerHandle, ServiceRequest, ServiceResponse};
+use actix_web::dev::{Server, ServerHandle};
 use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
-use tracing::Instrument;
 
 pub use auth::authorize;
 pub use error::ApiError;
+use observe::{InFlight, Observer};
 
 use crate::config::Config;
 use crate::generator::Generator;
@@ -42,7 +42,7 @@ impl AppState {
         &self,
         biz: &crate::biz::BizTag,
     ) -> Result<crate::store::Reservation, StoreError> {
-        let r = self.store.reserve(biz, None).await?;
+        let r = self.store.reserve(biz, None, None).await?;
         self.store.metrics().segment_handed_out(biz, r.range.len());
         Ok(r)
     }
@@ -120,25 +120,22 @@ impl Application {
         });
         let app_state = state.clone();
         let in_flight = InFlight::default();
-        let counter = in_flight.clone();
-        let metrics = state.store.metrics().clone();
+        let observer = Observer {
+            in_flight: in_flight.clone(),
+            metrics: state.store.metrics().clone(),
+        };
         let max_body = config.max_body_bytes;
         let mut server = HttpServer::new(move || {
-            let counter = counter.clone();
-            let metrics = metrics.clone();
+            // Routes are matched in this order: the ID routes first, the dynamic
+            // `{biz}` patterns (regular expressions) after the constant ones.
             App::new()
-                .wrap(actix_web::middleware::from_fn(
-                    move |req: ServiceRequest, next: actix_web::middleware::Next<_>| {
-                        observe(req, next, counter.clone(), metrics.clone())
-                    },
-                ))
                 .app_data(app_state.clone())
                 .app_data(web::PayloadConfig::new(max_body))
-                .configure(compat::routes)
-                .configure(v1::routes)
-                .configure(status::routes)
-                .configure(openapi::routes)
-                .default_service(web::to(not_found))
+                .configure(|cfg| compat::routes(cfg, &observer))
+                .configure(|cfg| v1::routes(cfg, &observer))
+                .configure(|cfg| status::routes(cfg, &observer))
+                .configure(|cfg| openapi::routes(cfg, &observer))
+                .default_service(web::to(not_found).wrap(observer.route("unmatched")))
         })
         // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
         // for actix to wait for is idle keep-alive connections, which need no wait.
@@ -221,62 +218,6 @@ impl Application {
 /// Longest a graceful stop waits for in-flight requests.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Counts the requests being served, and whether the server is stopping.
-#[derive(Clone, Default)]
-struct InFlight(Arc<InFlightState>);
-
-#[derive(Default)]
-struct InFlightState {
-    count: std::sync::atomic::AtomicUsize,
-    closing: std::sync::atomic::AtomicBool,
-}
-
-/// One request being served; leaving the count when dropped, even on cancellation.
-struct Entered(Arc<InFlightState>);
-
-impl Entered {
-    /// Whether the server is stopping, so the connection should be closed.
-    fn closing(&self) -> bool {
-        self.0.closing.load(std::sync::atomic::Ordering::Relaxed)
-    }
-}
-
-impl InFlight {
-    fn enter(&self) -> Entered {
-        self.0
-            .count
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Entered(self.0.clone())
-    }
-
-    fn count(&self) -> usize {
-        self.0.count.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// From now on, every response closes its connection.
-    fn close(&self) {
-        self.0
-            .closing
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    /// Waits until no request is being served, or `timeout` passes.
-    async fn drained(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.count() > 0 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    }
-}
-
-impl Drop for Entered {
-    fn drop(&mut self) {
-        self.0
-            .count
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 /// Completes on the first SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -306,41 +247,6 @@ async fn refresh_periodically(store: Arc<Store>, every: Duration) {
     }
 }
 
-/// Every request: counted while in flight (for the graceful stop), run in a span with
-/// its method, route template and status (never the query string, where Tinyid
-/// clients put their token), measured for the metrics, and answered with
-/// `Connection: close` once the server is stopping.
-async fn observe<B: MessageBody>(
-    req: ServiceRequest,
-    next: actix_web::middleware::Next<B>,
-    in_flight: InFlight,
-    metrics: Arc<crate::metrics::Metrics>,
-) -> Result<ServiceResponse<B>, actix_web::Error> {
-    let entered = in_flight.enter();
-    let started = Instant::now();
-    let method = method_label(req.method());
-    let route = req.match_pattern();
-    let route = route.as_deref().unwrap_or("unmatched");
-    let span = tracing::info_span!("http", method, route, status = tracing::field::Empty);
-    let mut response = next.call(req).instrument(span.clone()).await;
-    let status = match &mut response {
-        Ok(r) => {
-            if entered.closing() {
-                // Stopping: the client must not reuse this connection.
-                r.response_mut()
-                    .head_mut()
-                    .set_connection_type(actix_web::http::ConnectionType::Close);
-            }
-            r.status()
-        }
-        Err(e) => e.as_response_error().status_code(),
-    };
-    span.record("status", status.as_u16());
-    tracing::debug!(parent: &span, status = status.as_u16(), "request");
-    metrics.http_request(route, method, status.as_str(), started.elapsed());
-    response
-}
-
 /// Samples the issue counts once a second, for rates and peaks.
 async fn sample_periodically(generator: Arc<Generator>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -348,22 +254,6 @@ async fn sample_periodically(generator: Arc<Generator>) {
     loop {
         tick.tick().await;
         generator.sample(Instant::now());
-    }
-}
-
-/// The method as a metric label: the standard ones by name, any other as `other`, so
-/// that made-up methods cannot create series.
-fn method_label(method: &actix_web::http::Method) -> &'static str {
-    use actix_web::http::Method;
-    match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::HEAD => "HEAD",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        _ => "other",
     }
 }
 

@@ -6,11 +6,17 @@
 use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 
+use super::observe::Observer;
+
 /// The document, as served.
 pub const DOCUMENT: &str = include_str!("openapi.json");
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/openapi.json", web::get().to(openapi));
+pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(
+        observer
+            .resource("/openapi.json")
+            .route(web::get().to(openapi)),
+    );
 }
 
 async fn openapi() -> HttpResponse {

@@ -8,13 +8,14 @@ use actix_web::{HttpResponse, web};
 use serde::Serialize;
 
 use super::AppState;
+use super::observe::Observer;
 use crate::metrics::BizStats;
 use crate::store::DatabaseStatus;
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/metrics", web::get().to(metrics))
-        .route("/v1/bizs", web::get().to(bizs))
-        .route("/status", web::get().to(status));
+pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(observer.resource("/metrics").route(web::get().to(metrics)))
+        .service(observer.resource("/v1/bizs").route(web::get().to(bizs)))
+        .service(observer.resource("/status").route(web::get().to(status)));
 }
 
 /// One biz as `/v1/bizs` shows it.

@@ -6,16 +6,26 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 
 use super::error::ApiError;
+use super::observe::Observer;
 use super::{AppState, Params, authorize};
 use crate::biz::{BatchSize, BizTag};
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/v1/ids/{biz}", web::get().to(ids))
-        .route("/v1/ids/{biz}", web::post().to(ids))
-        .route("/v1/segments/{biz}", web::get().to(segment))
-        .route("/v1/segments/{biz}", web::post().to(segment))
-        .route("/healthz", web::get().to(healthz))
-        .route("/readyz", web::get().to(readyz));
+pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    // The constant routes before the `{biz}` patterns, which are regular expressions.
+    cfg.service(observer.resource("/healthz").route(web::get().to(healthz)))
+        .service(observer.resource("/readyz").route(web::get().to(readyz)))
+        .service(
+            observer
+                .resource("/v1/ids/{biz}")
+                .route(web::get().to(ids))
+                .route(web::post().to(ids)),
+        )
+        .service(
+            observer
+                .resource("/v1/segments/{biz}")
+                .route(web::get().to(segment))
+                .route(web::post().to(segment)),
+        );
 }
 
 /// The bearer token, if the header is present.

@@ -22,6 +22,9 @@ use crate::step::{StepHint, StepPolicy, StepReason};
 /// Compare-and-set attempts on one database before trying another.
 const CAS_ATTEMPTS: usize = 3;
 
+/// Shortest hedge delay a short runway can bring about.
+const MIN_HEDGE: Duration = Duration::from_millis(5);
+
 /// Shortest time between the starts of two catalog refreshes.
 pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
 
@@ -285,6 +288,9 @@ impl Store {
 
     /// Reserves the next segment of `biz` on a random live database, advancing its row
     /// by its own step, or with a `hint`, by the step the [`StepPolicy`] chooses.
+    /// `runway`: how long the caller's cache lasts without this segment, if known; a
+    /// stalled database is then hedged in time for the segment to arrive before the
+    /// cache runs dry (see [`Store::hedge_delay`]).
     ///
     /// # Errors
     /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
@@ -293,6 +299,7 @@ impl Store {
         &self,
         biz: &BizTag,
         hint: Option<StepHint>,
+        runway: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
@@ -308,7 +315,11 @@ impl Store {
         // a busy row slows a reservation down but does not fail it.
         let deadline = Instant::now() + self.timing.fetch_timeout;
         loop {
-            match self.reserve_pass(biz, hint, &entry.classes, deadline).await {
+            let hedge = self.hedge_delay(runway);
+            match self
+                .reserve_pass(biz, hint, &entry.classes, deadline, hedge)
+                .await
+            {
                 Err(StoreError::Contention(_)) if Instant::now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
@@ -332,6 +343,7 @@ impl Store {
         hint: Option<StepHint>,
         known: &[(usize, Residue)],
         deadline: Instant,
+        hedge: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
         use futures_util::StreamExt;
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
@@ -342,7 +354,6 @@ impl Store {
         let mut running = futures_util::stream::FuturesUnordered::new();
         let mut tried: Vec<usize> = Vec::new();
         let mut queue = order.into_iter();
-        let hedge = self.hedge_delay();
         loop {
             if running.is_empty() {
                 let Some(i) = queue.next() else { break };
@@ -415,14 +426,22 @@ impl Store {
 
     /// How long one round trip may go unanswered before another database is tried
     /// alongside it: four times the recent reservation time, at least the configured
-    /// `hedge_after` (`None`: hedging is off), at most half the fetch timeout.
-    fn hedge_delay(&self) -> Option<Duration> {
+    /// `hedge_after` (`None`: hedging is off), at most half the fetch timeout. When the
+    /// caller's cache has less `runway` than that, half the runway instead, so that
+    /// the other database's answer still comes before the cache is empty; never less
+    /// than twice the recent reservation time or [`MIN_HEDGE`], so that a merely busy
+    /// database is not hedged on every fetch.
+    fn hedge_delay(&self, runway: Option<Duration>) -> Option<Duration> {
         let least = self.timing.hedge_after?;
         let usual = Duration::from_micros(
             self.usual_fetch_us
                 .load(std::sync::atomic::Ordering::Relaxed),
         );
-        Some((usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least)))
+        let delay = (usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least));
+        Some(match runway {
+            Some(runway) => delay.min((runway / 2).max(usual * 2).max(MIN_HEDGE)),
+            None => delay,
+        })
     }
 
     /// One reservation attempt on database `i`, queued behind this process's other
