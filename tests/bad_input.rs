@@ -60,7 +60,9 @@ type Params<'a> = Vec<(&'a str, &'a str)>;
 
 /// A compat request, as a GET query string or a POST form body.
 async fn compat(app: &TestApp, route: &str, post: bool, params: &[(&str, &str)]) -> Resp {
-    let encoded = serde_urlencoded::to_string(params).unwrap();
+    let encoded = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
     let url = format!("{}/tinyid/id/{route}", app.base);
     let req = if post {
         app.http

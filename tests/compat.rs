@@ -53,7 +53,9 @@ type Params<'a> = Vec<(&'a str, &'a str)>;
 
 /// A request to `/tinyid/id/{route}` with `params`.
 async fn compat(app: &TestApp, route: &str, via: Via, params: &[(&str, &str)]) -> Resp {
-    let encoded = serde_urlencoded::to_string(params).unwrap();
+    let encoded = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(params)
+        .finish();
     let url = format!("{}/tinyid/id/{route}", app.base);
     let req = match via {
         Via::Get => app.http.get(format!("{url}?{encoded}")),

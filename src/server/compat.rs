@@ -69,11 +69,7 @@ async fn handle(
     req: HttpRequest,
     body: Bytes,
 ) -> HttpResponse {
-    let result = match Params::from_request(&req, &body) {
-        Ok(params) => serve(route, &state, &params).await,
-        Err(e) => Err(e),
-    };
-    match result {
+    match serve(route, &state, &Params::from_request(&req, &body)).await {
         Ok(response) => response,
         Err(e) => tinyid_error(route, &e),
     }
@@ -107,7 +103,11 @@ fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
     }
 }
 
-async fn serve(route: Route, state: &AppState, params: &Params) -> Result<HttpResponse, ApiError> {
+async fn serve(
+    route: Route,
+    state: &AppState,
+    params: &Params<'_>,
+) -> Result<HttpResponse, ApiError> {
     let biz = BizTag::parse(
         params
             .get("bizType")
@@ -160,12 +160,12 @@ fn segment_id(state: &AppState, r: Reservation) -> SegmentId {
 }
 
 fn join<'a>(values: impl Iterator<Item = &'a i64>) -> String {
+    use std::fmt::Write;
     let mut out = String::new();
     for (i, v) in values.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        out.push_str(&v.to_string());
+        let sep = if i > 0 { "," } else { "" };
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{sep}{v}");
     }
     out
 }

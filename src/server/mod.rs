@@ -8,6 +8,7 @@ mod openapi;
 mod status;
 mod v1;
 
+use std::borrow::Cow;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -272,29 +273,27 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     }))
 }
 
-/// Request parameters from the query string and, for POST, a form body.
-pub(crate) struct Params(Vec<(String, String)>);
+/// Request parameters from the query string and, for POST, a form body, borrowed
+/// from the request where no percent-decoding was needed. Decoding never fails:
+/// invalid UTF-8 becomes U+FFFD, which no parameter's parser accepts.
+pub(crate) struct Params<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
-impl Params {
-    fn from_query(req: &HttpRequest) -> Result<Params, ApiError> {
-        serde_urlencoded::from_str(req.query_string())
-            .map(Params)
-            .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+impl<'a> Params<'a> {
+    fn from_query(req: &'a HttpRequest) -> Params<'a> {
+        Params(form_urlencoded::parse(req.query_string().as_bytes()).collect())
     }
 
-    fn from_request(req: &HttpRequest, body: &Bytes) -> Result<Params, ApiError> {
-        let mut params = Self::from_query(req)?;
+    fn from_request(req: &'a HttpRequest, body: &'a Bytes) -> Params<'a> {
+        let mut params = Self::from_query(req);
         let form = req
             .headers()
             .get(actix_web::http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-        if form && !body.is_empty() {
-            let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(body)
-                .map_err(|e| ApiError::BadRequest(format!("malformed form body: {e}")))?;
-            params.0.extend(fields);
+        if form {
+            params.0.extend(form_urlencoded::parse(body));
         }
-        Ok(params)
+        params
     }
 
     /// The first value of `name`.
@@ -302,6 +301,6 @@ impl Params {
         self.0
             .iter()
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.as_ref())
     }
 }

@@ -59,7 +59,7 @@ async fn ids(
     req: HttpRequest,
     biz: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let params = Params::from_query(&req)?;
+    let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = authorized(&state, &req, &biz).await?;
     let ids = state.generator.next_ids(&biz, count.get()).await?;
