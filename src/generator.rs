@@ -3,7 +3,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -35,9 +34,9 @@ struct Buffer {
     state: Mutex<State>,
     /// Bumped after every fetch completes; requests waiting for a segment watch it.
     fetched: watch::Sender<u64>,
-    /// IDs issued from this buffer since start; sampled for the rate.
-    issued: AtomicU64,
-    /// The biz's `segmint_ids_issued_total` (shared by the bizs past the label cap).
+    /// The biz's `segmint_ids_issued_total` (shared by the bizs past the label cap),
+    /// brought up to date from [`State::issued`] when the metrics are read, so that
+    /// issuing an ID touches nothing shared but the buffer's lock.
     issued_metric: IntCounter,
     /// Rates and the last step; off the request path (sampler, fetches, scrapes).
     sizing: Mutex<Sizing>,
@@ -66,6 +65,10 @@ struct State {
     origins: Vec<(SegmentRange, usize, i64)>,
     /// Set when the server stops: nothing more is issued.
     closed: bool,
+    /// IDs issued from this buffer since start; sampled for the rate.
+    issued: u64,
+    /// Of those, the IDs already added to the buffer's `issued_metric`.
+    reported: u64,
 }
 
 /// A segment of the cache at stop: where it was reserved and what was issued from it.
@@ -161,9 +164,10 @@ impl Generator {
                         last_error: None,
                         origins: Vec::new(),
                         closed: false,
+                        issued: 0,
+                        reported: 0,
                     }),
                     fetched: watch::Sender::new(0),
-                    issued: AtomicU64::new(0),
                     issued_metric: self.store.metrics().issued_counter(biz),
                     sizing: Mutex::new(Sizing::starting_now()),
                 })
@@ -193,9 +197,7 @@ impl Generator {
                 // Take only what completes the request, unless the buffer cannot hold
                 // more: a request that then fails has not burnt the cache.
                 if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
-                    let took = state.buffer.take(need, &mut ids) as u64;
-                    buffer.issued.fetch_add(took, Ordering::Relaxed);
-                    buffer.issued_metric.inc_by(took);
+                    state.issued += state.buffer.take(need, &mut ids) as u64;
                 }
                 let need = n - ids.len();
                 if need > 0
@@ -309,19 +311,25 @@ impl Generator {
     pub fn sample(&self, now: Instant) {
         let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
         for b in buffers {
-            let issued = b.issued.load(Ordering::Relaxed);
+            let issued = b.state.lock().issued;
             b.sizing.lock().rates.record(now, issued);
         }
     }
 
-    /// The state of every biz that has served a request, by name.
+    /// The state of every biz that has served a request, by name. Also brings each
+    /// biz's `segmint_ids_issued_total` up to date: call it before rendering metrics.
     pub fn stats(&self) -> Vec<BizStats> {
         let policy = self.store.step_policy();
         let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
         let mut stats: Vec<BizStats> = buffers
             .iter()
             .map(|b| {
-                let cached_ids = b.state.lock().buffer.remaining();
+                let (cached_ids, issued) = {
+                    let mut state = b.state.lock();
+                    b.issued_metric.inc_by(state.issued - state.reported);
+                    state.reported = state.issued;
+                    (state.buffer.remaining(), state.issued)
+                };
                 let sizing = b.sizing.lock();
                 let (rate, peak_rate) = (sizing.rates.rate(), sizing.rates.peak());
                 let (step, delta, reason) = match sizing.last {
@@ -338,7 +346,7 @@ impl Generator {
                     last_step_reason: reason,
                     cached_ids,
                     runway_seconds: runway.is_finite().then_some(runway),
-                    issued: b.issued.load(Ordering::Relaxed),
+                    issued,
                 }
             })
             .collect();

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use crate::biz::{BizTag, hash_token};
-use crate::store::Store;
+use crate::store::{Catalog, Store};
 
 use super::error::ApiError;
 
@@ -20,12 +20,19 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized("missing token"))?;
     let hash = hash_token(token);
-    let mut catalog = store.catalog();
-    if catalog.granted(&hash, biz.as_str()) != Some(true) || catalog.biz(biz.as_str()).is_none() {
-        catalog = store.refresh_since(Instant::now()).await;
+    let known = |catalog: &Catalog| {
+        catalog.granted(&hash, biz.as_str()) == Some(true) && catalog.biz(biz.as_str()).is_some()
+    };
+    if let Some(decision) = store.with_catalog(|c| known(c).then(|| decide(c, &hash, biz))) {
+        return decision;
     }
+    decide(&*store.refresh_since(Instant::now()).await, &hash, biz)
+}
+
+/// Whether the token hashed to `hash` may use `biz`, by `catalog`.
+fn decide(catalog: &Catalog, hash: &str, biz: &BizTag) -> Result<(), ApiError> {
     let granted = catalog
-        .granted(&hash, biz.as_str())
+        .granted(hash, biz.as_str())
         .ok_or(ApiError::Unauthorized("invalid token"))?;
     let entry = catalog
         .biz(biz.as_str())

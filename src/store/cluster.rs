@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
 use futures_util::future::join_all;
-use parking_lot::{Mutex, RwLock};
+use parking_lot::Mutex;
 use rand::Rng;
 use rand::seq::SliceRandom;
 
@@ -148,7 +149,7 @@ pub struct Store {
     /// Moving average of successful reservation times, in microseconds.
     usual_fetch_us: std::sync::atomic::AtomicU64,
     /// Read on every request, replaced on refresh.
-    catalog: RwLock<Arc<Catalog>>,
+    catalog: ArcSwap<Catalog>,
     /// Last rows read from each database; kept while a database is down so that its
     /// rows still take part in the residue checks.
     snapshots: Mutex<Vec<Option<Snapshot>>>,
@@ -216,7 +217,7 @@ impl Store {
             policy,
             metrics,
             usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
-            catalog: RwLock::new(Arc::new(Catalog::default())),
+            catalog: ArcSwap::from_pointee(Catalog::default()),
             refreshed: tokio::sync::Mutex::new(None),
         }
     }
@@ -237,7 +238,14 @@ impl Store {
 
     /// The bizs and tokens as last read.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.read().clone()
+        self.catalog.load_full()
+    }
+
+    /// Runs `f` on the bizs and tokens as last read. Unlike [`Store::catalog`], this
+    /// writes to nothing the other HTTP workers read (no lock, no reference count),
+    /// which is what every ID request needs.
+    pub fn with_catalog<R>(&self, f: impl FnOnce(&Catalog) -> R) -> R {
+        f(&self.catalog.load())
     }
 
     /// Re-reads bizs and tokens, unless a refresh started at or after `since` (then
@@ -282,7 +290,7 @@ impl Store {
             }
             Arc::new(Catalog::build(&self.names, &snapshots))
         };
-        *self.catalog.write() = catalog.clone();
+        self.catalog.store(catalog.clone());
         catalog
     }
 
