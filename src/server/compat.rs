@@ -19,14 +19,19 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
         ("/tinyid/id/nextSegmentId", Route::Segment),
         ("/tinyid/id/nextSegmentIdSimple", Route::SegmentSimple),
     ] {
-        let serve = move |state: web::Data<AppState>, req: HttpRequest, body: Bytes| {
+        // Only a POST has a form body, as in the servlet API Tinyid is built on. A GET
+        // does not extract one: actix reserves 8 KiB for every body it reads.
+        let get = move |state: web::Data<AppState>, req: HttpRequest| {
+            handle(handler, state, req, Bytes::new())
+        };
+        let post = move |state: web::Data<AppState>, req: HttpRequest, body: Bytes| {
             handle(handler, state, req, body)
         };
         cfg.service(
             observer
                 .resource(path)
-                .route(web::get().to(serve))
-                .route(web::post().to(serve)),
+                .route(web::get().to(get))
+                .route(web::post().to(post)),
         );
     }
 }
