@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use crate::biz::{BizTag, hash_token};
-use crate::store::{Catalog, Store};
+use crate::store::{BizEntry, Catalog, Store};
 
 use super::error::ApiError;
 
@@ -20,10 +20,16 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized("missing token"))?;
     let hash = hash_token(token);
-    let known = |catalog: &Catalog| {
-        catalog.granted(&hash, biz.as_str()) == Some(true) && catalog.biz(biz.as_str()).is_some()
+    // A token granted a known biz is decided by the catalog in memory, looked up once;
+    // anything else may be new since the last refresh, so the catalog is re-read first.
+    let served = |catalog: &Catalog| match (
+        catalog.granted(&hash, biz.as_str()),
+        catalog.biz(biz.as_str()),
+    ) {
+        (Some(true), Some(entry)) => Some(servable(entry)),
+        _ => None,
     };
-    if let Some(decision) = store.with_catalog(|c| known(c).then(|| decide(c, &hash, biz))) {
+    if let Some(decision) = store.with_catalog(served) {
         return decision;
     }
     decide(&*store.refresh_since(Instant::now()).await, &hash, biz)
@@ -40,6 +46,11 @@ fn decide(catalog: &Catalog, hash: &str, biz: &BizTag) -> Result<(), ApiError> {
     if !granted {
         return Err(ApiError::Forbidden(biz.to_string()));
     }
+    servable(entry)
+}
+
+/// The biz's refusal when its rows overlap or are invalid.
+fn servable(entry: &BizEntry) -> Result<(), ApiError> {
     match &entry.refused {
         Some(e) => Err(e.clone().into()),
         None => Ok(()),

@@ -38,27 +38,29 @@ struct InFlightState {
 }
 
 /// One request being served; leaving the count when dropped, even on cancellation.
-struct Entered(Arc<InFlightState>);
+/// Holds its route's worker-local state, so entering clones no reference count shared
+/// between the workers.
+struct Entered(Rc<RouteState>);
 
 impl Entered {
+    fn new(route: Rc<RouteState>) -> Entered {
+        route.in_flight.0.count.fetch_add(1, Ordering::SeqCst);
+        Entered(route)
+    }
+
     /// Whether the server is stopping, so the connection should be closed.
     fn closing(&self) -> bool {
-        self.0.closing.load(Ordering::Relaxed)
+        self.0.in_flight.0.closing.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        self.0.count.fetch_sub(1, Ordering::SeqCst);
+        self.0.in_flight.0.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 impl InFlight {
-    fn enter(&self) -> Entered {
-        self.0.count.fetch_add(1, Ordering::SeqCst);
-        Entered(self.0.clone())
-    }
-
     pub(crate) fn count(&self) -> usize {
         self.0.count.load(Ordering::SeqCst)
     }
@@ -191,14 +193,13 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let state = self.route.clone();
-        let entered = state.in_flight.enter();
+        let entered = Entered::new(self.route.clone());
         let started = Instant::now();
         let method = method_label(req.method());
         let span = tracing::debug_span!(
             "http",
             method,
-            route = state.route,
+            route = self.route.route,
             status = tracing::field::Empty
         );
         let call = self.service.call(req).instrument(span.clone());
@@ -218,8 +219,7 @@ where
             };
             span.record("status", status.as_u16());
             tracing::debug!(parent: &span, status = status.as_u16(), "request");
-            state.count(method, status, started.elapsed());
-            drop(entered);
+            entered.0.count(method, status, started.elapsed());
             response
         })
     }
