@@ -36,6 +36,7 @@ THROUGHPUT_RUNS = [
 ]
 LATENCY_RUNS = [
     ("latency-undisturbed", "undisturbed"),
+    ("latency-healthz", "/healthz (no ID) at the same pause, undisturbed"),
     ("latency-stalled", "one database stalled"),
     ("latency-stopped", "one database stopped"),
 ]
@@ -476,6 +477,10 @@ def report(args):
         ("segmint nextIdSimple ÷ PostgreSQL hot-row UPDATE, IDs/s", ratio(peak, get("pg-hot-row", "rps"))),
         ("segmint batch of 1000 ÷ segmint nextIdSimple, IDs/s",
          ratio(get("segmint-v1-batch", "ids_per_s"), peak)),
+        ("segmint /healthz ÷ Redis INCR (no pipelining), requests/s: the HTTP framework's "
+         "ceiling against Redis", ratio(get("segmint-healthz", "rps"), get("redis-incr", "rps"))),
+        ("segmint p99.9 at half load ÷ /healthz p99.9 at the same pause",
+         ratio(lat["latency-undisturbed"], lat["latency-healthz"])),
     ]
     ratio_rows = []
     for label, value, op, goal, unit in ratios:
@@ -582,7 +587,9 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
       "session holds the biz row of database `even` with `SELECT … FOR UPDATE` and "
       "`pg_sleep`, (b) `pg_ctl stop -m immediate` stops the cluster of `even`, which is "
       "started again afterwards. The disturbance starts at a fifth of the run and lasts half "
-      "of it, at most 5 s. Caveat: being a closed loop, wrk does not send the requests a "
+      "of it, at most 5 s. One more undisturbed run sends `/healthz` with the same pause: "
+      "the latency the HTTP framework and the machine's scheduling give without any ID "
+      "work, as a floor for the ID runs. Caveat: being a closed loop, wrk does not send the requests a "
       "blocked connection would have sent meanwhile (no correction for coordinated "
       "omission), so a stall shows as one slow request per waiting connection, not as every "
       "request that would have been late.")
@@ -615,7 +622,7 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
           f"{fmt_ms(lat.get('p99'))} | {fmt_ms(lat.get('p999'))} | {fmt_ms(lat.get('max'))} | "
           f"{fetches_text(r)} | {errors_text(r)} |")
     w("")
-    for name, label in LATENCY_RUNS[1:]:
+    for name, label in LATENCY_RUNS:
         r = runs.get(name) or {}
         if r.get("description"):
             rec = r.get("recovery_s")
