@@ -23,12 +23,14 @@ use std::collections::BTreeMap;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{ChildGuard, PgCluster, config, config_toml, free_port, segmint_bin, setup_biz};
+use common::{
+    ChildGuard, PgCluster, config, config_toml, free_port, serve_command, setup_biz, wait_healthy,
+};
 use segmint::client::{Client, ClientError, Protocol};
 use tokio::task::JoinSet;
 
@@ -409,15 +411,9 @@ impl Server {
             .open(&self.log)
             .expect("open the server log");
         writeln!(log, "=== chaos t={t:.1}s: start ({why})").unwrap();
-        let child = Command::new(segmint_bin())
-            .arg("--config")
-            .arg(&self.config)
-            .arg("serve")
-            .env("SEGMINT_BIND", format!("127.0.0.1:{}", self.port))
+        let child = serve_command(&self.config, self.port)
             // Every reservation is logged at info: far too many here.
             .env("RUST_LOG", "info,segmint::generator=warn")
-            .env_remove("SEGMINT_CONFIG")
-            .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
@@ -470,22 +466,8 @@ impl Server {
         }
     }
 
-    async fn wait_healthy(&self, http: &reqwest::Client, limit: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(r) = http.get(format!("{}/healthz", self.base)).send().await
-                && r.status().is_success()
-            {
-                return Ok(());
-            }
-            if let Some(status) = self.exited() {
-                return Err(format!("exited before answering: {status}"));
-            }
-            if Instant::now() > deadline {
-                return Err(format!("no answer on /healthz within {limit:?}"));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    async fn wait_healthy(&self, limit: Duration) -> Result<(), String> {
+        wait_healthy(&self.base, limit, || self.exited()).await
     }
 
     fn log_tail(&self) -> String {
@@ -625,7 +607,6 @@ struct Ctx {
     databases: Vec<Database>,
     /// Tokens of `chaos` and `odd`.
     tokens: [String; 2],
-    http: reqwest::Client,
     /// Things that must not happen other than a duplicate: a server exiting on its
     /// own, a restart that does not come back.
     anomalies: Mutex<Vec<String>>,
@@ -1430,7 +1411,7 @@ async fn run_fault(
             ctx.start_server(target, &format!("after {kind:?}"));
             let began = Instant::now();
             server
-                .wait_healthy(&ctx.http, RECOVERY)
+                .wait_healthy(RECOVERY)
                 .await
                 .map_err(|e| format!("restart: {e}\n{}", server.log_tail()))?;
             Ok(
@@ -1617,10 +1598,6 @@ async fn set_up() -> Arc<Ctx> {
         servers,
         databases,
         tokens,
-        http: reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .unwrap(),
         anomalies: Mutex::new(Vec::new()),
         starts: (0..SERVERS).map(|_| AtomicU32::new(0)).collect(),
         back: AtomicUsize::new(0),
@@ -1630,7 +1607,7 @@ async fn set_up() -> Arc<Ctx> {
         ctx.start_server(s, "initial");
     }
     for server in &ctx.servers {
-        if let Err(e) = server.wait_healthy(&ctx.http, RECOVERY).await {
+        if let Err(e) = server.wait_healthy(RECOVERY).await {
             panic!(
                 "server {} did not start: {e}\n{}",
                 server.index,
@@ -1730,7 +1707,7 @@ async fn run(ctx: &Arc<Ctx>, secs: u64, seed: u64, setup_secs: f64) -> Run {
 
     // Every fault is repaired: everything must answer, and every worker succeed again.
     for server in &ctx.servers {
-        if let Err(e) = server.wait_healthy(&ctx.http, RECOVERY).await {
+        if let Err(e) = server.wait_healthy(RECOVERY).await {
             ctx.anomaly(format!(
                 "server {} not healthy after the faults: {e}\n{}",
                 server.index,

@@ -4,7 +4,7 @@ mod common;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -130,21 +130,24 @@ fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     assert!(segmint(&cfg, &["biz", "add", "slow", "--step", "10"]).0);
     let (_, token, _) = segmint(&cfg, &["token", "add", "--biz", "slow"]);
     let port = free_port();
-    let mut server = Command::new(segmint_bin())
-        .args(["--config", cfg.path().to_str().unwrap(), "serve"])
-        .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+    let mut server = serve_command(cfg.path(), port)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while reqwest::blocking_get(&format!("{base}/healthz")).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "server did not come up on SEGMINT_BIND"
+    let up = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(child_healthy(&mut server, &base, Duration::from_secs(20)));
+    if let Err(e) = up {
+        let _ = server.kill();
+        let out = server.wait_with_output().unwrap();
+        panic!(
+            "{e} (SEGMINT_BIND)\n{}",
+            String::from_utf8_lossy(&out.stderr)
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
 
     // Hold the biz row locked for 2 s: the first request waits on the reservation.

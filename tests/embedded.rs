@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, config_toml_urls, free_port, segmint_bin};
+use common::{ChildGuard, child_healthy, config_toml_urls, free_port, segmint_bin, serve_command};
 
 /// A scratch directory with a configuration file, its embedded databases migrated,
 /// one biz and a token for it.
@@ -118,14 +118,8 @@ impl Server {
     async fn start(setup: &Setup, log_name: &str) -> Server {
         let port = free_port();
         let log = setup.dir.path().join(log_name);
-        let child = Command::new(segmint_bin())
-            .arg("--config")
-            .arg(&setup.config)
-            .arg("serve")
-            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+        let child = serve_command(&setup.config, port)
             .env("RUST_LOG", "warn")
-            .env_remove("SEGMINT_CONFIG")
-            .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(File::create(&log).unwrap())
             .spawn()
@@ -135,31 +129,11 @@ impl Server {
             base: format!("http://127.0.0.1:{port}"),
             log,
         };
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(2))
-            .build()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(r) = http.get(format!("{}/healthz", server.base)).send().await
-                && r.status().is_success()
-            {
-                return server;
-            }
-            if let Some(status) = server.child.0.try_wait().unwrap() {
-                panic!(
-                    "segmint serve exited before answering ({status}):\n{}",
-                    server.log_text()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "segmint serve did not answer /healthz on {} within 20 s:\n{}",
-                server.base,
-                server.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let base = server.base.clone();
+        if let Err(e) = child_healthy(&mut server.child.0, &base, Duration::from_secs(20)).await {
+            panic!("{e}:\n{}", server.log_text());
         }
+        server
     }
 
     fn log_text(&self) -> String {

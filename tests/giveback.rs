@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -150,9 +150,7 @@ async fn kill_9_loses_at_most_the_cached_segments_and_reuses_none() {
     let port = free_port();
     let serve = || {
         ChildGuard(
-            Command::new(segmint_bin())
-                .args(["--config", file.path().to_str().unwrap(), "serve"])
-                .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+            serve_command(file.path(), port)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -106,9 +106,7 @@ fn tokens_never_reach_the_logs() {
     std::fs::write(file.path(), &toml).unwrap();
     let port = free_port();
     let mut server = ChildGuard(
-        Command::new(segmint_bin())
-            .args(["--config", file.path().to_str().unwrap(), "serve"])
-            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+        serve_command(file.path(), port)
             .env("RUST_LOG", "debug")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -127,10 +125,8 @@ fn tokens_never_reach_the_logs() {
     rt.block_on(async {
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http.get(format!("{base}/healthz")).send().await.is_err() {
-            assert!(Instant::now() < deadline, "server did not come up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Err(e) = child_healthy(&mut server.0, &base, Duration::from_secs(20)).await {
+            panic!("{e}");
         }
         for t in [token.as_str(), wrong] {
             for route in ["nextId", "nextIdSimple", "nextSegmentId"] {

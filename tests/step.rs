@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -273,9 +273,7 @@ fn every_reservation_is_logged_with_its_step_and_reason() {
     std::fs::write(file.path(), &toml).unwrap();
     let port = free_port();
     let mut server = ChildGuard(
-        Command::new(segmint_bin())
-            .args(["--config", file.path().to_str().unwrap(), "serve"])
-            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+        serve_command(file.path(), port)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -294,10 +292,8 @@ fn every_reservation_is_logged_with_its_step_and_reason() {
     rt.block_on(async {
         let http = reqwest::Client::new();
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http.get(format!("{base}/healthz")).send().await.is_err() {
-            assert!(Instant::now() < deadline, "server did not come up");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        if let Err(e) = child_healthy(&mut server.0, &base, Duration::from_secs(20)).await {
+            panic!("{e}");
         }
         let until = Instant::now() + Duration::from_secs(4);
         while Instant::now() < until {

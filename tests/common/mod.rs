@@ -8,9 +8,9 @@ use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use segmint::biz::BizTag;
 use segmint::config::Config;
@@ -477,4 +477,53 @@ pub fn shared<T>(v: T) -> Arc<T> {
 /// The path of the `segmint` binary built for these tests.
 pub fn segmint_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_segmint"))
+}
+
+/// `segmint --config CONFIG serve` on `127.0.0.1:port` (through `SEGMINT_BIND`), with
+/// stdin closed and no `SEGMINT_CONFIG` from the environment. The caller chooses the
+/// log level and where the output goes.
+pub fn serve_command(config: &Path, port: u16) -> Command {
+    let mut cmd = Command::new(segmint_bin());
+    cmd.arg("--config")
+        .arg(config)
+        .arg("serve")
+        .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+        .env_remove("SEGMINT_CONFIG")
+        .stdin(std::process::Stdio::null());
+    cmd
+}
+
+/// Polls `GET {base}/healthz` until it answers with a 2xx status.
+///
+/// # Errors
+/// When `exited` reports that the server process ended first, or after `limit`.
+pub async fn wait_healthy(
+    base: &str,
+    limit: Duration,
+    mut exited: impl FnMut() -> Option<ExitStatus>,
+) -> Result<(), String> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .expect("an HTTP client");
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(r) = http.get(format!("{base}/healthz")).send().await
+            && r.status().is_success()
+        {
+            return Ok(());
+        }
+        if let Some(status) = exited() {
+            return Err(format!("segmint serve exited before answering: {status}"));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no answer on {base}/healthz within {limit:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`wait_healthy`] for a child process the caller owns.
+pub async fn child_healthy(child: &mut Child, base: &str, limit: Duration) -> Result<(), String> {
+    wait_healthy(base, limit, || child.try_wait().ok().flatten()).await
 }
