@@ -36,9 +36,9 @@ THROUGHPUT_RUNS = [
 ]
 LATENCY_RUNS = [
     ("latency-undisturbed", "undisturbed"),
-    ("latency-healthz", "/healthz (no ID) at the same pause, undisturbed"),
     ("latency-stalled", "one database stalled"),
     ("latency-stopped", "one database stopped"),
+    ("latency-healthz", "/healthz (no ID) at the same pause, undisturbed"),
 ]
 
 

@@ -1,5 +1,5 @@
-//! Hardening: bounded request bodies and request heads, statement timeouts on
-//! PostgreSQL, and tokens that never reach the logs.
+//! Hardening: bounded request bodies and request heads, TCP_NODELAY on accepted
+//! connections, statement timeouts on PostgreSQL, and tokens that never reach the logs.
 
 mod common;
 
@@ -68,6 +68,51 @@ async fn a_client_that_never_finishes_its_request_is_disconnected() {
         "{answer:?}"
     );
     assert!(waited < Duration::from_secs(3), "cut after {waited:?}");
+    app.stop().await;
+}
+
+/// Accepted connections have Nagle's algorithm off: a response written while an
+/// earlier one is still unacknowledged (pipelined requests, a large batch) is sent at
+/// once instead of waiting for the client's delayed ACK. The server runs in this
+/// process, so its side of the connection is found among this process's descriptors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_connections_send_without_delay() {
+    use std::mem::ManuallyDrop;
+    use std::os::fd::FromRawFd;
+
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let app = spawn_app(dbs.config("")).await;
+    let server: std::net::SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let mut client = TcpStream::connect(server).unwrap();
+    client
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: segmint\r\n\r\n")
+        .unwrap();
+    let mut answer = [0u8; 12];
+    client.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    let client_addr = client.local_addr().unwrap();
+
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let target = std::fs::read_link(entry.path()).unwrap_or_default();
+        if !target.to_string_lossy().starts_with("socket:") {
+            continue;
+        }
+        // Borrowed, never closed: the descriptor belongs to the server.
+        let socket = ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) });
+        if socket.local_addr().ok() == Some(server) && socket.peer_addr().ok() == Some(client_addr)
+        {
+            found.push(socket.nodelay().unwrap());
+        }
+    }
+    assert_eq!(
+        found,
+        [true],
+        "TCP_NODELAY of the server's side of the connection"
+    );
     app.stop().await;
 }
 

@@ -147,6 +147,10 @@ impl Application {
         } else {
             actix_web::http::KeepAlive::Timeout(config.keep_alive)
         })
+        // Answers go out as soon as they are written: with Nagle's algorithm a response
+        // written while an earlier one is unacknowledged (pipelined requests, a large
+        // batch) waits for the client's delayed ACK.
+        .tcp_nodelay(true)
         // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
         .disable_signals();
         if config.workers > 0 {
