@@ -140,6 +140,31 @@ def metrics_delta(before, after, name):
     return out
 
 
+def cpu_seconds(path):
+    """(user, system) CPU seconds of a process from a copy of its /proc/PID/stat."""
+    try:
+        with open(path) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    # Fields 14 and 15 of the file (utime, stime); the split starts at field 3.
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def server_cpu(directory, name, requests):
+    """The server's CPU time during a run, and per request, from the snapshots taken
+    before and after it."""
+    before = cpu_seconds(os.path.join(directory, "metrics", f"{name}.before.stat"))
+    after = cpu_seconds(os.path.join(directory, "metrics", f"{name}.after.stat"))
+    if before is None or after is None or not requests:
+        return None
+    user, system = after[0] - before[0], after[1] - before[1]
+    return {"user_s": round(user, 2), "system_s": round(system, 2),
+            "us_per_request": (user + system) * 1e6 / requests,
+            "user_us_per_request": user * 1e6 / requests}
+
+
 def server_side(directory, name):
     before = parse_metrics(os.path.join(directory, "metrics", f"{name}.before.prom"))
     after = parse_metrics(os.path.join(directory, "metrics", f"{name}.after.prom"))
@@ -220,11 +245,16 @@ def record(args):
         problems += wrk_problems(run, server, args)
         notes += wrk_notes(run, server, args)
     elif args.kind in ("pgbench", "redis"):
+        if args.requests is not None:
+            run["requests"] = args.requests
         run["ids_per_request"] = 1
         if number(run.get("rps")) is not None:
             run["ids_per_s"] = run["rps"]
         if run.get("failed"):
             problems.append(f"{run['failed']} failed transactions")
+    cpu = server_cpu(args.dir, args.name, run.get("requests"))
+    if cpu is not None:
+        run["server_cpu"] = cpu
     run["problems"] = problems
     run["notes"] = notes
     headline = number(run.get("rps"))
@@ -412,6 +442,13 @@ def errors_text(run):
     return "—"
 
 
+def cpu_text(run):
+    cpu = (run or {}).get("server_cpu")
+    if not cpu:
+        return "—"
+    return f"{cpu['us_per_request']:,.2f} µs ({cpu['user_us_per_request']:,.2f})"
+
+
 def fetches_text(run):
     server = run.get("server") or {}
     fetches = server.get("segment_fetches") or {}
@@ -481,6 +518,12 @@ def report(args):
          "ceiling against Redis", ratio(get("segmint-healthz", "rps"), get("redis-incr", "rps"))),
         ("segmint p99.9 at half load ÷ /healthz p99.9 at the same pause",
          ratio(lat["latency-undisturbed"], lat["latency-healthz"])),
+        ("server CPU per request: segmint nextIdSimple ÷ segmint /healthz",
+         ratio(get("segmint-nextIdSimple", "server_cpu", "us_per_request"),
+               get("segmint-healthz", "server_cpu", "us_per_request"))),
+        ("server CPU per request: segmint nextIdSimple ÷ redis-server INCR",
+         ratio(get("segmint-nextIdSimple", "server_cpu", "us_per_request"),
+               get("redis-incr", "server_cpu", "us_per_request"))),
     ]
     ratio_rows = []
     for label, value, op, goal, unit in ratios:
@@ -596,8 +639,8 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
     w("")
 
     w("## Results\n")
-    w("| benchmark | what | requests/s | IDs/s | mean | p50 | p99 | p99.9 | max | errors |")
-    w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    w("| benchmark | what | requests/s | IDs/s | mean | p50 | p99 | p99.9 | max | server CPU per request | errors |")
+    w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, what in THROUGHPUT_RUNS:
         r = runs.get(name) or {}
         lat = r.get("latency_ms") or {}
@@ -605,8 +648,13 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
         w(f"| {r.get('title', name)} | {what} | {fmt_int(r.get('rps'))} | "
           f"{fmt_int(r.get('ids_per_s')) if r.get('ids_per_request') else '—'} | "
           f"{fmt_ms(lat.get('mean'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p99'))} | "
-          f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {errors_text(r)} |")
-    w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean.\n")
+          f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {cpu_text(r)} | {errors_text(r)} |")
+    w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean. Server CPU per request: "
+      "the CPU time (user + system, of which user in brackets) of the segmint or redis-server "
+      "process during the run, from `/proc/PID/stat` before and after it, divided by the "
+      "requests answered. It leaves out the load generator, which shares the cores, and so "
+      "compares routes and servers more steadily than requests/s on this machine; "
+      "PostgreSQL's work is spread over its backends and is not counted.\n")
 
     w("## Latency at half load\n")
     w("| condition | target rate | achieved rate | of peak | p50 | p99 | p99.9 | max | "
@@ -730,6 +778,8 @@ def main():
     rec.add_argument("--title", required=True)
     rec.add_argument("--command", default="")
     rec.add_argument("--ids-per-request", type=int, default=1)
+    rec.add_argument("--requests", type=int,
+                     help="requests of the run, for tools that do not report them (redis-benchmark)")
     rec.add_argument("--connections", type=int)
     rec.add_argument("--threads", type=int)
     rec.add_argument("--duration", type=float)
