@@ -695,8 +695,10 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
     w("## In-process benchmarks (criterion)\n")
     if crit:
         w("Read from `target/criterion` as found when this report was written (`cargo bench "
-          "--bench client` produces the groups `single_thread`, `two_threads` and `batch_1000`; "
-          "`scripts/bench --with-criterion` runs it first). Each result keeps the date it was "
+          "--bench client` produces the groups `single_thread`, `two_threads` and `batch_1000` "
+          "of the client library, `cargo bench --bench server` the groups `issue_one` and "
+          "`issue_1000` of the server's generator; `scripts/bench --with-criterion` runs both "
+          "first). Each result keeps the date it was "
           "measured: results of other or older benches stay there until overwritten. "
           "\"÷ atomic\" is the throughput relative to the group's `atomic_*` baseline.\n")
         w("| group | function | mean per iteration | per ID | IDs/s | ÷ atomic | measured |")
