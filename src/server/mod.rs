@@ -284,7 +284,7 @@ pub(crate) struct Params<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
 
 impl<'a> Params<'a> {
     fn from_query(req: &'a HttpRequest) -> Params<'a> {
-        Params(form_urlencoded::parse(req.query_string().as_bytes()).collect())
+        Params(pairs(req.query_string().as_bytes()).collect())
     }
 
     fn from_request(req: &'a HttpRequest, body: &'a Bytes) -> Params<'a> {
@@ -295,7 +295,7 @@ impl<'a> Params<'a> {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
         if form {
-            params.0.extend(form_urlencoded::parse(body));
+            params.0.extend(pairs(body));
         }
         params
     }
@@ -306,5 +306,68 @@ impl<'a> Params<'a> {
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_ref())
+    }
+}
+
+/// The `name=value` pairs of `application/x-www-form-urlencoded` input, exactly as
+/// `form_urlencoded::parse` decodes them. A pair without `%` or `+` that is valid UTF-8
+/// (every pair a client sends for a token, a biz and a count) is split in place; only
+/// the others go through percent-decoding and the lossy UTF-8 conversion.
+fn pairs(input: &[u8]) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    input
+        .split(|&b| b == b'&')
+        .filter(|piece| !piece.is_empty())
+        .map(|piece| {
+            if !piece.iter().any(|&b| b == b'%' || b == b'+')
+                && let Ok(text) = std::str::from_utf8(piece)
+            {
+                let (name, value) = text.split_once('=').unwrap_or((text, ""));
+                return (Cow::Borrowed(name), Cow::Borrowed(value));
+            }
+            form_urlencoded::parse(piece).next().unwrap_or_default()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::pairs;
+
+    /// Bytes drawn mostly from what separates and encodes pairs.
+    fn form_input() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(
+            prop_oneof![
+                4 => proptest::sample::select(b"&=%+a1F".to_vec()),
+                1 => any::<u8>(),
+            ],
+            0..40,
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn pairs_decode_as_form_urlencoded_does(input in form_input()) {
+            let ours: Vec<_> = pairs(&input).collect();
+            let reference: Vec<_> = form_urlencoded::parse(&input).collect();
+            prop_assert_eq!(ours, reference);
+        }
+    }
+
+    #[test]
+    fn plain_pairs_are_borrowed_and_encoded_ones_decoded() {
+        let input = b"bizType=order&token=abc&&batchSize&x=a%20b+c&y=%FF";
+        let got: Vec<_> = pairs(input).collect();
+        assert_eq!(
+            got,
+            [
+                ("bizType".into(), "order".into()),
+                ("token".into(), "abc".into()),
+                ("batchSize".into(), "".into()),
+                ("x".into(), "a b c".into()),
+                ("y".into(), "\u{FFFD}".into()),
+            ]
+        );
+        assert!(matches!(got[1].1, std::borrow::Cow::Borrowed(_)));
     }
 }
