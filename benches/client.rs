@@ -20,13 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use segmint::biz::BizTag;
 use segmint::client::blocking::{BlockingBiz, BlockingClient};
-use segmint::config::Config;
 use segmint::server::Application;
 use segmint::store::Store;
 
-const STEP: i64 = 10_000_000;
+mod common;
+use common::{bench_biz, embedded_config};
 
 /// A server in a runtime of its own, a client of it, and the handle of biz `bench`.
 struct Fixture {
@@ -38,11 +37,7 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let toml = format!(
-        "bind = \"127.0.0.1:0\"\nworkers = 1\n[[databases]]\nname = \"local\"\nurl = \"sqlite://{}\"\n",
-        dir.path().join("bench.db").display()
-    );
-    let config = Config::from_toml(&toml).expect("bench configuration");
+    let config = embedded_config(dir.path(), "bind = \"127.0.0.1:0\"\nworkers = 1");
     let server = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -50,9 +45,7 @@ fn fixture() -> Fixture {
         .expect("server runtime");
     let (port, token) = server.block_on(async {
         let store = Store::connect(&config).expect("embedded store");
-        let biz = BizTag::parse("bench").expect("biz name");
-        store.add_biz(&biz, STEP, 1, None).await.expect("biz");
-        let token = store.add_token(&biz, "bench").await.expect("token").0;
+        let (_, token) = bench_biz(&store).await;
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let app = Application::with_listener(config, listener)
             .await

@@ -1,5 +1,7 @@
 //! The server's per-biz issuance path (the generator's double buffer, no HTTP) against
-//! a bare `AtomicU64` in the same groups:
+//! a bare `AtomicU64` in the same groups, and the whole handling of a request in
+//! process (routing, parameters, token check, issuance, response; no socket) against
+//! the constant `/healthz`:
 //!
 //! ```sh
 //! cargo bench --bench server
@@ -10,38 +12,38 @@
 //! Like the server, each call returns a fresh `Vec` of IDs; the baselines do too.
 
 use std::hint::black_box;
+use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use actix_web::App;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::test::{TestRequest, call_service, init_service};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use segmint::biz::BizTag;
-use segmint::config::Config;
 use segmint::generator::Generator;
+use segmint::server::Application;
 use segmint::store::Store;
 
-const STEP: i64 = 10_000_000;
+mod common;
+use common::{bench_biz, embedded_config};
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temporary directory");
-    let toml = format!(
-        "[[databases]]\nname = \"local\"\nurl = \"sqlite://{}\"\n",
-        dir.path().join("bench.db").display()
-    );
-    let config = Config::from_toml(&toml).expect("bench configuration");
+    let config = embedded_config(dir.path(), "");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .expect("runtime");
-    let biz = BizTag::parse("bench").expect("biz name");
-    let generator = rt.block_on(async {
+    let (biz, generator) = rt.block_on(async {
         let store = Arc::new(Store::connect(&config).expect("embedded store"));
-        store.add_biz(&biz, STEP, 1, None).await.expect("biz");
+        let (biz, _) = bench_biz(&store).await;
         store.refresh_since(std::time::Instant::now()).await;
         let generator = Generator::new(store, 20, Duration::from_secs(5));
         generator.next_ids(&biz, 1).await.expect("first segment");
-        generator
+        (biz, generator)
     });
     let counter = AtomicU64::new(0);
 
@@ -71,11 +73,81 @@ fn bench(c: &mut Criterion) {
     batch.finish();
 }
 
+/// Sends `req` to `service`; the length of the answer's body, which must be a
+/// non-empty 2xx (the Tinyid `Simple` routes answer errors with 200 and no body).
+async fn respond<S, R, B>(service: &S, req: R) -> usize
+where
+    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let response = call_service(service, req).await;
+    let status = response.status();
+    let len = actix_web::body::to_bytes(response.into_body())
+        .await
+        .map_or(0, |b| b.len());
+    assert!(status.is_success() && len > 0, "{status}, {len} bytes");
+    black_box(len)
+}
+
+/// One request through the routes every worker serves, from an `HttpRequest` to the
+/// bytes of the answer, on an actix system in this thread: what a worker does per
+/// request apart from reading and writing the socket.
+fn requests(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = embedded_config(dir.path(), "bind = \"127.0.0.1:0\"");
+    let system = actix_web::rt::System::new();
+    let (app, service, token) = system.block_on(async {
+        let store = Store::connect(&config).expect("embedded store");
+        let (_, token) = bench_biz(&store).await;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let app = Application::with_listener(config, listener)
+            .await
+            .expect("server");
+        let routes = app.routes();
+        let service = init_service(App::new().configure(|cfg| routes.configure(cfg))).await;
+        (app, service, token)
+    });
+    let simple = format!("/tinyid/id/nextIdSimple?bizType=bench&token={token}");
+    let bearer = format!("Bearer {token}");
+
+    let mut group = c.benchmark_group("request");
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("healthz", |b| {
+        b.iter(|| {
+            system.block_on(respond(
+                &service,
+                TestRequest::get().uri("/healthz").to_request(),
+            ))
+        })
+    });
+    group.bench_function("tinyid_next_id_simple", |b| {
+        b.iter(|| {
+            system.block_on(respond(
+                &service,
+                TestRequest::get().uri(&simple).to_request(),
+            ))
+        })
+    });
+    group.bench_function("v1_ids", |b| {
+        b.iter(|| {
+            system.block_on(respond(
+                &service,
+                TestRequest::get()
+                    .uri("/v1/ids/bench")
+                    .insert_header(("Authorization", bearer.as_str()))
+                    .to_request(),
+            ))
+        })
+    });
+    group.finish();
+    drop(app);
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = bench
+    targets = bench, requests
 }
 criterion_main!(benches);

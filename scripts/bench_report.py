@@ -377,10 +377,16 @@ def criterion(directory):
             "measured": datetime.datetime.fromtimestamp(os.path.getmtime(est)).strftime("%Y-%m-%d %H:%M"),
         })
     for r in rows:
-        base = next((b for b in rows if b["group"] == r["group"] and str(b["function"]).startswith("atomic")
+        base = next((b for b in rows if b["group"] == r["group"] and is_baseline(b["function"])
                      and b["elements"] == r["elements"]), None)
-        r["vs_atomic"] = base["mean_ns"] / r["mean_ns"] if base and base is not r and r["mean_ns"] else None
+        r["vs_baseline"] = base["mean_ns"] / r["mean_ns"] if base and base is not r and r["mean_ns"] else None
     return rows
+
+
+def is_baseline(function):
+    """A group's reference: a bare atomic counter, or for whole requests the constant
+    route."""
+    return str(function).startswith("atomic") or function == "healthz"
 
 
 LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+)Z\s+(WARN|ERROR)\s+(.*)$")
@@ -697,15 +703,17 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
         w("Read from `target/criterion` as found when this report was written (`cargo bench "
           "--bench client` produces the groups `single_thread`, `two_threads` and `batch_1000` "
           "of the client library, `cargo bench --bench server` the groups `issue_one` and "
-          "`issue_1000` of the server's generator; `scripts/bench --with-criterion` runs both "
-          "first). Each result keeps the date it was "
-          "measured: results of other or older benches stay there until overwritten. "
-          "\"÷ atomic\" is the throughput relative to the group's `atomic_*` baseline.\n")
-        w("| group | function | mean per iteration | per ID | IDs/s | ÷ atomic | measured |")
+          "`issue_1000` of the server's generator and `request`, a whole request handled in "
+          "process without a socket; `scripts/bench --with-criterion` runs both first). Each "
+          "result keeps the date it was measured: results of other or older benches stay there "
+          "until overwritten. \"÷ baseline\" is the throughput relative to the group's "
+          "baseline: a bare `AtomicU64` (`atomic_*`) for issuance, the constant `/healthz` "
+          "for `request`, where an element (\"per ID\") is a request.\n")
+        w("| group | function | mean per iteration | per ID | IDs/s | ÷ baseline | measured |")
         w("| --- | --- | ---: | ---: | ---: | ---: | --- |")
         for r in crit:
             per = "—" if r["ns_per_element"] is None else f"{r['ns_per_element']:,.2f} ns"
-            vs = "—" if r["vs_atomic"] is None else f"{r['vs_atomic']:.0%}"
+            vs = "—" if r["vs_baseline"] is None else f"{r['vs_baseline']:.0%}"
             w(f"| {r['group']} | {r['function']} | {r['mean_ns']:,.2f} ns | {per} | "
               f"{fmt_int(r['elements_per_s'])} | {vs} | {r['measured']} |")
     else:

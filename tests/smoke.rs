@@ -21,6 +21,11 @@ async fn serves_ids_from_two_databases() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(body.split(',').count(), 3, "{body}");
+    // A percent-encoded letter in the path is the letter.
+    let (status, body) = app.get_v1("/v1/ids/ord%65r?count=2", Some(&token)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["biz"], "order", "{body}");
+    assert_eq!(body["ids"].as_array().map(Vec::len), Some(2), "{body}");
 }
 
 /// A biz and token created while the server runs work at once, without a restart.

@@ -61,6 +61,31 @@ pub enum StartupError {
     Store(#[from] StoreError),
 }
 
+/// Every route with its data and the answer for unmatched paths: what each HTTP
+/// worker's `App` is made of.
+#[derive(Clone)]
+pub struct Routes {
+    state: web::Data<AppState>,
+    observer: Observer,
+    max_body: usize,
+}
+
+impl Routes {
+    /// Adds the routes to `cfg` (`App::new().configure(|cfg| routes.configure(cfg))`).
+    pub fn configure(&self, cfg: &mut web::ServiceConfig) {
+        let observer = &self.observer;
+        // Routes are matched in this order: the ID routes first, the dynamic `{biz}`
+        // patterns (regular expressions) after the constant ones.
+        cfg.app_data(self.state.clone())
+            .app_data(web::PayloadConfig::new(self.max_body))
+            .configure(|cfg| compat::routes(cfg, observer))
+            .configure(|cfg| v1::routes(cfg, observer))
+            .configure(|cfg| status::routes(cfg, observer))
+            .configure(|cfg| openapi::routes(cfg, observer))
+            .default_service(web::to(not_found).wrap(observer.route("unmatched")));
+    }
+}
+
 /// A bound, configured server, not yet running.
 pub struct Application {
     port: u16,
@@ -68,6 +93,7 @@ pub struct Application {
     /// Requests being served, so that a graceful stop can wait for them.
     in_flight: InFlight,
     state: web::Data<AppState>,
+    routes: Routes,
     /// Stops the periodic catalog refresh when the application goes away.
     _refresher: AbortOnDrop,
     /// Stops the sampling of issue rates likewise.
@@ -125,34 +151,29 @@ impl Application {
             in_flight: in_flight.clone(),
             metrics: state.store.metrics().clone(),
         };
-        let max_body = config.max_body_bytes;
-        let mut server = HttpServer::new(move || {
-            // Routes are matched in this order: the ID routes first, the dynamic
-            // `{biz}` patterns (regular expressions) after the constant ones.
-            App::new()
-                .app_data(app_state.clone())
-                .app_data(web::PayloadConfig::new(max_body))
-                .configure(|cfg| compat::routes(cfg, &observer))
-                .configure(|cfg| v1::routes(cfg, &observer))
-                .configure(|cfg| status::routes(cfg, &observer))
-                .configure(|cfg| openapi::routes(cfg, &observer))
-                .default_service(web::to(not_found).wrap(observer.route("unmatched")))
-        })
-        // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
-        // for actix to wait for is idle keep-alive connections, which need no wait.
-        .shutdown_timeout(1)
-        .client_request_timeout(config.request_timeout)
-        .keep_alive(if config.keep_alive.is_zero() {
-            actix_web::http::KeepAlive::Disabled
-        } else {
-            actix_web::http::KeepAlive::Timeout(config.keep_alive)
-        })
-        // Answers go out as soon as they are written: with Nagle's algorithm a response
-        // written while an earlier one is unacknowledged (pipelined requests, a large
-        // batch) waits for the client's delayed ACK.
-        .tcp_nodelay(true)
-        // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
-        .disable_signals();
+        let routes = Routes {
+            state: app_state,
+            observer,
+            max_body: config.max_body_bytes,
+        };
+        let worker_routes = routes.clone();
+        let mut server =
+            HttpServer::new(move || App::new().configure(|cfg| worker_routes.configure(cfg)))
+                // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
+                // for actix to wait for is idle keep-alive connections, which need no wait.
+                .shutdown_timeout(1)
+                .client_request_timeout(config.request_timeout)
+                .keep_alive(if config.keep_alive.is_zero() {
+                    actix_web::http::KeepAlive::Disabled
+                } else {
+                    actix_web::http::KeepAlive::Timeout(config.keep_alive)
+                })
+                // Answers go out as soon as they are written: with Nagle's algorithm a response
+                // written while an earlier one is unacknowledged (pipelined requests, a large
+                // batch) waits for the client's delayed ACK.
+                .tcp_nodelay(true)
+                // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
+                .disable_signals();
         if config.workers > 0 {
             server = server.workers(config.workers);
         }
@@ -169,6 +190,7 @@ impl Application {
             server,
             in_flight,
             state,
+            routes,
             _refresher: refresher,
             _sampler: sampler,
         })
@@ -185,6 +207,12 @@ impl Application {
 
     pub fn state(&self) -> web::Data<AppState> {
         self.state.clone()
+    }
+
+    /// The routes the workers serve, for serving them without a socket
+    /// (`actix_web::test::init_service`), as the in-process benchmarks do.
+    pub fn routes(&self) -> Routes {
+        self.routes.clone()
     }
 
     /// Serves until `shutdown` completes (or the handle stops it), then stops

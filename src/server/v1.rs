@@ -47,21 +47,20 @@ fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
         ))
 }
 
-/// Parses the biz and checks the caller may use it.
-async fn authorized(state: &AppState, req: &HttpRequest, biz: &str) -> Result<BizTag, ApiError> {
-    let biz = BizTag::parse(biz)?;
+/// Parses the biz of the path and checks the caller may use it. The segment is taken
+/// as the router matched it, without an owned copy: the router has already decoded the
+/// characters a biz name may hold (`%65` is `e`), and what is still encoded fails
+/// `BizTag::parse` as its decoded form would.
+async fn authorized(state: &AppState, req: &HttpRequest) -> Result<BizTag, ApiError> {
+    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     authorize(&state.store, bearer(req)?, &biz).await?;
     Ok(biz)
 }
 
-async fn ids(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    biz: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+async fn ids(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
-    let biz = authorized(&state, &req, &biz).await?;
+    let biz = authorized(&state, &req).await?;
     let ids = state.generator.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(Ids {
         biz: biz.as_str(),
@@ -76,12 +75,8 @@ struct Ids<'a> {
     ids: &'a [i64],
 }
 
-async fn segment(
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    biz: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
-    let biz = authorized(&state, &req, &biz).await?;
+async fn segment(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let biz = authorized(&state, &req).await?;
     let reservation = state.segment_for_client(&biz).await?;
     let range = reservation.range;
     Ok(HttpResponse::Ok().json(json!({

@@ -1,0 +1,28 @@
+//! What the benches share: a scratch embedded database with the biz `bench`.
+
+use std::path::Path;
+
+use segmint::biz::BizTag;
+use segmint::config::Config;
+use segmint::store::Store;
+
+/// Segments of ten million IDs: what is measured is issuing from memory; a fetch
+/// happens every ten million IDs, in the background.
+pub const STEP: i64 = 10_000_000;
+
+/// A configuration with the top-level keys `keys` and one embedded database in `dir`.
+pub fn embedded_config(dir: &Path, keys: &str) -> Config {
+    let toml = format!(
+        "{keys}\n[[databases]]\nname = \"local\"\nurl = \"sqlite://{}\"\n",
+        dir.join("bench.db").display()
+    );
+    Config::from_toml(&toml).expect("bench configuration")
+}
+
+/// Creates the biz `bench` (step [`STEP`]) and a token for it; returns both.
+pub async fn bench_biz(store: &Store) -> (BizTag, String) {
+    let biz = BizTag::parse("bench").expect("biz name");
+    store.add_biz(&biz, STEP, 1, None).await.expect("biz");
+    let token = store.add_token(&biz, "bench").await.expect("token").0;
+    (biz, token)
+}
