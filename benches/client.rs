@@ -14,18 +14,15 @@
 //! for a 40-byte `Result` would cost more than the `fetch_add` being compared.
 
 use std::hint::black_box;
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::client::blocking::{BlockingBiz, BlockingClient};
-use segmint::server::Application;
-use segmint::store::Store;
 
 mod common;
-use common::{bench_biz, embedded_config};
+use common::{bench_app, embedded_config};
 
 /// A server in a runtime of its own, a client of it, and the handle of biz `bench`.
 struct Fixture {
@@ -44,12 +41,7 @@ fn fixture() -> Fixture {
         .build()
         .expect("server runtime");
     let (port, token) = server.block_on(async {
-        let store = Store::connect(&config).expect("embedded store");
-        let (_, token) = bench_biz(&store).await;
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let app = Application::with_listener(config, listener)
-            .await
-            .expect("server");
+        let (app, token) = bench_app(config).await;
         let port = app.port();
         tokio::spawn(app.run_until(std::future::pending()));
         (port, token)

@@ -12,7 +12,6 @@
 //! Like the server, each call returns a fresh `Vec` of IDs; the baselines do too.
 
 use std::hint::black_box;
-use std::net::TcpListener;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,11 +22,10 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::test::{TestRequest, call_service, init_service};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::generator::Generator;
-use segmint::server::Application;
 use segmint::store::Store;
 
 mod common;
-use common::{bench_biz, embedded_config};
+use common::{bench_app, bench_biz, embedded_config};
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -97,12 +95,7 @@ fn requests(c: &mut Criterion) {
     let config = embedded_config(dir.path(), "bind = \"127.0.0.1:0\"");
     let system = actix_web::rt::System::new();
     let (app, service, token) = system.block_on(async {
-        let store = Store::connect(&config).expect("embedded store");
-        let (_, token) = bench_biz(&store).await;
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        let app = Application::with_listener(config, listener)
-            .await
-            .expect("server");
+        let (app, token) = bench_app(config).await;
         let routes = app.routes();
         let service = init_service(App::new().configure(|cfg| routes.configure(cfg))).await;
         (app, service, token)

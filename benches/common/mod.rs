@@ -1,9 +1,13 @@
 //! What the benches share: a scratch embedded database with the biz `bench`.
+//! Each bench uses part of it.
+#![allow(dead_code)]
 
+use std::net::TcpListener;
 use std::path::Path;
 
 use segmint::biz::BizTag;
 use segmint::config::Config;
+use segmint::server::Application;
 use segmint::store::Store;
 
 /// Segments of ten million IDs: what is measured is issuing from memory; a fetch
@@ -25,4 +29,16 @@ pub async fn bench_biz(store: &Store) -> (BizTag, String) {
     store.add_biz(&biz, STEP, 1, None).await.expect("biz");
     let token = store.add_token(&biz, "bench").await.expect("token").0;
     (biz, token)
+}
+
+/// A server application with the biz `bench` on a loopback port, not yet running; and
+/// the token of the biz.
+pub async fn bench_app(config: Config) -> (Application, String) {
+    let store = Store::connect(&config).expect("embedded store");
+    let (_, token) = bench_biz(&store).await;
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let app = Application::with_listener(config, listener)
+        .await
+        .expect("server");
+    (app, token)
 }
