@@ -79,17 +79,18 @@ pub fn generate_token() -> String {
     hex::encode(rand::random::<[u8; 32]>())
 }
 
+/// A token's SHA-256 digest: what a request's token is checked by.
+pub type TokenDigest = [u8; 32];
+
+/// The SHA-256 digest of `token`, computed for every request.
+pub fn token_digest(token: &str) -> TokenDigest {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// What the databases store in place of a token: its SHA-256, hex-encoded. A leaked
 /// table reveals no usable token, and lookups by hash leak no timing about the token.
 pub fn hash_token(token: &str) -> String {
-    // Runs on every request: a table lookup per nibble, not a formatter per byte.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(64);
-    for b in Sha256::digest(token.as_bytes()) {
-        out.push(char::from(HEX[usize::from(b >> 4)]));
-        out.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    out
+    hex::encode(token_digest(token))
 }
 
 #[cfg(test)]
@@ -124,5 +125,11 @@ mod tests {
         assert_eq!(hash_token(&a).len(), 64);
         assert_ne!(hash_token(&a), a);
         assert_eq!(hash_token(&a), hash_token(&a));
+        assert_eq!(hash_token(&a), hex::encode(token_digest(&a)));
+        // SHA-256("abc"), FIPS 180-2 appendix B.1.
+        assert_eq!(
+            hash_token("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 }

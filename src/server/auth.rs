@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use crate::biz::{BizTag, hash_token};
+use crate::biz::{BizTag, TokenDigest, token_digest};
 use crate::store::{BizEntry, Catalog, Store};
 
 use super::error::ApiError;
@@ -19,11 +19,11 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
     let token = token
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized("missing token"))?;
-    let hash = hash_token(token);
+    let digest = token_digest(token);
     // A token granted a known biz is decided by the catalog in memory, looked up once;
     // anything else may be new since the last refresh, so the catalog is re-read first.
     let served = |catalog: &Catalog| match (
-        catalog.granted(&hash, biz.as_str()),
+        catalog.granted(&digest, biz.as_str()),
         catalog.biz(biz.as_str()),
     ) {
         (Some(true), Some(entry)) => Some(servable(entry)),
@@ -32,13 +32,13 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
     if let Some(decision) = store.with_catalog(served) {
         return decision;
     }
-    decide(&*store.refresh_since(Instant::now()).await, &hash, biz)
+    decide(&*store.refresh_since(Instant::now()).await, &digest, biz)
 }
 
-/// Whether the token hashed to `hash` may use `biz`, by `catalog`.
-fn decide(catalog: &Catalog, hash: &str, biz: &BizTag) -> Result<(), ApiError> {
+/// Whether the token of `digest` may use `biz`, by `catalog`.
+fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag) -> Result<(), ApiError> {
     let granted = catalog
-        .granted(hash, biz.as_str())
+        .granted(digest, biz.as_str())
         .ok_or(ApiError::Unauthorized("invalid token"))?;
     let entry = catalog
         .biz(biz.as_str())

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{BizRow, StoreError, TokenRow};
+use crate::biz::TokenDigest;
 use crate::segment::Residue;
 
 /// The rows of one database, as last read.
@@ -18,11 +19,11 @@ pub(crate) struct Snapshot {
 pub struct Catalog {
     /// Every known biz.
     bizs: HashMap<String, BizEntry>,
-    /// Token hashes by their first [`TOKEN_KEY`] hex digits, each with the bizs it may
-    /// use. The lookup key is only a prefix of a SHA-256 digest; the full digest is
-    /// then compared in constant time, so response times say nothing about how close
-    /// a guess came.
-    tokens: HashMap<String, Vec<(String, HashSet<String>)>>,
+    /// Token digests by their first four bytes, each with the bizs it may use. The
+    /// lookup key is only a prefix of a SHA-256 digest; the full digest is then
+    /// compared in constant time, so response times say nothing about how close a
+    /// guess came.
+    tokens: HashMap<[u8; 4], Vec<(TokenDigest, HashSet<String>)>>,
 }
 
 /// One biz across the databases.
@@ -34,11 +35,9 @@ pub struct BizEntry {
     pub refused: Option<StoreError>,
 }
 
-/// Hex digits of a token hash used as its lookup key.
-const TOKEN_KEY: usize = 8;
-
-fn token_key(hash: &str) -> &str {
-    hash.get(..TOKEN_KEY).unwrap_or(hash)
+/// The first bytes of a token digest: its lookup key.
+fn token_key(digest: &TokenDigest) -> [u8; 4] {
+    [digest[0], digest[1], digest[2], digest[3]]
 }
 
 impl Catalog {
@@ -46,7 +45,7 @@ impl Catalog {
     /// named `names`, refusing every biz whose rows could overlap.
     pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
-        let mut tokens: HashMap<String, Vec<(String, HashSet<String>)>> = HashMap::new();
+        let mut tokens: HashMap<[u8; 4], Vec<(TokenDigest, HashSet<String>)>> = HashMap::new();
         for (db, snap) in snapshots.iter().enumerate() {
             let Some(snap) = snap else { continue };
             for row in &snap.bizs {
@@ -66,14 +65,17 @@ impl Catalog {
                 }
             }
             for t in &snap.tokens {
-                let same = tokens
-                    .entry(token_key(&t.token_hash).to_string())
-                    .or_default();
-                match same.iter_mut().find(|(hash, _)| *hash == t.token_hash) {
+                // A stored hash that is not 64 hex digits is the digest of no token.
+                let mut digest: TokenDigest = [0; 32];
+                if hex::decode_to_slice(&t.token_hash, &mut digest).is_err() {
+                    continue;
+                }
+                let same = tokens.entry(token_key(&digest)).or_default();
+                match same.iter_mut().find(|(d, _)| *d == digest) {
                     Some((_, bizs)) => {
                         bizs.insert(t.biz_type.clone());
                     }
-                    None => same.push((t.token_hash.clone(), HashSet::from([t.biz_type.clone()]))),
+                    None => same.push((digest, HashSet::from([t.biz_type.clone()]))),
                 }
             }
         }
@@ -89,13 +91,14 @@ impl Catalog {
         self.bizs.get(name)
     }
 
-    /// `None` when no database knows the token; else whether it may use `biz`.
-    pub fn granted(&self, token_hash: &str, biz: &str) -> Option<bool> {
+    /// `None` when no database knows the token of `digest`; else whether it may use
+    /// `biz`.
+    pub fn granted(&self, digest: &TokenDigest, biz: &str) -> Option<bool> {
         use subtle::ConstantTimeEq;
         self.tokens
-            .get(token_key(token_hash))?
+            .get(&token_key(digest))?
             .iter()
-            .find(|(hash, _)| bool::from(hash.as_bytes().ct_eq(token_hash.as_bytes())))
+            .find(|(known, _)| bool::from(known.ct_eq(digest)))
             .map(|(_, bizs)| bizs.contains(biz))
     }
 
@@ -130,6 +133,7 @@ pub(crate) fn conflict(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::biz::{hash_token, token_digest};
 
     fn row(biz: &str, delta: i64, remainder: i64) -> BizRow {
         BizRow {
@@ -153,27 +157,42 @@ mod tests {
         }
     }
 
+    /// A digest whose first four bytes are `prefix` and whose last byte is `last`.
+    fn digest(prefix: u8, last: u8) -> TokenDigest {
+        let mut d = [0x5a; 32];
+        d[..4].fill(prefix);
+        d[31] = last;
+        d
+    }
+
     #[test]
     fn tokens_sharing_a_lookup_key_are_told_apart() {
         let names = vec!["a".to_string(), "b".to_string()];
+        let (t1, t2) = (digest(0xab, 1), digest(0xab, 2));
         let a = Snapshot {
             bizs: vec![row("x", 1, 0), row("y", 1, 0)],
-            tokens: vec![token("abcdef0011", "x"), token("abcdef0022", "y")],
+            tokens: vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
         };
         let b = Snapshot {
             bizs: vec![],
-            tokens: vec![token("abcdef0011", "y")],
+            tokens: vec![
+                // The same hash in upper case is the same digest.
+                token(&hex::encode_upper(t1), "y"),
+                token("not a hash", "x"),
+                token(&hex::encode(t1)[..62], "x"),
+            ],
         };
         let cat = Catalog::build(&names, &[Some(a), Some(b)]);
-        assert_eq!(cat.granted("abcdef0011", "x"), Some(true));
-        assert_eq!(cat.granted("abcdef0011", "y"), Some(true), "grants merge");
-        assert_eq!(cat.granted("abcdef0022", "x"), Some(false));
-        assert_eq!(cat.granted("abcdef0033", "x"), None);
+        assert_eq!(cat.granted(&t1, "x"), Some(true));
+        assert_eq!(cat.granted(&t1, "y"), Some(true), "grants merge");
+        assert_eq!(cat.granted(&t2, "x"), Some(false));
         assert_eq!(
-            cat.granted("abcdef001", "x"),
+            cat.granted(&digest(0xab, 3), "x"),
             None,
-            "a prefix is not the token"
+            "same key, other digest"
         );
+        assert_eq!(cat.granted(&digest(0xcd, 1), "x"), None);
+        assert_eq!(cat.tokens.values().map(Vec::len).sum::<usize>(), 2);
     }
 
     #[test]
@@ -181,11 +200,11 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let a = Snapshot {
             bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
-            tokens: vec![token("h1", "ok")],
+            tokens: vec![token(&hash_token("t1"), "ok")],
         };
         let b = Snapshot {
             bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
-            tokens: vec![token("h1", "bad")],
+            tokens: vec![token(&hash_token("t1"), "bad")],
         };
         let cat = Catalog::build(&names, &[Some(a), Some(b)]);
         assert!(cat.biz("ok").unwrap().refused.is_none());
@@ -201,9 +220,9 @@ mod tests {
             msg.contains("`bad`") && msg.contains("\"a\"") && msg.contains("\"b\""),
             "{msg}"
         );
-        assert_eq!(cat.granted("h1", "ok"), Some(true));
-        assert_eq!(cat.granted("h1", "only-b"), Some(false));
-        assert_eq!(cat.granted("h2", "ok"), None);
+        assert_eq!(cat.granted(&token_digest("t1"), "ok"), Some(true));
+        assert_eq!(cat.granted(&token_digest("t1"), "only-b"), Some(false));
+        assert_eq!(cat.granted(&token_digest("t2"), "ok"), None);
         assert_eq!(cat.biz_names(), vec!["bad", "ok", "only-b"]);
     }
 
