@@ -16,13 +16,13 @@
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::client::blocking::{BlockingBiz, BlockingClient};
 
 mod common;
-use common::{bench_app, embedded_config};
+use common::{bench_app, embedded_config, on_threads};
 
 /// A server in a runtime of its own, a client of it, and the handle of biz `bench`.
 struct Fixture {
@@ -61,21 +61,6 @@ fn fixture() -> Fixture {
     }
 }
 
-/// Runs `op` `iters` times split over `threads` threads; the wall time of all.
-fn on_threads(threads: u64, iters: u64, op: impl Fn() + Sync) -> Duration {
-    let start = Instant::now();
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                for _ in 0..iters / threads {
-                    op();
-                }
-            });
-        }
-    });
-    start.elapsed()
-}
-
 fn bench(c: &mut Criterion) {
     let f = fixture();
     let counter = Arc::new(AtomicU64::new(0));
@@ -101,15 +86,19 @@ fn bench(c: &mut Criterion) {
     two.throughput(Throughput::Elements(1));
     two.bench_function("atomic_fetch_add", |b| {
         b.iter_custom(|iters| {
-            on_threads(2, iters, || {
-                black_box(counter.fetch_add(1, Ordering::AcqRel));
+            on_threads(2, iters, |n| {
+                for _ in 0..n {
+                    black_box(counter.fetch_add(1, Ordering::AcqRel));
+                }
             })
         })
     });
     two.bench_function("client_next_id", |b| {
         b.iter_custom(|iters| {
-            on_threads(2, iters, || {
-                let _ = black_box(f.biz.next_id());
+            on_threads(2, iters, |n| {
+                for _ in 0..n {
+                    let _ = black_box(f.biz.next_id());
+                }
             })
         })
     });

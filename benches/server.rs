@@ -25,7 +25,7 @@ use segmint::generator::Generator;
 use segmint::store::Store;
 
 mod common;
-use common::{bench_app, bench_biz, embedded_config};
+use common::{bench_app, bench_biz, embedded_config, on_threads};
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temporary directory");
@@ -55,6 +55,31 @@ fn bench(c: &mut Criterion) {
             .iter(|| async { black_box(generator.next_ids(&biz, 1).await.ok()) })
     });
     single.finish();
+
+    // Both HTTP workers issue from the same biz: what they share is written by both.
+    let mut two = c.benchmark_group("issue_one_two_threads");
+    two.throughput(Throughput::Elements(1));
+    two.bench_function("atomic_fetch_add_into_vec", |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, |n| {
+                for _ in 0..n {
+                    black_box(vec![counter.fetch_add(1, Ordering::AcqRel)]);
+                }
+            })
+        })
+    });
+    two.bench_function("generator_next_ids_1", |b| {
+        b.iter_custom(|iters| {
+            on_threads(2, iters, |n| {
+                rt.handle().block_on(async {
+                    for _ in 0..n {
+                        black_box(generator.next_ids(&biz, 1).await.ok());
+                    }
+                })
+            })
+        })
+    });
+    two.finish();
 
     let mut batch = c.benchmark_group("issue_1000");
     batch.throughput(Throughput::Elements(1000));

@@ -2,10 +2,12 @@
 //! background.
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use prometheus::IntCounter;
 use tokio::sync::watch;
 
@@ -20,8 +22,10 @@ use crate::store::{Reservation, Store, StoreError};
 pub struct Generator {
     store: Arc<Store>,
     /// One buffer per biz, created on first use. Only bizs the catalog knows get one,
-    /// so the map is bounded by the configured bizs.
-    buffers: RwLock<HashMap<BizTag, Arc<Buffer>>>,
+    /// so the map is bounded by the configured bizs. Read on every request without a
+    /// lock or a reference count (both HTTP workers would write to them); replaced
+    /// with a copy when a biz is added.
+    buffers: ArcSwap<HashMap<BizTag, Arc<Buffer>>>,
     /// Share of a segment issued before the next is fetched.
     preload_percent: u8,
     /// Longest a request waits for the in-flight fetch when both segments are empty.
@@ -143,36 +147,43 @@ impl Generator {
     pub fn new(store: Arc<Store>, preload_percent: u8, wait_timeout: Duration) -> Self {
         Generator {
             store,
-            buffers: RwLock::new(HashMap::new()),
+            buffers: ArcSwap::from_pointee(HashMap::new()),
             preload_percent,
             wait_timeout,
         }
     }
 
-    fn buffer(&self, biz: &BizTag) -> Arc<Buffer> {
-        if let Some(b) = self.buffers.read().get(biz) {
-            return b.clone();
+    /// Runs `f` on the buffer of `biz`, created on first use.
+    fn with_buffer<R>(&self, biz: &BizTag, f: impl FnOnce(&Arc<Buffer>) -> R) -> R {
+        if let Some(b) = self.buffers.load().get(biz) {
+            return f(b);
         }
-        self.buffers
-            .write()
-            .entry(biz.clone())
-            .or_insert_with(|| {
-                Arc::new(Buffer {
-                    biz: biz.clone(),
-                    state: Mutex::new(State {
-                        buffer: DoubleBuffer::new(self.preload_percent),
-                        last_error: None,
-                        origins: Vec::new(),
-                        closed: false,
-                        issued: 0,
-                        reported: 0,
-                    }),
-                    fetched: watch::Sender::new(0),
-                    issued_metric: self.store.metrics().issued_counter(biz),
-                    sizing: Mutex::new(Sizing::starting_now()),
-                })
-            })
-            .clone()
+        let fresh = Arc::new(Buffer {
+            biz: biz.clone(),
+            state: Mutex::new(State {
+                buffer: DoubleBuffer::new(self.preload_percent),
+                last_error: None,
+                origins: Vec::new(),
+                closed: false,
+                issued: 0,
+                reported: 0,
+            }),
+            fetched: watch::Sender::new(0),
+            issued_metric: self.store.metrics().issued_counter(biz),
+            sizing: Mutex::new(Sizing::starting_now()),
+        });
+        // Another request may add the biz meanwhile: the first buffer stays.
+        self.buffers.rcu(|buffers| {
+            let mut buffers = HashMap::clone(buffers);
+            buffers.entry(biz.clone()).or_insert_with(|| fresh.clone());
+            buffers
+        });
+        f(self.buffers.load().get(biz).unwrap_or(&fresh))
+    }
+
+    /// Every buffer.
+    fn buffers(&self) -> Vec<Arc<Buffer>> {
+        self.buffers.load().values().cloned().collect()
     }
 
     /// `n` IDs of `biz`. Served from memory while the cache holds them; starts the
@@ -184,14 +195,16 @@ impl Generator {
     /// The [`StoreError`] of the fetch it waited for, or [`StoreError::Unavailable`]
     /// when no segment arrived within the wait timeout.
     pub async fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, StoreError> {
-        let buffer = self.buffer(biz);
         let mut ids = Vec::with_capacity(n);
         let mut waited = false;
         loop {
-            let mut fetched = {
+            // Nothing of the buffer is held across the wait but the receiver.
+            let step = self.with_buffer(biz, |buffer| {
                 let mut state = buffer.state.lock();
                 if state.closed {
-                    return Err(StoreError::Unavailable("the server is stopping".into()));
+                    return ControlFlow::Break(Err(StoreError::Unavailable(
+                        "the server is stopping".into(),
+                    )));
                 }
                 let need = n - ids.len();
                 // Take only what completes the request, unless the buffer cannot hold
@@ -205,7 +218,7 @@ impl Generator {
                     && !state.buffer.is_fetching()
                     && let Some(e) = state.last_error.clone()
                 {
-                    return Err(e);
+                    return ControlFlow::Break(Err(e));
                 }
                 let cached = state.buffer.remaining();
                 if state.buffer.start_fetch(cached < need as u64) {
@@ -213,9 +226,13 @@ impl Generator {
                     self.spawn_fetch(buffer.clone(), cached);
                 }
                 if need == 0 {
-                    return Ok(ids);
+                    return ControlFlow::Break(Ok(()));
                 }
-                buffer.fetched.subscribe()
+                ControlFlow::Continue(buffer.fetched.subscribe())
+            });
+            let mut fetched = match step {
+                ControlFlow::Break(done) => return done.map(|()| ids),
+                ControlFlow::Continue(fetched) => fetched,
             };
             if tokio::time::timeout(self.wait_timeout, fetched.changed())
                 .await
@@ -234,7 +251,7 @@ impl Generator {
     /// provably safe (see [`plan_give_back`]); the rest are wasted, never reissued.
     /// Called once the server has stopped serving. Returns `(given back, wasted)`.
     pub async fn give_back(&self) -> (u64, u64) {
-        let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
+        let buffers = self.buffers();
         let (mut given, mut wasted) = (0, 0);
         for b in buffers {
             let held: Vec<Held> = {
@@ -301,7 +318,7 @@ impl Generator {
     /// IDs of `biz` issuable without a fetch.
     pub fn remaining(&self, biz: &BizTag) -> u64 {
         self.buffers
-            .read()
+            .load()
             .get(biz)
             .map_or(0, |b| b.state.lock().buffer.remaining())
     }
@@ -309,7 +326,7 @@ impl Generator {
     /// Samples every biz's issue count at `now`, for its rate and peak. Called about
     /// once a second.
     pub fn sample(&self, now: Instant) {
-        let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
+        let buffers = self.buffers();
         for b in buffers {
             let issued = b.state.lock().issued;
             b.sizing.lock().rates.record(now, issued);
@@ -320,7 +337,7 @@ impl Generator {
     /// biz's `segmint_ids_issued_total` up to date: call it before rendering metrics.
     pub fn stats(&self) -> Vec<BizStats> {
         let policy = self.store.step_policy();
-        let buffers: Vec<Arc<Buffer>> = self.buffers.read().values().cloned().collect();
+        let buffers = self.buffers();
         let mut stats: Vec<BizStats> = buffers
             .iter()
             .map(|b| {

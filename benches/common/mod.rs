@@ -4,6 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use segmint::biz::BizTag;
 use segmint::config::Config;
@@ -41,4 +42,15 @@ pub async fn bench_app(config: Config) -> (Application, String) {
         .await
         .expect("server");
     (app, token)
+}
+
+/// Runs `op(iters / threads)` on each of `threads` threads at once; the wall time of all.
+pub fn on_threads(threads: u64, iters: u64, op: impl Fn(u64) + Sync) -> Duration {
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| op(iters / threads));
+        }
+    });
+    start.elapsed()
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::error::ApiError;
 use super::observe::Observer;
-use super::{AppState, Params, authorize};
+use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 use crate::store::Reservation;
 
@@ -21,12 +21,8 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     ] {
         // Only a POST has a form body, as in the servlet API Tinyid is built on. A GET
         // does not extract one: actix reserves 8 KiB for every body it reads.
-        let get = move |state: web::Data<AppState>, req: HttpRequest| {
-            handle(handler, state, req, Bytes::new())
-        };
-        let post = move |state: web::Data<AppState>, req: HttpRequest, body: Bytes| {
-            handle(handler, state, req, body)
-        };
+        let get = move |req: HttpRequest| handle(handler, req, Bytes::new());
+        let post = move |req: HttpRequest, body: Bytes| handle(handler, req, body);
         cfg.service(
             observer
                 .resource(path)
@@ -68,16 +64,12 @@ struct SegmentId {
     remainder: i64,
 }
 
-async fn handle(
-    route: Route,
-    state: web::Data<AppState>,
-    req: HttpRequest,
-    body: Bytes,
-) -> HttpResponse {
-    match serve(route, &state, &Params::from_request(&req, &body)).await {
-        Ok(response) => response,
-        Err(e) => tinyid_error(route, &e),
-    }
+async fn handle(route: Route, req: HttpRequest, body: Bytes) -> HttpResponse {
+    let served = match app_state(&req) {
+        Ok(state) => serve(route, state, &Params::from_request(&req, &body)).await,
+        Err(e) => Err(e),
+    };
+    served.unwrap_or_else(|e| tinyid_error(route, &e))
 }
 
 /// Tinyid's error shapes: HTTP 200 with `code`/`message` for the JSON routes, an

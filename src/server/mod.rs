@@ -305,6 +305,16 @@ async fn not_found(req: HttpRequest) -> HttpResponse {
     }))
 }
 
+/// The shared state, borrowed from the request. Extracting `web::Data` instead would
+/// clone its `Arc`: a write, on every request, to a counter all HTTP workers share.
+fn app_state(req: &HttpRequest) -> Result<&AppState, ApiError> {
+    req.app_data::<web::Data<AppState>>()
+        .map(|data| data.get_ref())
+        .ok_or_else(|| {
+            StoreError::Unavailable("the server's state is not configured".into()).into()
+        })
+}
+
 /// Request parameters from the query string and, for POST, a form body, borrowed
 /// from the request where no percent-decoding was needed. Decoding never fails:
 /// invalid UTF-8 becomes U+FFFD, which no parameter's parser accepts.

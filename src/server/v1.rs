@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::observe::Observer;
-use super::{AppState, Params, authorize};
+use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
@@ -57,10 +57,11 @@ async fn authorized(state: &AppState, req: &HttpRequest) -> Result<BizTag, ApiEr
     Ok(biz)
 }
 
-async fn ids(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
-    let biz = authorized(&state, &req).await?;
+    let biz = authorized(state, &req).await?;
     let ids = state.generator.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(Ids {
         biz: biz.as_str(),
@@ -75,8 +76,9 @@ struct Ids<'a> {
     ids: &'a [i64],
 }
 
-async fn segment(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let biz = authorized(&state, &req).await?;
+async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let biz = authorized(state, &req).await?;
     let reservation = state.segment_for_client(&biz).await?;
     let range = reservation.range;
     Ok(HttpResponse::Ok().json(json!({
