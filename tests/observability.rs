@@ -525,7 +525,7 @@ async fn promtool_accepts_metrics_and_rules() {
 /// A Prometheus server scraping one segmint server every second, killed on drop.
 struct Prometheus {
     /// Declared first so that the process is killed before its directory goes.
-    _process: ChildGuard,
+    process: ChildGuard,
     dir: tempfile::TempDir,
     base: String,
     http: reqwest::Client,
@@ -567,8 +567,8 @@ impl Prometheus {
                 .spawn()
                 .expect("spawn prometheus"),
         );
-        let prometheus = Prometheus {
-            _process: process,
+        let mut prometheus = Prometheus {
+            process,
             dir,
             base: format!("http://127.0.0.1:{port}"),
             http: reqwest::Client::builder()
@@ -586,6 +586,10 @@ impl Prometheus {
                 .is_ok_and(|r| r.status().is_success());
             if ready {
                 return prometheus;
+            }
+            // Exited (its port taken, say): say so now, with its log, not in 30 s.
+            if let Ok(Some(status)) = prometheus.process.0.try_wait() {
+                panic!("Prometheus exited ({status}):\n{}", prometheus.log());
             }
             assert!(
                 Instant::now() < deadline,
