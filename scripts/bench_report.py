@@ -337,10 +337,12 @@ def machine(args):
     info["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     commit = run_text(["git", "-C", args.repo, "rev-parse", "HEAD"])
     if commit and re.fullmatch(r"[0-9a-f]{40}", commit):
-        # --no-optional-locks: reading the status must not rewrite the index.
+        # --no-optional-locks: reading the status must not rewrite the index. The report
+        # of an earlier run is no change to what is measured.
         status = subprocess.run(
             ["git", "--no-optional-locks", "-C", args.repo, "status", "--porcelain",
-             "--untracked-files=no"], capture_output=True, text=True).stdout
+             "--untracked-files=no", "--", ".", ":!BENCHMARKS.md"],
+            capture_output=True, text=True).stdout
         info["commit"] = commit + (" (with uncommitted changes)" if status.strip() else "")
     else:
         info["commit"] = "unknown (not a git checkout)"
