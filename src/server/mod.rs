@@ -90,9 +90,8 @@ impl Routes {
 pub struct Application {
     port: u16,
     server: Server,
-    /// Requests being served, so that a graceful stop can wait for them.
-    in_flight: InFlight,
-    state: web::Data<AppState>,
+    /// What the workers serve; also the state and the in-flight count (for the
+    /// graceful stop) the application reads itself.
     routes: Routes,
     /// Stops the periodic catalog refresh when the application goes away.
     _refresher: AbortOnDrop,
@@ -145,14 +144,12 @@ impl Application {
             generator,
             preload_percent: config.preload_percent,
         });
-        let app_state = state.clone();
-        let in_flight = InFlight::default();
         let observer = Observer {
-            in_flight: in_flight.clone(),
+            in_flight: InFlight::default(),
             metrics: state.store.metrics().clone(),
         };
         let routes = Routes {
-            state: app_state,
+            state,
             observer,
             max_body: config.max_body_bytes,
         };
@@ -188,8 +185,6 @@ impl Application {
         Ok(Application {
             port,
             server,
-            in_flight,
-            state,
             routes,
             _refresher: refresher,
             _sampler: sampler,
@@ -206,7 +201,7 @@ impl Application {
     }
 
     pub fn state(&self) -> web::Data<AppState> {
-        self.state.clone()
+        self.routes.state.clone()
     }
 
     /// The routes the workers serve, for serving them without a socket
@@ -225,7 +220,7 @@ impl Application {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let handle = self.server.handle();
-        let in_flight = self.in_flight.clone();
+        let in_flight = self.routes.observer.in_flight.clone();
         let stopper = AbortOnDrop(tokio::spawn(async move {
             shutdown.await;
             tracing::info!(
@@ -242,7 +237,7 @@ impl Application {
         let result = self.server.await;
         drop(stopper);
         // Nothing is served any more: give the caches' unissued IDs back where safe.
-        let (given, wasted) = self.state.generator.give_back().await;
+        let (given, wasted) = self.routes.state.generator.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result
     }
