@@ -152,6 +152,22 @@ def cpu_seconds(path):
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
+def context_switches(path):
+    """(voluntary, involuntary) context switches summed over a process's threads, from
+    the ctxt_switches lines of its /proc/PID/task/*/status files."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    counts = {"voluntary_ctxt_switches:": 0, "nonvoluntary_ctxt_switches:": 0}
+    for line in lines:
+        fields = line.split()
+        if len(fields) == 2 and fields[0] in counts:
+            counts[fields[0]] += int(fields[1])
+    return counts["voluntary_ctxt_switches:"], counts["nonvoluntary_ctxt_switches:"]
+
+
 def server_cpu(directory, name, requests):
     """The server's CPU time during a run, and per request, from the snapshots taken
     before and after it."""
@@ -160,9 +176,18 @@ def server_cpu(directory, name, requests):
     if before is None or after is None or not requests:
         return None
     user, system = after[0] - before[0], after[1] - before[1]
-    return {"user_s": round(user, 2), "system_s": round(system, 2),
-            "us_per_request": (user + system) * 1e6 / requests,
-            "user_us_per_request": user * 1e6 / requests}
+    cpu = {"user_s": round(user, 2), "system_s": round(system, 2),
+           "us_per_request": (user + system) * 1e6 / requests,
+           "user_us_per_request": user * 1e6 / requests}
+    switches_before = context_switches(os.path.join(directory, "metrics", f"{name}.before.ctxt"))
+    switches_after = context_switches(os.path.join(directory, "metrics", f"{name}.after.ctxt"))
+    if switches_before is not None and switches_after is not None:
+        # A thread that exits during the run takes its count along: never below zero.
+        cpu["voluntary_switches_per_request"] = max(
+            0, switches_after[0] - switches_before[0]) / requests
+        cpu["involuntary_switches_per_request"] = max(
+            0, switches_after[1] - switches_before[1]) / requests
+    return cpu
 
 
 def server_side(directory, name):
@@ -457,6 +482,14 @@ def cpu_text(run):
     return f"{cpu['us_per_request']:,.2f} µs ({cpu['user_us_per_request']:,.2f})"
 
 
+def switches_text(run):
+    cpu = (run or {}).get("server_cpu") or {}
+    if "involuntary_switches_per_request" not in cpu:
+        return "—"
+    return (f"{cpu['voluntary_switches_per_request']:.3f} / "
+            f"{cpu['involuntary_switches_per_request']:.3f}")
+
+
 def fetches_text(run):
     server = run.get("server") or {}
     fetches = server.get("segment_fetches") or {}
@@ -647,8 +680,9 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
     w("")
 
     w("## Results\n")
-    w("| benchmark | what | requests/s | IDs/s | mean | p50 | p99 | p99.9 | max | server CPU per request | errors |")
-    w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    w("| benchmark | what | requests/s | IDs/s | mean | p50 | p99 | p99.9 | max | server CPU per request "
+      "| server context switches per request | errors |")
+    w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name, what in THROUGHPUT_RUNS:
         r = runs.get(name) or {}
         lat = r.get("latency_ms") or {}
@@ -656,13 +690,17 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
         w(f"| {r.get('title', name)} | {what} | {fmt_int(r.get('rps'))} | "
           f"{fmt_int(r.get('ids_per_s')) if r.get('ids_per_request') else '—'} | "
           f"{fmt_ms(lat.get('mean'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p99'))} | "
-          f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {cpu_text(r)} | {errors_text(r)} |")
+          f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {cpu_text(r)} | {switches_text(r)} | {errors_text(r)} |")
     w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean. Server CPU per request: "
       "the CPU time (user + system, of which user in brackets) of the segmint or redis-server "
       "process during the run, from `/proc/PID/stat` before and after it, divided by the "
       "requests answered. It leaves out the load generator, which shares the cores, and so "
       "compares routes and servers more steadily than requests/s on this machine; "
-      "PostgreSQL's work is spread over its backends and is not counted.\n")
+      "PostgreSQL's work is spread over its backends and is not counted. Server context "
+      "switches per request: voluntary / involuntary, summed over the server's threads from "
+      "`/proc/PID/task/*/status`. A voluntary switch is a thread with nothing to do going to "
+      "sleep; an involuntary one is a thread preempted by another runnable thread on "
+      "its core, on this machine usually a load generator thread woken by a response.\n")
 
     w("## Latency at half load\n")
     w("| condition | target rate | achieved rate | of peak | p50 | p99 | p99.9 | max | "
