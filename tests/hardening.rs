@@ -1,5 +1,6 @@
 //! Hardening: bounded request bodies and request heads, TCP_NODELAY on accepted
-//! connections, statement timeouts on PostgreSQL, and tokens that never reach the logs.
+//! connections, statement timeouts on PostgreSQL, tokens that never reach the logs, and
+//! tokens remembered by the workers only exactly and only while their catalog holds.
 
 mod common;
 
@@ -211,4 +212,88 @@ fn tokens_never_reach_the_logs() {
             "part of a token reached the log:\n{log}"
         );
     }
+}
+
+/// Each HTTP worker remembers the tokens it recently allowed, for as long as the
+/// catalog that allowed them is current. Nothing but the exact token and biz passes on
+/// that memory, and a token deleted from the database stops working at the next
+/// catalog refresh. One client keeps one connection, so one worker serves it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds() {
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let config = dbs.config("catalog_refresh_ms = 200");
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let pay_token = setup_biz(&config, "pay", 100, false).await;
+    let app = spawn_app(config).await;
+    let simple = |token: String, biz: &'static str| {
+        let app = &app;
+        async move {
+            let r = app
+                .http
+                .get(format!(
+                    "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
+                    app.base
+                ))
+                .send()
+                .await
+                .unwrap();
+            let error = r
+                .headers()
+                .get("x-segmint-error")
+                .map(|v| v.to_str().unwrap().to_owned());
+            (r.text().await.unwrap(), error)
+        }
+    };
+    for _ in 0..5 {
+        assert_eq!(app.ids(BIZ, &token, 1).await.len(), 1);
+        assert!(simple(token.clone(), BIZ).await.1.is_none());
+    }
+    let last = token.chars().last().unwrap();
+    let changed = format!("{}{}", &token[..63], if last == '0' { '1' } else { '0' });
+    for (near, status) in [
+        (changed.as_str(), 401),
+        (&token[..63], 401),
+        (&format!("{token}0"), 401),
+        (&token.to_uppercase(), 401),
+        (pay_token.as_str(), 403),
+    ] {
+        let (got, body) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(near)).await;
+        assert_eq!(got, status, "{near}: {body}");
+        let (ids, error) = simple(near.to_owned(), BIZ).await;
+        assert!(
+            ids.is_empty() && error.is_some_and(|e| e.starts_with("5:")),
+            "{near}"
+        );
+    }
+    let (got, _) = app.get_v1("/v1/ids/pay", Some(&token)).await;
+    assert_eq!(got, 403, "the token of `{BIZ}` for `pay`");
+    assert!(
+        simple(token.clone(), BIZ).await.1.is_none(),
+        "still allowed"
+    );
+
+    dbs.sql(
+        0,
+        &format!("DELETE FROM tiny_id_token WHERE biz_type = '{BIZ}'"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.get_v1(&format!("/v1/ids/{BIZ}"), Some(&token)).await.0 == 200 {
+        assert!(Instant::now() < deadline, "the deleted token still works");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for _ in 0..5 {
+        let (got, _) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(&token)).await;
+        assert_eq!(got, 401);
+        let (ids, error) = simple(token.clone(), BIZ).await;
+        assert!(
+            ids.is_empty() && error.is_some(),
+            "nextIdSimple after the delete"
+        );
+    }
+    assert_eq!(
+        app.ids("pay", &pay_token, 1).await.len(),
+        1,
+        "other tokens work"
+    );
+    app.stop().await;
 }

@@ -156,9 +156,10 @@ fn segment_id(state: &AppState, r: Reservation) -> SegmentId {
     }
 }
 
-fn join<'a>(values: impl Iterator<Item = &'a i64>) -> String {
+fn join<'a>(values: impl ExactSizeIterator<Item = &'a i64>) -> String {
     use std::fmt::Write;
-    let mut out = String::new();
+    // Room for IDs of up to 19 digits and their commas: written without reallocating.
+    let mut out = String::with_capacity(values.len() * 20);
     for (i, v) in values.enumerate() {
         let sep = if i > 0 { "," } else { "" };
         // Writing to a String cannot fail.

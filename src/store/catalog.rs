@@ -2,6 +2,7 @@
 //! tokens granted to them. Held in memory so that requests never query for it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BizRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
@@ -24,7 +25,13 @@ pub struct Catalog {
     /// compared in constant time, so response times say nothing about how close a
     /// guess came.
     tokens: HashMap<[u8; 4], Vec<(TokenDigest, HashSet<String>)>>,
+    /// Tells this catalog from every other built in the process (0: the empty one
+    /// before the first read). What was decided by a catalog holds while it is current.
+    generation: u64,
 }
+
+/// The generation of the next catalog built.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
 /// One biz across the databases.
 #[derive(Debug, Clone)]
@@ -84,7 +91,16 @@ impl Catalog {
                 entry.refused = conflict(biz, names, &entry.classes);
             }
         }
-        Catalog { bizs, tokens }
+        Catalog {
+            bizs,
+            tokens,
+            generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// Unique to this catalog within the process.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     pub fn biz(&self, name: &str) -> Option<&BizEntry> {
@@ -224,6 +240,15 @@ mod tests {
         assert_eq!(cat.granted(&token_digest("t1"), "only-b"), Some(false));
         assert_eq!(cat.granted(&token_digest("t2"), "ok"), None);
         assert_eq!(cat.biz_names(), vec!["bad", "ok", "only-b"]);
+    }
+
+    #[test]
+    fn every_catalog_built_has_its_own_generation() {
+        let names = vec!["a".to_string()];
+        let first = Catalog::build(&names, &[None]);
+        let second = Catalog::build(&names, &[None]);
+        assert_ne!(first.generation(), second.generation());
+        assert_ne!(first.generation(), Catalog::default().generation());
     }
 
     #[test]
