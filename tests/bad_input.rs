@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
+use reqwest::Method;
 use reqwest::header::HeaderValue;
 use serde_json::Value;
 
@@ -562,12 +563,48 @@ async fn v1_bad_requests_change_nothing() {
     }
     assert!(checked > 80, "ran {checked} refused requests");
 
-    // Unknown routes: 404 with a JSON error.
+    // Unknown routes: 404 with a JSON error. The per-biz routes take exactly one
+    // non-empty segment after their prefix, like the pattern `/v1/ids/{biz}`.
+    for route in ["ids", "segments"] {
+        for path in [
+            format!("/v1/{route}"),
+            format!("/v1/{route}/"),
+            format!("/v1/{route}/used/"),
+            format!("/v1/{route}//used"),
+            format!("/v1/{route}/used/extra"),
+            format!("/v1/{route}/used//"),
+            format!("/v1/{route}x/used"),
+            format!("/v1/{route}%2Fused"),
+        ] {
+            for post in [false, true] {
+                let r = v1(&s.app, post, &path, bearer(&s.used)).await;
+                let msg = assert_v1_error(&r, 404, "not_found", &path);
+                assert!(msg.contains("no route"), "{path}: {msg}");
+                rows.assert_unchanged(&before, &path).await;
+            }
+        }
+        // Methods other than GET and POST: 405 naming the allowed ones.
+        for method in [Method::PUT, Method::DELETE, Method::PATCH, Method::HEAD] {
+            let r = s
+                .app
+                .http
+                .request(method.clone(), format!("{}/v1/{route}/used", s.app.base))
+                .header("authorization", bearer(&s.used).unwrap())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 405, "{method} /v1/{route}/used");
+            assert_eq!(
+                r.headers().get("allow").and_then(|v| v.to_str().ok()),
+                Some("GET, POST"),
+                "{method} /v1/{route}/used"
+            );
+            rows.assert_unchanged(&before, &format!("{method} /v1/{route}/used"))
+                .await;
+        }
+    }
     for (post, path) in [
         (false, "/v1/nope"),
-        (false, "/v1/ids"),
-        (false, "/v1/ids/used/extra"),
-        (true, "/v1/segments/used/extra"),
         (false, "/tinyid/id/nope"),
         (false, "/"),
     ] {
@@ -583,6 +620,11 @@ async fn v1_bad_requests_change_nothing() {
 
     // The same server still serves both bizs afterwards.
     assert_eq!(s.app.ids("used", &s.used, 2).await.len(), 2);
+    // The prefix and the biz are matched after percent-decoding, as the router does.
+    let r = v1(&s.app, false, "/v1/%69ds/us%65d?count=2", bearer(&s.used)).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let body: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["ids"].as_array().map(Vec::len), Some(2), "{}", r.body);
     assert_eq!(s.app.ids("fresh", &s.fresh, 2).await.len(), 2);
 }
 

@@ -364,6 +364,17 @@ async fn promtool_accepts_metrics_and_rules() {
     assert_eq!(status, 200, "{segment}");
     let (status, _) = app.get(&format!("/no/such/{token}")).await;
     assert_eq!(status, 404);
+    // Under a per-biz prefix, a path that is not exactly one more segment is unmatched,
+    // and a method other than GET and POST is the route's own 405.
+    let (status, _) = app.get(&format!("/v1/ids/{BIZ}/no/such")).await;
+    assert_eq!(status, 404);
+    let put = app
+        .http
+        .put(format!("{}/v1/ids/{BIZ}", app.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 405);
 
     let (status, text) = app.get("/metrics").await;
     assert_eq!(status, 200, "{text}");
@@ -453,14 +464,27 @@ async fn promtool_accepts_metrics_and_rules() {
     assert_eq!(requests("/v1/ids/{biz}", "200"), 3.0);
     assert_eq!(requests("/tinyid/id/nextIdSimple", "200"), 2.0);
     assert_eq!(requests("/v1/segments/{biz}", "200"), 1.0);
-    assert_eq!(requests("unmatched", "404"), 1.0);
+    assert_eq!(requests("unmatched", "404"), 2.0);
+    assert_eq!(
+        value(
+            &samples,
+            "segmint_http_requests_total",
+            &[
+                ("route", "/v1/ids/{biz}"),
+                ("method", "PUT"),
+                ("status", "405")
+            ],
+        ),
+        1.0
+    );
     assert_eq!(
         value(
             &samples,
             "segmint_http_request_duration_seconds_count",
             &[("route", "/v1/ids/{biz}")]
         ),
-        3.0
+        4.0,
+        "three GETs and the PUT"
     );
     let bounds: Vec<f64> = samples
         .iter()

@@ -1,8 +1,12 @@
 //! The JSON API: real status codes, `{"error":{"code","message"}}` bodies, and the
 //! token in `Authorization: Bearer …`.
 
-use actix_web::http::header::AUTHORIZATION;
-use actix_web::{HttpRequest, HttpResponse, web};
+use std::future::Future;
+
+use actix_web::dev::HttpServiceFactory;
+use actix_web::http::Method;
+use actix_web::http::header::{self, AUTHORIZATION};
+use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::json;
 
 use super::error::ApiError;
@@ -11,21 +15,65 @@ use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
-    // The constant routes before the `{biz}` patterns, which are regular expressions.
     cfg.service(observer.resource("/healthz").route(web::get().to(healthz)))
         .service(observer.resource("/readyz").route(web::get().to(readyz)))
-        .service(
-            observer
-                .resource("/v1/ids/{biz}")
-                .route(web::get().to(ids))
-                .route(web::post().to(ids)),
-        )
-        .service(
-            observer
-                .resource("/v1/segments/{biz}")
-                .route(web::get().to(segment))
-                .route(web::post().to(segment)),
-        );
+        .service(per_biz(observer, "/v1/ids", "/v1/ids/{biz}", ids))
+        .service(per_biz(
+            observer,
+            "/v1/segments",
+            "/v1/segments/{biz}",
+            segment,
+        ));
+}
+
+/// The route `{prefix}/{biz}` (named `template` in metrics and logs) for GET and POST,
+/// answering 405 with `Allow: GET, POST` to any other method, as a resource would.
+///
+/// A resource pattern with a `{biz}` segment is a regular expression the router runs on
+/// every request, and that cost as much as issuing the ID. Here the prefix is matched as
+/// a constant and a guard counts the path's slashes: the path is one segment longer than
+/// the prefix, not empty and without a trailing slash, or the router goes on to the next
+/// route and finally to the unmatched answer, as it would for the pattern. Counting in
+/// the raw path is counting in the router's decoded one, because the router leaves `%2F`
+/// encoded. The segment is the rest of the decoded path (see [`biz_segment`]).
+fn per_biz<F, Fut>(
+    observer: &Observer,
+    prefix: &'static str,
+    template: &'static str,
+    handler: F,
+) -> impl HttpServiceFactory + use<F, Fut>
+where
+    F: Fn(HttpRequest) -> Fut + Clone + 'static,
+    Fut: Future<Output = Result<HttpResponse, ApiError>> + 'static,
+{
+    let slashes = prefix.matches('/').count() + 1;
+    let one_more_segment = move |ctx: &guard::GuardContext<'_>| {
+        let path = ctx.head().uri.path();
+        !path.ends_with('/') && path.bytes().filter(|&b| b == b'/').count() == slashes
+    };
+    let get_or_post = move |req: HttpRequest| {
+        let handler = handler.clone();
+        async move {
+            if matches!(*req.method(), Method::GET | Method::POST) {
+                handler(req).await
+            } else {
+                Ok(HttpResponse::MethodNotAllowed()
+                    .insert_header(header::Allow(vec![Method::GET, Method::POST]))
+                    .finish())
+            }
+        }
+    };
+    web::scope(prefix)
+        .guard(guard::fn_guard(one_more_segment))
+        .default_service(web::to(get_or_post))
+        .wrap(observer.route(template))
+}
+
+/// The `{biz}` segment of a [`per_biz`] route: what follows the prefix in the router's
+/// decoded path, as the pattern `{prefix}/{biz}` would have captured it.
+fn biz_segment(req: &HttpRequest) -> &str {
+    let rest = req.match_info().unprocessed();
+    rest.strip_prefix('/').unwrap_or(rest)
 }
 
 /// The bearer token, if the header is present.
@@ -36,9 +84,7 @@ fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
     let Some(value) = req.headers().get(AUTHORIZATION) else {
         return Ok(None);
     };
-    value
-        .to_str()
-        .ok()
+    visible_ascii(value.as_bytes())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| Some(token.trim()))
@@ -47,12 +93,21 @@ fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
         ))
 }
 
+/// The header value as text if it is visible ASCII and tabs, as `HeaderValue::to_str`
+/// accepts it, checked without a branch per byte (this runs on every request).
+fn visible_ascii(bytes: &[u8]) -> Option<&str> {
+    let visible = bytes.iter().fold(true, |ok, &b| {
+        ok & ((b' '..=b'~').contains(&b) | (b == b'\t'))
+    });
+    visible.then(|| std::str::from_utf8(bytes).ok()).flatten()
+}
+
 /// Parses the biz of the path and checks the caller may use it. The segment is taken
 /// as the router matched it, without an owned copy: the router has already decoded the
 /// characters a biz name may hold (`%65` is `e`), and what is still encoded fails
 /// `BizTag::parse` as its decoded form would.
 async fn authorized(state: &AppState, req: &HttpRequest) -> Result<BizTag, ApiError> {
-    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
+    let biz = BizTag::parse(biz_segment(req))?;
     authorize(&state.store, bearer(req)?, &biz).await?;
     Ok(biz)
 }
