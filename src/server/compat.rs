@@ -2,6 +2,7 @@
 //! (`bizType`, `token`, `batchSize`), the same response shapes and error codes, so
 //! existing Tinyid clients work unchanged.
 
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
 use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
@@ -94,7 +95,7 @@ fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
                 .collect();
             HttpResponse::Ok()
                 .insert_header(("X-Segmint-Error", reason))
-                .content_type("text/plain; charset=utf-8")
+                .insert_header((CONTENT_TYPE, TEXT_PLAIN.clone()))
                 .finish()
         }
     }
@@ -168,8 +169,11 @@ fn join<'a>(values: impl ExactSizeIterator<Item = &'a i64>) -> String {
     out
 }
 
+/// `text/plain; charset=utf-8`, shared rather than copied into each response.
+static TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+
 fn text(body: String) -> HttpResponse {
     HttpResponse::Ok()
-        .content_type("text/plain; charset=utf-8")
+        .insert_header((CONTENT_TYPE, TEXT_PLAIN.clone()))
         .body(body)
 }
