@@ -34,6 +34,9 @@ THROUGHPUT_RUNS = [
     ("redis-incr", "`INCR` of one key, no pipelining"),
     ("redis-incr-p16", "`INCR` of one key, 16 commands per round trip"),
 ]
+# The runs measured in alternating rounds (NAME.round-1.json, NAME.round-2.json, …): the
+# report shows the median round of each, by requests/s, and lists every round.
+ROUND_RUNS = ("segmint-nextIdSimple", "segmint-v1", "segmint-healthz", "redis-incr")
 LATENCY_RUNS = [
     ("latency-undisturbed", "undisturbed"),
     ("latency-stalled", "one database stalled"),
@@ -507,13 +510,60 @@ def fetches_text(run):
     return "; ".join(parts)
 
 
-def report(args):
-    runs = {}
+def round_number(path):
+    m = re.search(r"\.round-(\d+)\.json$", path)
+    return int(m.group(1)) if m else 0
+
+
+def median_round(rounds):
+    """The run of `rounds` (in round order) with the median requests/s (the lower middle
+    one for an even count), with every round's rate under `rounds` and the problems of
+    every round; valid only when every round is. None without any round."""
+    if not rounds:
+        return None
+    rated = sorted((r for r in rounds if number(r.get("rps")) is not None), key=lambda r: r["rps"])
+    middle = rated[(len(rated) - 1) // 2] if rated else rounds[0]
+    run = dict(middle)
+    run["rounds"] = [{"name": r["name"], "rps": r.get("rps")} for r in rounds]
+    run["median_of"] = len(rounds)
+    run["valid"] = bool(rated) and len(rated) == len(rounds) and all(r.get("valid") for r in rounds)
+    run["problems"] = [f"{r['name']}: {p}" for r in rounds for p in r.get("problems", [])]
+    run["notes"] = [f"{r['name']}: {p}" for r in rounds for p in r.get("notes", [])]
+    return run
+
+
+def load_runs(directory):
+    """Every run of the report by name, the rounds of ROUND_RUNS merged into their median
+    round; and every run recorded, rounds apart, for placing log lines."""
+    runs, recorded = {}, {}
     for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS:
-        path = os.path.join(args.dir, f"{name}.json")
+        path = os.path.join(directory, f"{name}.json")
         if os.path.exists(path):
             with open(path) as f:
-                runs[name] = json.load(f)
+                runs[name] = recorded[name] = json.load(f)
+        elif name in ROUND_RUNS:
+            rounds = []
+            paths = glob.glob(os.path.join(directory, f"{name}.round-*.json"))
+            # Not NAME.round-N.calibration.json, Redis's short first run of a round.
+            for round_path in sorted((p for p in paths if round_number(p)), key=round_number):
+                with open(round_path) as f:
+                    rounds.append(json.load(f))
+                recorded[rounds[-1]["name"]] = rounds[-1]
+            merged = median_round(rounds)
+            if merged is not None:
+                runs[name] = merged
+    return runs, recorded
+
+
+def round_ratios(runs, numerator, denominator):
+    """The ratio of two round runs' requests/s within each round, in round order."""
+    a = [r["rps"] for r in (runs.get(numerator) or {}).get("rounds", [])]
+    b = [r["rps"] for r in (runs.get(denominator) or {}).get("rounds", [])]
+    return [ratio(x, y) for x, y in zip(a, b)]
+
+
+def report(args):
+    runs, recorded = load_runs(args.dir)
     missing = []
 
     def get(name, *keys):
@@ -576,9 +626,17 @@ def report(args):
             verdict = "met" if ok else "not met"
         ratio_rows.append({"ratio": label, "value": value, "target": f"{op} {goal}{unit}", "verdict": verdict})
 
+    # The request-rate ratios within each round, beside the ratio of the medians above.
+    per_round = [
+        ("nextIdSimple ÷ Redis INCR", round_ratios(runs, "segmint-nextIdSimple", "redis-incr")),
+        ("nextIdSimple ÷ /healthz", round_ratios(runs, "segmint-nextIdSimple", "segmint-healthz")),
+        ("/v1/ids ÷ /healthz", round_ratios(runs, "segmint-v1", "segmint-healthz")),
+        ("/healthz ÷ Redis INCR", round_ratios(runs, "segmint-healthz", "redis-incr")),
+    ]
+
     info = machine(args)
     crit = criterion(args.criterion)
-    warnings = log_warnings(os.path.join(args.dir, "logs", "segmint.log"), runs)
+    warnings = log_warnings(os.path.join(args.dir, "logs", "segmint.log"), recorded)
     problems = [(name, p) for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS
                 for p in runs.get(name, {}).get("problems", []) + runs.get(name, {}).get("notes", [])]
     summary = {
@@ -586,13 +644,14 @@ def report(args):
         "threads": args.threads, "elapsed_s": args.elapsed, "machine": info,
         "runs": runs, "ratios": ratio_rows,
         "context_ratios": [{"ratio": l, "value": v} for l, v in context],
+        "round_ratios": [{"ratio": l, "values": v} for l, v in per_round],
         "criterion": crit, "segmint_log_warnings": warnings, "problems": [f"{n}: {p}" for n, p in problems], "missing": missing,
     }
     with open(os.path.join(args.dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
 
-    md = render(args, info, runs, ratio_rows, context, crit, problems, missing, warnings)
+    md = render(args, info, runs, ratio_rows, context, per_round, crit, problems, missing, warnings)
     with open(args.out, "w") as f:
         f.write(md)
     for m in missing:
@@ -602,7 +661,7 @@ def report(args):
         sys.exit(1)
 
 
-def render(args, info, runs, ratio_rows, context, crit, problems, missing, warnings):
+def render(args, info, runs, ratio_rows, context, per_round, crit, problems, missing, warnings):
     c, t, d = args.connections, args.threads, args.duration
     out = []
     w = out.append
@@ -618,7 +677,8 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
           "measurement works; they are not benchmarks.\n")
     w("The machine is small and was not idle, and the load generators run on the same two "
       "cores as segmint, PostgreSQL and Redis: read every figure, and the ratios built from "
-      "them (runs a minute or two apart), as one noisy sample.\n")
+      "them, as a noisy sample. The rounds of the request-rate runs show how far the same "
+      "run moves within one invocation.\n")
 
     w("## Machine\n")
     w("| | |\n| --- | --- |")
@@ -638,6 +698,13 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
       f"for {d} s each (redis-benchmark takes a request count: a short first run gives the rate, "
       f"and the measured run gets {d} s worth of requests). Everything runs on this machine over "
       "loopback; the segmint runs follow a warm-up.")
+    rounds = max((len(runs.get(n, {}).get("rounds", [])) for n in ROUND_RUNS), default=0)
+    w(f"- **Alternating rounds.** The runs the request-rate targets compare (segmint nextIdSimple, "
+      f"/v1/ids with 1 ID, /healthz, and Redis INCR) run in {rounds} rounds, the four one after "
+      "another in each round, so that a slow stretch of the machine falls on all of them rather "
+      "than on one. Each of their rows below is the round with the median requests/s (every "
+      "figure of the row from that round); every round's rate is listed under the table, and "
+      "the ratios within each round under the ratios.")
     w("- **segmint** is the release build with the configuration below: two throwaway "
       "PostgreSQL clusters (initdb defaults, so `fsync` and `synchronous_commit` on), even IDs "
       "from one and odd IDs from the other, every key at its default (one HTTP worker per core, "
@@ -691,6 +758,13 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
           f"{fmt_int(r.get('ids_per_s')) if r.get('ids_per_request') else '—'} | "
           f"{fmt_ms(lat.get('mean'))} | {fmt_ms(lat.get('p50'))} | {fmt_ms(lat.get('p99'))} | "
           f"{fmt_ms(p999)} | {fmt_ms(lat.get('max'))} | {cpu_text(r)} | {switches_text(r)} | {errors_text(r)} |")
+    w("\nRequests/s of every round, in order (the median in bold):\n")
+    for name, what in THROUGHPUT_RUNS:
+        r = runs.get(name) or {}
+        if r.get("rounds"):
+            rates = [("**" + fmt_int(x["rps"]) + "**") if x["name"] == r["name"] else fmt_int(x["rps"])
+                     for x in r["rounds"]]
+            w(f"- {r.get('title', name)}: {' · '.join(rates)}")
     w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean. Server CPU per request: "
       "the CPU time (user + system, of which user in brackets) of the segmint or redis-server "
       "process during the run, from `/proc/PID/stat` before and after it, divided by the "
@@ -732,6 +806,10 @@ def render(args, info, runs, ratio_rows, context, crit, problems, missing, warni
         unit = " ms" if row["target"].endswith("ms") else ""
         value = "—" if row["value"] is None else f"{row['value']:,.3f}{unit}" if unit else fmt_ratio(row["value"])
         w(f"| {row['ratio']} | {value} | {row['target']} | {row['verdict']} |")
+    if any(values for _, values in per_round):
+        w("\nWithin each round, in order (the ratios above are those of the median rounds):\n")
+        for label, values in per_round:
+            w(f"- {label}: {' · '.join(fmt_ratio(v) for v in values)}")
     w("\nFor context (no target):\n")
     w("| ratio | value |\n| --- | ---: |")
     for label, value in context:
