@@ -193,6 +193,21 @@ def server_cpu(directory, name, requests):
     return cpu
 
 
+def client_cpu(directory, name, requests):
+    """The load generator's CPU time during a run, and per request, from the real, user
+    and system seconds that bash's `time` wrote for it (scripts/bench's `timed`)."""
+    try:
+        with open(os.path.join(directory, "metrics", f"{name}.client")) as f:
+            _, user, system = (float(x) for x in f.read().split()[-3:])
+    except (OSError, ValueError):
+        return None
+    if not requests:
+        return None
+    return {"user_s": round(user, 2), "system_s": round(system, 2),
+            "us_per_request": (user + system) * 1e6 / requests,
+            "user_us_per_request": user * 1e6 / requests}
+
+
 def server_side(directory, name):
     before = parse_metrics(os.path.join(directory, "metrics", f"{name}.before.prom"))
     after = parse_metrics(os.path.join(directory, "metrics", f"{name}.after.prom"))
@@ -283,6 +298,9 @@ def record(args):
     cpu = server_cpu(args.dir, args.name, run.get("requests"))
     if cpu is not None:
         run["server_cpu"] = cpu
+    load = client_cpu(args.dir, args.name, run.get("requests"))
+    if load is not None:
+        run["client_cpu"] = load
     run["problems"] = problems
     run["notes"] = notes
     headline = number(run.get("rps"))
@@ -478,8 +496,8 @@ def errors_text(run):
     return "—"
 
 
-def cpu_text(run):
-    cpu = (run or {}).get("server_cpu")
+def cpu_text(run, key="server_cpu"):
+    cpu = (run or {}).get(key)
     if not cpu:
         return "—"
     return f"{cpu['us_per_request']:,.2f} µs ({cpu['user_us_per_request']:,.2f})"
@@ -524,7 +542,7 @@ def median_round(rounds):
     rated = sorted((r for r in rounds if number(r.get("rps")) is not None), key=lambda r: r["rps"])
     middle = rated[(len(rated) - 1) // 2] if rated else rounds[0]
     run = dict(middle)
-    run["rounds"] = [{"name": r["name"], "rps": r.get("rps")} for r in rounds]
+    run["rounds"] = [{k: r.get(k) for k in ("name", "rps", "server_cpu", "client_cpu")} for r in rounds]
     run["median_of"] = len(rounds)
     run["valid"] = bool(rated) and len(rated) == len(rounds) and all(r.get("valid") for r in rounds)
     run["problems"] = [f"{r['name']}: {p}" for r in rounds for p in r.get("problems", [])]
@@ -569,6 +587,32 @@ def round_ratios(runs, numerator, denominator):
     a = [r["rps"] for r in (runs.get(numerator) or {}).get("rounds", [])]
     b = [r["rps"] for r in (runs.get(denominator) or {}).get("rounds", [])]
     return [ratio(x, y) for x, y in zip(a, b)]
+
+
+def cpu_need(run, server_user=True):
+    """µs of CPU per request of a run's server and load generator together; without the
+    server's user time when `server_user` is false. None without both figures."""
+    server, client = (run or {}).get("server_cpu"), (run or {}).get("client_cpu")
+    if not server or not client:
+        return None
+    need = server["us_per_request"] + client["us_per_request"]
+    return need if server_user else need - server["user_us_per_request"]
+
+
+def cpu_ceiling(need, cores):
+    """The requests/s that `cores` allow when each request needs `need` µs of CPU."""
+    return None if not need or not cores else cores * 1e6 / need
+
+
+def kernel_bound(runs, cores):
+    """Within each round: the CPU ceiling of nextIdSimple without segmint's user time (its
+    kernel time and wrk's CPU per request only) ÷ Redis INCR's requests/s. The highest
+    nextIdSimple ÷ Redis INCR this machine allows, if every instruction segmint, actix-web
+    and tokio run per request cost nothing."""
+    simple = (runs.get("segmint-nextIdSimple") or {}).get("rounds", [])
+    redis = (runs.get("redis-incr") or {}).get("rounds", [])
+    return [ratio(cpu_ceiling(cpu_need(a, server_user=False), cores), b.get("rps"))
+            for a, b in zip(simple, redis)]
 
 
 def report(args):
@@ -658,6 +702,13 @@ def report(args):
     ]
 
     info = machine(args)
+    bound = kernel_bound(runs, info["cores"])
+    if all(b is None for b in bound):
+        missing.append("CPU budget: no server and load generator CPU per request of nextIdSimple "
+                       "and Redis INCR in any round")
+    context.append(("segmint nextIdSimple ÷ Redis INCR, requests/s: the highest this machine "
+                    "allows with segmint's user time per request at zero (see CPU budget)",
+                    median(bound)))
     crit = criterion(args.criterion)
     warnings = log_warnings(os.path.join(args.dir, "logs", "segmint.log"), recorded)
     problems = [(name, p) for name, _ in THROUGHPUT_RUNS + LATENCY_RUNS
@@ -668,13 +719,15 @@ def report(args):
         "runs": runs, "ratios": ratio_rows,
         "context_ratios": [{"ratio": l, "value": v} for l, v in context],
         "round_ratios": [{"ratio": l, "values": v} for l, v in per_round],
+        "kernel_bound_rounds": bound,
         "criterion": crit, "segmint_log_warnings": warnings, "problems": [f"{n}: {p}" for n, p in problems], "missing": missing,
     }
     with open(os.path.join(args.dir, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
 
-    md = render(args, info, runs, ratio_rows, context, per_round, crit, problems, missing, warnings)
+    md = render(args, info, runs, ratio_rows, context, per_round, bound, crit, problems, missing,
+                warnings)
     with open(args.out, "w") as f:
         f.write(md)
     for m in missing:
@@ -684,7 +737,8 @@ def report(args):
         sys.exit(1)
 
 
-def render(args, info, runs, ratio_rows, context, per_round, crit, problems, missing, warnings):
+def render(args, info, runs, ratio_rows, context, per_round, bound, crit, problems, missing,
+           warnings):
     c, t, d = args.connections, args.threads, args.duration
     out = []
     w = out.append
@@ -793,13 +847,44 @@ def render(args, info, runs, ratio_rows, context, per_round, crit, problems, mis
     w("\nRedis reports p50/p99 and no p99.9; pgbench only the mean. Server CPU per request: "
       "the CPU time (user + system, of which user in brackets) of the segmint or redis-server "
       "process during the run, from `/proc/PID/stat` before and after it, divided by the "
-      "requests answered. It leaves out the load generator, which shares the cores, and so "
-      "compares routes and servers more steadily than requests/s on this machine; "
+      "requests answered. It leaves out the load generator, which shares the cores (its "
+      "CPU is in the CPU budget below), and so compares routes and servers more steadily "
+      "than requests/s on this machine; "
       "PostgreSQL's work is spread over its backends and is not counted. Server context "
       "switches per request: voluntary / involuntary, summed over the server's threads from "
       "`/proc/PID/task/*/status`. A voluntary switch is a thread with nothing to do going to "
       "sleep; an involuntary one is a thread preempted by another runnable thread on "
       "its core, on this machine usually a load generator thread woken by a response.\n")
+
+    w("## CPU budget\n")
+    cores = info["cores"]
+    w(f"The server and the load generator share this machine's {cores} cores, so a run answers "
+      f"at most {cores} ÷ (server + load generator CPU per request) requests per second: its "
+      "CPU ceiling. The load generator's CPU time is what bash's `time` reports for the wrk or "
+      "redis-benchmark process of the run; the rows are the ones of the results table.\n")
+    w("| run | requests/s | server CPU per request | load generator CPU per request | together "
+      "| CPU ceiling | achieved ÷ ceiling |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, _ in THROUGHPUT_RUNS:
+        r = runs.get(name) or {}
+        need = cpu_need(r)
+        if need is None:
+            continue
+        top = cpu_ceiling(need, cores)
+        w(f"| {r.get('title', name)} | {fmt_int(r.get('rps'))} | {cpu_text(r)} | "
+          f"{cpu_text(r, 'client_cpu')} | {need:,.2f} µs | {fmt_int(top)} | "
+          f"{fmt_ratio(ratio(r.get('rps'), top))} |")
+    if any(b is not None for b in bound):
+        w("\nThe server's kernel time per request (its system time: receiving and sending on "
+          "loopback TCP and waiting in epoll) and the load generator's CPU stay whatever the "
+          "server's own code does. With segmint's user time per request at zero — every "
+          "instruction of segmint, actix-web and tokio free — nextIdSimple's CPU ceiling "
+          "divided by Redis INCR's requests/s of the same round is the highest "
+          "nextIdSimple ÷ Redis INCR this machine allows: "
+          f"{fmt_ratio(median(bound))} (the median of the rounds: "
+          f"{' · '.join(fmt_ratio(b) for b in bound)}). It assumes that the kernel time and "
+          "the load generator's CPU per request would not fall at a higher rate.")
+    w("")
 
     w("## Latency at half load\n")
     w("| condition | target rate | achieved rate | of peak | p50 | p99 | p99.9 | max | "
