@@ -223,7 +223,9 @@ def server_side(directory, name):
     for labels, inc in metrics_delta(before, after, "segmint_segment_fetches_total"):
         fetches.setdefault(labels.get("database", "?"), {})[labels.get("outcome", "?")] = int(inc)
     issued = sum(inc for _, inc in metrics_delta(before, after, "segmint_ids_issued_total"))
-    return {"ids_issued": int(issued), "responses": responses, "segment_fetches": fetches,
+    waits = sum(inc for _, inc in metrics_delta(before, after, "segmint_cache_waits_total"))
+    return {"ids_issued": int(issued), "cache_waits": int(waits), "responses": responses,
+            "segment_fetches": fetches,
             "fetch_time": fetch_time(before, after)}
 
 
@@ -509,6 +511,11 @@ def switches_text(run):
         return "—"
     return (f"{cpu['voluntary_switches_per_request']:.3f} / "
             f"{cpu['involuntary_switches_per_request']:.3f}")
+
+
+def waits_text(run):
+    waits = (run.get("server") or {}).get("cache_waits")
+    return "—" if waits is None else f"{waits:,}"
 
 
 def fetches_text(run):
@@ -888,8 +895,8 @@ def render(args, info, runs, ratio_rows, context, per_round, bound, crit, proble
 
     w("## Latency at half load\n")
     w("| condition | target rate | achieved rate | of peak | p50 | p99 | p99.9 | max | "
-      "segment fetches during the run | errors |")
-    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |")
+      "segment fetches during the run | requests that waited for a segment | errors |")
+    w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |")
     peak = get_first(runs, "segmint-nextIdSimple", "rps")
     for name, label in LATENCY_RUNS:
         r = runs.get(name) or {}
@@ -898,8 +905,10 @@ def render(args, info, runs, ratio_rows, context, per_round, bound, crit, proble
         w(f"| {label} | {fmt_int(r.get('target_rps'))}/s | {fmt_int(r.get('rps'))}/s | "
           f"{'—' if share is None else f'{share:.0%}'} | {fmt_ms(lat.get('p50'))} | "
           f"{fmt_ms(lat.get('p99'))} | {fmt_ms(lat.get('p999'))} | {fmt_ms(lat.get('max'))} | "
-          f"{fetches_text(r)} | {errors_text(r)} |")
-    w("")
+          f"{fetches_text(r)} | {waits_text(r)} | {errors_text(r)} |")
+    w("\nRequests that waited for a segment: the increase of `segmint_cache_waits_total` "
+      "during the run, requests that found the cache short and waited for a fetch instead "
+      "of being served from memory.\n")
     for name, label in LATENCY_RUNS:
         r = runs.get(name) or {}
         if r.get("description"):

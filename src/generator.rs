@@ -42,6 +42,9 @@ struct Buffer {
     /// brought up to date from [`State::issued`] when the metrics are read, so that
     /// issuing an ID touches nothing shared but the buffer's lock.
     issued_metric: IntCounter,
+    /// The biz's `segmint_cache_waits_total`: requests that waited for a fetch. Off the
+    /// path of a request served from memory.
+    waits_metric: IntCounter,
     /// Rates and the last step; off the request path (sampler, fetches, scrapes).
     sizing: Mutex<Sizing>,
 }
@@ -170,6 +173,7 @@ impl Generator {
             }),
             fetched: watch::Sender::new(0),
             issued_metric: self.store.metrics().issued_counter(biz),
+            waits_metric: self.store.metrics().cache_waits_counter(biz),
             sizing: Mutex::new(Sizing::starting_now()),
         });
         // Another request may add the biz meanwhile: the first buffer stays.
@@ -227,6 +231,9 @@ impl Generator {
                 }
                 if need == 0 {
                     return ControlFlow::Break(Ok(()));
+                }
+                if !waited {
+                    buffer.waits_metric.inc();
                 }
                 ControlFlow::Continue(buffer.fetched.subscribe())
             });

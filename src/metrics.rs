@@ -121,6 +121,7 @@ pub struct Metrics {
     /// The label of every biz seen so far.
     labels: Mutex<HashMap<BizTag, Arc<str>>>,
     ids_issued: IntCounterVec,
+    cache_waits: IntCounterVec,
     segment_ids: IntCounterVec,
     biz_rate: GaugeVec,
     biz_peak: GaugeVec,
@@ -177,6 +178,17 @@ impl Metrics {
                     Opts::new(
                         "segmint_ids_issued_total",
                         "IDs issued from the server's cache (nextId, nextIdSimple, /v1/ids)",
+                    ),
+                    biz,
+                ),
+            ),
+            cache_waits: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_cache_waits_total",
+                        "Requests that found the cache short and waited for a segment fetch \
+                         (the first request of a biz always does)",
                     ),
                     biz,
                 ),
@@ -359,6 +371,12 @@ impl Metrics {
     /// The counter of IDs issued from the cache for `biz`, to keep and bump.
     pub fn issued_counter(&self, biz: &BizTag) -> IntCounter {
         self.ids_issued.with_label_values(&[&*self.biz_label(biz)])
+    }
+
+    /// The counter of requests of `biz` that waited for a segment fetch, to keep and
+    /// bump.
+    pub fn cache_waits_counter(&self, biz: &BizTag) -> IntCounter {
+        self.cache_waits.with_label_values(&[&*self.biz_label(biz)])
     }
 
     /// Counts `n` IDs handed to a client in a segment.

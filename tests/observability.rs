@@ -25,6 +25,7 @@ const BIZ: &str = "order";
 /// (histogram buckets add `le`).
 const CONTRACT: &[(&str, &str, &[&str])] = &[
     ("segmint_ids_issued_total", "counter", &["biz"]),
+    ("segmint_cache_waits_total", "counter", &["biz"]),
     ("segmint_segment_ids_total", "counter", &["biz"]),
     ("segmint_biz_rate_ids_per_second", "gauge", &["biz"]),
     ("segmint_biz_peak_rate_ids_per_second", "gauge", &["biz"]),
@@ -434,6 +435,8 @@ async fn promtool_accepts_metrics_and_rules() {
         value(&samples, "segmint_ids_issued_total", &biz),
         issued as f64
     );
+    // Only the first request found the cache empty: the step of 100 covers the rest.
+    assert_eq!(value(&samples, "segmint_cache_waits_total", &biz), 1.0);
     assert_eq!(
         value(&samples, "segmint_segment_ids_total", &biz),
         segment["count"].as_f64().unwrap(),
