@@ -44,6 +44,25 @@ enum AdminCommand {
     /// Manage access tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage databases.
+    #[command(subcommand)]
+    Db(DbCommand),
+}
+
+#[derive(Subcommand)]
+enum DbCommand {
+    /// Bring a database back after it went back in time (restored from a backup, a
+    /// promoted replica): raises its biz rows above every ID that the witnesses in the
+    /// other databases say was reserved from it. Servers use it again at their next
+    /// catalog refresh.
+    Fence {
+        /// The database's name in the configuration.
+        name: String,
+        /// Also raise every row's max_id to at least this ID (evidence of your own, e.g.
+        /// the highest ID in your tables; the only evidence with a single database).
+        #[arg(long)]
+        above: Option<i64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -184,6 +203,12 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 Ok(())
             }
             AdminCommand::Token(TokenCommand::List) => list_tokens(&store).await,
+            AdminCommand::Db(DbCommand::Fence { name, above }) => {
+                for line in store.raise_database(&name, above).await? {
+                    println!("{line}");
+                }
+                Ok(())
+            }
         }
     })
 }

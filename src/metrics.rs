@@ -133,6 +133,7 @@ pub struct Metrics {
     given_back: IntCounterVec,
     wasted: IntCounterVec,
     database_up: IntGaugeVec,
+    database_fenced: IntGaugeVec,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
     http_requests: IntCounterVec,
@@ -300,6 +301,16 @@ impl Metrics {
                     &["database"],
                 ),
             ),
+            database_fenced: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_database_fenced",
+                        "1 while the database is fenced: a row went back in time (a restore, a promoted replica) and reserving from it could reissue IDs",
+                    ),
+                    &["database"],
+                ),
+            ),
             fetches: registered(
                 &r,
                 IntCounterVec::new(
@@ -431,11 +442,15 @@ impl Metrics {
     }
 
     /// Sets the state gauges and renders every metric in the text format.
-    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool)]) -> String {
-        for (name, up) in databases {
+    /// `databases`: name, whether in use, whether fenced.
+    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool, bool)]) -> String {
+        for (name, up, fenced) in databases {
             self.database_up
                 .with_label_values(&[name.as_str()])
                 .set(i64::from(*up));
+            self.database_fenced
+                .with_label_values(&[name.as_str()])
+                .set(i64::from(*fenced));
         }
         // Bizs past the cap are summed into `_other`; their steps are not comparable,
         // so `_other` has no step gauges.
@@ -554,7 +569,7 @@ mod tests {
             runway_seconds: None,
             issued: 100,
         };
-        let text = m.render(&[stats], &[("pg-a".into(), true), ("pg-b".into(), false)]);
+        let text = m.render(&[stats], &[("pg-a".into(), true, false), ("pg-b".into(), false, true)]);
         for line in [
             "segmint_biz_rate_ids_per_second{biz=\"order\"} 12.5",
             "segmint_biz_peak_rate_ids_per_second{biz=\"order\"} 40",
@@ -564,6 +579,8 @@ mod tests {
             "segmint_biz_runway_seconds{biz=\"order\"} +Inf",
             "segmint_database_up{database=\"pg-a\"} 1",
             "segmint_database_up{database=\"pg-b\"} 0",
+            "segmint_database_fenced{database=\"pg-a\"} 0",
+            "segmint_database_fenced{database=\"pg-b\"} 1",
             "segmint_build_info{version=\"",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

@@ -38,7 +38,7 @@ fn admin_commands_report_per_database() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "\"pg0\": applied 0001_init\n\"pg1\": applied 0001_init\n"
+        "\"pg0\": applied 0001_init, 0002_witness\n\"pg1\": applied 0001_init, 0002_witness\n"
     );
     let (ok, out, _) = segmint(&cfg, &["migrate"]);
     assert!(ok);

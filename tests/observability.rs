@@ -35,6 +35,7 @@ const CONTRACT: &[(&str, &str, &[&str])] = &[
     ("segmint_biz_runway_seconds", "gauge", &["biz"]),
     ("segmint_step_choices_total", "counter", &["biz", "reason"]),
     ("segmint_database_up", "gauge", &["database"]),
+    ("segmint_database_fenced", "gauge", &["database"]),
     (
         "segmint_segment_fetches_total",
         "counter",

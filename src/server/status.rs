@@ -79,11 +79,11 @@ fn report(state: &AppState) -> Report {
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let databases: Vec<(String, bool)> = state
+    let databases: Vec<(String, bool, bool)> = state
         .store
         .status()
         .into_iter()
-        .map(|d| (d.name, d.up))
+        .map(|d| (d.name, d.up, d.fenced.is_some()))
         .collect();
     let metrics = state.store.metrics();
     // Idle bizs get their series too (at zero), as long as that cannot take labels
@@ -165,8 +165,12 @@ fn render_html(report: &Report) -> String {
             escape(&d.location),
             escape(&d.residue),
             if d.up { "" } else { " class=\"warn\"" },
-            if d.up { "up" } else { "down" },
-            escape(d.last_error.as_deref().unwrap_or("")),
+            match (d.up, &d.fenced) {
+                (_, Some(_)) => "fenced",
+                (true, None) => "up",
+                (false, None) => "down",
+            },
+            escape(d.fenced.as_deref().or(d.last_error.as_deref()).unwrap_or("")),
         ));
     }
     let p = &report.step_policy;

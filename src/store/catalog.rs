@@ -13,6 +13,8 @@ use crate::segment::Residue;
 pub(crate) struct Snapshot {
     pub bizs: Vec<BizRow>,
     pub tokens: Vec<TokenRow>,
+    /// How far the other databases' rows advanced, as recorded here.
+    pub witnesses: Vec<super::Witness>,
 }
 
 /// Bizs and tokens merged over every database.
@@ -186,10 +188,12 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let (t1, t2) = (digest(0xab, 1), digest(0xab, 2));
         let a = Snapshot {
+            witnesses: vec![],
             bizs: vec![row("x", 1, 0), row("y", 1, 0)],
             tokens: vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
         };
         let b = Snapshot {
+            witnesses: vec![],
             bizs: vec![],
             tokens: vec![
                 // The same hash in upper case is the same digest.
@@ -215,10 +219,12 @@ mod tests {
     fn refuses_only_the_overlapping_biz() {
         let names = vec!["a".to_string(), "b".to_string()];
         let a = Snapshot {
+            witnesses: vec![],
             bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
             tokens: vec![token(&hash_token("t1"), "ok")],
         };
         let b = Snapshot {
+            witnesses: vec![],
             bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
             tokens: vec![token(&hash_token("t1"), "bad")],
         };
@@ -259,6 +265,7 @@ mod tests {
             &[
                 None,
                 Some(Snapshot {
+                    witnesses: vec![],
                     bizs: vec![row("x", 1, 0)],
                     tokens: vec![],
                 }),

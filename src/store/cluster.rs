@@ -11,6 +11,7 @@ use rand::Rng;
 use rand::seq::SliceRandom;
 
 use super::catalog::{Snapshot, conflict};
+use super::evidence::{self, Evidence, Mark, Regression, Witness};
 use super::postgres::PgStore;
 use super::sqlite::SqliteStore;
 use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
@@ -25,6 +26,11 @@ const CAS_ATTEMPTS: usize = 3;
 
 /// Shortest hedge delay a short runway can bring about.
 const MIN_HEDGE: Duration = Duration::from_millis(5);
+
+/// `segmint db fence` raises a row's version to the next multiple of this: far above
+/// every version reached by reservations since the last fence (one per reservation),
+/// with room for millions of fences.
+const FENCE_EPOCH: i64 = 1 << 40;
 
 /// Shortest time between the starts of two catalog refreshes.
 pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
@@ -48,9 +54,11 @@ pub struct DatabaseStatus {
     pub name: String,
     pub location: String,
     pub residue: String,
-    /// False while the database is backed off after a failure.
+    /// False while the database is backed off after a failure or fenced.
     pub up: bool,
     pub last_error: Option<String>,
+    /// Why the database is fenced (it went back in time), while it is.
+    pub fenced: Option<String>,
 }
 
 /// Timeouts and back-off, from the configuration.
@@ -125,6 +133,9 @@ struct Health {
     /// The database is skipped until then.
     down_until: Option<Instant>,
     last_error: Option<String>,
+    /// Set while a row of the database is behind the evidence: it is not used until
+    /// its rows are at or above every mark again (`segmint db fence` raises them).
+    fenced: Option<String>,
 }
 
 /// What one database answered to a reservation attempt.
@@ -155,6 +166,9 @@ pub struct Store {
     snapshots: Mutex<Vec<Option<Snapshot>>>,
     /// Single flight for refreshes; holds when the last one started.
     refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
+    /// mutex: held for map updates only, never across an await.
+    evidence: Mutex<Evidence>,
 }
 
 impl Store {
@@ -219,6 +233,7 @@ impl Store {
             usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
             catalog: ArcSwap::from_pointee(Catalog::default()),
             refreshed: tokio::sync::Mutex::new(None),
+            evidence: Mutex::new(Evidence::default()),
         }
     }
 
@@ -261,7 +276,13 @@ impl Store {
             tokio::time::sleep_until((last + MIN_REFRESH_GAP).into()).await;
         }
         *last_start = Some(Instant::now());
-        let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        // Fenced databases are read too: their rows tell when the fence can be lifted.
+        let live: Vec<usize> = (0..self.dbs.len())
+            .filter(|&i| self.is_reachable(i))
+            .collect();
+        // Rows are checked against what was known before they were read: a mark learnt
+        // meanwhile (a reservation elsewhere) may be newer than a row read earlier.
+        let before = self.evidence.lock().clone();
         // A slow catalog read does not back a database off: only reservations and
         // pings judge its health, so that a read starved under load cannot take a
         // healthy database out of the reservations.
@@ -271,6 +292,7 @@ impl Store {
                 Ok(Snapshot {
                     bizs: db.store.bizs().await?,
                     tokens: db.store.tokens().await?,
+                    witnesses: db.store.witnesses().await?,
                 })
             })
         }))
@@ -281,17 +303,93 @@ impl Store {
                 self.dbs[i].health.lock().last_error = Some(e.0.clone());
             }
         }
+        let read: Vec<(usize, Snapshot)> = live
+            .into_iter()
+            .zip(reads)
+            .filter_map(|(i, r)| Some((i, r.ok()?)))
+            .collect();
+        let lagging = self.check_rows(&before, &read);
         let catalog = {
             let mut snapshots = self.snapshots.lock();
-            for (i, read) in live.into_iter().zip(reads) {
-                if let Ok(snap) = read {
-                    snapshots[i] = Some(snap);
-                }
+            for (i, snap) in read {
+                snapshots[i] = Some(snap);
             }
             Arc::new(Catalog::build(&self.names, &snapshots))
         };
         self.catalog.store(catalog.clone());
+        self.write_witnesses(lagging).await;
         catalog
+    }
+
+    /// Checks every row just `read` against the evidence known `before` the reads: a
+    /// database with a row behind it is fenced, a fenced one whose rows all caught up
+    /// is used again. Then learns the rows and the witnesses read. Returns, per
+    /// database, the marks its witnesses lack (from what this process knows), to be
+    /// written there.
+    fn check_rows(
+        &self,
+        before: &Evidence,
+        read: &[(usize, Snapshot)],
+    ) -> Vec<(usize, Vec<Witness>)> {
+        let mut evidence = self.evidence.lock();
+        for (i, snap) in read {
+            let mut behind = None;
+            for row in &snap.bizs {
+                match before.check(*i, row) {
+                    Ok(()) => evidence.learn(*i, &row.biz_type, Mark::of(row)),
+                    Err(regression) => behind = behind.or(Some(regression)),
+                }
+            }
+            match behind {
+                Some(regression) => self.fence(*i, &regression),
+                None => self.unfence(*i),
+            }
+        }
+        for (_, snap) in read {
+            for w in &snap.witnesses {
+                if let Some(db) = self.names.iter().position(|n| *n == w.database) {
+                    evidence.learn(db, &w.biz, w.mark);
+                }
+            }
+        }
+        read.iter()
+            .map(|(k, snap)| {
+                let lacking = evidence.lacking(*k, &self.names, &snap.witnesses);
+                (*k, lacking)
+            })
+            .filter(|(_, lacking)| !lacking.is_empty())
+            .collect()
+    }
+
+    /// Writes `witnesses` to their databases, each bounded by the fetch timeout; a
+    /// failure is only logged (the marks are written again at a later refresh).
+    async fn write_witnesses(&self, witnesses: Vec<(usize, Vec<Witness>)>) {
+        let writes = witnesses.iter().map(|(k, rows)| async move {
+            if let Err(e) = self.timed(self.dbs[*k].store.witness(rows)).await {
+                tracing::warn!(database = %self.dbs[*k].name, error = %e, "could not record witnesses");
+            }
+        });
+        join_all(writes).await;
+    }
+
+    /// Fences database `i`: it went back in time, and reserving from it could reissue
+    /// IDs.
+    fn fence(&self, i: usize, regression: &Regression) {
+        let db = &self.dbs[i];
+        let reason = regression.to_string();
+        let mut health = db.health.lock();
+        if health.fenced.is_none() {
+            tracing::error!(database = %db.name, %reason, "database went back in time; fenced until `segmint db fence` raises its rows");
+        }
+        health.fenced = Some(reason);
+    }
+
+    /// Lifts the fence of database `i`, if any: its rows are at or above every mark.
+    fn unfence(&self, i: usize) {
+        let db = &self.dbs[i];
+        if db.health.lock().fenced.take().is_some() {
+            tracing::warn!(database = %db.name, "database rows are above every mark again; fence lifted");
+        }
     }
 
     /// Reserves the next segment of `biz` on a random live database, advancing its row
@@ -322,7 +420,7 @@ impl Store {
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it.
         let deadline = Instant::now() + self.timing.fetch_timeout;
-        loop {
+        let reserved = loop {
             let hedge = self.hedge_delay(runway);
             match self
                 .reserve_pass(biz, hint, &entry.classes, deadline, hedge)
@@ -332,9 +430,38 @@ impl Store {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
-                result => return result,
+                result => break result?,
             }
-        }
+        };
+        self.witness_reservation(biz, &reserved).await;
+        Ok(reserved)
+    }
+
+    /// Records the reservation `r` in every other reachable database before its IDs
+    /// are used, so that if its database later goes back in time, any server (also
+    /// one started afterwards) finds the evidence. Bounded by the fetch timeout; a
+    /// database that misses it gets it at a later catalog refresh.
+    async fn witness_reservation(&self, biz: &BizTag, r: &Reservation) {
+        let max_id = r.range.max_id();
+        let witness = [Witness {
+            database: self.names[r.database].clone(),
+            biz: biz.to_string(),
+            mark: Mark {
+                version: r.version,
+                max_id,
+                high_id: max_id,
+            },
+        }];
+        let others: Vec<usize> = (0..self.dbs.len())
+            .filter(|&k| k != r.database && self.is_reachable(k))
+            .collect();
+        let witness = &witness;
+        join_all(others.into_iter().map(|k| async move {
+            if let Err(e) = self.timed(self.dbs[k].store.witness(witness)).await {
+                tracing::warn!(database = %self.dbs[k].name, %biz, error = %e, "could not witness a reservation; retried at the next catalog refresh");
+            }
+        }))
+        .await;
     }
 
     /// One pass over the live databases in random order, stopping at the first that
@@ -515,9 +642,18 @@ impl Store {
             })
         };
         for _ in 0..CAS_ATTEMPTS {
+            let seen = self.evidence.lock().mark(i, biz.as_str());
             let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
                 return Ok(Attempt::Missing);
             };
+            // Against what was known before the read: see `refresh_since`.
+            if let Err(regression) = evidence::behind(seen, &row) {
+                self.fence(i, &regression);
+                return Err(DbError(format!("fenced: {regression}")));
+            }
+            self.evidence
+                .lock()
+                .learn(i, biz.as_str(), Mark::of(&row));
             let residue = match self.checked_class(biz, i, &row, known) {
                 Ok(r) => r,
                 Err(e) => return Ok(Attempt::Refused(e)),
@@ -554,6 +690,9 @@ impl Store {
                 db.metrics.outcome(FetchOutcome::Conflict);
                 continue;
             };
+            self.evidence
+                .lock()
+                .learn(i, biz.as_str(), Mark::of(&updated));
             // The class may have been edited by hand between the read and the update:
             // the segment is issued from the class the row has now, checked again.
             let range = match self.checked_class(biz, i, &updated, known) {
@@ -649,7 +788,14 @@ impl Store {
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
 
+    /// Whether database `i` may be used: not backed off, not fenced.
     fn is_live(&self, i: usize) -> bool {
+        let health = self.dbs[i].health.lock();
+        health.fenced.is_none() && health.down_until.is_none_or(|t| Instant::now() >= t)
+    }
+
+    /// Whether database `i` may be read: not backed off (it may be fenced).
+    fn is_reachable(&self, i: usize) -> bool {
         self.dbs[i]
             .health
             .lock()
@@ -714,12 +860,17 @@ impl Store {
         self.dbs
             .iter()
             .enumerate()
-            .map(|(i, db)| DatabaseStatus {
-                name: db.name.clone(),
-                location: db.location.clone(),
-                residue: db.residue.to_string(),
-                up: self.is_live(i),
-                last_error: db.health.lock().last_error.clone(),
+            .map(|(i, db)| {
+                let up = self.is_live(i);
+                let health = db.health.lock();
+                DatabaseStatus {
+                    name: db.name.clone(),
+                    location: db.location.clone(),
+                    residue: db.residue.to_string(),
+                    up,
+                    last_error: health.last_error.clone(),
+                    fenced: health.fenced.clone(),
+                }
             })
             .collect()
     }
@@ -859,6 +1010,102 @@ impl Store {
             };
             report.push(line);
         }
+        Ok(report)
+    }
+
+    /// Brings database `name` back after it went back in time (a restore from backup, a
+    /// promoted replica): raises each of its biz rows that is behind the witnesses in
+    /// the other databases to a version above theirs and a `max_id` at or above every ID
+    /// they say was reserved from it (and at or above `above`, if given: evidence the
+    /// operator has, e.g. the highest ID in the application's tables). Running servers
+    /// use the database again at their next catalog refresh. Returns one line per row.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when `name` is not configured or a database cannot be
+    /// read (every other database must answer: each may hold the only witness);
+    /// nothing is changed then.
+    pub async fn raise_database(
+        &self,
+        name: &str,
+        above: Option<i64>,
+    ) -> Result<Vec<String>, StoreError> {
+        let t = self
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| StoreError::Refused(format!("no database named \"{name}\" is configured")))?;
+        let unreachable = |db: &str, e: DbError| {
+            StoreError::Refused(format!(
+                "database \"{db}\" is unreachable ({e}); nothing changed"
+            ))
+        };
+        let mut evidence = Evidence::default();
+        for (k, read) in self.on_all(|db| db.witnesses()).await.into_iter().enumerate() {
+            if k == t {
+                continue;
+            }
+            for w in read.map_err(|e| unreachable(&self.names[k], e))? {
+                if w.database == name {
+                    evidence.learn(t, &w.biz, w.mark);
+                }
+            }
+        }
+        let rows = self
+            .call(t, self.dbs[t].store.bizs())
+            .await
+            .map_err(|e| unreachable(name, e))?;
+        let mut report = Vec::with_capacity(rows.len());
+        let mut raised = Vec::new();
+        for row in rows {
+            let biz = &row.biz_type;
+            let mark = evidence.mark(t, biz);
+            let floor = mark.map_or(row.max_id, |m| m.high_id).max(above.unwrap_or(i64::MIN));
+            if evidence::behind(mark, &row).is_ok() && row.max_id >= floor {
+                report.push(format!(
+                    "\"{name}\": biz `{biz}` at version {} (max_id {}) is not behind any evidence; left as it is",
+                    row.version, row.max_id
+                ));
+                continue;
+            }
+            let newest = mark.map_or(row.version, |m| m.version.max(row.version));
+            // The next multiple of FENCE_EPOCH: above any version a running server can
+            // have seen without a witness recording it (one with a single database).
+            let Some(version) = (newest / FENCE_EPOCH)
+                .checked_add(1)
+                .and_then(|e| e.checked_mul(FENCE_EPOCH))
+            else {
+                report.push(format!("\"{name}\": biz `{biz}` has no version left to raise to; left as it is"));
+                continue;
+            };
+            let max_id = row.max_id.max(floor);
+            let done = self
+                .call(t, self.dbs[t].store.raise(biz, row.version, row.max_id, version, max_id))
+                .await
+                .map_err(|e| unreachable(name, e))?;
+            match done {
+                Some(_) => {
+                    report.push(format!(
+                        "\"{name}\": biz `{biz}` raised from version {} (max_id {}) to version {version} (max_id {max_id})",
+                        row.version, row.max_id
+                    ));
+                    raised.push(Witness {
+                        database: name.to_string(),
+                        biz: biz.clone(),
+                        mark: Mark {
+                            version,
+                            max_id,
+                            high_id: max_id,
+                        },
+                    });
+                }
+                None => report.push(format!(
+                    "\"{name}\": biz `{biz}` changed while being raised; left as it is: run the command again"
+                )),
+            }
+        }
+        let raised = &raised;
+        let others = (0..self.dbs.len()).filter(|&k| k != t);
+        join_all(others.map(|k| self.call(k, self.dbs[k].store.witness(raised)))).await;
         Ok(report)
     }
 

@@ -7,6 +7,7 @@
 
 mod catalog;
 mod cluster;
+mod evidence;
 pub mod postgres;
 pub mod sqlite;
 
@@ -14,6 +15,7 @@ use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog};
 pub use cluster::{DatabaseStatus, Reservation, Store};
+pub use evidence::{Mark, Witness};
 
 /// A failure talking to one database: unreachable, timed out, or a query error.
 /// The database is backed off and another one is tried.
@@ -65,6 +67,25 @@ pub trait SegmentStore: Send + Sync + 'static {
         max_id: i64,
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError>;
+    /// Compare-and-set: moves the row from `version`/`max_id` to `new_version` (above
+    /// `version`) and `new_max_id`, only if it still has `version` and `max_id`. Returns
+    /// the updated row, or `None` when another writer got there first. [`advance`] is
+    /// this with the next version; an operator's fence jumps further.
+    ///
+    /// [`advance`]: SegmentStore::advance
+    async fn raise(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_version: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError>;
+    /// Records in this database how far other databases' rows advanced; a witness
+    /// only ever moves forward (see [`Mark::join`]).
+    async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError>;
+    /// Every witness row of this database.
+    async fn witnesses(&self) -> Result<Vec<Witness>, DbError>;
     /// Every biz row.
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
     /// Inserts a biz row; `false` when the biz already exists.

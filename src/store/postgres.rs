@@ -6,11 +6,13 @@ use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::{NoTls, Row};
 
-use super::{BizRow, DbError, SegmentStore, TokenRow};
+use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 
 /// Schema migrations, applied in order, each once per database.
-const MIGRATIONS: &[(i32, &str, &str)] =
-    &[(1, "init", include_str!("../../sql/postgres/0001_init.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "init", include_str!("../../sql/postgres/0001_init.sql")),
+    (2, "witness", include_str!("../../sql/postgres/0002_witness.sql")),
+];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
@@ -34,8 +36,12 @@ impl PgStore {
         pool_size: usize,
         timeout: Duration,
     ) -> Result<Self, DbError> {
+        // A reservation is used once its commit returns: with `synchronous_commit` off
+        // (a server default some tune for speed) a crash could lose a commit already
+        // answered, and the IDs of its segment would be issued again. Options given last
+        // win, so no URL or server default can turn it off for segmint's sessions.
         let options = format!(
-            "{} -c statement_timeout={}",
+            "{} -c statement_timeout={} -c synchronous_commit=on",
             pg.get_options().unwrap_or(""),
             timeout.as_millis()
         );
@@ -166,20 +172,81 @@ impl SegmentStore for PgStore {
         max_id: i64,
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError> {
+        self.raise(biz, version, max_id, version + 1, new_max_id)
+            .await
+    }
+
+    async fn raise(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_version: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError> {
         let client = self.client().await?;
         let stmt = client
             .prepare_cached(&format!(
-                "UPDATE tiny_id_info SET max_id = $4, version = version + 1, update_time = now()
+                "UPDATE tiny_id_info SET max_id = $5, version = $4, update_time = now()
                  WHERE biz_type = $1 AND version = $2 AND max_id = $3
                  RETURNING {BIZ_COLUMNS}"
             ))
             .await
             .map_err(db_error)?;
         let row = client
-            .query_opt(&stmt, &[&biz, &version, &max_id, &new_max_id])
+            .query_opt(&stmt, &[&biz, &version, &max_id, &new_version, &new_max_id])
             .await
             .map_err(db_error)?;
         Ok(row.as_ref().map(biz_row))
+    }
+
+    async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let stmt = tx
+            .prepare_cached(
+                "INSERT INTO segmint_witness AS w (database, biz_type, version, max_id, high_id)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (database, biz_type) DO UPDATE SET
+                     max_id = CASE WHEN excluded.version > w.version THEN excluded.max_id ELSE w.max_id END,
+                     version = GREATEST(w.version, excluded.version),
+                     high_id = GREATEST(w.high_id, excluded.high_id),
+                     update_time = now()",
+            )
+            .await
+            .map_err(db_error)?;
+        for w in witnesses {
+            tx.execute(
+                &stmt,
+                &[&w.database, &w.biz, &w.mark.version, &w.mark.max_id, &w.mark.high_id],
+            )
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)
+    }
+
+    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| Witness {
+                database: r.get(0),
+                biz: r.get(1),
+                mark: Mark {
+                    version: r.get(2),
+                    max_id: r.get(3),
+                    high_id: r.get(4),
+                },
+            })
+            .collect())
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {

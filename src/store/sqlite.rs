@@ -13,11 +13,13 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 
-use super::{BizRow, DbError, SegmentStore, TokenRow};
+use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 
 /// Schema migrations, applied in order, each once per file.
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "init", include_str!("../../sql/sqlite/0001_init.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "init", include_str!("../../sql/sqlite/0001_init.sql")),
+    (2, "witness", include_str!("../../sql/sqlite/0002_witness.sql")),
+];
 
 const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
 
@@ -157,15 +159,78 @@ impl SegmentStore for SqliteStore {
         max_id: i64,
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError> {
+        self.raise(biz, version, max_id, version + 1, new_max_id)
+            .await
+    }
+
+    async fn raise(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_version: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
         self.with(move |c| {
             c.prepare_cached(&format!(
-                "UPDATE tiny_id_info SET max_id = ?4, version = version + 1, update_time = CURRENT_TIMESTAMP
+                "UPDATE tiny_id_info SET max_id = ?5, version = ?4, update_time = CURRENT_TIMESTAMP
                  WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
                  RETURNING {BIZ_COLUMNS}"
             ))?
-            .query_row(params![biz, version, max_id, new_max_id], biz_row)
+            .query_row(params![biz, version, max_id, new_version, new_max_id], biz_row)
             .optional()
+        })
+        .await
+    }
+
+    async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
+        let witnesses = witnesses.to_vec();
+        self.with(move |c| {
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            {
+                let mut stmt = tx.prepare_cached(
+                    "INSERT INTO segmint_witness (database, biz_type, version, max_id, high_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (database, biz_type) DO UPDATE SET
+                         max_id = CASE WHEN excluded.version > segmint_witness.version
+                                  THEN excluded.max_id ELSE segmint_witness.max_id END,
+                         version = max(segmint_witness.version, excluded.version),
+                         high_id = max(segmint_witness.high_id, excluded.high_id),
+                         update_time = CURRENT_TIMESTAMP",
+                )?;
+                for w in &witnesses {
+                    stmt.execute(params![
+                        w.database,
+                        w.biz,
+                        w.mark.version,
+                        w.mark.max_id,
+                        w.mark.high_id
+                    ])?;
+                }
+            }
+            tx.commit()
+        })
+        .await
+    }
+
+    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
+        self.with(|c| {
+            c.prepare_cached(
+                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness",
+            )?
+            .query_map([], |r| {
+                Ok(Witness {
+                    database: r.get(0)?,
+                    biz: r.get(1)?,
+                    mark: Mark {
+                        version: r.get(2)?,
+                        max_id: r.get(3)?,
+                        high_id: r.get(4)?,
+                    },
+                })
+            })?
+            .collect()
         })
         .await
     }

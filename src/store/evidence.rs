@@ -1,0 +1,243 @@
+//! How far each database's biz rows have advanced, as far as anyone knows: what this
+//! process has seen and what the witnesses in the other databases recorded. A row found
+//! below that has gone back in time (a restore from backup, a promoted asynchronous
+//! replica, a crash with `synchronous_commit = off`), and reserving from it would
+//! reissue IDs; its database is fenced. Pure: no IO.
+
+use std::collections::HashMap;
+
+use super::BizRow;
+
+/// The progress of one biz row: versions only grow (a give-back bumps it too).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mark {
+    /// The highest version known.
+    pub version: i64,
+    /// The row's `max_id` at that version.
+    pub max_id: i64,
+    /// The highest `max_id` the row ever had: no ID above it was reserved from the row.
+    /// A give-back lowers `max_id`, never this.
+    pub high_id: i64,
+}
+
+impl Mark {
+    pub fn of(row: &BizRow) -> Mark {
+        Mark {
+            version: row.version,
+            max_id: row.max_id,
+            high_id: row.max_id,
+        }
+    }
+
+    /// The later of two marks of one row, keeping the higher `high_id` of both.
+    #[must_use]
+    pub fn join(self, other: Mark) -> Mark {
+        let later = match other.version > self.version {
+            true => other,
+            false => self,
+        };
+        Mark {
+            high_id: self.high_id.max(other.high_id),
+            ..later
+        }
+    }
+
+    /// Whether a row read as `found` lies behind this mark: an older version, or the
+    /// same version with another `max_id` (a row rewritten behind segmint's back).
+    pub fn is_ahead_of(&self, found: &BizRow) -> bool {
+        found.version < self.version
+            || (found.version == self.version && found.max_id != self.max_id)
+    }
+}
+
+/// One witness row: the mark of the row of `biz` on the database named `database`,
+/// recorded in another database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Witness {
+    pub database: String,
+    pub biz: String,
+    pub mark: Mark,
+}
+
+/// A row found behind the evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regression {
+    pub biz: String,
+    pub found: (i64, i64),
+    pub known: Mark,
+}
+
+impl std::fmt::Display for Regression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "gone back in time: biz `{}` is at version {} (max_id {}), but version {} (max_id {}) was seen or witnessed",
+            self.biz, self.found.0, self.found.1, self.known.version, self.known.max_id
+        )
+    }
+}
+
+/// Whether `row` is behind `known`, the mark of its row (if any).
+///
+/// # Errors
+/// [`Regression`] when it is.
+pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
+    match known {
+        Some(known) if known.is_ahead_of(row) => Err(Regression {
+            biz: row.biz_type.clone(),
+            found: (row.version, row.max_id),
+            known,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The marks of every row of every database, by database index and biz.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    marks: HashMap<(usize, String), Mark>,
+}
+
+impl Evidence {
+    /// Adds what is known elsewhere of the row of `biz` on database `db`.
+    pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) {
+        self.marks
+            .entry((db, biz.to_owned()))
+            .and_modify(|m| *m = m.join(mark))
+            .or_insert(mark);
+    }
+
+    /// Whether `row`, read from database `db`, is behind the evidence.
+    ///
+    /// # Errors
+    /// [`Regression`] when it is.
+    pub fn check(&self, db: usize, row: &BizRow) -> Result<(), Regression> {
+        behind(self.mark(db, &row.biz_type), row)
+    }
+
+    /// The mark of the row of `biz` on database `db`, if any is known.
+    pub fn mark(&self, db: usize, biz: &str) -> Option<Mark> {
+        self.marks.get(&(db, biz.to_owned())).copied()
+    }
+
+    /// The marks of the other databases' rows (named by index in `names`) that the
+    /// witnesses `has` of database `db` lack or hold older.
+    pub fn lacking(&self, db: usize, names: &[String], has: &[Witness]) -> Vec<Witness> {
+        let held: HashMap<(&str, &str), Mark> = has
+            .iter()
+            .map(|w| ((w.database.as_str(), w.biz.as_str()), w.mark))
+            .collect();
+        let mut lacking: Vec<Witness> = self
+            .marks
+            .iter()
+            .filter(|((other, _), _)| *other != db)
+            .filter(|((other, biz), mark)| {
+                held.get(&(names[*other].as_str(), biz.as_str()))
+                    .is_none_or(|h| h.join(**mark) != *h)
+            })
+            .map(|((other, biz), mark)| Witness {
+                database: names[*other].clone(),
+                biz: biz.clone(),
+                mark: *mark,
+            })
+            .collect();
+        lacking.sort_by(|a, b| (&a.database, &a.biz).cmp(&(&b.database, &b.biz)));
+        lacking
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Checks `row` of database `db` and learns it if it is not behind.
+    fn observe(ev: &mut Evidence, db: usize, row: &BizRow) -> Result<(), Regression> {
+        ev.check(db, row)?;
+        ev.learn(db, &row.biz_type, Mark::of(row));
+        Ok(())
+    }
+
+    fn row(version: i64, max_id: i64) -> BizRow {
+        BizRow {
+            biz_type: "order".into(),
+            begin_id: 0,
+            max_id,
+            step: 10,
+            delta: 1,
+            remainder: 0,
+            version,
+        }
+    }
+
+    #[test]
+    fn a_row_that_advanced_or_gave_back_is_fine() {
+        let mut ev = Evidence::default();
+        observe(&mut ev, 0, &row(3, 30)).unwrap();
+        observe(&mut ev, 0, &row(4, 40)).unwrap();
+        // A give-back: a newer version with a lower max_id.
+        observe(&mut ev, 0, &row(5, 33)).unwrap();
+        assert_eq!(
+            ev.mark(0, "order"),
+            Some(Mark {
+                version: 5,
+                max_id: 33,
+                high_id: 40
+            })
+        );
+        observe(&mut ev, 0, &row(5, 33)).unwrap();
+    }
+
+    #[test]
+    fn an_older_version_or_a_rewritten_row_is_a_regression() {
+        let mut ev = Evidence::default();
+        observe(&mut ev, 1, &row(9, 90)).unwrap();
+        let e = observe(&mut ev, 1, &row(7, 70)).unwrap_err();
+        assert_eq!(e.found, (7, 70));
+        assert!(e.to_string().contains("gone back in time"), "{e}");
+        assert!(observe(&mut ev, 1, &row(9, 80)).is_err());
+        // Nothing learnt from a regressed row; other databases are separate.
+        assert_eq!(ev.mark(1, "order").map(|m| m.version), Some(9));
+        observe(&mut ev, 0, &row(1, 10)).unwrap();
+    }
+
+    #[test]
+    fn witnesses_join_to_the_latest_version_and_the_highest_id() {
+        let mut ev = Evidence::default();
+        let mark = |version, max_id, high_id| Mark {
+            version,
+            max_id,
+            high_id,
+        };
+        ev.learn(0, "order", mark(5, 50, 60));
+        ev.learn(0, "order", mark(4, 40, 70));
+        assert_eq!(ev.mark(0, "order"), Some(mark(5, 50, 70)));
+        assert!(ev.check(0, &row(4, 40)).is_err());
+        assert!(ev.check(0, &row(6, 20)).is_ok());
+    }
+
+    #[test]
+    fn a_database_lacks_the_marks_of_the_others_it_holds_older_or_not_at_all() {
+        let names = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let mut ev = Evidence::default();
+        observe(&mut ev, 0, &row(5, 50)).unwrap();
+        observe(&mut ev, 1, &row(2, 21)).unwrap();
+        observe(&mut ev, 2, &row(7, 70)).unwrap();
+        let held = |db: &str, version, max_id| Witness {
+            database: db.into(),
+            biz: "order".into(),
+            mark: Mark {
+                version,
+                max_id,
+                high_id: max_id,
+            },
+        };
+        // Database b holds a's mark as it is and c's older: only c's is written.
+        let lacking = ev.lacking(1, &names, &[held("a", 5, 50), held("c", 6, 60)]);
+        assert_eq!(lacking, [held("c", 7, 70)]);
+        // A witness ahead of what is known here needs nothing.
+        assert!(
+            ev.lacking(1, &names, &[held("a", 9, 90), held("c", 7, 70)])
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,194 @@
+//! Fault matrix: a database that goes back in time. A biz row set back with an UPDATE
+//! to the `max_id`/`version` it had earlier plays a restore from backup, a promoted
+//! asynchronous replica or a crash with `synchronous_commit = off`. Neither the server
+//! that saw the row advance nor one started afterwards may reissue an ID; the database
+//! is fenced (on `/readyz`, in `/metrics`) until `segmint db fence` raises its rows.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIZ: &str = "order";
+
+/// `n` IDs, one request each, through the Tinyid route.
+async fn one_by_one(app: &TestApp, token: &str, n: usize) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (status, body) = app
+            .get(&format!("/tinyid/id/nextIdSimple?bizType={BIZ}&token={token}"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        ids.push(body.trim().parse::<i64>().unwrap_or_else(|_| panic!("an ID, got {body}")));
+    }
+    ids
+}
+
+/// Adds `ids` to `seen`, failing on the first ID issued twice.
+fn all_new(seen: &mut HashSet<i64>, ids: &[i64], when: &str) {
+    for id in ids {
+        assert!(seen.insert(*id), "ID {id} issued twice ({when})");
+    }
+}
+
+/// The database `name` as `/readyz` shows it.
+async fn readyz_database(app: &TestApp, name: &str) -> serde_json::Value {
+    let (_, body) = app.get_v1("/readyz", None).await;
+    body["databases"]
+        .as_array()
+        .and_then(|dbs| dbs.iter().find(|d| d["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no database {name} in {body}"))
+}
+
+/// Waits until `/readyz` shows `name` fenced (or not), within `limit`.
+async fn until_fenced(app: &TestApp, name: &str, fenced: bool, limit: Duration) -> serde_json::Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let db = readyz_database(app, name).await;
+        if db["fenced"].is_string() == fenced {
+            return db;
+        }
+        assert!(Instant::now() < deadline, "{name} fenced should be {fenced}: {db}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let extra = "adaptive_step = false\npreload_percent = 20";
+    let config = dbs.config(extra);
+    let token = setup_biz(&config, BIZ, 10, false).await;
+    let backup = dbs.sql(0, &format!("SELECT max_id, version FROM tiny_id_info WHERE biz_type = '{BIZ}'"));
+    let (backup_max, backup_version) = backup.split_once('|').expect("max_id|version");
+
+    let running = spawn_app(dbs.config(extra)).await;
+    let mut seen = HashSet::new();
+    let before = one_by_one(&running, &token, 200).await;
+    all_new(&mut seen, &before, "before the restore");
+    let even_before = before.iter().filter(|id| *id % 2 == 0).count();
+    assert!(
+        even_before >= 10 && dbs.version(0, BIZ) >= 2,
+        "pg0 (even IDs) served part of the first 200 IDs: {even_before}"
+    );
+
+    // The restore: pg0's row goes back to what it was before those requests.
+    dbs.sql(
+        0,
+        &format!("UPDATE tiny_id_info SET max_id = {backup_max}, version = {backup_version} WHERE biz_type = '{BIZ}'"),
+    );
+
+    // The running server fences pg0 at its next reservation there or catalog refresh.
+    let after = one_by_one(&running, &token, 400).await;
+    all_new(&mut seen, &after, "from the running server after the restore");
+    let db = until_fenced(&running, "pg0", true, Duration::from_secs(5)).await;
+    assert!(
+        db["fenced"].as_str().unwrap_or("").contains("gone back in time") && db["up"] == false,
+        "{db}"
+    );
+    let (status, metrics) = running.get("/metrics").await;
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("segmint_database_fenced{database=\"pg0\"} 1")
+            && metrics.contains("segmint_database_fenced{database=\"pg1\"} 0"),
+        "{metrics}"
+    );
+
+    // A server started after the restore knows nothing of pg0's history but what pg1
+    // witnessed.
+    let fresh = spawn_app(dbs.config(extra)).await;
+    let from_fresh = one_by_one(&fresh, &token, 400).await;
+    all_new(&mut seen, &from_fresh, "from a server started after the restore");
+    until_fenced(&fresh, "pg0", true, Duration::from_secs(5)).await;
+    assert!(
+        from_fresh.iter().all(|id| id % 2 == 1),
+        "a fenced database serves nothing"
+    );
+
+    // The operator raises pg0 above every witnessed ID; both servers use it again.
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(config_toml_urls(&dbs.urls(), extra).as_bytes())
+        .unwrap();
+    let out = Command::new(segmint_bin())
+        .arg("--config")
+        .arg(file.path())
+        .args(["db", "fence", "pg0"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("\"pg0\": biz `order` raised from version"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let highest_even = seen.iter().filter(|id| *id % 2 == 0).max().copied();
+    let row = dbs.row(0, BIZ);
+    let max_id: i64 = row.split('|').next().unwrap().parse().unwrap();
+    assert!(
+        highest_even.is_some_and(|h| max_id >= h),
+        "pg0's row {row} lies above every even ID issued ({highest_even:?})"
+    );
+    for app in [&running, &fresh] {
+        until_fenced(app, "pg0", false, Duration::from_secs(5)).await;
+    }
+    let mut even_again = 0;
+    for app in [&running, &fresh] {
+        let ids = one_by_one(app, &token, 300).await;
+        all_new(&mut seen, &ids, "after the fence was lifted");
+        even_again += ids.iter().filter(|id| *id % 2 == 0).count();
+    }
+    assert!(even_again > 0, "pg0 serves again once raised");
+    running.stop().await;
+    fresh.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_database_set_back_is_fenced_by_the_server_that_saw_it() {
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let extra = "adaptive_step = false";
+    let token = setup_biz(&dbs.config(extra), BIZ, 10, false).await;
+    let app = spawn_app(dbs.config(extra)).await;
+    let mut seen = HashSet::new();
+    all_new(&mut seen, &one_by_one(&app, &token, 50).await, "before");
+    dbs.sql(
+        0,
+        &format!("UPDATE tiny_id_info SET max_id = 0, version = 0 WHERE biz_type = '{BIZ}'"),
+    );
+    // Every request after the cache runs dry fails: nothing is reissued.
+    let mut failed = 0;
+    for _ in 0..40 {
+        let (status, body) = app
+            .get_v1(&format!("/v1/ids/{BIZ}?count=1"), Some(&token))
+            .await;
+        match status {
+            200 => all_new(&mut seen, &[body["ids"][0].as_i64().unwrap()], "after the set-back"),
+            _ => failed += 1,
+        }
+    }
+    assert!(failed > 0, "the set-back row is not used");
+    let db = until_fenced(&app, "pg0", true, Duration::from_secs(5)).await;
+    assert!(db["fenced"].as_str().unwrap_or("").contains("version 0"), "{db}");
+    let (status, _) = app.get_v1("/readyz", None).await;
+    assert_eq!(status, 503, "no database left to serve from");
+
+    // With one database, the operator brings the evidence: the highest ID issued.
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(config_toml_urls(&dbs.urls(), extra).as_bytes())
+        .unwrap();
+    let highest = seen.iter().max().copied().unwrap_or(0);
+    let out = Command::new(segmint_bin())
+        .arg("--config")
+        .arg(file.path())
+        .args(["db", "fence", "pg0", "--above", &highest.to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The row's version jumps past any the server saw, and its max_id past every ID.
+    until_fenced(&app, "pg0", false, Duration::from_secs(5)).await;
+    all_new(&mut seen, &one_by_one(&app, &token, 50).await, "after the fence");
+    app.stop().await;
+}
