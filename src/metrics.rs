@@ -569,7 +569,10 @@ mod tests {
             runway_seconds: None,
             issued: 100,
         };
-        let text = m.render(&[stats], &[("pg-a".into(), true, false), ("pg-b".into(), false, true)]);
+        let text = m.render(
+            &[stats],
+            &[("pg-a".into(), true, false), ("pg-b".into(), false, true)],
+        );
         for line in [
             "segmint_biz_rate_ids_per_second{biz=\"order\"} 12.5",
             "segmint_biz_peak_rate_ids_per_second{biz=\"order\"} 40",

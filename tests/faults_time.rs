@@ -20,10 +20,16 @@ async fn one_by_one(app: &TestApp, token: &str, n: usize) -> Vec<i64> {
     let mut ids = Vec::with_capacity(n);
     for _ in 0..n {
         let (status, body) = app
-            .get(&format!("/tinyid/id/nextIdSimple?bizType={BIZ}&token={token}"))
+            .get(&format!(
+                "/tinyid/id/nextIdSimple?bizType={BIZ}&token={token}"
+            ))
             .await;
         assert_eq!(status, 200, "{body}");
-        ids.push(body.trim().parse::<i64>().unwrap_or_else(|_| panic!("an ID, got {body}")));
+        ids.push(
+            body.trim()
+                .parse::<i64>()
+                .unwrap_or_else(|_| panic!("an ID, got {body}")),
+        );
     }
     ids
 }
@@ -45,14 +51,22 @@ async fn readyz_database(app: &TestApp, name: &str) -> serde_json::Value {
 }
 
 /// Waits until `/readyz` shows `name` fenced (or not), within `limit`.
-async fn until_fenced(app: &TestApp, name: &str, fenced: bool, limit: Duration) -> serde_json::Value {
+async fn until_fenced(
+    app: &TestApp,
+    name: &str,
+    fenced: bool,
+    limit: Duration,
+) -> serde_json::Value {
     let deadline = Instant::now() + limit;
     loop {
         let db = readyz_database(app, name).await;
         if db["fenced"].is_string() == fenced {
             return db;
         }
-        assert!(Instant::now() < deadline, "{name} fenced should be {fenced}: {db}");
+        assert!(
+            Instant::now() < deadline,
+            "{name} fenced should be {fenced}: {db}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -63,7 +77,10 @@ async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers(
     let extra = "adaptive_step = false\npreload_percent = 20";
     let config = dbs.config(extra);
     let token = setup_biz(&config, BIZ, 10, false).await;
-    let backup = dbs.sql(0, &format!("SELECT max_id, version FROM tiny_id_info WHERE biz_type = '{BIZ}'"));
+    let backup = dbs.sql(
+        0,
+        &format!("SELECT max_id, version FROM tiny_id_info WHERE biz_type = '{BIZ}'"),
+    );
     let (backup_max, backup_version) = backup.split_once('|').expect("max_id|version");
 
     let running = spawn_app(dbs.config(extra)).await;
@@ -84,10 +101,18 @@ async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers(
 
     // The running server fences pg0 at its next reservation there or catalog refresh.
     let after = one_by_one(&running, &token, 400).await;
-    all_new(&mut seen, &after, "from the running server after the restore");
+    all_new(
+        &mut seen,
+        &after,
+        "from the running server after the restore",
+    );
     let db = until_fenced(&running, "pg0", true, Duration::from_secs(5)).await;
     assert!(
-        db["fenced"].as_str().unwrap_or("").contains("gone back in time") && db["up"] == false,
+        db["fenced"]
+            .as_str()
+            .unwrap_or("")
+            .contains("gone back in time")
+            && db["up"] == false,
         "{db}"
     );
     let (status, metrics) = running.get("/metrics").await;
@@ -102,7 +127,11 @@ async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers(
     // witnessed.
     let fresh = spawn_app(dbs.config(extra)).await;
     let from_fresh = one_by_one(&fresh, &token, 400).await;
-    all_new(&mut seen, &from_fresh, "from a server started after the restore");
+    all_new(
+        &mut seen,
+        &from_fresh,
+        "from a server started after the restore",
+    );
     until_fenced(&fresh, "pg0", true, Duration::from_secs(5)).await;
     assert!(
         from_fresh.iter().all(|id| id % 2 == 1),
@@ -165,13 +194,20 @@ async fn a_single_database_set_back_is_fenced_by_the_server_that_saw_it() {
             .get_v1(&format!("/v1/ids/{BIZ}?count=1"), Some(&token))
             .await;
         match status {
-            200 => all_new(&mut seen, &[body["ids"][0].as_i64().unwrap()], "after the set-back"),
+            200 => all_new(
+                &mut seen,
+                &[body["ids"][0].as_i64().unwrap()],
+                "after the set-back",
+            ),
             _ => failed += 1,
         }
     }
     assert!(failed > 0, "the set-back row is not used");
     let db = until_fenced(&app, "pg0", true, Duration::from_secs(5)).await;
-    assert!(db["fenced"].as_str().unwrap_or("").contains("version 0"), "{db}");
+    assert!(
+        db["fenced"].as_str().unwrap_or("").contains("version 0"),
+        "{db}"
+    );
     let (status, _) = app.get_v1("/readyz", None).await;
     assert_eq!(status, 503, "no database left to serve from");
 
@@ -186,9 +222,35 @@ async fn a_single_database_set_back_is_fenced_by_the_server_that_saw_it() {
         .args(["db", "fence", "pg0", "--above", &highest.to_string()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The row's version jumps past any the server saw, and its max_id past every ID.
     until_fenced(&app, "pg0", false, Duration::from_secs(5)).await;
-    all_new(&mut seen, &one_by_one(&app, &token, 50).await, "after the fence");
+    all_new(
+        &mut seen,
+        &one_by_one(&app, &token, 50).await,
+        "after the fence",
+    );
+    app.stop().await;
+}
+
+/// `synchronous_commit = off` as the server's default (a common tuning) would let a
+/// crash lose reservations already used: segmint's sessions turn it on regardless.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_commit_synchronously_whatever_the_server_default() {
+    let cluster = PgCluster::start();
+    cluster.psql("ALTER SYSTEM SET synchronous_commit = off");
+    cluster.psql("ALTER DATABASE segmint SET synchronous_commit = off");
+    cluster.psql("SELECT pg_reload_conf()");
+    assert_eq!(cluster.psql("SHOW synchronous_commit"), "off");
+    let config = common::config(&[&cluster], "");
+    let token = setup_biz(&config, BIZ, 10, false).await;
+    let app = spawn_app(config).await;
+    let (status, body) = app.get_v1("/readyz", None).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(one_by_one(&app, &token, 3).await.len(), 3);
     app.stop().await;
 }

@@ -170,7 +170,12 @@ fn render_html(report: &Report) -> String {
                 (true, None) => "up",
                 (false, None) => "down",
             },
-            escape(d.fenced.as_deref().or(d.last_error.as_deref()).unwrap_or("")),
+            escape(
+                d.fenced
+                    .as_deref()
+                    .or(d.last_error.as_deref())
+                    .unwrap_or("")
+            ),
         ));
     }
     let p = &report.step_policy;

@@ -433,15 +433,20 @@ impl Store {
                 result => break result?,
             }
         };
-        self.witness_reservation(biz, &reserved).await;
+        let bound = self
+            .hedge_delay(runway)
+            .unwrap_or(self.timing.fetch_timeout);
+        self.witness_reservation(biz, &reserved, bound).await;
         Ok(reserved)
     }
 
-    /// Records the reservation `r` in every other reachable database before its IDs
-    /// are used, so that if its database later goes back in time, any server (also
-    /// one started afterwards) finds the evidence. Bounded by the fetch timeout; a
-    /// database that misses it gets it at a later catalog refresh.
-    async fn witness_reservation(&self, biz: &BizTag, r: &Reservation) {
+    /// Records the reservation `r` in the other reachable databases before its IDs are
+    /// used, so that if its database later goes back in time, any server (also one
+    /// started afterwards) finds the evidence. One witness is enough: this waits for
+    /// the first database that records it, at most `bound` (a stalled database must not
+    /// hold the segment back); the databases that miss it get it at a later catalog
+    /// refresh.
+    async fn witness_reservation(&self, biz: &BizTag, r: &Reservation, bound: Duration) {
         let max_id = r.range.max_id();
         let witness = [Witness {
             database: self.names[r.database].clone(),
@@ -452,16 +457,23 @@ impl Store {
                 high_id: max_id,
             },
         }];
-        let others: Vec<usize> = (0..self.dbs.len())
-            .filter(|&k| k != r.database && self.is_reachable(k))
-            .collect();
         let witness = &witness;
-        join_all(others.into_iter().map(|k| async move {
-            if let Err(e) = self.timed(self.dbs[k].store.witness(witness)).await {
-                tracing::warn!(database = %self.dbs[k].name, %biz, error = %e, "could not witness a reservation; retried at the next catalog refresh");
+        let writes: Vec<_> = (0..self.dbs.len())
+            .filter(|&k| k != r.database && self.is_reachable(k))
+            .map(|k| Box::pin(self.dbs[k].store.witness(witness)))
+            .collect();
+        if writes.is_empty() {
+            return;
+        }
+        match tokio::time::timeout(bound, futures_util::future::select_ok(writes)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%biz, error = %e, "could not witness a reservation; retried at the next catalog refresh");
             }
-        }))
-        .await;
+            Err(_) => {
+                tracing::warn!(%biz, ?bound, "no database witnessed a reservation in time; retried at the next catalog refresh");
+            }
+        }
     }
 
     /// One pass over the live databases in random order, stopping at the first that
@@ -651,9 +663,7 @@ impl Store {
                 self.fence(i, &regression);
                 return Err(DbError(format!("fenced: {regression}")));
             }
-            self.evidence
-                .lock()
-                .learn(i, biz.as_str(), Mark::of(&row));
+            self.evidence.lock().learn(i, biz.as_str(), Mark::of(&row));
             let residue = match self.checked_class(biz, i, &row, known) {
                 Ok(r) => r,
                 Err(e) => return Ok(Attempt::Refused(e)),
@@ -1029,18 +1039,21 @@ impl Store {
         name: &str,
         above: Option<i64>,
     ) -> Result<Vec<String>, StoreError> {
-        let t = self
-            .names
-            .iter()
-            .position(|n| n == name)
-            .ok_or_else(|| StoreError::Refused(format!("no database named \"{name}\" is configured")))?;
+        let t = self.names.iter().position(|n| n == name).ok_or_else(|| {
+            StoreError::Refused(format!("no database named \"{name}\" is configured"))
+        })?;
         let unreachable = |db: &str, e: DbError| {
             StoreError::Refused(format!(
                 "database \"{db}\" is unreachable ({e}); nothing changed"
             ))
         };
         let mut evidence = Evidence::default();
-        for (k, read) in self.on_all(|db| db.witnesses()).await.into_iter().enumerate() {
+        for (k, read) in self
+            .on_all(|db| db.witnesses())
+            .await
+            .into_iter()
+            .enumerate()
+        {
             if k == t {
                 continue;
             }
@@ -1059,7 +1072,9 @@ impl Store {
         for row in rows {
             let biz = &row.biz_type;
             let mark = evidence.mark(t, biz);
-            let floor = mark.map_or(row.max_id, |m| m.high_id).max(above.unwrap_or(i64::MIN));
+            let floor = mark
+                .map_or(row.max_id, |m| m.high_id)
+                .max(above.unwrap_or(i64::MIN));
             if evidence::behind(mark, &row).is_ok() && row.max_id >= floor {
                 report.push(format!(
                     "\"{name}\": biz `{biz}` at version {} (max_id {}) is not behind any evidence; left as it is",
@@ -1074,12 +1089,19 @@ impl Store {
                 .checked_add(1)
                 .and_then(|e| e.checked_mul(FENCE_EPOCH))
             else {
-                report.push(format!("\"{name}\": biz `{biz}` has no version left to raise to; left as it is"));
+                report.push(format!(
+                    "\"{name}\": biz `{biz}` has no version left to raise to; left as it is"
+                ));
                 continue;
             };
             let max_id = row.max_id.max(floor);
             let done = self
-                .call(t, self.dbs[t].store.raise(biz, row.version, row.max_id, version, max_id))
+                .call(
+                    t,
+                    self.dbs[t]
+                        .store
+                        .raise(biz, row.version, row.max_id, version, max_id),
+                )
                 .await
                 .map_err(|e| unreachable(name, e))?;
             match done {

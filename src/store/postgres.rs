@@ -11,7 +11,11 @@ use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 /// Schema migrations, applied in order, each once per database.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "init", include_str!("../../sql/postgres/0001_init.sql")),
-    (2, "witness", include_str!("../../sql/postgres/0002_witness.sql")),
+    (
+        2,
+        "witness",
+        include_str!("../../sql/postgres/0002_witness.sql"),
+    ),
 ];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
@@ -144,13 +148,21 @@ impl SegmentStore for PgStore {
         Ok(done)
     }
 
+    /// Also checks that the session commits synchronously (see [`PgStore::new`]): a
+    /// database where that does not hold is not ready.
     async fn ping(&self) -> Result<(), DbError> {
-        self.client()
+        let row = self
+            .client()
             .await?
-            .simple_query("SELECT 1")
+            .query_one("SHOW synchronous_commit", &[])
             .await
             .map_err(db_error)?;
-        Ok(())
+        match row.get::<_, &str>(0) {
+            "on" => Ok(()),
+            other => Err(DbError(format!(
+                "synchronous_commit is {other}, not on: a crash could lose reservations"
+            ))),
+        }
     }
 
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
@@ -218,7 +230,13 @@ impl SegmentStore for PgStore {
         for w in witnesses {
             tx.execute(
                 &stmt,
-                &[&w.database, &w.biz, &w.mark.version, &w.mark.max_id, &w.mark.high_id],
+                &[
+                    &w.database,
+                    &w.biz,
+                    &w.mark.version,
+                    &w.mark.max_id,
+                    &w.mark.high_id,
+                ],
             )
             .await
             .map_err(db_error)?;

@@ -18,7 +18,11 @@ use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 /// Schema migrations, applied in order, each once per file.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "init", include_str!("../../sql/sqlite/0001_init.sql")),
-    (2, "witness", include_str!("../../sql/sqlite/0002_witness.sql")),
+    (
+        2,
+        "witness",
+        include_str!("../../sql/sqlite/0002_witness.sql"),
+    ),
 ];
 
 const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
@@ -178,7 +182,10 @@ impl SegmentStore for SqliteStore {
                  WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
                  RETURNING {BIZ_COLUMNS}"
             ))?
-            .query_row(params![biz, version, max_id, new_version, new_max_id], biz_row)
+            .query_row(
+                params![biz, version, max_id, new_version, new_max_id],
+                biz_row,
+            )
             .optional()
         })
         .await
