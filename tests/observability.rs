@@ -728,7 +728,8 @@ impl Load {
     }
 }
 
-/// A real Prometheus scraping a server under load, then with both databases down (the
+/// A real Prometheus scraping a server under load, then with one database set back in
+/// time and both down (the
 /// load going on, so requests fail and the cache empties): every dashboard query and
 /// every alert expression returns series, every rule evaluates without error, and
 /// `SegmintRunwayLow` fires for the biz.
@@ -757,8 +758,24 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         .await;
     let served = load.served.load(Ordering::Relaxed);
     assert!(served > 0, "no request was served under load");
+    // pg0 goes back in time (a restore from backup): it is fenced, and stays so while
+    // it is down, which SegmintDatabaseFenced needs.
+    block_in_place(|| {
+        a.psql(&format!(
+            "UPDATE tiny_id_info SET max_id = 0, version = 0 WHERE biz_type = '{BIZ}'"
+        ))
+    });
+    let fenced_by = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, ready) = app.get_v1("/readyz", None).await;
+        if ready["databases"][0]["fenced"].is_string() {
+            break;
+        }
+        assert!(Instant::now() < fenced_by, "pg0 is not fenced: {ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     println!(
-        "{:?}: {served} requests served under load; stopping both databases",
+        "{:?}: {served} requests served under load; pg0 fenced; stopping both databases",
         started.elapsed()
     );
     block_in_place(|| {
