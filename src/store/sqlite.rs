@@ -4,6 +4,11 @@
 //! Durability: WAL journal with `synchronous = FULL`, so a reservation that returned
 //! survives a crash or power loss. Several processes may share one file: SQLite's
 //! file locks serialise their writes, and the version check does the rest.
+//!
+//! Every write runs through [`write`]: an explicit transaction whose `COMMIT` result is
+//! checked. An autocommit statement commits when it is reset, and rusqlite drops the
+//! result of that reset, so a commit that failed (a full disk, an I/O error) would roll
+//! the row back while the caller went on with the new one and issued its IDs twice.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 
 use super::{BizRow, DbError, SegmentStore, TokenRow};
 
@@ -76,41 +81,50 @@ fn sql_error(e: rusqlite::Error) -> DbError {
     DbError(e.to_string())
 }
 
+/// Runs `f` in a transaction and commits it; the result counts only once the commit
+/// has succeeded. IMMEDIATE takes the write lock at once, so writers from several
+/// processes queue on the busy timeout instead of failing on a lock upgrade. On any
+/// error the transaction is rolled back when dropped.
+fn write<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
 fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
-    // IMMEDIATE takes the write lock at once: concurrent migrations queue.
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql_error)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS segmint_migrations (
-             version INTEGER PRIMARY KEY,
-             name TEXT NOT NULL,
-             applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
-    )
-    .map_err(sql_error)?;
-    let mut done = Vec::new();
-    for (version, name, sql) in MIGRATIONS {
-        let applied: Option<i64> = tx
-            .query_row(
-                "SELECT version FROM segmint_migrations WHERE version = ?1",
-                [version],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql_error)?;
-        if applied.is_some() {
-            continue;
+    write(conn, |tx| {
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS segmint_migrations (
+                 version INTEGER PRIMARY KEY,
+                 name TEXT NOT NULL,
+                 applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        )?;
+        let mut done = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            let applied: Option<i64> = tx
+                .query_row(
+                    "SELECT version FROM segmint_migrations WHERE version = ?1",
+                    [version],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if applied.is_some() {
+                continue;
+            }
+            tx.execute_batch(sql)?;
+            tx.execute(
+                "INSERT INTO segmint_migrations (version, name) VALUES (?1, ?2)",
+                params![version, name],
+            )?;
+            done.push(format!("{version:04}_{name}"));
         }
-        tx.execute_batch(sql).map_err(sql_error)?;
-        tx.execute(
-            "INSERT INTO segmint_migrations (version, name) VALUES (?1, ?2)",
-            params![version, name],
-        )
-        .map_err(sql_error)?;
-        done.push(format!("{version:04}_{name}"));
-    }
-    tx.commit().map_err(sql_error)?;
-    Ok(done)
+        Ok(done)
+    })
+    .map_err(sql_error)
 }
 
 fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
@@ -158,14 +172,17 @@ impl SegmentStore for SqliteStore {
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
+        let sql = format!(
+            "UPDATE tiny_id_info SET max_id = ?4, version = version + 1, update_time = CURRENT_TIMESTAMP
+             WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
+             RETURNING {BIZ_COLUMNS}"
+        );
         self.with(move |c| {
-            c.prepare_cached(&format!(
-                "UPDATE tiny_id_info SET max_id = ?4, version = version + 1, update_time = CURRENT_TIMESTAMP
-                 WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
-                 RETURNING {BIZ_COLUMNS}"
-            ))?
-            .query_row(params![biz, version, max_id, new_max_id], biz_row)
-            .optional()
+            write(c, |tx| {
+                tx.prepare_cached(&sql)?
+                    .query_row(params![biz, version, max_id, new_max_id], biz_row)
+                    .optional()
+            })
         })
         .await
     }
@@ -184,11 +201,13 @@ impl SegmentStore for SqliteStore {
     async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
         let row = row.clone();
         self.with(move |c| {
-            let n = c.execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (biz_type) DO NOTHING",
-                params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version],
-            )?;
+            let n = write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (biz_type) DO NOTHING",
+                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version],
+                )
+            })?;
             Ok(n == 1)
         })
         .await
@@ -214,11 +233,13 @@ impl SegmentStore for SqliteStore {
     async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError> {
         let (hash, biz, remark) = (token_hash.to_owned(), biz.to_owned(), remark.to_owned());
         self.with(move |c| {
-            c.execute(
-                "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (token, biz_type) DO NOTHING",
-                params![hash, biz, remark],
-            )?;
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (token, biz_type) DO NOTHING",
+                    params![hash, biz, remark],
+                )
+            })?;
             Ok(())
         })
         .await
