@@ -407,3 +407,117 @@ async fn write_error_gives_no_duplicate() {
     )
     .await;
 }
+
+/// Runs `cmd` (a `segmint serve`) expecting it to refuse to start: its exit status and
+/// stderr. Fails if it is still running after 20 s (it serves instead of refusing).
+fn refused(mut cmd: Command) -> (std::process::ExitStatus, String) {
+    let mut child = ChildGuard(
+        cmd.env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn segmint serve"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "segmint serve still runs after 20 s: it started instead of refusing"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+/// Removes an embedded store: the file and its write-ahead log and shared memory.
+fn delete_store(db: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let file = PathBuf::from(format!("{}{suffix}", db.display()));
+        if file.exists() {
+            std::fs::remove_file(&file).unwrap();
+        }
+    }
+}
+
+/// A store that existed and issued IDs, then was deleted: `serve` refuses to start
+/// over, naming the file and why, and creates nothing; `biz list` refuses likewise.
+/// An explicit initialisation (`migrate`, `serve --init`) creates a new one.
+#[tokio::test]
+async fn deleted_store_is_refused_until_initialised() {
+    let dir = tempfile::Builder::new()
+        .prefix("segmint-missing-")
+        .tempdir()
+        .unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let db = data.join("segmint.db");
+    let setup = Setup::new(dir.path(), &db);
+    let port = free_port();
+    let mut server = Server::start(serve_command(&setup.config, port), port).await;
+    let mut issued = Issued::default();
+    assert!(issued.take(&server, &setup.token).await);
+    assert_eq!(server.child.terminate(), Some(0));
+    delete_store(&db);
+
+    let (status, stderr) = refused(serve_command(&setup.config, free_port()));
+    assert!(!status.success(), "exit status {status}");
+    assert!(
+        stderr.contains(&db.display().to_string()) && stderr.contains("not a first start"),
+        "the refusal names the file and why:\n{stderr}"
+    );
+    assert!(!db.exists(), "a refused start creates no store");
+    let (ok, _, stderr) = segmint(&setup.config, &["biz", "list"]);
+    assert!(
+        !ok && stderr.contains(&db.display().to_string()) && !db.exists(),
+        "`biz list` on a missing store: {stderr}"
+    );
+
+    let mut init = serve_command(&setup.config, port);
+    init.arg("--init");
+    let server = Server::start(init, port).await;
+    assert!(db.exists(), "`serve --init` creates the store");
+    assert!(
+        server.log().contains("creating a new embedded store"),
+        "{}",
+        server.log()
+    );
+    drop(server);
+    delete_store(&db);
+    segmint_ok(&setup.config, &["migrate"]);
+    assert!(db.exists(), "`migrate` creates the store");
+}
+
+/// The quick start: `segmint serve` with no configuration in a fresh directory creates
+/// data/segmint.db and serves; once that file is deleted (data/ stays), it refuses.
+#[tokio::test]
+async fn quick_start_creates_the_store_once() {
+    let dir = tempfile::Builder::new()
+        .prefix("segmint-fresh-")
+        .tempdir()
+        .unwrap();
+    let port = free_port();
+    let serve = || {
+        let mut cmd = Command::new(segmint_bin());
+        cmd.arg("serve")
+            .current_dir(dir.path())
+            .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
+            .env_remove("SEGMINT_CONFIG")
+            .stdin(Stdio::null());
+        cmd
+    };
+    let mut server = Server::start(serve(), port).await;
+    let db = dir.path().join("data/segmint.db");
+    assert!(db.exists(), "the first start creates {}", db.display());
+    assert_eq!(server.child.terminate(), Some(0));
+    delete_store(&db);
+    let (status, stderr) = refused(serve());
+    assert!(
+        !status.success() && stderr.contains(&db.display().to_string()),
+        "{status}: {stderr}"
+    );
+}

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
+};
 
 use super::{BizRow, DbError, SegmentStore, TokenRow};
 
@@ -33,18 +35,83 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
 }
 
+/// Whether opening an embedded store may create its file. A missing file is the usual
+/// sign of a store that was lost, not of a new one: another working directory, a
+/// container started without its volume, a deleted file. A new store there would issue
+/// from the beginning again, every ID a second time; so only an explicit initialisation
+/// or a genuine first start creates one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file (and its directory) if missing: `segmint migrate`,
+    /// `segmint serve --init`, programs that set up their own stores.
+    Create,
+    /// Create the file only together with its directory: nothing can have been stored
+    /// where no directory was (the quick start's first `segmint serve`). A directory
+    /// without the file is refused.
+    FirstStart,
+    /// The file must exist.
+    Existing,
+}
+
+impl OpenMode {
+    /// Why the missing file at `path` must not be created, if it must not.
+    fn refuse_missing(self, path: &Path) -> Option<String> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let absolute = absolute(path);
+        let cwd = std::env::current_dir()
+            .map(|d| format!(" (working directory {})", d.display()))
+            .unwrap_or_default();
+        let fix = "restore the file or point the configuration at it; to start a new store \
+                   on purpose, run `segmint migrate` (or `segmint serve --init`)";
+        match self {
+            OpenMode::Create => None,
+            OpenMode::FirstStart if dir.is_some_and(|d| !d.exists()) => None,
+            OpenMode::FirstStart => Some(format!(
+                "embedded store {} not found{cwd}: its directory exists, so this is not a \
+                 first start; the store may have moved, been deleted or be on a volume that \
+                 is not mounted, and a new one would issue IDs that were issued before; {fix}",
+                absolute.display()
+            )),
+            OpenMode::Existing => Some(format!(
+                "embedded store {} not found{cwd}; {fix}",
+                absolute.display()
+            )),
+        }
+    }
+}
+
+/// `path` made absolute, for messages read far from the working directory.
+fn absolute(path: &Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the file at `path` and brings its schema up to date.
-    /// Waits up to `timeout` for a lock held by another process.
+    /// Opens the file at `path` (creating it only as `mode` allows) and brings its
+    /// schema up to date. Waits up to `timeout` for a lock held by another process.
     ///
     /// # Errors
-    /// [`DbError`] when the file cannot be opened, created or migrated.
-    pub fn open(path: &Path, timeout: Duration) -> Result<SqliteStore, DbError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| DbError(format!("cannot create {}: {e}", dir.display())))?;
+    /// [`DbError`] when the file is missing and `mode` forbids creating it, or cannot
+    /// be opened, created or migrated.
+    pub fn open(path: &Path, timeout: Duration, mode: OpenMode) -> Result<SqliteStore, DbError> {
+        let mut flags = OpenFlags::default();
+        let missing = !path
+            .try_exists()
+            .map_err(|e| DbError(format!("cannot look for {}: {e}", path.display())))?;
+        if missing {
+            if let Some(refused) = mode.refuse_missing(path) {
+                return Err(DbError(refused));
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| DbError(format!("cannot create {}: {e}", dir.display())))?;
+            }
+            // Said loudly: a store created in the wrong place starts from the beginning.
+            tracing::warn!(path = %absolute(path).display(), "creating a new embedded store");
+        } else {
+            // Deleted between the look and the open: still not ours to create.
+            flags.remove(OpenFlags::SQLITE_OPEN_CREATE);
         }
-        let conn = Connection::open(path)
+        let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| DbError(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(timeout).map_err(sql_error)?;
         let mode: String = conn
