@@ -51,6 +51,7 @@ fn segmint_ok(config: &Path, args: &[&str]) -> String {
 
 /// A 3 MB tmpfs mounted on a fresh directory, unmounted on drop.
 struct Tmpfs {
+    /// The mount point; removed once unmounted.
     dir: tempfile::TempDir,
 }
 
@@ -91,7 +92,9 @@ impl Drop for Tmpfs {
 /// A store at `db`, migrated, with biz `faulty` (step 10) and a token for it; the
 /// configuration file lives in `config_dir`.
 struct Setup {
+    /// The configuration file every command and server here is given.
     config: PathBuf,
+    /// A token granted `faulty`.
     token: String,
 }
 
@@ -125,9 +128,13 @@ impl Setup {
 /// A `segmint serve` child whose log (stderr) is collected as it is written. The log
 /// goes through a pipe, not a file: a file would be subject to the faults too.
 struct Server {
+    /// The process, killed on drop.
     child: ChildGuard,
+    /// `http://127.0.0.1:port`.
     base: String,
+    /// Everything the server logged so far.
     log: Arc<Mutex<String>>,
+    /// Long timeout: a request waiting out a failing store must not look like a hang.
     http: reqwest::Client,
 }
 
@@ -202,12 +209,16 @@ impl Server {
 /// Every ID issued so far, and the failures seen.
 #[derive(Default)]
 struct Issued {
+    /// Every ID answered with success, in order.
     ids: Vec<i64>,
+    /// Every failed request's HTTP status and body.
     failures: Vec<(u16, String)>,
+    /// Requests made; alternates the route used.
     requests: usize,
 }
 
 impl Issued {
+    /// One request for IDs; whether it gave any.
     async fn take(&mut self, server: &Server, token: &str) -> bool {
         self.requests += 1;
         match server.request(token, self.requests).await {
