@@ -8,7 +8,7 @@ use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::Store;
+use segmint::store::{OpenMode, Store};
 
 #[derive(Parser)]
 #[command(
@@ -28,7 +28,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve IDs over HTTP until SIGINT/SIGTERM.
-    Serve,
+    Serve {
+        /// Create missing embedded store files. Without it, a missing file is created
+        /// only on a first start (its directory does not exist yet either).
+        #[arg(long)]
+        init: bool,
+    },
     #[command(flatten)]
     Admin(AdminCommand),
 }
@@ -117,7 +122,13 @@ fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Serve => serve(config),
+        Command::Serve { init } => serve(
+            config,
+            match init {
+                true => OpenMode::Create,
+                false => OpenMode::FirstStart,
+            },
+        ),
         Command::Admin(command) => admin(config, command),
     };
     match result {
@@ -131,17 +142,17 @@ fn main() -> ExitCode {
 
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
-fn serve(config: Config) -> Result {
+fn serve(config: Config, mode: OpenMode) -> Result {
     actix_web::rt::System::new().block_on(async move {
         let first_token = match config.all_embedded() {
-            true => first_start(&config).await?,
+            true => first_start(&config, mode).await?,
             false => None,
         };
         let host = match config.bind.split_once(':') {
             Some(("0.0.0.0" | "[::]", _)) | None => "127.0.0.1".to_string(),
             Some((host, _)) => host.to_string(),
         };
-        let app = Application::build(config).await?;
+        let app = Application::build(config, mode).await?;
         if let Some(token) = first_token {
             let base = format!("http://{host}:{}", app.port());
             println!(
@@ -158,8 +169,8 @@ fn serve(config: Config) -> Result {
 
 /// On an embedded store with no biz at all, creates the biz `test` and a token for
 /// it, so that a fresh `segmint serve` can be tried at once. Returns the token.
-async fn first_start(config: &Config) -> Result<Option<String>> {
-    let store = Store::connect(config)?;
+async fn first_start(config: &Config, mode: OpenMode) -> Result<Option<String>> {
+    let store = Store::open(config, mode)?;
     for (db, rows) in store.list_bizs().await {
         match rows {
             Ok(rows) if rows.is_empty() => {}
@@ -178,7 +189,13 @@ fn admin(config: Config, command: AdminCommand) -> Result {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
-        let store = Store::connect(&config)?;
+        // Only `migrate` initialises a store: the other commands on a missing embedded
+        // file would create a new, empty store where the real one was expected.
+        let mode = match command {
+            AdminCommand::Migrate => OpenMode::Create,
+            _ => OpenMode::Existing,
+        };
+        let store = Store::open(&config, mode)?;
         match command {
             AdminCommand::Migrate => migrate(&store).await,
             AdminCommand::Biz(BizCommand::Add(add)) => {

@@ -6,7 +6,7 @@ use std::time::Instant;
 use subtle::ConstantTimeEq;
 
 use crate::biz::{BizTag, TokenDigest, token_digest};
-use crate::store::{BizEntry, Catalog, Store};
+use crate::store::{BizEntry, Catalog, Store, StoreError};
 
 use super::error::ApiError;
 
@@ -17,7 +17,8 @@ use super::error::ApiError;
 ///
 /// # Errors
 /// 401 for a missing or unknown token, 404 for an unknown biz, 403 for a token not
-/// granted the biz, the biz's refusal when its rows overlap.
+/// granted the biz, the biz's refusal when its rows overlap; 503 (unavailable) while no
+/// database has been read since the start.
 pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Result<(), ApiError> {
     let token = token
         .filter(|t| !t.is_empty())
@@ -114,14 +115,23 @@ impl Recent {
     }
 }
 
-/// Whether the token of `digest` may use `biz`, by `catalog`.
+/// Whether the token of `digest` may use `biz`, by `catalog`. A catalog no database
+/// has been read into knows no token and no biz: that is an outage (503, Tinyid code 6,
+/// so that clients try another server), never a verdict on the token.
 fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag) -> Result<(), ApiError> {
+    if !catalog.is_read() {
+        return Err(StoreError::Unavailable(
+            "no database has answered since this server started: tokens and bizs are not known yet"
+                .into(),
+        )
+        .into());
+    }
     let granted = catalog
         .granted(digest, biz.as_str())
         .ok_or(ApiError::Unauthorized("invalid token"))?;
     let entry = catalog
         .biz(biz.as_str())
-        .ok_or_else(|| crate::store::StoreError::NotFound(biz.to_string()))?;
+        .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
     if !granted {
         return Err(ApiError::Forbidden(biz.to_string()));
     }

@@ -24,7 +24,7 @@ use observe::{InFlight, Observer};
 
 use crate::config::Config;
 use crate::generator::Generator;
-use crate::store::{Store, StoreError};
+use crate::store::{OpenMode, Store, StoreError};
 
 /// What every handler shares.
 pub struct AppState {
@@ -101,25 +101,36 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds `config.bind` and builds the application.
+    /// Binds `config.bind` and builds the application; missing embedded files are
+    /// created only as `mode` allows.
     ///
     /// # Errors
-    /// [`StartupError`] when the address cannot be bound or the pools not built.
-    pub async fn build(config: Config) -> Result<Application, StartupError> {
+    /// [`StartupError`] when the address cannot be bound, the pools not built or an
+    /// embedded file not opened.
+    pub async fn build(config: Config, mode: OpenMode) -> Result<Application, StartupError> {
         let listener = TcpListener::bind(&config.bind).map_err(|source| StartupError::Bind {
             bind: config.bind.clone(),
             source,
         })?;
-        Self::with_listener(config, listener).await
+        Self::start(config, listener, mode).await
     }
 
-    /// Builds the application on an already bound listener (tests bind port 0).
+    /// Builds the application on an already bound listener (tests bind port 0), with
+    /// stores set up beforehand: missing embedded files are created.
     ///
     /// # Errors
     /// [`StartupError`] when the pools cannot be built.
     pub async fn with_listener(
         config: Config,
         listener: TcpListener,
+    ) -> Result<Application, StartupError> {
+        Self::start(config, listener, OpenMode::Create).await
+    }
+
+    async fn start(
+        config: Config,
+        listener: TcpListener,
+        mode: OpenMode,
     ) -> Result<Application, StartupError> {
         let port = listener
             .local_addr()
@@ -128,7 +139,7 @@ impl Application {
                 source,
             })?
             .port();
-        let store = Arc::new(Store::connect(&config)?);
+        let store = Arc::new(Store::open(&config, mode)?);
         store.refresh_since(Instant::now()).await;
         let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
             store.clone(),

@@ -30,6 +30,9 @@ pub struct Catalog {
     /// Tells this catalog from every other built in the process (0: the empty one
     /// before the first read). What was decided by a catalog holds while it is current.
     generation: u64,
+    /// Whether any database's rows went into it. Until then an unknown token or biz
+    /// says nothing about the token or biz, only that no database has answered.
+    read: bool,
 }
 
 /// The generation of the next catalog built.
@@ -97,7 +100,14 @@ impl Catalog {
             bizs,
             tokens,
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+            read: snapshots.iter().any(Option::is_some),
         }
+    }
+
+    /// Whether any database has been read into this catalog: false while every
+    /// database has been unreachable since the process started.
+    pub fn is_read(&self) -> bool {
+        self.read
     }
 
     /// Unique to this catalog within the process.
@@ -272,5 +282,15 @@ mod tests {
             ],
         );
         assert_eq!(cat.biz("x").unwrap().classes, vec![(1, Residue::ALL)]);
+        assert!(cat.is_read(), "one database read is a catalog read");
+    }
+
+    #[test]
+    fn a_catalog_of_no_database_is_not_read() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        assert!(!Catalog::default().is_read());
+        assert!(!Catalog::build(&names, &[None, None]).is_read());
+        let empty = Some(Snapshot::default());
+        assert!(Catalog::build(&names, &[None, empty]).is_read());
     }
 }

@@ -13,7 +13,7 @@ use rand::seq::SliceRandom;
 use super::catalog::{Snapshot, conflict};
 use super::evidence::{self, Evidence, Mark, Regression, Witness};
 use super::postgres::PgStore;
-use super::sqlite::SqliteStore;
+use super::sqlite::{OpenMode, SqliteStore};
 use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
 use crate::biz::{BizTag, generate_token, hash_token};
 use crate::config::{Config, DatabaseKind};
@@ -173,11 +173,20 @@ pub struct Store {
 
 impl Store {
     /// Every configured database: PostgreSQL pools (connecting lazily) and embedded
-    /// files (opened and migrated now).
+    /// files (opened and migrated now, created if missing: an explicit initialisation).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened.
     pub fn connect(config: &Config) -> Result<Store, StoreError> {
+        Store::open(config, OpenMode::Create)
+    }
+
+    /// As [`Store::connect`], creating missing embedded files only as `mode` allows.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened,
+    /// or is missing and may not be created.
+    pub fn open(config: &Config, mode: OpenMode) -> Result<Store, StoreError> {
         let mut dbs = Vec::with_capacity(config.databases.len());
         for db in &config.databases {
             let store = match &db.kind {
@@ -185,7 +194,7 @@ impl Store {
                     PgStore::new((**pg).clone(), config.pool_size, config.fetch_timeout)
                         .map(|s| Box::new(s) as Box<dyn SegmentStore>)
                 }
-                DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout)
+                DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout, mode)
                     .map(|s| Box::new(s) as Box<dyn SegmentStore>),
             }
             .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;

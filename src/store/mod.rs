@@ -16,6 +16,7 @@ use async_trait::async_trait;
 pub use catalog::{BizEntry, Catalog};
 pub use cluster::{DatabaseStatus, Reservation, Store};
 pub use evidence::{Mark, Witness};
+pub use sqlite::OpenMode;
 
 /// A failure talking to one database: unreachable, timed out, or a query error.
 /// The database is backed off and another one is tried.

@@ -4,6 +4,11 @@
 //! Durability: WAL journal with `synchronous = FULL`, so a reservation that returned
 //! survives a crash or power loss. Several processes may share one file: SQLite's
 //! file locks serialise their writes, and the version check does the rest.
+//!
+//! Every write runs through [`write`]: an explicit transaction whose `COMMIT` result is
+//! checked. An autocommit statement commits when it is reset, and rusqlite drops the
+//! result of that reset, so a commit that failed (a full disk, an I/O error) would roll
+//! the row back while the caller went on with the new one and issued its IDs twice.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +16,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
+};
 
 use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 
@@ -34,18 +41,83 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
 }
 
+/// Whether opening an embedded store may create its file. A missing file is the usual
+/// sign of a store that was lost, not of a new one: another working directory, a
+/// container started without its volume, a deleted file. A new store there would issue
+/// from the beginning again, every ID a second time; so only an explicit initialisation
+/// or a genuine first start creates one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Create the file (and its directory) if missing: `segmint migrate`,
+    /// `segmint serve --init`, programs that set up their own stores.
+    Create,
+    /// Create the file only together with its directory: nothing can have been stored
+    /// where no directory was (the quick start's first `segmint serve`). A directory
+    /// without the file is refused.
+    FirstStart,
+    /// The file must exist.
+    Existing,
+}
+
+impl OpenMode {
+    /// Why the missing file at `path` must not be created, if it must not.
+    fn refuse_missing(self, path: &Path) -> Option<String> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let absolute = absolute(path);
+        let cwd = std::env::current_dir()
+            .map(|d| format!(" (working directory {})", d.display()))
+            .unwrap_or_default();
+        let fix = "restore the file or point the configuration at it; to start a new store \
+                   on purpose, run `segmint migrate` (or `segmint serve --init`)";
+        match self {
+            OpenMode::Create => None,
+            OpenMode::FirstStart if dir.is_some_and(|d| !d.exists()) => None,
+            OpenMode::FirstStart => Some(format!(
+                "embedded store {} not found{cwd}: its directory exists, so this is not a \
+                 first start; the store may have moved, been deleted or be on a volume that \
+                 is not mounted, and a new one would issue IDs that were issued before; {fix}",
+                absolute.display()
+            )),
+            OpenMode::Existing => Some(format!(
+                "embedded store {} not found{cwd}; {fix}",
+                absolute.display()
+            )),
+        }
+    }
+}
+
+/// `path` made absolute, for messages read far from the working directory.
+fn absolute(path: &Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
 impl SqliteStore {
-    /// Opens (creating if needed) the file at `path` and brings its schema up to date.
-    /// Waits up to `timeout` for a lock held by another process.
+    /// Opens the file at `path` (creating it only as `mode` allows) and brings its
+    /// schema up to date. Waits up to `timeout` for a lock held by another process.
     ///
     /// # Errors
-    /// [`DbError`] when the file cannot be opened, created or migrated.
-    pub fn open(path: &Path, timeout: Duration) -> Result<SqliteStore, DbError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| DbError(format!("cannot create {}: {e}", dir.display())))?;
+    /// [`DbError`] when the file is missing and `mode` forbids creating it, or cannot
+    /// be opened, created or migrated.
+    pub fn open(path: &Path, timeout: Duration, mode: OpenMode) -> Result<SqliteStore, DbError> {
+        let mut flags = OpenFlags::default();
+        let missing = !path
+            .try_exists()
+            .map_err(|e| DbError(format!("cannot look for {}: {e}", path.display())))?;
+        if missing {
+            if let Some(refused) = mode.refuse_missing(path) {
+                return Err(DbError(refused));
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| DbError(format!("cannot create {}: {e}", dir.display())))?;
+            }
+            // Said loudly: a store created in the wrong place starts from the beginning.
+            tracing::warn!(path = %absolute(path).display(), "creating a new embedded store");
+        } else {
+            // Deleted between the look and the open: still not ours to create.
+            flags.remove(OpenFlags::SQLITE_OPEN_CREATE);
         }
-        let conn = Connection::open(path)
+        let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| DbError(format!("cannot open {}: {e}", path.display())))?;
         conn.busy_timeout(timeout).map_err(sql_error)?;
         let mode: String = conn
@@ -82,41 +154,50 @@ fn sql_error(e: rusqlite::Error) -> DbError {
     DbError(e.to_string())
 }
 
+/// Runs `f` in a transaction and commits it; the result counts only once the commit
+/// has succeeded. IMMEDIATE takes the write lock at once, so writers from several
+/// processes queue on the busy timeout instead of failing on a lock upgrade. On any
+/// error the transaction is rolled back when dropped.
+fn write<T>(
+    conn: &mut Connection,
+    f: impl FnOnce(&Transaction) -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
+}
+
 fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
-    // IMMEDIATE takes the write lock at once: concurrent migrations queue.
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql_error)?;
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS segmint_migrations (
-             version INTEGER PRIMARY KEY,
-             name TEXT NOT NULL,
-             applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
-    )
-    .map_err(sql_error)?;
-    let mut done = Vec::new();
-    for (version, name, sql) in MIGRATIONS {
-        let applied: Option<i64> = tx
-            .query_row(
-                "SELECT version FROM segmint_migrations WHERE version = ?1",
-                [version],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql_error)?;
-        if applied.is_some() {
-            continue;
+    write(conn, |tx| {
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS segmint_migrations (
+                 version INTEGER PRIMARY KEY,
+                 name TEXT NOT NULL,
+                 applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
+        )?;
+        let mut done = Vec::new();
+        for (version, name, sql) in MIGRATIONS {
+            let applied: Option<i64> = tx
+                .query_row(
+                    "SELECT version FROM segmint_migrations WHERE version = ?1",
+                    [version],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if applied.is_some() {
+                continue;
+            }
+            tx.execute_batch(sql)?;
+            tx.execute(
+                "INSERT INTO segmint_migrations (version, name) VALUES (?1, ?2)",
+                params![version, name],
+            )?;
+            done.push(format!("{version:04}_{name}"));
         }
-        tx.execute_batch(sql).map_err(sql_error)?;
-        tx.execute(
-            "INSERT INTO segmint_migrations (version, name) VALUES (?1, ?2)",
-            params![version, name],
-        )
-        .map_err(sql_error)?;
-        done.push(format!("{version:04}_{name}"));
-    }
-    tx.commit().map_err(sql_error)?;
-    Ok(done)
+        Ok(done)
+    })
+    .map_err(sql_error)
 }
 
 fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
@@ -177,16 +258,18 @@ impl SegmentStore for SqliteStore {
     ) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
         self.with(move |c| {
-            c.prepare_cached(&format!(
-                "UPDATE tiny_id_info SET max_id = ?5, version = ?4, update_time = CURRENT_TIMESTAMP
-                 WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
-                 RETURNING {BIZ_COLUMNS}"
-            ))?
-            .query_row(
-                params![biz, version, max_id, new_version, new_max_id],
-                biz_row,
-            )
-            .optional()
+            write(c, |tx| {
+                tx.prepare_cached(&format!(
+                    "UPDATE tiny_id_info SET max_id = ?5, version = ?4, update_time = CURRENT_TIMESTAMP
+                     WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
+                     RETURNING {BIZ_COLUMNS}"
+                ))?
+                .query_row(
+                    params![biz, version, max_id, new_version, new_max_id],
+                    biz_row,
+                )
+                .optional()
+            })
         })
         .await
     }
@@ -194,8 +277,7 @@ impl SegmentStore for SqliteStore {
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
         let witnesses = witnesses.to_vec();
         self.with(move |c| {
-            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            {
+            write(c, |tx| {
                 let mut stmt = tx.prepare_cached(
                     "INSERT INTO segmint_witness (database, biz_type, version, max_id, high_id)
                      VALUES (?1, ?2, ?3, ?4, ?5)
@@ -215,8 +297,8 @@ impl SegmentStore for SqliteStore {
                         w.mark.high_id
                     ])?;
                 }
-            }
-            tx.commit()
+                Ok(())
+            })
         })
         .await
     }
@@ -256,11 +338,13 @@ impl SegmentStore for SqliteStore {
     async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
         let row = row.clone();
         self.with(move |c| {
-            let n = c.execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (biz_type) DO NOTHING",
-                params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version],
-            )?;
+            let n = write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (biz_type) DO NOTHING",
+                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version],
+                )
+            })?;
             Ok(n == 1)
         })
         .await
@@ -286,11 +370,13 @@ impl SegmentStore for SqliteStore {
     async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError> {
         let (hash, biz, remark) = (token_hash.to_owned(), biz.to_owned(), remark.to_owned());
         self.with(move |c| {
-            c.execute(
-                "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (token, biz_type) DO NOTHING",
-                params![hash, biz, remark],
-            )?;
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (token, biz_type) DO NOTHING",
+                    params![hash, biz, remark],
+                )
+            })?;
             Ok(())
         })
         .await

@@ -1,0 +1,121 @@
+//! A server started while its only database is down has never read its tokens and
+//! bizs: a valid token must then get "unavailable" (503 on v1, Tinyid code 6), never
+//! "invalid token", and work as soon as the database is back; the client library tries
+//! another server instead of giving up.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{PgCluster, TestApp, config, setup_biz, spawn_app};
+use segmint::client::{Client, Protocol};
+
+/// A 64-hex-digit token no database knows.
+const UNKNOWN: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// HTTP status and `error.code` of `GET /v1/ids/{biz}` with `token`.
+async fn v1(app: &TestApp, biz: &str, token: &str) -> (u16, String) {
+    let (status, body) = app
+        .get_v1(&format!("/v1/ids/{biz}?count=3"), Some(token))
+        .await;
+    let code = body["error"]["code"].as_str().unwrap_or("").to_string();
+    (status, code)
+}
+
+/// Tinyid's `code` from `nextId`, and the `X-Segmint-Error` of `nextIdSimple`.
+async fn tinyid(app: &TestApp, biz: &str, token: &str) -> (i64, String) {
+    let (status, body) = app
+        .get(&format!("/tinyid/id/nextId?bizType={biz}&token={token}"))
+        .await;
+    assert_eq!(status, 200, "Tinyid's JSON routes answer 200: {body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let simple = app
+        .http
+        .get(format!(
+            "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
+            app.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    let header = simple
+        .headers()
+        .get("x-segmint-error")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (body["code"].as_i64().unwrap(), header)
+}
+
+#[tokio::test]
+async fn valid_token_is_unavailable_until_the_database_is_read() {
+    let pg = PgCluster::start();
+    let config = config(&[&pg], "catalog_refresh_ms = 200");
+    let token = setup_biz(&config, "late", 100, false).await;
+    pg.stop();
+    let app = spawn_app(config).await;
+
+    for t in [token.as_str(), UNKNOWN] {
+        assert_eq!(
+            v1(&app, "late", t).await,
+            (503, "unavailable".to_string()),
+            "no database read yet: nothing is known about the token"
+        );
+        let (code, simple) = tinyid(&app, "late", t).await;
+        assert_eq!(code, 6, "Tinyid: unavailable, not 'token is error'");
+        assert!(simple.starts_with("6:"), "{simple}");
+    }
+
+    pg.start_again();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match v1(&app, "late", &token).await {
+            (200, _) => break,
+            (503, _) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the valid token after the database came back: {other:?}"),
+        }
+    }
+    assert_eq!(tinyid(&app, "late", &token).await.0, 200);
+    assert_eq!(
+        v1(&app, "late", UNKNOWN).await,
+        (401, "unauthorized".to_string()),
+        "once the catalog is read, an unknown token is refused"
+    );
+    assert_eq!(tinyid(&app, "late", UNKNOWN).await.0, 5);
+}
+
+#[tokio::test]
+async fn client_moves_on_from_a_server_that_never_read_its_database() {
+    let (a, b) = (PgCluster::start(), PgCluster::start());
+    // The biz and token on both databases (disjoint classes), then one server per
+    // database; the first one's database is down when it starts.
+    let token = setup_biz(&config(&[&a, &b], ""), "moves", 100, false).await;
+    a.stop();
+    let down = spawn_app(config(&[&a], "")).await;
+    let up = spawn_app(config(&[&b], "")).await;
+    for protocol in [Protocol::V1, Protocol::Tinyid] {
+        let client = Client::builder()
+            .servers([down.base.clone(), up.base.clone()])
+            .token(&token)
+            .protocol(protocol)
+            .request_timeout(Duration::from_secs(2))
+            .wait_timeout(Duration::from_secs(5))
+            .backoff(Duration::from_millis(100), Duration::from_millis(400))
+            .build()
+            .unwrap();
+        let ids = client.next_ids("moves", 5).await.unwrap_or_else(|e| {
+            panic!("{protocol:?}: a final error instead of IDs from the second server: {e:?}")
+        });
+        assert_eq!(ids.len(), 5);
+        assert!(
+            ids.iter().all(|id| id % 2 == 1),
+            "from the second database's class: {ids:?}"
+        );
+    }
+    assert_eq!(
+        v1(&down, "moves", &token).await.0,
+        503,
+        "the first server still cannot vouch for the token"
+    );
+}
