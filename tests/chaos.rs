@@ -29,7 +29,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{
-    ChildGuard, PgCluster, config, config_toml, free_port, serve_command, setup_biz, wait_healthy,
+    ChildGuard, PgCluster, config, config_toml, free_port, segmint_bin, serve_command, setup_biz,
+    wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
 use tokio::task::JoinSet;
@@ -523,7 +524,11 @@ impl Database {
     }
 
     /// Runs a blocking `PgCluster` operation (which panics on failure) off the runtime.
-    async fn blocking(&self, what: &str, op: fn(&PgCluster)) -> Result<(), String> {
+    async fn blocking<T: Send + 'static>(
+        &self,
+        what: &str,
+        op: impl FnOnce(&PgCluster) -> T + Send + 'static,
+    ) -> Result<T, String> {
         let cluster = self.cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(&cluster)))
@@ -541,6 +546,11 @@ impl Database {
                 msg.lines().take(3).collect::<Vec<_>>().join(" | ")
             )
         })
+    }
+
+    /// Runs `sql` off the runtime: psql's unaligned output.
+    async fn sql(&self, sql: String) -> Result<String, String> {
+        self.blocking("psql", move |c| c.psql(&sql)).await
     }
 
     /// Starts the cluster again, retrying: after a postmaster was killed its children
@@ -1184,15 +1194,17 @@ enum FaultKind {
     DbStop,
     DbKill,
     DbStall,
+    BackInTime,
 }
 
-const FAULT_KINDS: [FaultKind; 6] = [
+const FAULT_KINDS: [FaultKind; 7] = [
     FaultKind::ServerKill,
     FaultKind::ServerTerm,
     FaultKind::ServerStop,
     FaultKind::DbStop,
     FaultKind::DbKill,
     FaultKind::DbStall,
+    FaultKind::BackInTime,
 ];
 
 impl FaultKind {
@@ -1204,13 +1216,16 @@ impl FaultKind {
             FaultKind::DbStop => "PostgreSQL `pg_ctl stop -m immediate`, restarted",
             FaultKind::DbKill => "PostgreSQL postmaster `kill -9`, restarted",
             FaultKind::DbStall => "PostgreSQL biz rows locked (`FOR UPDATE` + `pg_sleep`)",
+            FaultKind::BackInTime => {
+                "PostgreSQL biz rows restored from a backup taken seconds before, fenced, then `segmint db fence`"
+            }
         }
     }
 
     fn on_database(self) -> bool {
         matches!(
             self,
-            FaultKind::DbStop | FaultKind::DbKill | FaultKind::DbStall
+            FaultKind::DbStop | FaultKind::DbKill | FaultKind::DbStall | FaultKind::BackInTime
         )
     }
 
@@ -1223,6 +1238,8 @@ impl FaultKind {
             FaultKind::DbStop => rng.millis(1000, 4000),
             FaultKind::DbKill => rng.millis(0, 2000),
             FaultKind::DbStall => rng.millis(3000, 6000),
+            // From the backup to the restore.
+            FaultKind::BackInTime => rng.millis(2000, 4000),
         }
     }
 }
@@ -1239,8 +1256,14 @@ struct FaultRecord {
 /// Which servers and databases a fault is acting on.
 #[derive(Default)]
 struct Busy {
+    /// Servers a fault is acting on.
     servers: [bool; SERVERS],
+    /// The database a fault takes away (down or stalled): at most one at a time.
     database: Option<usize>,
+    /// The database a back-in-time fault is acting on, from its backup until its fence
+    /// is lifted: no other fault touches it, and since at most one other database is
+    /// taken away meanwhile, one more stays up to witness its reservations.
+    restored: Option<usize>,
 }
 
 /// Every 2 to 5 s, starts the next fault of a shuffled deck that holds every kind (and a
@@ -1274,6 +1297,7 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
                 (FaultKind::DbKill, None),
                 (FaultKind::DbStall, None),
                 (FaultKind::DbStall, None),
+                (FaultKind::BackInTime, None),
             ];
             rng.shuffle(&mut deck);
         }
@@ -1307,7 +1331,9 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
                 }
             };
             let mut b = busy.lock().unwrap();
-            if kind.on_database() {
+            if kind == FaultKind::BackInTime {
+                b.restored = None;
+            } else if kind.on_database() {
                 b.database = None;
             } else {
                 b.servers[target] = false;
@@ -1332,8 +1358,9 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
 }
 
 /// Takes the first fault of the deck that the rules allow now (at most one database
-/// fault at a time, at least one server untouched), draws its target if the deck left it
-/// open and how long it holds, and marks its target busy.
+/// taken away at a time, never the one going back in time; at most one back-in-time
+/// fault at a time; at least one server untouched), draws its target if the deck left
+/// it open and how long it holds, and marks its target busy.
 fn pick(
     deck: &mut Vec<(FaultKind, Option<usize>)>,
     busy: &Mutex<Busy>,
@@ -1342,8 +1369,10 @@ fn pick(
     let mut b = busy.lock().unwrap();
     let servers_busy = b.servers.iter().filter(|&&x| x).count();
     let i = deck.iter().position(|&(kind, target)| {
-        if kind.on_database() {
-            b.database.is_none()
+        if kind == FaultKind::BackInTime {
+            b.restored.is_none() && target.is_none_or(|d| b.database != Some(d))
+        } else if kind.on_database() {
+            b.database.is_none() && target.is_none_or(|d| b.restored != Some(d))
         } else {
             servers_busy + 1 < SERVERS && target.is_none_or(|s| !b.servers[s])
         }
@@ -1351,13 +1380,21 @@ fn pick(
     let (kind, target) = deck.remove(i);
     let target = target.unwrap_or_else(|| {
         if kind.on_database() {
-            rng.below(DATABASES)
+            let taken = if kind == FaultKind::BackInTime {
+                b.database
+            } else {
+                b.restored
+            };
+            let free: Vec<usize> = (0..DATABASES).filter(|&d| taken != Some(d)).collect();
+            free[rng.below(free.len())]
         } else {
             let free: Vec<usize> = (0..SERVERS).filter(|&s| !b.servers[s]).collect();
             free[rng.below(free.len())]
         }
     });
-    if kind.on_database() {
+    if kind == FaultKind::BackInTime {
+        b.restored = Some(target);
+    } else if kind.on_database() {
         b.database = Some(target);
     } else {
         b.servers[target] = true;
@@ -1463,6 +1500,7 @@ async fn run_fault(
                 if attempts == 1 { "" } else { "s" }
             ))
         }
+        FaultKind::BackInTime => back_in_time(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
             let sql = format!(
@@ -1487,6 +1525,229 @@ async fn run_fault(
             }
         }
     }
+}
+
+/// Longest the servers may take to show a restored database fenced on `/readyz`, and to
+/// use it again once `segmint db fence` raised it: a catalog refresh (1 s here), plus a
+/// server frozen or restarting meanwhile.
+const FENCE_SEEN: Duration = Duration::from_secs(15);
+/// How long a restored database stays fenced before the operator raises it, so that
+/// servers restarted meanwhile meet it fenced too.
+const FENCE_HELD: Duration = Duration::from_secs(2);
+/// How long the harness retries `segmint db fence` (it needs every other database).
+const FENCE_RETRY: Duration = Duration::from_secs(30);
+
+/// Whether server `base` shows database `name` fenced on `/readyz`: the reason if it
+/// does, `Some(None)` if it does not, `None` when it does not answer.
+async fn fence_shown(http: &reqwest::Client, base: &str, name: &str) -> Option<Option<String>> {
+    let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+    let body: serde_json::Value = r.json().await.ok()?;
+    let db = body["databases"]
+        .as_array()?
+        .iter()
+        .find(|d| d["name"] == name)?;
+    Some(db["fenced"].as_str().map(str::to_string))
+}
+
+/// What one server showed while the harness watched a fence.
+enum Seen {
+    /// It showed what was awaited at this time (seconds into the run); whether its
+    /// process started after the watch began (a fresh server); the fence's reason.
+    At(f64, bool, Option<String>),
+    /// It answered, but never as awaited.
+    Never,
+    /// It never answered (killed or frozen the whole time).
+    Silent,
+}
+
+/// Polls every server's `/readyz` until each shows `name` fenced (`fenced`) or not,
+/// for at most [`FENCE_SEEN`].
+async fn watch_fence(ctx: &Ctx, name: &str, fenced: bool) -> Vec<Seen> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let starts: Vec<u32> = ctx
+        .starts
+        .iter()
+        .map(|s| s.load(Ordering::SeqCst))
+        .collect();
+    let mut seen: Vec<Seen> = (0..SERVERS).map(|_| Seen::Silent).collect();
+    let deadline = Instant::now() + FENCE_SEEN;
+    while Instant::now() < deadline {
+        let mut asks = JoinSet::new();
+        for (s, server) in ctx.servers.iter().enumerate() {
+            if !matches!(seen[s], Seen::At(..)) {
+                let (http, base, name) = (http.clone(), server.base.clone(), name.to_string());
+                asks.spawn(async move { (s, fence_shown(&http, &base, &name).await) });
+            }
+        }
+        if asks.is_empty() {
+            break;
+        }
+        while let Some(asked) = asks.join_next().await {
+            let (s, shown) = asked.expect("readyz task");
+            match shown {
+                Some(reason) if reason.is_some() == fenced => {
+                    let fresh = ctx.starts[s].load(Ordering::SeqCst) > starts[s];
+                    seen[s] = Seen::At(ctx.now(), fresh, reason);
+                }
+                Some(_) => seen[s] = Seen::Never,
+                None => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+/// One line on what the servers showed since `since` (seconds into the run); the
+/// servers that answered but never showed it.
+fn seen_note(seen: &[Seen], since: f64) -> (String, Vec<usize>) {
+    let mut parts = Vec::new();
+    let mut never = Vec::new();
+    for (s, seen) in seen.iter().enumerate() {
+        parts.push(match seen {
+            Seen::At(at, fresh, _) => format!(
+                "server {s} +{:.1} s{}",
+                at - since,
+                if *fresh { " (restarted since)" } else { "" }
+            ),
+            Seen::Never => {
+                never.push(s);
+                format!("server {s} NEVER")
+            }
+            Seen::Silent => format!("server {s} did not answer"),
+        });
+    }
+    (parts.join(", "), never)
+}
+
+/// A restore from backup: takes a backup of database `target`'s biz rows, lets the
+/// servers reserve from it for `hold`, and sets its rows back to the backup. Every
+/// server must then show it fenced on `/readyz`; after [`FENCE_HELD`] the real
+/// `segmint db fence` raises it (retried while another database is down), and every
+/// server must use it again. The scheduler keeps the other databases from being taken
+/// away together meanwhile, so each reservation is witnessed somewhere.
+async fn back_in_time(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
+    let db = &ctx.databases[target];
+    let name = format!("pg{target}");
+    let backup = db
+        .sql("SELECT biz_type, max_id, version FROM tiny_id_info ORDER BY biz_type".into())
+        .await?;
+    let backed_up = ctx.now();
+    let rows: Vec<String> = backup
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split('|').collect();
+            format!("('{}', {}::bigint, {}::bigint)", f[0], f[1], f[2])
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("{name} has no biz rows to back up"));
+    }
+    tokio::time::sleep(hold).await;
+    // The rows as the backup has them, in one statement; `now` locks each row to read
+    // how far it had gone.
+    let restore = format!(
+        "WITH backup(biz_type, max_id, version) AS (VALUES {}), \
+         now AS (SELECT t.biz_type, t.version FROM tiny_id_info t JOIN backup USING (biz_type) FOR UPDATE OF t) \
+         UPDATE tiny_id_info t SET max_id = backup.max_id, version = backup.version \
+         FROM backup JOIN now USING (biz_type) WHERE t.biz_type = backup.biz_type \
+         RETURNING t.biz_type, now.version - backup.version",
+        rows.join(", ")
+    );
+    let restored_rows = db.sql(restore).await?;
+    let restored = ctx.now();
+    let set_back: Vec<(String, i64)> = restored_rows
+        .lines()
+        .filter_map(|l| {
+            let (biz, by) = l.split_once('|')?;
+            Some((biz.to_string(), by.parse().ok()?))
+        })
+        .collect();
+    let what = format!(
+        "backup at t={backed_up:.1}s, restored at t={restored:.1}s: {} rows set back by {} versions",
+        set_back.len(),
+        set_back
+            .iter()
+            .map(|(biz, by)| format!("{by} (`{biz}`)"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
+    eprintln!("chaos: t={restored:.1}s {name}: {what}");
+    if set_back.iter().all(|(_, by)| *by == 0) {
+        return Err(format!(
+            "{what}: nothing was reserved there meanwhile, so nothing went back in time"
+        ));
+    }
+
+    let fenced = watch_fence(ctx, &name, true).await;
+    let (fenced_note, never) = seen_note(&fenced, restored);
+    let reason = fenced.iter().find_map(|s| match s {
+        Seen::At(_, _, Some(reason)) => Some(reason.clone()),
+        _ => None,
+    });
+    if !never.is_empty() || reason.is_none() {
+        return Err(format!(
+            "{what}; servers {never:?} answered /readyz without showing {name} fenced within {FENCE_SEEN:?} ({fenced_note})"
+        ));
+    }
+    let reason = reason.unwrap_or_default();
+    if !reason.contains("gone back in time") {
+        return Err(format!("{what}; fenced for another reason: {reason}"));
+    }
+
+    tokio::time::sleep(FENCE_HELD).await;
+    let config = ctx.servers[0].config.clone();
+    let began = Instant::now();
+    let mut attempts = 0;
+    let raised = loop {
+        attempts += 1;
+        let (config, db_name) = (config.clone(), name.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(segmint_bin())
+                .arg("--config")
+                .arg(&config)
+                .args(["db", "fence", &db_name])
+                .env_remove("SEGMINT_CONFIG")
+                .output()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("run segmint db fence: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.success() {
+            break stdout;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        if began.elapsed() > FENCE_RETRY {
+            return Err(format!(
+                "{what}; `segmint db fence {name}` failed {attempts} times: {stderr}{stdout}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let lifted = ctx.now();
+    let raised_rows = raised.lines().filter(|l| l.contains("raised from")).count();
+    if raised_rows == 0 {
+        return Err(format!(
+            "{what}; `segmint db fence {name}` raised nothing: {raised}"
+        ));
+    }
+    let used = watch_fence(ctx, &name, false).await;
+    let (used_note, never) = seen_note(&used, lifted);
+    if !never.is_empty() {
+        return Err(format!(
+            "{what}; servers {never:?} still showed {name} fenced {FENCE_SEEN:?} after `segmint db fence` ({used_note})"
+        ));
+    }
+    Ok(format!(
+        "{what}; shown fenced by {fenced_note} (\"{}\"); `segmint db fence {name}` at t={lifted:.1}s \
+         ({attempts} attempt{}) raised {raised_rows} rows; used again by {used_note}",
+        reason.chars().take(120).collect::<String>(),
+        if attempts == 1 { "" } else { "s" }
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2201,6 +2462,26 @@ fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Findings) -> Strin
         restarts(faults),
         run.waits
     );
+    let _ = writeln!(w, "\n## Storage faults\n");
+    let restores: Vec<&FaultRecord> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::BackInTime)
+        .collect();
+    let _ = writeln!(
+        w,
+        "Back in time (a database's biz rows restored from a backup): {}.\n",
+        restores.len()
+    );
+    for f in restores {
+        let _ = writeln!(
+            w,
+            "- t = {:.1}–{:.1} s, pg{}: {}",
+            f.start,
+            f.end,
+            f.target,
+            f.note.replace('\n', " ")
+        );
+    }
     let _ = writeln!(w, "\n<details><summary>Fault timeline</summary>\n");
     let _ = writeln!(
         w,
