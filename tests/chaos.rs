@@ -29,10 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{
-    ChildGuard, PgCluster, config, config_toml, free_port, segmint_bin, serve_command, setup_biz,
+    ChildGuard, PgCluster, config_toml_urls, free_port, segmint_bin, serve_command, setup_biz,
     wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
+use segmint::config::Config;
 use tokio::task::JoinSet;
 
 /// Width of every segment: 100 IDs of `chaos` per database, 50 of `odd`, so that the
@@ -504,13 +505,16 @@ fn tail(path: &Path, bytes: usize) -> String {
 /// PID) and its log.
 struct Database {
     index: usize,
-    cluster: Arc<PgCluster>,
+    cluster: Arc<Cluster>,
     data_dir: PathBuf,
 }
 
 impl Database {
     fn log(&self) -> PathBuf {
-        self.data_dir.parent().unwrap().join("log")
+        match &*self.cluster {
+            Cluster::Plain(_) => self.data_dir.parent().unwrap().join("log"),
+            Cluster::Tmpfs(t) => t.log(),
+        }
     }
 
     fn postmaster_pid(&self) -> Result<u32, String> {
@@ -523,11 +527,11 @@ impl Database {
             .ok_or_else(|| format!("{}: no PID", file.display()))
     }
 
-    /// Runs a blocking `PgCluster` operation (which panics on failure) off the runtime.
+    /// Runs a blocking cluster operation (which panics on failure) off the runtime.
     async fn blocking<T: Send + 'static>(
         &self,
         what: &str,
-        op: impl FnOnce(&PgCluster) -> T + Send + 'static,
+        op: impl FnOnce(&Cluster) -> T + Send + 'static,
     ) -> Result<T, String> {
         let cluster = self.cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
@@ -558,13 +562,269 @@ impl Database {
     async fn restart(&self) -> Result<u32, String> {
         let mut last = String::new();
         for attempt in 1..=10 {
-            match self.blocking("pg_ctl start", PgCluster::start_again).await {
+            match self.blocking("pg_ctl start", Cluster::start_again).await {
                 Ok(()) => return Ok(attempt),
                 Err(e) => last = e,
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Err(last)
+    }
+}
+
+/// Size of the tmpfs under the disk-full fault's cluster. Measured: `initdb
+/// --wal-segsize=1` and `CREATE DATABASE segmint` take 30 MB of it; the rest is room for
+/// the run's WAL (`max_wal_size` 8 MB) and table growth, and what the ballast fills.
+const TMPFS_MB: u64 = 64;
+/// The database whose data directory is on the tmpfs.
+const DISK_DB: usize = DATABASES - 1;
+
+/// A database cluster of the run: the harness's, or one on a tmpfs of its own.
+enum Cluster {
+    Plain(PgCluster),
+    Tmpfs(TmpfsCluster),
+}
+
+impl Cluster {
+    fn start_again(&self) {
+        match self {
+            Cluster::Plain(c) => c.start_again(),
+            Cluster::Tmpfs(c) => c.start_again(),
+        }
+    }
+
+    fn stop(&self) {
+        match self {
+            Cluster::Plain(c) => c.stop(),
+            Cluster::Tmpfs(c) => c.stop(),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Cluster::Plain(c) => c.url(),
+            Cluster::Tmpfs(c) => c.url(),
+        }
+    }
+
+    fn psql(&self, sql: &str) -> String {
+        match self {
+            Cluster::Plain(c) => c.psql(sql),
+            Cluster::Tmpfs(c) => c.psql_db("segmint", sql),
+        }
+    }
+
+    fn psql_background(&self, sql: &str) -> ChildGuard {
+        match self {
+            Cluster::Plain(c) => c.psql_background(sql),
+            Cluster::Tmpfs(c) => ChildGuard(
+                c.psql_command("segmint", sql)
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn psql"),
+            ),
+        }
+    }
+
+    /// `max_id|version|step|delta|remainder` of a biz row.
+    fn row(&self, biz: &str) -> String {
+        self.psql(&format!(
+            "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
+        ))
+    }
+}
+
+/// `(uid, gid)` of the `postgres` user when running as root (PostgreSQL refuses root).
+fn postgres_user() -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").ok()?.uid() != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let line = passwd.lines().find(|l| l.starts_with("postgres:"))?;
+    let f: Vec<&str> = line.split(':').collect();
+    Some((f[2].parse().ok()?, f[3].parse().ok()?))
+}
+
+/// A PostgreSQL program (`initdb`, `pg_ctl`, `psql`) of the newest installed version,
+/// run as `postgres` when the test runs as root.
+fn pg_tool(program: &str) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    versions.sort();
+    let path = versions
+        .into_iter()
+        .rev()
+        .map(|bin| bin.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(program));
+    let mut cmd = Command::new(path);
+    if let Some((uid, gid)) = postgres_user() {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.env_remove("PGDATA").env("LC_ALL", "C");
+    cmd
+}
+
+fn run_checked(what: &str, cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A PostgreSQL cluster whose data directory is on a small tmpfs of its own, so that
+/// the disk-full fault fills a real file system. Stopped and unmounted on drop.
+struct TmpfsCluster {
+    /// On the ordinary disk: the log and the socket, which stay writable while the
+    /// tmpfs is full. Removed after the unmount.
+    dir: tempfile::TempDir,
+    /// The tmpfs mount point, holding the data directory and the ballast.
+    disk: PathBuf,
+    /// The cluster's loopback port.
+    port: u16,
+}
+
+impl TmpfsCluster {
+    /// Mounts the tmpfs (root only; a failure fails the run: the fault is never
+    /// skipped), then `initdb` with 1 MB WAL segments, so that WAL needs new files
+    /// often, and starts the cluster with a `segmint` database.
+    fn start() -> TmpfsCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("segmint-pg-tmpfs-")
+            .tempdir()
+            .unwrap();
+        let owner = postgres_user();
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let disk = dir.path().join("disk");
+        std::fs::create_dir(&disk).unwrap();
+        let (uid, gid) = owner.unwrap_or((0, 0));
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={TMPFS_MB}m,mode=0700,uid={uid},gid={gid}"))
+            .arg("tmpfs")
+            .arg(&disk)
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "the disk-full fault needs a tmpfs (run as root): mount -t tmpfs {} failed: {}",
+                disk.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => panic!("the disk-full fault needs a tmpfs: run mount: {e}"),
+        }
+        let cluster = TmpfsCluster {
+            dir,
+            disk,
+            port: free_port(),
+        };
+        run_checked(
+            "initdb",
+            pg_tool("initdb")
+                .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
+                .args(["--wal-segsize=1", "-D"])
+                .arg(cluster.data()),
+        );
+        cluster.start_again();
+        cluster.psql_db("postgres", "CREATE DATABASE segmint");
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.disk.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+
+    /// Where the disk-full fault writes its ballast: on the tmpfs, beside the data.
+    fn ballast(&self) -> PathBuf {
+        self.disk.join("ballast")
+    }
+
+    /// As the harness's clusters, with little WAL kept, so that the tmpfs holds it.
+    fn start_again(&self) {
+        let opts = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 \
+             -c max_wal_size=8MB -c min_wal_size=2MB -c wal_keep_size=0",
+            self.port,
+            self.dir.path().display()
+        );
+        run_checked(
+            "pg_ctl start",
+            pg_tool("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(self.log())
+                .args(["-o", &opts, "-w", "-t", "30", "start"]),
+        );
+    }
+
+    fn stop(&self) {
+        run_checked(
+            "pg_ctl stop",
+            pg_tool("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"]),
+        );
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/segmint", self.port)
+    }
+
+    fn psql_command(&self, db: &str, sql: &str) -> Command {
+        let mut cmd = pg_tool("psql");
+        cmd.args(["-X", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1"])
+            .args([
+                "-U",
+                "postgres",
+                "-p",
+                &self.port.to_string(),
+                "-d",
+                db,
+                "-c",
+                sql,
+            ]);
+        cmd
+    }
+
+    fn psql_db(&self, db: &str, sql: &str) -> String {
+        run_checked("psql", &mut self.psql_command(db, sql))
+    }
+}
+
+impl Drop for TmpfsCluster {
+    fn drop(&mut self) {
+        let _ = pg_tool("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        // The postmaster's last children may hold the mount for a moment.
+        for _ in 0..50 {
+            let unmounted = Command::new("umount").arg(&self.disk).status();
+            if unmounted.is_ok_and(|s| s.success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let lazy = Command::new("umount").arg("-l").arg(&self.disk).status();
+        if !lazy.is_ok_and(|s| s.success()) {
+            eprintln!("chaos: could not unmount {}", self.disk.display());
+        }
     }
 }
 
@@ -624,6 +884,8 @@ struct Ctx {
     starts: Vec<AtomicU32>,
     /// Workers that have succeeded since every fault was repaired.
     back: AtomicUsize,
+    /// What the database did under each disk-full fault, for the report's totals.
+    disk_full: Mutex<Vec<DiskOutcome>>,
     /// Holds the configuration file and the servers' logs; dropped last.
     _dir: tempfile::TempDir,
 }
@@ -1195,9 +1457,10 @@ enum FaultKind {
     DbKill,
     DbStall,
     BackInTime,
+    DiskFull,
 }
 
-const FAULT_KINDS: [FaultKind; 7] = [
+const FAULT_KINDS: [FaultKind; 8] = [
     FaultKind::ServerKill,
     FaultKind::ServerTerm,
     FaultKind::ServerStop,
@@ -1205,6 +1468,7 @@ const FAULT_KINDS: [FaultKind; 7] = [
     FaultKind::DbKill,
     FaultKind::DbStall,
     FaultKind::BackInTime,
+    FaultKind::DiskFull,
 ];
 
 impl FaultKind {
@@ -1219,13 +1483,20 @@ impl FaultKind {
             FaultKind::BackInTime => {
                 "PostgreSQL biz rows restored from a backup taken seconds before, fenced, then `segmint db fence`"
             }
+            FaultKind::DiskFull => {
+                "PostgreSQL file system full (its tmpfs filled with a ballast file), then freed"
+            }
         }
     }
 
     fn on_database(self) -> bool {
         matches!(
             self,
-            FaultKind::DbStop | FaultKind::DbKill | FaultKind::DbStall | FaultKind::BackInTime
+            FaultKind::DbStop
+                | FaultKind::DbKill
+                | FaultKind::DbStall
+                | FaultKind::BackInTime
+                | FaultKind::DiskFull
         )
     }
 
@@ -1240,6 +1511,7 @@ impl FaultKind {
             FaultKind::DbStall => rng.millis(3000, 6000),
             // From the backup to the restore.
             FaultKind::BackInTime => rng.millis(2000, 4000),
+            FaultKind::DiskFull => rng.millis(2000, 4000),
         }
     }
 }
@@ -1298,6 +1570,7 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
                 (FaultKind::DbStall, None),
                 (FaultKind::DbStall, None),
                 (FaultKind::BackInTime, None),
+                (FaultKind::DiskFull, Some(DISK_DB)),
             ];
             rng.shuffle(&mut deck);
         }
@@ -1469,7 +1742,7 @@ async fn run_fault(
             let began = Instant::now();
             let mut note = String::new();
             if kind == FaultKind::DbStop {
-                db.blocking("pg_ctl stop -m immediate", PgCluster::stop)
+                db.blocking("pg_ctl stop -m immediate", Cluster::stop)
                     .await?;
             } else {
                 let pid = db.postmaster_pid()?;
@@ -1501,6 +1774,7 @@ async fn run_fault(
             ))
         }
         FaultKind::BackInTime => back_in_time(ctx, target, hold).await,
+        FaultKind::DiskFull => disk_full(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
             let sql = format!(
@@ -1750,6 +2024,123 @@ async fn back_in_time(ctx: &Ctx, target: usize, hold: Duration) -> Result<String
     ))
 }
 
+/// What PostgreSQL did while its file system was full, from its log and its process.
+#[derive(Default, Clone, Copy)]
+struct DiskOutcome {
+    /// Log lines saying `No space left on device` (errors and the PANIC among them).
+    enospc: usize,
+    /// PANICs: PostgreSQL's answer to a WAL write that fails.
+    panics: usize,
+    /// Whether the postmaster ended its backends and reinitialized on its own.
+    reinitialized: bool,
+    /// Whether the postmaster exited, so that the harness had to start it again.
+    restarted: bool,
+}
+
+/// Fills the tmpfs of database `target` with a ballast file until `ENOSPC`, holds it
+/// full for `hold`, deletes the ballast, and brings the database back if it crashed
+/// (as the crash faults do). Returns a note on what PostgreSQL did.
+async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
+    let db = &ctx.databases[target];
+    let Cluster::Tmpfs(tmpfs) = &*db.cluster else {
+        return Err(format!("pg{target} is not on a tmpfs"));
+    };
+    let log_from = std::fs::metadata(db.log()).map_or(0, |m| m.len());
+    let pid = db.postmaster_pid()?;
+    let children = children_of(pid);
+    let ballast = tmpfs.ballast();
+    let path = ballast.clone();
+    let began = Instant::now();
+    let filled = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let mut file = std::fs::File::create(&path).map_err(|e| format!("create ballast: {e}"))?;
+        let chunk = vec![0u8; 1 << 20];
+        loop {
+            match file.write_all(&chunk) {
+                Ok(()) => {}
+                // ENOSPC: the file system is full, which is the point.
+                Err(e) if e.raw_os_error() == Some(28) => break,
+                Err(e) => return Err(format!("write ballast: {e}")),
+            }
+        }
+        file.metadata()
+            .map(|m| m.len())
+            .map_err(|e| format!("ballast size: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let fill_secs = began.elapsed().as_secs_f64();
+    tokio::time::sleep(hold).await;
+    std::fs::remove_file(&ballast).map_err(|e| format!("remove ballast: {e}"))?;
+
+    // Either PostgreSQL answers again on its own (after errors, or a crash it recovered
+    // from), or its postmaster has exited and is started again.
+    let deadline = Instant::now() + RECOVERY;
+    let mut outcome = DiskOutcome::default();
+    let mut back = String::new();
+    loop {
+        if !alive(pid) {
+            let gone = Instant::now() + Duration::from_secs(15);
+            while children.iter().any(|&c| alive(c)) && Instant::now() < gone {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let restarting = Instant::now();
+            let attempts = db.restart().await?;
+            outcome.restarted = true;
+            back = format!(
+                "; the postmaster had exited: restarted in {:.2} s ({attempts} attempt{})",
+                restarting.elapsed().as_secs_f64(),
+                if attempts == 1 { "" } else { "s" }
+            );
+            break;
+        }
+        if db.sql("SELECT 1".into()).await.is_ok() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "pg{target} did not answer within {RECOVERY:?} of the ballast's removal"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let log = std::fs::read(db.log()).unwrap_or_default();
+    let log = String::from_utf8_lossy(log.get(log_from as usize..).unwrap_or_default());
+    outcome.enospc = log.matches("No space left on device").count();
+    outcome.panics = log.lines().filter(|l| l.contains("PANIC:")).count();
+    outcome.reinitialized = log.contains("reinitializing");
+    let first_error = log
+        .lines()
+        .find(|l| l.contains("No space left on device"))
+        .and_then(|l| l.split_once("]").map(|(_, rest)| rest.trim().to_string()))
+        .unwrap_or_default();
+    ctx.disk_full.lock().unwrap().push(outcome);
+    Ok(format!(
+        "{:.1} MB of ballast filled the {TMPFS_MB} MB tmpfs in {fill_secs:.2} s; held full {:.1} s; \
+         PostgreSQL logged {} ENOSPC line{}, {} PANIC{}{}{}{}",
+        filled as f64 / (1 << 20) as f64,
+        hold.as_secs_f64(),
+        outcome.enospc,
+        if outcome.enospc == 1 { "" } else { "s" },
+        outcome.panics,
+        if outcome.panics == 1 { "" } else { "s" },
+        if outcome.reinitialized {
+            ", ended its backends and reinitialized"
+        } else {
+            ""
+        },
+        back,
+        if first_error.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (first: {})",
+                first_error.chars().take(140).collect::<String>()
+            )
+        }
+    ))
+}
+
 // ---------------------------------------------------------------------------------------
 // The test.
 
@@ -1798,26 +2189,37 @@ fn sum_field(text: &str, key: &str) -> u64 {
 /// Three databases (classes 0, 1, 2 mod 3) with `chaos` and the odd-only `odd`, and three
 /// servers using them all, each answering.
 async fn set_up() -> Arc<Ctx> {
-    let clusters: Vec<Arc<PgCluster>> = std::thread::scope(|s| {
-        let starting: Vec<_> = (0..DATABASES).map(|_| s.spawn(PgCluster::start)).collect();
+    let clusters: Vec<Arc<Cluster>> = std::thread::scope(|s| {
+        let starting: Vec<_> = (0..DATABASES)
+            .map(|i| {
+                s.spawn(move || {
+                    if i == DISK_DB {
+                        Cluster::Tmpfs(TmpfsCluster::start())
+                    } else {
+                        Cluster::Plain(PgCluster::start())
+                    }
+                })
+            })
+            .collect();
         starting
             .into_iter()
             .map(|h| Arc::new(h.join().unwrap()))
             .collect()
     });
-    let refs: Vec<&PgCluster> = clusters.iter().map(|c| c.as_ref()).collect();
+    let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
     // Fixed steps: segments stay small and are reserved all the time.
     let extra = "adaptive_step = false";
+    let config = || Config::from_toml(&config_toml_urls(&urls, extra)).expect("configuration");
     let tokens = [
-        setup_biz(&config(&refs, extra), Biz::Chaos.name(), STEP, false).await,
-        setup_biz(&config(&refs, extra), Biz::Odd.name(), STEP, true).await,
+        setup_biz(&config(), Biz::Chaos.name(), STEP, false).await,
+        setup_biz(&config(), Biz::Odd.name(), STEP, true).await,
     ];
     let dir = tempfile::Builder::new()
         .prefix("segmint-chaos-")
         .tempdir()
         .unwrap();
     let config_file = dir.path().join("segmint.toml");
-    std::fs::write(&config_file, config_toml(&refs, extra)).unwrap();
+    std::fs::write(&config_file, config_toml_urls(&urls, extra)).unwrap();
     let databases: Vec<Database> = clusters
         .iter()
         .enumerate()
@@ -1862,6 +2264,7 @@ async fn set_up() -> Arc<Ctx> {
         anomalies: Mutex::new(Vec::new()),
         starts: (0..SERVERS).map(|_| AtomicU32::new(0)).collect(),
         back: AtomicUsize::new(0),
+        disk_full: Mutex::new(Vec::new()),
         _dir: dir,
     });
     for s in 0..SERVERS {
@@ -2473,6 +2876,31 @@ fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Findings) -> Strin
         restores.len()
     );
     for f in restores {
+        let _ = writeln!(
+            w,
+            "- t = {:.1}–{:.1} s, pg{}: {}",
+            f.start,
+            f.end,
+            f.target,
+            f.note.replace('\n', " ")
+        );
+    }
+    let fills: Vec<&FaultRecord> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::DiskFull)
+        .collect();
+    let outcomes = ctx.disk_full.lock().unwrap().clone();
+    let _ = writeln!(
+        w,
+        "\nDisk full (pg{DISK_DB}'s {TMPFS_MB} MB tmpfs filled until ENOSPC): {}; PostgreSQL logged ENOSPC in {}, \
+         PANICked in {}, reinitialized itself in {}, and exited (restarted by the harness) in {}.\n",
+        fills.len(),
+        outcomes.iter().filter(|o| o.enospc > 0).count(),
+        outcomes.iter().filter(|o| o.panics > 0).count(),
+        outcomes.iter().filter(|o| o.reinitialized).count(),
+        outcomes.iter().filter(|o| o.restarted).count(),
+    );
+    for f in fills {
         let _ = writeln!(
             w,
             "- t = {:.1}–{:.1} s, pg{}: {}",
