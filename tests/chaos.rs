@@ -574,7 +574,8 @@ impl Database {
 
 /// Size of the tmpfs under the disk-full fault's cluster. Measured: `initdb
 /// --wal-segsize=1` and `CREATE DATABASE segmint` take 30 MB of it; the rest is room for
-/// the run's WAL (`max_wal_size` 8 MB) and table growth, and what the ballast fills.
+/// the run's WAL (`max_wal_size` 2 MB: checkpoints every 2 MB, few segments kept ahead)
+/// and table growth, and what the ballast fills.
 const TMPFS_MB: u64 = 64;
 /// The database whose data directory is on the tmpfs.
 const DISK_DB: usize = DATABASES - 1;
@@ -756,7 +757,7 @@ impl TmpfsCluster {
     fn start_again(&self) {
         let opts = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 \
-             -c max_wal_size=8MB -c min_wal_size=2MB -c wal_keep_size=0",
+             -c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
             self.port,
             self.dir.path().display()
         );
@@ -2040,6 +2041,12 @@ struct DiskOutcome {
 /// Fills the tmpfs of database `target` with a ballast file until `ENOSPC`, holds it
 /// full for `hold`, deletes the ballast, and brings the database back if it crashed
 /// (as the crash faults do). Returns a note on what PostgreSQL did.
+///
+/// The run's traffic writes less than one WAL segment in a few seconds, and PostgreSQL
+/// keeps recycled segments ahead, so a full disk mostly costs it a few failed writes.
+/// Every other disk-full fault (the first included) therefore also switches WAL
+/// segments while the disk is full, as a burst of writes would, until PostgreSQL needs
+/// a new segment file: the WAL write that then fails is its PANIC.
 async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
     let db = &ctx.databases[target];
     let Cluster::Tmpfs(tmpfs) = &*db.cluster else {
@@ -2069,7 +2076,22 @@ async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, S
     .await
     .map_err(|e| e.to_string())??;
     let fill_secs = began.elapsed().as_secs_f64();
-    tokio::time::sleep(hold).await;
+    let held_until = Instant::now() + hold;
+    let burst = ctx.disk_full.lock().unwrap().len() % 2 == 0;
+    let mut switches = 0;
+    if burst {
+        for _ in 0..5 {
+            if !alive(pid) || Instant::now() >= held_until {
+                break;
+            }
+            // Fails once PostgreSQL is down: that is what it is for.
+            if db.sql("SELECT pg_switch_wal()".into()).await.is_ok() {
+                switches += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    tokio::time::sleep(held_until.saturating_duration_since(Instant::now())).await;
     std::fs::remove_file(&ballast).map_err(|e| format!("remove ballast: {e}"))?;
 
     // Either PostgreSQL answers again on its own (after errors, or a crash it recovered
@@ -2117,9 +2139,14 @@ async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, S
     ctx.disk_full.lock().unwrap().push(outcome);
     Ok(format!(
         "{:.1} MB of ballast filled the {TMPFS_MB} MB tmpfs in {fill_secs:.2} s; held full {:.1} s; \
-         PostgreSQL logged {} ENOSPC line{}, {} PANIC{}{}{}{}",
+         {}PostgreSQL logged {} ENOSPC line{}, {} PANIC{}{}{}{}",
         filled as f64 / (1 << 20) as f64,
         hold.as_secs_f64(),
+        if burst {
+            format!("WAL segment switches while full: {switches}; ")
+        } else {
+            String::new()
+        },
         outcome.enospc,
         if outcome.enospc == 1 { "" } else { "s" },
         outcome.panics,
