@@ -2077,7 +2077,7 @@ async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, S
     .map_err(|e| e.to_string())??;
     let fill_secs = began.elapsed().as_secs_f64();
     let held_until = Instant::now() + hold;
-    let burst = ctx.disk_full.lock().unwrap().len() % 2 == 0;
+    let burst = ctx.disk_full.lock().unwrap().len().is_multiple_of(2);
     let mut switches = 0;
     if burst {
         for _ in 0..5 {
