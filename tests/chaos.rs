@@ -816,7 +816,10 @@ impl Drop for TmpfsCluster {
             .output();
         // The postmaster's last children may hold the mount for a moment.
         for _ in 0..50 {
-            let unmounted = Command::new("umount").arg(&self.disk).status();
+            let unmounted = Command::new("umount")
+                .arg(&self.disk)
+                .stderr(std::process::Stdio::null())
+                .status();
             if unmounted.is_ok_and(|s| s.success()) {
                 return;
             }
@@ -2633,7 +2636,7 @@ fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
     }
     let anomalies = ctx.anomalies.lock().unwrap().clone();
     checks.push(check(
-        "no server crashed or panicked; every restart came back",
+        "no server crashed or panicked; every restart came back; every fault's own checks passed",
         &anomalies,
         "yes",
     ));
@@ -2745,7 +2748,7 @@ fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Findings) -> Strin
     );
     let _ = writeln!(
         w,
-        "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3), {SERVERS} `segmint serve` processes using all three \
+        "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3; pg{DISK_DB} on a {TMPFS_MB} MB tmpfs), {SERVERS} `segmint serve` processes using all three \
          (fetch timeout 1 s, wait timeout 3 s, back-off 0.1–0.4 s, adaptive step off); bizs `chaos` (step {STEP}: \
          segments of 100 IDs) and `odd` (`--odd`, step {STEP}: 50 IDs, classes 1, 3, 5 mod 6); {} workers, 2 s request timeout.",
         run.outcomes.len()
