@@ -2023,7 +2023,7 @@ async fn back_in_time(ctx: &Ctx, target: usize, hold: Duration) -> Result<String
     Ok(format!(
         "{what}; shown fenced by {fenced_note} (\"{}\"); `segmint db fence {name}` at t={lifted:.1}s \
          ({attempts} attempt{}) raised {raised_rows} rows; used again by {used_note}",
-        reason.chars().take(120).collect::<String>(),
+        reason.chars().take(200).collect::<String>(),
         if attempts == 1 { "" } else { "s" }
     ))
 }
