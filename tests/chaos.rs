@@ -29,9 +29,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{
-    ChildGuard, PgCluster, config, config_toml, free_port, serve_command, setup_biz, wait_healthy,
+    ChildGuard, PgCluster, config_toml_urls, free_port, segmint_bin, serve_command, setup_biz,
+    wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
+use segmint::config::Config;
 use tokio::task::JoinSet;
 
 /// Width of every segment: 100 IDs of `chaos` per database, 50 of `odd`, so that the
@@ -503,13 +505,16 @@ fn tail(path: &Path, bytes: usize) -> String {
 /// PID) and its log.
 struct Database {
     index: usize,
-    cluster: Arc<PgCluster>,
+    cluster: Arc<Cluster>,
     data_dir: PathBuf,
 }
 
 impl Database {
     fn log(&self) -> PathBuf {
-        self.data_dir.parent().unwrap().join("log")
+        match &*self.cluster {
+            Cluster::Plain(_) => self.data_dir.parent().unwrap().join("log"),
+            Cluster::Tmpfs(t) => t.log(),
+        }
     }
 
     fn postmaster_pid(&self) -> Result<u32, String> {
@@ -522,8 +527,12 @@ impl Database {
             .ok_or_else(|| format!("{}: no PID", file.display()))
     }
 
-    /// Runs a blocking `PgCluster` operation (which panics on failure) off the runtime.
-    async fn blocking(&self, what: &str, op: fn(&PgCluster)) -> Result<(), String> {
+    /// Runs a blocking cluster operation (which panics on failure) off the runtime.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        what: &str,
+        op: impl FnOnce(&Cluster) -> T + Send + 'static,
+    ) -> Result<T, String> {
         let cluster = self.cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(&cluster)))
@@ -543,18 +552,283 @@ impl Database {
         })
     }
 
+    /// Runs `sql` off the runtime: psql's unaligned output.
+    async fn sql(&self, sql: String) -> Result<String, String> {
+        self.blocking("psql", move |c| c.psql(&sql)).await
+    }
+
     /// Starts the cluster again, retrying: after a postmaster was killed its children
     /// may hold the shared memory for a moment.
     async fn restart(&self) -> Result<u32, String> {
         let mut last = String::new();
         for attempt in 1..=10 {
-            match self.blocking("pg_ctl start", PgCluster::start_again).await {
+            match self.blocking("pg_ctl start", Cluster::start_again).await {
                 Ok(()) => return Ok(attempt),
                 Err(e) => last = e,
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Err(last)
+    }
+}
+
+/// Size of the tmpfs under the disk-full fault's cluster. Measured: `initdb
+/// --wal-segsize=1` and `CREATE DATABASE segmint` take 30 MB of it; the rest is room for
+/// the run's WAL (`max_wal_size` 2 MB: checkpoints every 2 MB, few segments kept ahead)
+/// and table growth, and what the ballast fills.
+const TMPFS_MB: u64 = 64;
+/// The database whose data directory is on the tmpfs.
+const DISK_DB: usize = DATABASES - 1;
+
+/// A database cluster of the run: the harness's, or one on a tmpfs of its own.
+enum Cluster {
+    Plain(PgCluster),
+    Tmpfs(TmpfsCluster),
+}
+
+impl Cluster {
+    fn start_again(&self) {
+        match self {
+            Cluster::Plain(c) => c.start_again(),
+            Cluster::Tmpfs(c) => c.start_again(),
+        }
+    }
+
+    fn stop(&self) {
+        match self {
+            Cluster::Plain(c) => c.stop(),
+            Cluster::Tmpfs(c) => c.stop(),
+        }
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Cluster::Plain(c) => c.url(),
+            Cluster::Tmpfs(c) => c.url(),
+        }
+    }
+
+    fn psql(&self, sql: &str) -> String {
+        match self {
+            Cluster::Plain(c) => c.psql(sql),
+            Cluster::Tmpfs(c) => c.psql_db("segmint", sql),
+        }
+    }
+
+    fn psql_background(&self, sql: &str) -> ChildGuard {
+        match self {
+            Cluster::Plain(c) => c.psql_background(sql),
+            Cluster::Tmpfs(c) => ChildGuard(
+                c.psql_command("segmint", sql)
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn psql"),
+            ),
+        }
+    }
+
+    /// `max_id|version|step|delta|remainder` of a biz row.
+    fn row(&self, biz: &str) -> String {
+        self.psql(&format!(
+            "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
+        ))
+    }
+}
+
+/// `(uid, gid)` of the `postgres` user when running as root (PostgreSQL refuses root).
+fn postgres_user() -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    if std::fs::metadata("/proc/self").ok()?.uid() != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    let line = passwd.lines().find(|l| l.starts_with("postgres:"))?;
+    let f: Vec<&str> = line.split(':').collect();
+    Some((f[2].parse().ok()?, f[3].parse().ok()?))
+}
+
+/// A PostgreSQL program (`initdb`, `pg_ctl`, `psql`) of the newest installed version,
+/// run as `postgres` when the test runs as root.
+fn pg_tool(program: &str) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
+        .unwrap_or_default();
+    versions.sort();
+    let path = versions
+        .into_iter()
+        .rev()
+        .map(|bin| bin.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from(program));
+    let mut cmd = Command::new(path);
+    if let Some((uid, gid)) = postgres_user() {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd.env_remove("PGDATA").env("LC_ALL", "C");
+    cmd
+}
+
+fn run_checked(what: &str, cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A PostgreSQL cluster whose data directory is on a small tmpfs of its own, so that
+/// the disk-full fault fills a real file system. Stopped and unmounted on drop.
+struct TmpfsCluster {
+    /// On the ordinary disk: the log and the socket, which stay writable while the
+    /// tmpfs is full. Removed after the unmount.
+    dir: tempfile::TempDir,
+    /// The tmpfs mount point, holding the data directory and the ballast.
+    disk: PathBuf,
+    /// The cluster's loopback port.
+    port: u16,
+}
+
+impl TmpfsCluster {
+    /// Mounts the tmpfs (root only; a failure fails the run: the fault is never
+    /// skipped), then `initdb` with 1 MB WAL segments, so that WAL needs new files
+    /// often, and starts the cluster with a `segmint` database.
+    fn start() -> TmpfsCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("segmint-pg-tmpfs-")
+            .tempdir()
+            .unwrap();
+        let owner = postgres_user();
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let disk = dir.path().join("disk");
+        std::fs::create_dir(&disk).unwrap();
+        let (uid, gid) = owner.unwrap_or((0, 0));
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o"])
+            .arg(format!("size={TMPFS_MB}m,mode=0700,uid={uid},gid={gid}"))
+            .arg("tmpfs")
+            .arg(&disk)
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => panic!(
+                "the disk-full fault needs a tmpfs (run as root): mount -t tmpfs {} failed: {}",
+                disk.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(e) => panic!("the disk-full fault needs a tmpfs: run mount: {e}"),
+        }
+        let cluster = TmpfsCluster {
+            dir,
+            disk,
+            port: free_port(),
+        };
+        run_checked(
+            "initdb",
+            pg_tool("initdb")
+                .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
+                .args(["--wal-segsize=1", "-D"])
+                .arg(cluster.data()),
+        );
+        cluster.start_again();
+        cluster.psql_db("postgres", "CREATE DATABASE segmint");
+        cluster
+    }
+
+    fn data(&self) -> PathBuf {
+        self.disk.join("data")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("log")
+    }
+
+    /// Where the disk-full fault writes its ballast: on the tmpfs, beside the data.
+    fn ballast(&self) -> PathBuf {
+        self.disk.join("ballast")
+    }
+
+    /// As the harness's clusters, with little WAL kept, so that the tmpfs holds it.
+    fn start_again(&self) {
+        let opts = format!(
+            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 \
+             -c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
+            self.port,
+            self.dir.path().display()
+        );
+        run_checked(
+            "pg_ctl start",
+            pg_tool("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .arg("-l")
+                .arg(self.log())
+                .args(["-o", &opts, "-w", "-t", "30", "start"]),
+        );
+    }
+
+    fn stop(&self) {
+        run_checked(
+            "pg_ctl stop",
+            pg_tool("pg_ctl")
+                .arg("-D")
+                .arg(self.data())
+                .args(["-m", "immediate", "-w", "stop"]),
+        );
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/segmint", self.port)
+    }
+
+    fn psql_command(&self, db: &str, sql: &str) -> Command {
+        let mut cmd = pg_tool("psql");
+        cmd.args(["-X", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1"])
+            .args([
+                "-U",
+                "postgres",
+                "-p",
+                &self.port.to_string(),
+                "-d",
+                db,
+                "-c",
+                sql,
+            ]);
+        cmd
+    }
+
+    fn psql_db(&self, db: &str, sql: &str) -> String {
+        run_checked("psql", &mut self.psql_command(db, sql))
+    }
+}
+
+impl Drop for TmpfsCluster {
+    fn drop(&mut self) {
+        let _ = pg_tool("pg_ctl")
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "stop"])
+            .output();
+        // The postmaster's last children may hold the mount for a moment.
+        for _ in 0..50 {
+            let unmounted = Command::new("umount")
+                .arg(&self.disk)
+                .stderr(std::process::Stdio::null())
+                .status();
+            if unmounted.is_ok_and(|s| s.success()) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let lazy = Command::new("umount").arg("-l").arg(&self.disk).status();
+        if !lazy.is_ok_and(|s| s.success()) {
+            eprintln!("chaos: could not unmount {}", self.disk.display());
+        }
     }
 }
 
@@ -614,6 +888,8 @@ struct Ctx {
     starts: Vec<AtomicU32>,
     /// Workers that have succeeded since every fault was repaired.
     back: AtomicUsize,
+    /// What the database did under each disk-full fault, for the report's totals.
+    disk_full: Mutex<Vec<DiskOutcome>>,
     /// Holds the configuration file and the servers' logs; dropped last.
     _dir: tempfile::TempDir,
 }
@@ -1184,15 +1460,19 @@ enum FaultKind {
     DbStop,
     DbKill,
     DbStall,
+    BackInTime,
+    DiskFull,
 }
 
-const FAULT_KINDS: [FaultKind; 6] = [
+const FAULT_KINDS: [FaultKind; 8] = [
     FaultKind::ServerKill,
     FaultKind::ServerTerm,
     FaultKind::ServerStop,
     FaultKind::DbStop,
     FaultKind::DbKill,
     FaultKind::DbStall,
+    FaultKind::BackInTime,
+    FaultKind::DiskFull,
 ];
 
 impl FaultKind {
@@ -1204,13 +1484,23 @@ impl FaultKind {
             FaultKind::DbStop => "PostgreSQL `pg_ctl stop -m immediate`, restarted",
             FaultKind::DbKill => "PostgreSQL postmaster `kill -9`, restarted",
             FaultKind::DbStall => "PostgreSQL biz rows locked (`FOR UPDATE` + `pg_sleep`)",
+            FaultKind::BackInTime => {
+                "PostgreSQL biz rows restored from a backup taken seconds before, fenced, then `segmint db fence`"
+            }
+            FaultKind::DiskFull => {
+                "PostgreSQL file system full (its tmpfs filled with a ballast file), then freed"
+            }
         }
     }
 
     fn on_database(self) -> bool {
         matches!(
             self,
-            FaultKind::DbStop | FaultKind::DbKill | FaultKind::DbStall
+            FaultKind::DbStop
+                | FaultKind::DbKill
+                | FaultKind::DbStall
+                | FaultKind::BackInTime
+                | FaultKind::DiskFull
         )
     }
 
@@ -1223,6 +1513,9 @@ impl FaultKind {
             FaultKind::DbStop => rng.millis(1000, 4000),
             FaultKind::DbKill => rng.millis(0, 2000),
             FaultKind::DbStall => rng.millis(3000, 6000),
+            // From the backup to the restore.
+            FaultKind::BackInTime => rng.millis(2000, 4000),
+            FaultKind::DiskFull => rng.millis(2000, 4000),
         }
     }
 }
@@ -1239,8 +1532,14 @@ struct FaultRecord {
 /// Which servers and databases a fault is acting on.
 #[derive(Default)]
 struct Busy {
+    /// Servers a fault is acting on.
     servers: [bool; SERVERS],
+    /// The database a fault takes away (down or stalled): at most one at a time.
     database: Option<usize>,
+    /// The database a back-in-time fault is acting on, from its backup until its fence
+    /// is lifted: no other fault touches it, and since at most one other database is
+    /// taken away meanwhile, one more stays up to witness its reservations.
+    restored: Option<usize>,
 }
 
 /// Every 2 to 5 s, starts the next fault of a shuffled deck that holds every kind (and a
@@ -1274,6 +1573,8 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
                 (FaultKind::DbKill, None),
                 (FaultKind::DbStall, None),
                 (FaultKind::DbStall, None),
+                (FaultKind::BackInTime, None),
+                (FaultKind::DiskFull, Some(DISK_DB)),
             ];
             rng.shuffle(&mut deck);
         }
@@ -1307,7 +1608,9 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
                 }
             };
             let mut b = busy.lock().unwrap();
-            if kind.on_database() {
+            if kind == FaultKind::BackInTime {
+                b.restored = None;
+            } else if kind.on_database() {
                 b.database = None;
             } else {
                 b.servers[target] = false;
@@ -1332,8 +1635,9 @@ async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord
 }
 
 /// Takes the first fault of the deck that the rules allow now (at most one database
-/// fault at a time, at least one server untouched), draws its target if the deck left it
-/// open and how long it holds, and marks its target busy.
+/// taken away at a time, never the one going back in time; at most one back-in-time
+/// fault at a time; at least one server untouched), draws its target if the deck left
+/// it open and how long it holds, and marks its target busy.
 fn pick(
     deck: &mut Vec<(FaultKind, Option<usize>)>,
     busy: &Mutex<Busy>,
@@ -1342,8 +1646,10 @@ fn pick(
     let mut b = busy.lock().unwrap();
     let servers_busy = b.servers.iter().filter(|&&x| x).count();
     let i = deck.iter().position(|&(kind, target)| {
-        if kind.on_database() {
-            b.database.is_none()
+        if kind == FaultKind::BackInTime {
+            b.restored.is_none() && target.is_none_or(|d| b.database != Some(d))
+        } else if kind.on_database() {
+            b.database.is_none() && target.is_none_or(|d| b.restored != Some(d))
         } else {
             servers_busy + 1 < SERVERS && target.is_none_or(|s| !b.servers[s])
         }
@@ -1351,13 +1657,21 @@ fn pick(
     let (kind, target) = deck.remove(i);
     let target = target.unwrap_or_else(|| {
         if kind.on_database() {
-            rng.below(DATABASES)
+            let taken = if kind == FaultKind::BackInTime {
+                b.database
+            } else {
+                b.restored
+            };
+            let free: Vec<usize> = (0..DATABASES).filter(|&d| taken != Some(d)).collect();
+            free[rng.below(free.len())]
         } else {
             let free: Vec<usize> = (0..SERVERS).filter(|&s| !b.servers[s]).collect();
             free[rng.below(free.len())]
         }
     });
-    if kind.on_database() {
+    if kind == FaultKind::BackInTime {
+        b.restored = Some(target);
+    } else if kind.on_database() {
         b.database = Some(target);
     } else {
         b.servers[target] = true;
@@ -1432,7 +1746,7 @@ async fn run_fault(
             let began = Instant::now();
             let mut note = String::new();
             if kind == FaultKind::DbStop {
-                db.blocking("pg_ctl stop -m immediate", PgCluster::stop)
+                db.blocking("pg_ctl stop -m immediate", Cluster::stop)
                     .await?;
             } else {
                 let pid = db.postmaster_pid()?;
@@ -1463,6 +1777,8 @@ async fn run_fault(
                 if attempts == 1 { "" } else { "s" }
             ))
         }
+        FaultKind::BackInTime => back_in_time(ctx, target, hold).await,
+        FaultKind::DiskFull => disk_full(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
             let sql = format!(
@@ -1487,6 +1803,372 @@ async fn run_fault(
             }
         }
     }
+}
+
+/// Longest the servers may take to show a restored database fenced on `/readyz`, and to
+/// use it again once `segmint db fence` raised it: a catalog refresh (1 s here), plus a
+/// server frozen or restarting meanwhile.
+const FENCE_SEEN: Duration = Duration::from_secs(15);
+/// How long a restored database stays fenced before the operator raises it, so that
+/// servers restarted meanwhile meet it fenced too.
+const FENCE_HELD: Duration = Duration::from_secs(2);
+/// How long the harness retries `segmint db fence` (it needs every other database).
+const FENCE_RETRY: Duration = Duration::from_secs(30);
+
+/// Whether server `base` shows database `name` fenced on `/readyz`: the reason if it
+/// does, `Some(None)` if it does not, `None` when it does not answer.
+async fn fence_shown(http: &reqwest::Client, base: &str, name: &str) -> Option<Option<String>> {
+    let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+    let body: serde_json::Value = r.json().await.ok()?;
+    let db = body["databases"]
+        .as_array()?
+        .iter()
+        .find(|d| d["name"] == name)?;
+    Some(db["fenced"].as_str().map(str::to_string))
+}
+
+/// What one server showed while the harness watched a fence.
+enum Seen {
+    /// It showed what was awaited at this time (seconds into the run); whether its
+    /// process started after the watch began (a fresh server); the fence's reason.
+    At(f64, bool, Option<String>),
+    /// It answered, but never as awaited.
+    Never,
+    /// It never answered (killed or frozen the whole time).
+    Silent,
+}
+
+/// Polls every server's `/readyz` until each shows `name` fenced (`fenced`) or not,
+/// for at most [`FENCE_SEEN`].
+async fn watch_fence(ctx: &Ctx, name: &str, fenced: bool) -> Vec<Seen> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let starts: Vec<u32> = ctx
+        .starts
+        .iter()
+        .map(|s| s.load(Ordering::SeqCst))
+        .collect();
+    let mut seen: Vec<Seen> = (0..SERVERS).map(|_| Seen::Silent).collect();
+    let deadline = Instant::now() + FENCE_SEEN;
+    while Instant::now() < deadline {
+        let mut asks = JoinSet::new();
+        for (s, server) in ctx.servers.iter().enumerate() {
+            if !matches!(seen[s], Seen::At(..)) {
+                let (http, base, name) = (http.clone(), server.base.clone(), name.to_string());
+                asks.spawn(async move { (s, fence_shown(&http, &base, &name).await) });
+            }
+        }
+        if asks.is_empty() {
+            break;
+        }
+        while let Some(asked) = asks.join_next().await {
+            let (s, shown) = asked.expect("readyz task");
+            match shown {
+                Some(reason) if reason.is_some() == fenced => {
+                    let fresh = ctx.starts[s].load(Ordering::SeqCst) > starts[s];
+                    seen[s] = Seen::At(ctx.now(), fresh, reason);
+                }
+                Some(_) => seen[s] = Seen::Never,
+                None => {}
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+/// One line on what the servers showed since `since` (seconds into the run); the
+/// servers that answered but never showed it.
+fn seen_note(seen: &[Seen], since: f64) -> (String, Vec<usize>) {
+    let mut parts = Vec::new();
+    let mut never = Vec::new();
+    for (s, seen) in seen.iter().enumerate() {
+        parts.push(match seen {
+            Seen::At(at, fresh, _) => format!(
+                "server {s} +{:.1} s{}",
+                at - since,
+                if *fresh { " (restarted since)" } else { "" }
+            ),
+            Seen::Never => {
+                never.push(s);
+                format!("server {s} NEVER")
+            }
+            Seen::Silent => format!("server {s} did not answer"),
+        });
+    }
+    (parts.join(", "), never)
+}
+
+/// A restore from backup: takes a backup of database `target`'s biz rows, lets the
+/// servers reserve from it for `hold`, and sets its rows back to the backup. Every
+/// server must then show it fenced on `/readyz`; after [`FENCE_HELD`] the real
+/// `segmint db fence` raises it (retried while another database is down), and every
+/// server must use it again. The scheduler keeps the other databases from being taken
+/// away together meanwhile, so each reservation is witnessed somewhere.
+async fn back_in_time(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
+    let db = &ctx.databases[target];
+    let name = format!("pg{target}");
+    let backup = db
+        .sql("SELECT biz_type, max_id, version FROM tiny_id_info ORDER BY biz_type".into())
+        .await?;
+    let backed_up = ctx.now();
+    let rows: Vec<String> = backup
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split('|').collect();
+            format!("('{}', {}::bigint, {}::bigint)", f[0], f[1], f[2])
+        })
+        .collect();
+    if rows.is_empty() {
+        return Err(format!("{name} has no biz rows to back up"));
+    }
+    tokio::time::sleep(hold).await;
+    // The rows as the backup has them, in one statement; `now` locks each row to read
+    // how far it had gone.
+    let restore = format!(
+        "WITH backup(biz_type, max_id, version) AS (VALUES {}), \
+         now AS (SELECT t.biz_type, t.version FROM tiny_id_info t JOIN backup USING (biz_type) FOR UPDATE OF t) \
+         UPDATE tiny_id_info t SET max_id = backup.max_id, version = backup.version \
+         FROM backup JOIN now USING (biz_type) WHERE t.biz_type = backup.biz_type \
+         RETURNING t.biz_type, now.version - backup.version",
+        rows.join(", ")
+    );
+    let restored_rows = db.sql(restore).await?;
+    let restored = ctx.now();
+    let set_back: Vec<(String, i64)> = restored_rows
+        .lines()
+        .filter_map(|l| {
+            let (biz, by) = l.split_once('|')?;
+            Some((biz.to_string(), by.parse().ok()?))
+        })
+        .collect();
+    let what = format!(
+        "backup at t={backed_up:.1}s, restored at t={restored:.1}s: {} rows set back by {} versions",
+        set_back.len(),
+        set_back
+            .iter()
+            .map(|(biz, by)| format!("{by} (`{biz}`)"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    );
+    eprintln!("chaos: t={restored:.1}s {name}: {what}");
+    if set_back.iter().all(|(_, by)| *by == 0) {
+        return Err(format!(
+            "{what}: nothing was reserved there meanwhile, so nothing went back in time"
+        ));
+    }
+
+    let fenced = watch_fence(ctx, &name, true).await;
+    let (fenced_note, never) = seen_note(&fenced, restored);
+    let reason = fenced.iter().find_map(|s| match s {
+        Seen::At(_, _, Some(reason)) => Some(reason.clone()),
+        _ => None,
+    });
+    if !never.is_empty() || reason.is_none() {
+        return Err(format!(
+            "{what}; servers {never:?} answered /readyz without showing {name} fenced within {FENCE_SEEN:?} ({fenced_note})"
+        ));
+    }
+    let reason = reason.unwrap_or_default();
+    if !reason.contains("gone back in time") {
+        return Err(format!("{what}; fenced for another reason: {reason}"));
+    }
+
+    tokio::time::sleep(FENCE_HELD).await;
+    let config = ctx.servers[0].config.clone();
+    let began = Instant::now();
+    let mut attempts = 0;
+    let raised = loop {
+        attempts += 1;
+        let (config, db_name) = (config.clone(), name.clone());
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(segmint_bin())
+                .arg("--config")
+                .arg(&config)
+                .args(["db", "fence", &db_name])
+                .env_remove("SEGMINT_CONFIG")
+                .output()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("run segmint db fence: {e}"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.success() {
+            break stdout;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        if began.elapsed() > FENCE_RETRY {
+            return Err(format!(
+                "{what}; `segmint db fence {name}` failed {attempts} times: {stderr}{stdout}"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let lifted = ctx.now();
+    let raised_rows = raised.lines().filter(|l| l.contains("raised from")).count();
+    if raised_rows == 0 {
+        return Err(format!(
+            "{what}; `segmint db fence {name}` raised nothing: {raised}"
+        ));
+    }
+    let used = watch_fence(ctx, &name, false).await;
+    let (used_note, never) = seen_note(&used, lifted);
+    if !never.is_empty() {
+        return Err(format!(
+            "{what}; servers {never:?} still showed {name} fenced {FENCE_SEEN:?} after `segmint db fence` ({used_note})"
+        ));
+    }
+    Ok(format!(
+        "{what}; shown fenced by {fenced_note} (\"{}\"); `segmint db fence {name}` at t={lifted:.1}s \
+         ({attempts} attempt{}) raised {raised_rows} rows; used again by {used_note}",
+        reason.chars().take(200).collect::<String>(),
+        if attempts == 1 { "" } else { "s" }
+    ))
+}
+
+/// What PostgreSQL did while its file system was full, from its log and its process.
+#[derive(Default, Clone, Copy)]
+struct DiskOutcome {
+    /// Log lines saying `No space left on device` (errors and the PANIC among them).
+    enospc: usize,
+    /// PANICs: PostgreSQL's answer to a WAL write that fails.
+    panics: usize,
+    /// Whether the postmaster ended its backends and reinitialized on its own.
+    reinitialized: bool,
+    /// Whether the postmaster exited, so that the harness had to start it again.
+    restarted: bool,
+}
+
+/// Fills the tmpfs of database `target` with a ballast file until `ENOSPC`, holds it
+/// full for `hold`, deletes the ballast, and brings the database back if it crashed
+/// (as the crash faults do). Returns a note on what PostgreSQL did.
+///
+/// The run's traffic writes less than one WAL segment in a few seconds, and PostgreSQL
+/// keeps recycled segments ahead, so a full disk mostly costs it a few failed writes.
+/// Every other disk-full fault (the first included) therefore also switches WAL
+/// segments while the disk is full, as a burst of writes would, until PostgreSQL needs
+/// a new segment file: the WAL write that then fails is its PANIC.
+async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
+    let db = &ctx.databases[target];
+    let Cluster::Tmpfs(tmpfs) = &*db.cluster else {
+        return Err(format!("pg{target} is not on a tmpfs"));
+    };
+    let log_from = std::fs::metadata(db.log()).map_or(0, |m| m.len());
+    let pid = db.postmaster_pid()?;
+    let children = children_of(pid);
+    let ballast = tmpfs.ballast();
+    let path = ballast.clone();
+    let began = Instant::now();
+    let filled = tokio::task::spawn_blocking(move || -> Result<u64, String> {
+        let mut file = std::fs::File::create(&path).map_err(|e| format!("create ballast: {e}"))?;
+        let chunk = vec![0u8; 1 << 20];
+        loop {
+            match file.write_all(&chunk) {
+                Ok(()) => {}
+                // ENOSPC: the file system is full, which is the point.
+                Err(e) if e.raw_os_error() == Some(28) => break,
+                Err(e) => return Err(format!("write ballast: {e}")),
+            }
+        }
+        file.metadata()
+            .map(|m| m.len())
+            .map_err(|e| format!("ballast size: {e}"))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    let fill_secs = began.elapsed().as_secs_f64();
+    let held_until = Instant::now() + hold;
+    let burst = ctx.disk_full.lock().unwrap().len().is_multiple_of(2);
+    let mut switches = 0;
+    if burst {
+        for _ in 0..5 {
+            if !alive(pid) || Instant::now() >= held_until {
+                break;
+            }
+            // Fails once PostgreSQL is down: that is what it is for.
+            if db.sql("SELECT pg_switch_wal()".into()).await.is_ok() {
+                switches += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    tokio::time::sleep(held_until.saturating_duration_since(Instant::now())).await;
+    std::fs::remove_file(&ballast).map_err(|e| format!("remove ballast: {e}"))?;
+
+    // Either PostgreSQL answers again on its own (after errors, or a crash it recovered
+    // from), or its postmaster has exited and is started again.
+    let deadline = Instant::now() + RECOVERY;
+    let mut outcome = DiskOutcome::default();
+    let mut back = String::new();
+    loop {
+        if !alive(pid) {
+            let gone = Instant::now() + Duration::from_secs(15);
+            while children.iter().any(|&c| alive(c)) && Instant::now() < gone {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let restarting = Instant::now();
+            let attempts = db.restart().await?;
+            outcome.restarted = true;
+            back = format!(
+                "; the postmaster had exited: restarted in {:.2} s ({attempts} attempt{})",
+                restarting.elapsed().as_secs_f64(),
+                if attempts == 1 { "" } else { "s" }
+            );
+            break;
+        }
+        if db.sql("SELECT 1".into()).await.is_ok() {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "pg{target} did not answer within {RECOVERY:?} of the ballast's removal"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let log = std::fs::read(db.log()).unwrap_or_default();
+    let log = String::from_utf8_lossy(log.get(log_from as usize..).unwrap_or_default());
+    outcome.enospc = log.matches("No space left on device").count();
+    outcome.panics = log.lines().filter(|l| l.contains("PANIC:")).count();
+    outcome.reinitialized = log.contains("reinitializing");
+    let first_error = log
+        .lines()
+        .find(|l| l.contains("No space left on device"))
+        .and_then(|l| l.split_once("]").map(|(_, rest)| rest.trim().to_string()))
+        .unwrap_or_default();
+    ctx.disk_full.lock().unwrap().push(outcome);
+    Ok(format!(
+        "{:.1} MB of ballast filled the {TMPFS_MB} MB tmpfs in {fill_secs:.2} s; held full {:.1} s; \
+         {}PostgreSQL logged {} ENOSPC line{}, {} PANIC{}{}{}{}",
+        filled as f64 / (1 << 20) as f64,
+        hold.as_secs_f64(),
+        if burst {
+            format!("WAL segment switches while full: {switches}; ")
+        } else {
+            String::new()
+        },
+        outcome.enospc,
+        if outcome.enospc == 1 { "" } else { "s" },
+        outcome.panics,
+        if outcome.panics == 1 { "" } else { "s" },
+        if outcome.reinitialized {
+            ", ended its backends and reinitialized"
+        } else {
+            ""
+        },
+        back,
+        if first_error.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (first: {})",
+                first_error.chars().take(140).collect::<String>()
+            )
+        }
+    ))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1537,26 +2219,37 @@ fn sum_field(text: &str, key: &str) -> u64 {
 /// Three databases (classes 0, 1, 2 mod 3) with `chaos` and the odd-only `odd`, and three
 /// servers using them all, each answering.
 async fn set_up() -> Arc<Ctx> {
-    let clusters: Vec<Arc<PgCluster>> = std::thread::scope(|s| {
-        let starting: Vec<_> = (0..DATABASES).map(|_| s.spawn(PgCluster::start)).collect();
+    let clusters: Vec<Arc<Cluster>> = std::thread::scope(|s| {
+        let starting: Vec<_> = (0..DATABASES)
+            .map(|i| {
+                s.spawn(move || {
+                    if i == DISK_DB {
+                        Cluster::Tmpfs(TmpfsCluster::start())
+                    } else {
+                        Cluster::Plain(PgCluster::start())
+                    }
+                })
+            })
+            .collect();
         starting
             .into_iter()
             .map(|h| Arc::new(h.join().unwrap()))
             .collect()
     });
-    let refs: Vec<&PgCluster> = clusters.iter().map(|c| c.as_ref()).collect();
+    let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
     // Fixed steps: segments stay small and are reserved all the time.
     let extra = "adaptive_step = false";
+    let config = || Config::from_toml(&config_toml_urls(&urls, extra)).expect("configuration");
     let tokens = [
-        setup_biz(&config(&refs, extra), Biz::Chaos.name(), STEP, false).await,
-        setup_biz(&config(&refs, extra), Biz::Odd.name(), STEP, true).await,
+        setup_biz(&config(), Biz::Chaos.name(), STEP, false).await,
+        setup_biz(&config(), Biz::Odd.name(), STEP, true).await,
     ];
     let dir = tempfile::Builder::new()
         .prefix("segmint-chaos-")
         .tempdir()
         .unwrap();
     let config_file = dir.path().join("segmint.toml");
-    std::fs::write(&config_file, config_toml(&refs, extra)).unwrap();
+    std::fs::write(&config_file, config_toml_urls(&urls, extra)).unwrap();
     let databases: Vec<Database> = clusters
         .iter()
         .enumerate()
@@ -1601,6 +2294,7 @@ async fn set_up() -> Arc<Ctx> {
         anomalies: Mutex::new(Vec::new()),
         starts: (0..SERVERS).map(|_| AtomicU32::new(0)).collect(),
         back: AtomicUsize::new(0),
+        disk_full: Mutex::new(Vec::new()),
         _dir: dir,
     });
     for s in 0..SERVERS {
@@ -1942,7 +2636,7 @@ fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
     }
     let anomalies = ctx.anomalies.lock().unwrap().clone();
     checks.push(check(
-        "no server crashed or panicked; every restart came back",
+        "no server crashed or panicked; every restart came back; every fault's own checks passed",
         &anomalies,
         "yes",
     ));
@@ -2054,7 +2748,7 @@ fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Findings) -> Strin
     );
     let _ = writeln!(
         w,
-        "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3), {SERVERS} `segmint serve` processes using all three \
+        "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3; pg{DISK_DB} on a {TMPFS_MB} MB tmpfs), {SERVERS} `segmint serve` processes using all three \
          (fetch timeout 1 s, wait timeout 3 s, back-off 0.1–0.4 s, adaptive step off); bizs `chaos` (step {STEP}: \
          segments of 100 IDs) and `odd` (`--odd`, step {STEP}: 50 IDs, classes 1, 3, 5 mod 6); {} workers, 2 s request timeout.",
         run.outcomes.len()
@@ -2201,6 +2895,51 @@ fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Findings) -> Strin
         restarts(faults),
         run.waits
     );
+    let _ = writeln!(w, "\n## Storage faults\n");
+    let restores: Vec<&FaultRecord> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::BackInTime)
+        .collect();
+    let _ = writeln!(
+        w,
+        "Back in time (a database's biz rows restored from a backup): {}.\n",
+        restores.len()
+    );
+    for f in restores {
+        let _ = writeln!(
+            w,
+            "- t = {:.1}–{:.1} s, pg{}: {}",
+            f.start,
+            f.end,
+            f.target,
+            f.note.replace('\n', " ")
+        );
+    }
+    let fills: Vec<&FaultRecord> = faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::DiskFull)
+        .collect();
+    let outcomes = ctx.disk_full.lock().unwrap().clone();
+    let _ = writeln!(
+        w,
+        "\nDisk full (pg{DISK_DB}'s {TMPFS_MB} MB tmpfs filled until ENOSPC): {}; PostgreSQL logged ENOSPC in {}, \
+         PANICked in {}, reinitialized itself in {}, and exited (restarted by the harness) in {}.\n",
+        fills.len(),
+        outcomes.iter().filter(|o| o.enospc > 0).count(),
+        outcomes.iter().filter(|o| o.panics > 0).count(),
+        outcomes.iter().filter(|o| o.reinitialized).count(),
+        outcomes.iter().filter(|o| o.restarted).count(),
+    );
+    for f in fills {
+        let _ = writeln!(
+            w,
+            "- t = {:.1}–{:.1} s, pg{}: {}",
+            f.start,
+            f.end,
+            f.target,
+            f.note.replace('\n', " ")
+        );
+    }
     let _ = writeln!(w, "\n<details><summary>Fault timeline</summary>\n");
     let _ = writeln!(
         w,
