@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 use crate::biz::BizTag;
 use crate::metrics::BizStats;
-use crate::rate::{RateTracker, runway};
+use crate::rate::{RateTracker, runway, runway_duration};
 use crate::segment::{DoubleBuffer, SegmentRange};
 use crate::step::{StepHint, StepReason};
 use crate::store::{Reservation, Store, StoreError};
@@ -204,38 +204,17 @@ impl Generator {
         loop {
             // Nothing of the buffer is held across the wait but the receiver.
             let step = self.with_buffer(biz, |buffer| {
-                let mut state = buffer.state.lock();
-                if state.closed {
-                    return ControlFlow::Break(Err(StoreError::Unavailable(
-                        "the server is stopping".into(),
-                    )));
-                }
-                let need = n - ids.len();
-                // Take only what completes the request, unless the buffer cannot hold
-                // more: a request that then fails has not burnt the cache.
-                if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
-                    state.issued += state.buffer.take(need, &mut ids) as u64;
-                }
-                let need = n - ids.len();
-                if need > 0
-                    && waited
-                    && !state.buffer.is_fetching()
-                    && let Some(e) = state.last_error.clone()
-                {
-                    return ControlFlow::Break(Err(e));
-                }
-                let cached = state.buffer.remaining();
-                if state.buffer.start_fetch(cached < need as u64) {
-                    state.last_error = None;
+                let (step, fetch) = buffer.serve(n, &mut ids, waited);
+                // Started only once the state's lock is released: nothing that can
+                // panic runs under it, and the fetch's guard, which takes the lock when
+                // dropped, never exists while it is held.
+                if let Some(cached) = fetch {
                     self.spawn_fetch(buffer.clone(), cached);
                 }
-                if need == 0 {
-                    return ControlFlow::Break(Ok(()));
-                }
-                if !waited {
+                if step.is_continue() && !waited {
                     buffer.waits_metric.inc();
                 }
-                ControlFlow::Continue(buffer.fetched.subscribe())
+                step.map_continue(|()| buffer.fetched.subscribe())
             });
             let mut fetched = match step {
                 ControlFlow::Break(done) => return done.map(|()| ids),
@@ -350,7 +329,8 @@ impl Generator {
             .map(|b| {
                 let (cached_ids, issued) = {
                     let mut state = b.state.lock();
-                    b.issued_metric.inc_by(state.issued - state.reported);
+                    b.issued_metric
+                        .inc_by(state.issued.saturating_sub(state.reported));
                     state.reported = state.issued;
                     (state.buffer.remaining(), state.issued)
                 };
@@ -379,9 +359,11 @@ impl Generator {
     }
 
     /// Fetches the next segment in the background; `cached` IDs are left meanwhile.
+    /// Called without the buffer's state locked: the guard made first clears the
+    /// fetch's mark if anything below fails, and takes that lock to do so.
     fn spawn_fetch(&self, buffer: Arc<Buffer>, cached: u64) {
-        let store = self.store.clone();
         let guard = FetchGuard(Some(buffer.clone()));
+        let store = self.store.clone();
         let (hint, runway) = {
             let sizing = buffer.sizing.lock();
             let hint = StepHint {
@@ -392,9 +374,7 @@ impl Generator {
             // load does not make the runway look longer than it is. An empty cache has
             // requests waiting already: the usual hedge delay applies.
             let rate = sizing.rates.rate().max(sizing.rates.recent());
-            let secs = runway(cached, rate);
-            let runway = (cached > 0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
-            (hint, runway)
+            (hint, runway_duration(cached, rate))
         };
         tokio::spawn(async move {
             let result = store.reserve(&buffer.biz, Some(hint), runway).await;
@@ -408,6 +388,53 @@ impl Generator {
 }
 
 impl Buffer {
+    /// Takes what it can of a request for `n` IDs into `ids` (which holds those taken
+    /// before), under the state's lock and with arithmetic that cannot panic. Returns
+    /// whether the request is done (or failed) or must wait for a fetch, and the cached
+    /// IDs left if a fetch is due: the caller starts it after the lock is released.
+    fn serve(
+        &self,
+        n: usize,
+        ids: &mut Vec<i64>,
+        waited: bool,
+    ) -> (ControlFlow<Result<(), StoreError>>, Option<u64>) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return (
+                ControlFlow::Break(Err(StoreError::Unavailable(
+                    "the server is stopping".into(),
+                ))),
+                None,
+            );
+        }
+        let need = n.saturating_sub(ids.len());
+        // Take only what completes the request, unless the buffer cannot hold more: a
+        // request that then fails has not burnt the cache.
+        if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
+            let taken = state.buffer.take(need, ids) as u64;
+            state.issued = state.issued.saturating_add(taken);
+        }
+        let need = n.saturating_sub(ids.len());
+        if need > 0
+            && waited
+            && !state.buffer.is_fetching()
+            && let Some(e) = state.last_error.clone()
+        {
+            return (ControlFlow::Break(Err(e)), None);
+        }
+        let cached = state.buffer.remaining();
+        let fetch = state.buffer.start_fetch(cached < need as u64).then(|| {
+            state.last_error = None;
+            cached
+        });
+        let step = if need == 0 {
+            ControlFlow::Break(Ok(()))
+        } else {
+            ControlFlow::Continue(())
+        };
+        (step, fetch)
+    }
+
     /// Records the step of a new segment: in the log, the metrics and for the next
     /// choice.
     fn reserved(&self, store: &Store, r: &Reservation, hint: StepHint) {
@@ -447,8 +474,9 @@ impl Buffer {
     }
 }
 
-/// Ends a fetch that was dropped before completing (its task cancelled), so that the
-/// biz does not stay marked as fetching forever.
+/// Ends a fetch that was dropped before completing (its task cancelled, or its start
+/// failed), so that the biz does not stay marked as fetching forever. Dropping it takes
+/// the buffer's state lock: it must never be dropped while that lock is held.
 struct FetchGuard(Option<Arc<Buffer>>);
 
 impl FetchGuard {
