@@ -23,8 +23,13 @@ const OFFSET_BITS: u32 = 32;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// IDs used of one segment at most; the rest of a larger segment is skipped. Half
 /// the offset space, so that offsets past the end cannot carry into the generation
-/// before [`Chain::close`] pulls them back.
+/// before they are pulled back (see [`MAX_TAKE`]).
 pub const MAX_SEGMENT_IDS: u64 = 1 << (OFFSET_BITS - 1);
+/// IDs one [`Chain::take`] asks for at most; a larger batch takes several. Every take
+/// that runs past the segment's end pulls the offset back to it at once, so the offset
+/// exceeds [`MAX_SEGMENT_IDS`] only by the takes in flight between their add and their
+/// pull-back: a carry into the generation would need 2¹⁵ of them at the same moment.
+pub const MAX_TAKE: u64 = 1 << 16;
 /// Slot generation while the slot is being written.
 const WRITING: u64 = u64::MAX;
 
@@ -146,11 +151,14 @@ impl Chain {
         }
     }
 
-    /// Takes up to `n` IDs of the current segment. Returns what it got and, when the
-    /// segment ran out before `n`, `Some(generation)` of the used-up segment: the rest
-    /// must come from the next one.
+    /// Takes up to `n` IDs (at most [`MAX_TAKE`]) of the current segment. Returns what
+    /// it got and, when the segment ran out before `n`, `Some(generation)` of the
+    /// used-up segment: the rest must come from the next one. A take that ran past the
+    /// end closes the segment (see [`Chain::close`]), so that callers polling a used-up
+    /// segment cannot grow its offset into the generation bits.
     #[inline]
     pub fn take(&self, n: u64) -> (Take, Option<u32>) {
+        let n = n.min(MAX_TAKE);
         let v = self.state.0.fetch_add(n, Ordering::AcqRel);
         let generation = (v >> OFFSET_BITS) as u32;
         let offset = v & OFFSET_MASK;
@@ -167,9 +175,13 @@ impl Chain {
             return (Take::Lost, None);
         };
         if offset >= len {
+            self.pull_back(generation, len);
             return (Take::Exhausted { generation }, Some(generation));
         }
         let count = n.min(len - offset);
+        if count < n {
+            self.pull_back(generation, len);
+        }
         let take = Take::Ids {
             // Within the segment: at most its last ID, so no overflow.
             first: first + offset as i64 * delta,
@@ -218,13 +230,18 @@ impl Chain {
     }
 
     /// Pulls the offset of a used-up segment back to its end, so that failed attempts
-    /// cannot grow it into the generation bits. The owner calls it whenever it sees
-    /// [`Take::Exhausted`].
+    /// cannot grow it into the generation bits. [`Chain::take`] does it whenever it
+    /// runs past the end; the owner may call it before switching segments.
     pub fn close(&self, generation: u32) {
-        let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) else {
-            return;
-        };
-        let end = segment.len;
+        if let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) {
+            self.pull_back(generation, segment.len);
+        }
+    }
+
+    /// Sets the offset back to `end` if the segment is still `generation` and the
+    /// offset is past `end`. Off the fast path: only a take that ran out calls it.
+    #[cold]
+    fn pull_back(&self, generation: u32, end: u64) {
         let mut v = self.state.0.load(Ordering::Acquire);
         while (v >> OFFSET_BITS) as u32 == generation && (v & OFFSET_MASK) > end {
             let closed = (v & !OFFSET_MASK) | end;
@@ -379,6 +396,90 @@ mod tests {
         chain.close(1);
         assert_eq!(chain.state.0.load(Ordering::Relaxed) & OFFSET_MASK, 2);
         assert_eq!(chain.generation(), 1);
+    }
+
+    /// The raw offset of the chain's word.
+    fn offset(chain: &Chain) -> u64 {
+        chain.state.0.load(Ordering::Relaxed) & OFFSET_MASK
+    }
+
+    #[test]
+    fn an_exhausted_take_closes_the_segment() {
+        let chain = Chain::new();
+        // Even the empty chain a client starts with: polling it moves nothing.
+        for _ in 0..1000 {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 0 }));
+        }
+        assert_eq!(offset(&chain), 0);
+        chain.advance(0, &seg(0, 2, 1, 0), 0);
+        assert_eq!(chain.take(5).1, Some(1), "2 of the 5");
+        assert_eq!(offset(&chain), 2, "a batch past the end is pulled back");
+        for _ in 0..10_000 {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
+            assert_eq!(offset(&chain), 2);
+        }
+        assert_eq!(chain.generation(), 1);
+    }
+
+    #[test]
+    fn polling_a_used_up_segment_never_carries_into_the_generation() {
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 3, 1, 0), 0);
+        // As after 2³² - 8 calls on the used-up segment, were nothing pulled back: the
+        // next few would carry into generation 2 and meet its IDs before they exist.
+        chain
+            .state
+            .0
+            .store(1 << OFFSET_BITS | (OFFSET_MASK - 7), Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
+        }
+        assert_eq!(chain.generation(), 1);
+        assert_eq!(offset(&chain), 3);
+    }
+
+    #[test]
+    fn a_take_of_2_pow_32_is_capped() {
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 10, 1, 0), 0);
+        let (take, rest) = chain.take(1 << OFFSET_BITS);
+        assert!(
+            matches!(
+                take,
+                Take::Ids {
+                    first: 1,
+                    count: 10,
+                    ..
+                }
+            ),
+            "{take:?}"
+        );
+        assert_eq!(rest, Some(1));
+        assert_eq!(
+            chain.generation(),
+            1,
+            "the offset carried into the generation"
+        );
+        assert_eq!(offset(&chain), 10);
+        let (take, _) = chain.take(u64::MAX);
+        assert_eq!(take, Take::Exhausted { generation: 1 });
+        assert_eq!(chain.generation(), 1);
+        // A segment larger than one take: a huge batch gets MAX_TAKE IDs, then more.
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 1 << 20, 1, 0), 0);
+        let (take, rest) = chain.take(u64::MAX);
+        assert!(
+            matches!(
+                take,
+                Take::Ids {
+                    count: MAX_TAKE,
+                    ..
+                }
+            ),
+            "{take:?}"
+        );
+        assert_eq!(rest, None, "the segment has more");
+        assert_eq!(offset(&chain), MAX_TAKE);
     }
 
     #[test]
