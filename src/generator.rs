@@ -18,6 +18,14 @@ use crate::segment::{DoubleBuffer, SegmentRange};
 use crate::step::{StepHint, StepReason};
 use crate::store::{Reservation, Store, StoreError};
 
+/// Longest the give-back at stop takes, whatever the number of bizs and however the
+/// databases fail; what is not given back by then is wasted.
+pub const GIVE_BACK_LIMIT: Duration = Duration::from_secs(3);
+
+/// Longest the stop waits for a biz's lock: it is held for arithmetic only, so a lock
+/// held longer belongs to a stuck request.
+const LOCK_WAIT: Duration = Duration::from_millis(200);
+
 /// Issues IDs for every biz from its double buffer.
 pub struct Generator {
     store: Arc<Store>,
@@ -235,70 +243,94 @@ impl Generator {
 
     /// Stops issuing and gives back the unissued IDs of every cache where that is
     /// provably safe (see [`plan_give_back`]); the rest are wasted, never reissued.
-    /// Called once the server has stopped serving. Returns `(given back, wasted)`.
+    /// Called once the server has stopped serving. Every biz and database at once, a
+    /// database backing off after failures skipped, and all of it within
+    /// [`GIVE_BACK_LIMIT`]: a dead database costs the stop that long at most, whatever
+    /// the number of bizs. Returns `(given back, wasted)`.
     pub async fn give_back(&self) -> (u64, u64) {
-        let buffers = self.buffers();
-        let (mut given, mut wasted) = (0, 0);
-        for b in buffers {
-            let held: Vec<Held> = {
-                let mut state = b.state.lock();
-                state.closed = true;
-                state
-                    .buffer
-                    .held()
+        let deadline = tokio::time::Instant::now() + GIVE_BACK_LIMIT;
+        let closed: Vec<(Arc<Buffer>, Vec<Held>)> = self
+            .buffers()
+            .into_iter()
+            .filter_map(|b| {
+                let held = b.close()?;
+                Some((b, held))
+            })
+            .collect();
+        let backs = futures_util::future::join_all(closed.iter().map(|(b, held)| {
+            futures_util::future::join_all(
+                plan_give_back(held)
                     .into_iter()
-                    .filter_map(|(range, last_issued, remaining)| {
-                        let &(_, database, version) =
-                            state.origins.iter().rev().find(|(r, _, _)| *r == range)?;
-                        Some(Held {
-                            range,
-                            last_issued,
-                            remaining,
-                            database,
-                            version,
-                        })
-                    })
-                    .collect()
-            };
-            let cached: u64 = held.iter().map(|h| h.remaining).sum();
-            let mut back = 0;
-            for plan in plan_give_back(&held) {
-                let name = &self.store.database_names()[plan.database];
-                let give_back = || {
-                    self.store.give_back(
-                        plan.database,
-                        &b.biz,
-                        plan.version,
-                        plan.max_id,
-                        plan.new_max_id,
-                    )
-                };
-                // Once more on an error: a pooled connection may have died with a
-                // database restart. The compare-and-set makes a repeat harmless.
-                let result = match give_back().await {
-                    Err(_) => give_back().await,
-                    done => done,
-                };
-                match result {
-                    Ok(true) => {
-                        back += plan.ids;
-                        tracing::info!(biz = %b.biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");
-                    }
-                    Ok(false) => {
-                        tracing::info!(biz = %b.biz, database = %name, "not giving back: reserved by another since")
-                    }
-                    Err(e) => {
-                        tracing::warn!(biz = %b.biz, database = %name, error = %e, "could not give back unissued IDs")
-                    }
-                }
-            }
-            let metrics = self.store.metrics();
+                    .map(|plan| self.give_back_one(&b.biz, plan, deadline)),
+            )
+        }))
+        .await;
+        let metrics = self.store.metrics();
+        let (mut given, mut wasted) = (0u64, 0u64);
+        for ((b, held), backs) in closed.iter().zip(backs) {
+            let cached = held
+                .iter()
+                .map(|h| h.remaining)
+                .fold(0, u64::saturating_add);
+            let back = backs.into_iter().fold(0, u64::saturating_add).min(cached);
             metrics.given_back(&b.biz, back);
             metrics.wasted(&b.biz, cached - back);
-            given += back;
-            wasted += cached - back;
+            given = given.saturating_add(back);
+            wasted = wasted.saturating_add(cached - back);
         }
         (given, wasted)
+    }
+
+    /// Carries out one give-back by `deadline`; returns the IDs given back.
+    async fn give_back_one(
+        &self,
+        biz: &BizTag,
+        plan: GiveBack,
+        deadline: tokio::time::Instant,
+    ) -> u64 {
+        let name = &self.store.database_names()[plan.database];
+        if self.store.is_backing_off(plan.database) {
+            tracing::warn!(biz = %biz, database = %name, ids = plan.ids, "not giving back: the database is backing off after failures; the IDs are wasted");
+            return 0;
+        }
+        let give_back = || {
+            self.store.give_back(
+                plan.database,
+                biz,
+                plan.version,
+                plan.max_id,
+                plan.new_max_id,
+            )
+        };
+        // Once more on an error: a pooled connection may have died with a database
+        // restart. The compare-and-set makes a repeat harmless.
+        let attempts = async {
+            match give_back().await {
+                Err(_) => give_back().await,
+                done => done,
+            }
+        };
+        match tokio::time::timeout_at(deadline, attempts).await {
+            Ok(Ok(true)) => {
+                tracing::info!(biz = %biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");
+                plan.ids
+            }
+            Ok(Ok(false)) => {
+                tracing::info!(biz = %biz, database = %name, "not giving back: reserved by another since");
+                0
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(biz = %biz, database = %name, error = %e, ids = plan.ids, "could not give back unissued IDs; they are wasted");
+                0
+            }
+            Err(_) => {
+                // Counted as wasted even if the update still lands: it moves the row
+                // down to the last ID issued, never below, and nothing is issued here
+                // any more.
+                tracing::warn!(biz = %biz, database = %name, ids = plan.ids, limit = ?GIVE_BACK_LIMIT, "no answer to the give-back in time; the IDs are wasted");
+                0
+            }
+        }
     }
 
     /// IDs of `biz` issuable without a fetch.
@@ -388,6 +420,34 @@ impl Generator {
 }
 
 impl Buffer {
+    /// Stops the buffer issuing; returns its segments with where they came from, or
+    /// `None` when its lock stayed taken for [`LOCK_WAIT`] (a stuck request holds it:
+    /// its IDs are then neither given back nor issued by this stop).
+    fn close(&self) -> Option<Vec<Held>> {
+        let Some(mut state) = self.state.try_lock_for(LOCK_WAIT) else {
+            tracing::error!(biz = %self.biz, "the biz's cache stayed locked: its unissued IDs are not given back");
+            return None;
+        };
+        state.closed = true;
+        let held = state
+            .buffer
+            .held()
+            .into_iter()
+            .filter_map(|(range, last_issued, remaining)| {
+                let &(_, database, version) =
+                    state.origins.iter().rev().find(|(r, _, _)| *r == range)?;
+                Some(Held {
+                    range,
+                    last_issued,
+                    remaining,
+                    database,
+                    version,
+                })
+            })
+            .collect();
+        Some(held)
+    }
+
     /// Takes what it can of a request for `n` IDs into `ids` (which holds those taken
     /// before), under the state's lock and with arithmetic that cannot panic. Returns
     /// whether the request is done (or failed) or must wait for a fetch, and the cached
@@ -557,5 +617,58 @@ mod tests {
             (plan[0].database, plan[0].new_max_id, plan[0].ids),
             (1, 41, 4)
         );
+    }
+
+    /// An embedded store with bizs `order` and `user` (step 100) and a generator on it
+    /// that has served 5 IDs of each.
+    async fn two_bizs_served(dir: &std::path::Path) -> (Arc<Store>, Arc<Generator>) {
+        let toml = format!(
+            "[[databases]]\nname = \"db0\"\nurl = \"sqlite://{}\"\ndelta = 1\nremainder = 0\n",
+            dir.join("db0.db").display()
+        );
+        let config = crate::config::Config::from_toml(&toml).unwrap();
+        let store = Arc::new(Store::connect(&config).unwrap());
+        for (_, migrated) in store.migrate().await {
+            migrated.unwrap();
+        }
+        let generator = Arc::new(Generator::new(store.clone(), 20, Duration::from_secs(3)));
+        for biz in ["order", "user"] {
+            let biz = BizTag::parse(biz).unwrap();
+            store.add_biz(&biz, 100, 1, None).await.unwrap();
+            assert_eq!(generator.next_ids(&biz, 5).await.unwrap(), [1, 2, 3, 4, 5]);
+        }
+        (store, generator)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_biz_stuck_under_its_lock_does_not_hold_the_stop_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, generator) = two_bizs_served(dir.path()).await;
+        // A request stuck while holding `order`'s lock, as a deadlocked worker would.
+        let order = BizTag::parse("order").unwrap();
+        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let stuck = std::thread::spawn(move || {
+            let _state = buffer.state.lock();
+            locked.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        is_locked.recv().unwrap();
+        let start = Instant::now();
+        let (given, wasted) = generator.give_back().await;
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(1), "the stop waited {took:?}");
+        // `user` gave back its 95; `order`'s cache is neither given back nor counted.
+        assert_eq!((given, wasted), (95, 0));
+        let rows: HashMap<String, i64> = store
+            .list_bizs()
+            .await
+            .into_iter()
+            .flat_map(|(_, rows)| rows.unwrap())
+            .map(|r| (r.biz_type, r.max_id))
+            .collect();
+        assert_eq!(rows["order"], 100, "order's row stays above its issued IDs");
+        assert_eq!(rows["user"], 5);
+        stuck.join().unwrap();
     }
 }

@@ -671,6 +671,12 @@ impl Store {
             .join("; ")
     }
 
+    /// Whether database `i` is backing off after a failure: a give-back sent there now
+    /// would most likely only wait for its timeout.
+    pub fn is_backing_off(&self, i: usize) -> bool {
+        !self.is_live(i)
+    }
+
     /// Moves the row of `biz` on database `i` back from `max_id` to `new_max_id` if its
     /// version is still `version`, i.e. if the segments above `new_max_id` were this
     /// process's last reservations and nobody reserved since. Returns whether it did;
