@@ -342,11 +342,16 @@ impl Generator {
     }
 
     /// Samples every biz's issue count at `now`, for its rate and peak. Called about
-    /// once a second.
+    /// once a second, on the thread that also handles the stop signal: a biz whose
+    /// lock is taken this instant is sampled next time rather than waited for, so
+    /// that a request stuck under it cannot keep the server from stopping. Samples
+    /// carry their time, so one skipped does not skew the rate.
     pub fn sample(&self, now: Instant) {
         let buffers = self.buffers();
         for b in buffers {
-            let issued = b.state.lock().issued;
+            let Some(issued) = b.state.try_lock().map(|state| state.issued) else {
+                continue;
+            };
             b.sizing.lock().rates.record(now, issued);
         }
     }
@@ -669,6 +674,30 @@ mod tests {
             .collect();
         assert_eq!(rows["order"], 100, "order's row stays above its issued IDs");
         assert_eq!(rows["user"], 5);
+        stuck.join().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sampler_skips_a_biz_stuck_under_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, generator) = two_bizs_served(dir.path()).await;
+        let order = BizTag::parse("order").unwrap();
+        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let stuck = std::thread::spawn(move || {
+            let _state = buffer.state.lock();
+            locked.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        is_locked.recv().unwrap();
+        // The sampler shares its thread with the stop signal: it must not wait.
+        let start = Instant::now();
+        generator.sample(Instant::now() + Duration::from_secs(1));
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "the sampler waited {took:?}"
+        );
         stuck.join().unwrap();
     }
 }
