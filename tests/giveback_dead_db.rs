@@ -73,6 +73,39 @@ fn cluster_pids(port: u16) -> Vec<u32> {
     pids
 }
 
+/// Resumes stalled processes when dropped, so that a failed test still leaves a
+/// cluster that can be stopped.
+struct Resume(Vec<u32>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // No assertion: this may run while a failed test unwinds.
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// Sends SIGTERM to `child` and waits at most `limit` for it to exit; returns how
+/// long it took and its status, or `None` if it was still running (it is then killed
+/// on drop).
+async fn terminate_within(
+    child: &mut ChildGuard,
+    limit: Duration,
+) -> Option<(Duration, std::process::ExitStatus)> {
+    signal("TERM", &[child.0.id()]);
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.0.try_wait().expect("poll the server") {
+            return Some((start.elapsed(), status));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
 /// Sends `signal` to each of `pids`.
 fn signal(signal: &str, pids: &[u32]) {
     for pid in pids {
@@ -152,41 +185,24 @@ async fn stop_with_the_database_gone(fault: Fault) {
     let stalled = match fault {
         Fault::Stopped => {
             tokio::task::block_in_place(|| pg.stop());
-            Vec::new()
+            Resume(Vec::new())
         }
         Fault::Stalled => {
             let pids = cluster_pids(pg.port);
             signal("STOP", &pids);
-            pids
+            Resume(pids)
         }
     };
-    let sent = std::process::Command::new("kill")
-        .args(["-s", "TERM", &server.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let start = Instant::now();
     // Drain and worker stop take about a second; the give-back is bounded on its own,
     // whatever the number of bizs (sequential, it took bizs × 2 × fetch_timeout).
-    let limit = Duration::from_secs(6);
-    let status = loop {
-        if let Some(status) = server.0.try_wait().unwrap() {
-            break Some(status);
-        }
-        if start.elapsed() > limit {
-            break None;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let took = start.elapsed();
+    let took = terminate_within(&mut server, Duration::from_secs(6)).await;
     let text = std::fs::read_to_string(&log).unwrap_or_default();
     drop(server);
-    signal("CONT", &stalled);
-    assert!(
-        status.is_some(),
-        "still running {took:?} after SIGTERM with the database stopped; log:\n{text}"
-    );
-    assert_eq!(status.and_then(|s| s.code()), Some(0), "{text}");
+    drop(stalled);
+    let Some((took, status)) = took else {
+        panic!("still running 6 s after SIGTERM with the database gone; log:\n{text}");
+    };
+    assert_eq!(status.code(), Some(0), "{text}");
     let cached = BIZS as u64 * (2 * STEP as u64 - ISSUED as u64);
     assert!(
         text.contains(&format!("given_back=0 wasted={cached}")),
