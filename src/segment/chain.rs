@@ -10,8 +10,11 @@
 //! ID from a descriptor being rewritten. A reader whose segment was replaced between
 //! its `fetch_add` and its read finds the segment in a ring of the last [`SLOTS`]
 //! ones; preempted for longer than that, it finds its slot reused and gets
-//! [`Take::Lost`]: that one ID is skipped, never issued twice. Switching to the next
-//! segment is rare and left to the owner (under its own lock): [`Chain::advance`].
+//! [`Take::Lost`]: that one ID is skipped, never issued twice. A take that runs past
+//! the segment's end pulls the offset back to it, and one take asks for at most
+//! [`MAX_TAKE`] IDs, so callers polling a used-up segment never carry the offset into
+//! the generation. Switching to the next segment is rare and left to the owner (under
+//! its own lock): [`Chain::advance`].
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
 
