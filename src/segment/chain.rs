@@ -10,10 +10,10 @@
 //! ID from a descriptor being rewritten. A reader whose segment was replaced between
 //! its `fetch_add` and its read finds the segment in a ring of the last [`SLOTS`]
 //! ones; preempted for longer than that, it finds its slot reused and gets
-//! [`Take::Lost`]: that one ID is skipped, never issued twice. A take that runs past
-//! the segment's end pulls the offset back to it, and one take asks for at most
-//! [`MAX_TAKE`] IDs, so callers polling a used-up segment never carry the offset into
-//! the generation. Switching to the next segment is rare and left to the owner (under
+//! [`Take::Lost`]: that one ID is skipped, never issued twice. A take that finds the
+//! offset far past the segment's end pulls it back to the end, and one take asks for
+//! at most [`MAX_TAKE`] IDs, so callers polling a used-up segment never carry the
+//! offset into the generation. Switching to the next segment is rare and left to the owner (under
 //! its own lock): [`Chain::advance`].
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
@@ -28,11 +28,14 @@ const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// the offset space, so that offsets past the end cannot carry into the generation
 /// before they are pulled back (see [`MAX_TAKE`]).
 pub const MAX_SEGMENT_IDS: u64 = 1 << (OFFSET_BITS - 1);
-/// IDs one [`Chain::take`] asks for at most; a larger batch takes several. Every take
-/// that runs past the segment's end pulls the offset back to it at once, so the offset
-/// exceeds [`MAX_SEGMENT_IDS`] only by the takes in flight between their add and their
-/// pull-back: a carry into the generation would need 2¹⁵ of them at the same moment.
+/// IDs one [`Chain::take`] asks for at most; a larger batch takes several.
 pub const MAX_TAKE: u64 = 1 << 16;
+/// How far past a used-up segment's end the offset may run before a take pulls it
+/// back. Polling a used-up segment stays one `fetch_add` (and a pull-back every 2²⁰
+/// calls); the offset stays below `MAX_SEGMENT_IDS + PULL_BACK_AFTER` plus the takes in
+/// flight between their add and their pull-back, so a carry into the generation would
+/// need about 2¹⁵ of those at the same moment.
+const PULL_BACK_AFTER: u64 = 1 << 20;
 /// Slot generation while the slot is being written.
 const WRITING: u64 = u64::MAX;
 
@@ -156,9 +159,9 @@ impl Chain {
 
     /// Takes up to `n` IDs (at most [`MAX_TAKE`]) of the current segment. Returns what
     /// it got and, when the segment ran out before `n`, `Some(generation)` of the
-    /// used-up segment: the rest must come from the next one. A take that ran past the
-    /// end closes the segment (see [`Chain::close`]), so that callers polling a used-up
-    /// segment cannot grow its offset into the generation bits.
+    /// used-up segment: the rest must come from the next one. A take that finds the
+    /// offset far past the end closes the segment (see [`Chain::close`]), so that
+    /// callers polling a used-up segment cannot grow its offset into the generation.
     #[inline]
     pub fn take(&self, n: u64) -> (Take, Option<u32>) {
         let n = n.min(MAX_TAKE);
@@ -178,13 +181,12 @@ impl Chain {
             return (Take::Lost, None);
         };
         if offset >= len {
-            self.pull_back(generation, len);
+            if offset - len >= PULL_BACK_AFTER {
+                self.pull_back(generation, len);
+            }
             return (Take::Exhausted { generation }, Some(generation));
         }
         let count = n.min(len - offset);
-        if count < n {
-            self.pull_back(generation, len);
-        }
         let take = Take::Ids {
             // Within the segment: at most its last ID, so no overflow.
             first: first + offset as i64 * delta,
@@ -233,8 +235,8 @@ impl Chain {
     }
 
     /// Pulls the offset of a used-up segment back to its end, so that failed attempts
-    /// cannot grow it into the generation bits. [`Chain::take`] does it whenever it
-    /// runs past the end; the owner may call it before switching segments.
+    /// cannot grow it into the generation bits. [`Chain::take`] does it once the
+    /// offset is far past the end; the owner may call it before switching segments.
     pub fn close(&self, generation: u32) {
         if let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) {
             self.pull_back(generation, segment.len);
@@ -242,7 +244,8 @@ impl Chain {
     }
 
     /// Sets the offset back to `end` if the segment is still `generation` and the
-    /// offset is past `end`. Off the fast path: only a take that ran out calls it.
+    /// offset is past `end`. Off the fast path: a take calls it once per
+    /// [`PULL_BACK_AFTER`] calls on a used-up segment.
     #[cold]
     fn pull_back(&self, generation: u32, end: u64) {
         let mut v = self.state.0.load(Ordering::Acquire);
@@ -407,21 +410,23 @@ mod tests {
     }
 
     #[test]
-    fn an_exhausted_take_closes_the_segment() {
+    fn polling_a_used_up_segment_keeps_pulling_the_offset_back() {
+        let bound = |len: u64| len + PULL_BACK_AFTER + 1;
         let chain = Chain::new();
-        // Even the empty chain a client starts with: polling it moves nothing.
-        for _ in 0..1000 {
+        // Even the empty chain a client starts with.
+        for _ in 0..PULL_BACK_AFTER + 1000 {
             assert_eq!(chain.next(), Err(Take::Exhausted { generation: 0 }));
         }
-        assert_eq!(offset(&chain), 0);
+        assert!(offset(&chain) <= bound(0), "{}", offset(&chain));
         chain.advance(0, &seg(0, 2, 1, 0), 0);
         assert_eq!(chain.take(5).1, Some(1), "2 of the 5");
-        assert_eq!(offset(&chain), 2, "a batch past the end is pulled back");
-        for _ in 0..10_000 {
+        for i in 0..3 * PULL_BACK_AFTER {
             assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
-            assert_eq!(offset(&chain), 2);
+            assert!(offset(&chain) <= bound(2), "{} after {i}", offset(&chain));
         }
         assert_eq!(chain.generation(), 1);
+        chain.close(1);
+        assert_eq!(offset(&chain), 2);
     }
 
     #[test]
@@ -438,7 +443,11 @@ mod tests {
             assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
         }
         assert_eq!(chain.generation(), 1);
-        assert_eq!(offset(&chain), 3);
+        assert_eq!(
+            offset(&chain),
+            3 + 99,
+            "pulled back to the end by the first take"
+        );
     }
 
     #[test]
@@ -463,7 +472,7 @@ mod tests {
             1,
             "the offset carried into the generation"
         );
-        assert_eq!(offset(&chain), 10);
+        assert_eq!(offset(&chain), MAX_TAKE, "one capped take past the end");
         let (take, _) = chain.take(u64::MAX);
         assert_eq!(take, Take::Exhausted { generation: 1 });
         assert_eq!(chain.generation(), 1);
