@@ -13,10 +13,18 @@ use tokio::sync::watch;
 
 use crate::biz::BizTag;
 use crate::metrics::BizStats;
-use crate::rate::{RateTracker, runway};
+use crate::rate::{RateTracker, runway, runway_duration};
 use crate::segment::{DoubleBuffer, SegmentRange};
 use crate::step::{StepHint, StepReason};
 use crate::store::{Reservation, Store, StoreError};
+
+/// Longest the give-back at stop takes, whatever the number of bizs and however the
+/// databases fail; what is not given back by then is wasted.
+pub const GIVE_BACK_LIMIT: Duration = Duration::from_secs(3);
+
+/// Longest the stop waits for a biz's lock: it is held for arithmetic only, so a lock
+/// held longer belongs to a stuck request.
+const LOCK_WAIT: Duration = Duration::from_millis(200);
 
 /// Issues IDs for every biz from its double buffer.
 pub struct Generator {
@@ -204,38 +212,17 @@ impl Generator {
         loop {
             // Nothing of the buffer is held across the wait but the receiver.
             let step = self.with_buffer(biz, |buffer| {
-                let mut state = buffer.state.lock();
-                if state.closed {
-                    return ControlFlow::Break(Err(StoreError::Unavailable(
-                        "the server is stopping".into(),
-                    )));
-                }
-                let need = n - ids.len();
-                // Take only what completes the request, unless the buffer cannot hold
-                // more: a request that then fails has not burnt the cache.
-                if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
-                    state.issued += state.buffer.take(need, &mut ids) as u64;
-                }
-                let need = n - ids.len();
-                if need > 0
-                    && waited
-                    && !state.buffer.is_fetching()
-                    && let Some(e) = state.last_error.clone()
-                {
-                    return ControlFlow::Break(Err(e));
-                }
-                let cached = state.buffer.remaining();
-                if state.buffer.start_fetch(cached < need as u64) {
-                    state.last_error = None;
+                let (step, fetch) = buffer.serve(n, &mut ids, waited);
+                // Started only once the state's lock is released: nothing that can
+                // panic runs under it, and the fetch's guard, which takes the lock when
+                // dropped, never exists while it is held.
+                if let Some(cached) = fetch {
                     self.spawn_fetch(buffer.clone(), cached);
                 }
-                if need == 0 {
-                    return ControlFlow::Break(Ok(()));
-                }
-                if !waited {
+                if step.is_continue() && !waited {
                     buffer.waits_metric.inc();
                 }
-                ControlFlow::Continue(buffer.fetched.subscribe())
+                step.map_continue(|()| buffer.fetched.subscribe())
             });
             let mut fetched = match step {
                 ControlFlow::Break(done) => return done.map(|()| ids),
@@ -256,70 +243,94 @@ impl Generator {
 
     /// Stops issuing and gives back the unissued IDs of every cache where that is
     /// provably safe (see [`plan_give_back`]); the rest are wasted, never reissued.
-    /// Called once the server has stopped serving. Returns `(given back, wasted)`.
+    /// Called once the server has stopped serving. Every biz and database at once, a
+    /// database backing off after failures skipped, and all of it within
+    /// [`GIVE_BACK_LIMIT`]: a dead database costs the stop that long at most, whatever
+    /// the number of bizs. Returns `(given back, wasted)`.
     pub async fn give_back(&self) -> (u64, u64) {
-        let buffers = self.buffers();
-        let (mut given, mut wasted) = (0, 0);
-        for b in buffers {
-            let held: Vec<Held> = {
-                let mut state = b.state.lock();
-                state.closed = true;
-                state
-                    .buffer
-                    .held()
+        let deadline = tokio::time::Instant::now() + GIVE_BACK_LIMIT;
+        let closed: Vec<(Arc<Buffer>, Vec<Held>)> = self
+            .buffers()
+            .into_iter()
+            .filter_map(|b| {
+                let held = b.close()?;
+                Some((b, held))
+            })
+            .collect();
+        let backs = futures_util::future::join_all(closed.iter().map(|(b, held)| {
+            futures_util::future::join_all(
+                plan_give_back(held)
                     .into_iter()
-                    .filter_map(|(range, last_issued, remaining)| {
-                        let &(_, database, version) =
-                            state.origins.iter().rev().find(|(r, _, _)| *r == range)?;
-                        Some(Held {
-                            range,
-                            last_issued,
-                            remaining,
-                            database,
-                            version,
-                        })
-                    })
-                    .collect()
-            };
-            let cached: u64 = held.iter().map(|h| h.remaining).sum();
-            let mut back = 0;
-            for plan in plan_give_back(&held) {
-                let name = &self.store.database_names()[plan.database];
-                let give_back = || {
-                    self.store.give_back(
-                        plan.database,
-                        &b.biz,
-                        plan.version,
-                        plan.max_id,
-                        plan.new_max_id,
-                    )
-                };
-                // Once more on an error: a pooled connection may have died with a
-                // database restart. The compare-and-set makes a repeat harmless.
-                let result = match give_back().await {
-                    Err(_) => give_back().await,
-                    done => done,
-                };
-                match result {
-                    Ok(true) => {
-                        back += plan.ids;
-                        tracing::info!(biz = %b.biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");
-                    }
-                    Ok(false) => {
-                        tracing::info!(biz = %b.biz, database = %name, "not giving back: reserved by another since")
-                    }
-                    Err(e) => {
-                        tracing::warn!(biz = %b.biz, database = %name, error = %e, "could not give back unissued IDs")
-                    }
-                }
-            }
-            let metrics = self.store.metrics();
+                    .map(|plan| self.give_back_one(&b.biz, plan, deadline)),
+            )
+        }))
+        .await;
+        let metrics = self.store.metrics();
+        let (mut given, mut wasted) = (0u64, 0u64);
+        for ((b, held), backs) in closed.iter().zip(backs) {
+            let cached = held
+                .iter()
+                .map(|h| h.remaining)
+                .fold(0, u64::saturating_add);
+            let back = backs.into_iter().fold(0, u64::saturating_add).min(cached);
             metrics.given_back(&b.biz, back);
             metrics.wasted(&b.biz, cached - back);
-            given += back;
-            wasted += cached - back;
+            given = given.saturating_add(back);
+            wasted = wasted.saturating_add(cached - back);
         }
         (given, wasted)
+    }
+
+    /// Carries out one give-back by `deadline`; returns the IDs given back.
+    async fn give_back_one(
+        &self,
+        biz: &BizTag,
+        plan: GiveBack,
+        deadline: tokio::time::Instant,
+    ) -> u64 {
+        let name = &self.store.database_names()[plan.database];
+        if !self.store.is_live(plan.database) {
+            tracing::warn!(biz = %biz, database = %name, ids = plan.ids, "not giving back: the database is backing off after failures or fenced; the IDs are wasted");
+            return 0;
+        }
+        let give_back = || {
+            self.store.give_back(
+                plan.database,
+                biz,
+                plan.version,
+                plan.max_id,
+                plan.new_max_id,
+            )
+        };
+        // Once more on an error: a pooled connection may have died with a database
+        // restart. The compare-and-set makes a repeat harmless.
+        let attempts = async {
+            match give_back().await {
+                Err(_) => give_back().await,
+                done => done,
+            }
+        };
+        match tokio::time::timeout_at(deadline, attempts).await {
+            Ok(Ok(true)) => {
+                tracing::info!(biz = %biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");
+                plan.ids
+            }
+            Ok(Ok(false)) => {
+                tracing::info!(biz = %biz, database = %name, "not giving back: reserved by another since");
+                0
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(biz = %biz, database = %name, error = %e, ids = plan.ids, "could not give back unissued IDs; they are wasted");
+                0
+            }
+            Err(_) => {
+                // Counted as wasted even if the update still lands: it moves the row
+                // down to the last ID issued, never below, and nothing is issued here
+                // any more.
+                tracing::warn!(biz = %biz, database = %name, ids = plan.ids, limit = ?GIVE_BACK_LIMIT, "no answer to the give-back in time; the IDs are wasted");
+                0
+            }
+        }
     }
 
     /// IDs of `biz` issuable without a fetch.
@@ -331,11 +342,16 @@ impl Generator {
     }
 
     /// Samples every biz's issue count at `now`, for its rate and peak. Called about
-    /// once a second.
+    /// once a second, on the thread that also handles the stop signal: a biz whose
+    /// lock is taken this instant is sampled next time rather than waited for, so
+    /// that a request stuck under it cannot keep the server from stopping. Samples
+    /// carry their time, so one skipped does not skew the rate.
     pub fn sample(&self, now: Instant) {
         let buffers = self.buffers();
         for b in buffers {
-            let issued = b.state.lock().issued;
+            let Some(issued) = b.state.try_lock().map(|state| state.issued) else {
+                continue;
+            };
             b.sizing.lock().rates.record(now, issued);
         }
     }
@@ -350,7 +366,8 @@ impl Generator {
             .map(|b| {
                 let (cached_ids, issued) = {
                     let mut state = b.state.lock();
-                    b.issued_metric.inc_by(state.issued - state.reported);
+                    b.issued_metric
+                        .inc_by(state.issued.saturating_sub(state.reported));
                     state.reported = state.issued;
                     (state.buffer.remaining(), state.issued)
                 };
@@ -379,9 +396,11 @@ impl Generator {
     }
 
     /// Fetches the next segment in the background; `cached` IDs are left meanwhile.
+    /// Called without the buffer's state locked: the guard made first clears the
+    /// fetch's mark if anything below fails, and takes that lock to do so.
     fn spawn_fetch(&self, buffer: Arc<Buffer>, cached: u64) {
-        let store = self.store.clone();
         let guard = FetchGuard(Some(buffer.clone()));
+        let store = self.store.clone();
         let (hint, runway) = {
             let sizing = buffer.sizing.lock();
             let hint = StepHint {
@@ -392,9 +411,7 @@ impl Generator {
             // load does not make the runway look longer than it is. An empty cache has
             // requests waiting already: the usual hedge delay applies.
             let rate = sizing.rates.rate().max(sizing.rates.recent());
-            let secs = runway(cached, rate);
-            let runway = (cached > 0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
-            (hint, runway)
+            (hint, runway_duration(cached, rate))
         };
         tokio::spawn(async move {
             let result = store.reserve(&buffer.biz, Some(hint), runway).await;
@@ -408,6 +425,81 @@ impl Generator {
 }
 
 impl Buffer {
+    /// Stops the buffer issuing; returns its segments with where they came from, or
+    /// `None` when its lock stayed taken for [`LOCK_WAIT`] (a stuck request holds it:
+    /// its IDs are then neither given back nor issued by this stop).
+    fn close(&self) -> Option<Vec<Held>> {
+        let Some(mut state) = self.state.try_lock_for(LOCK_WAIT) else {
+            tracing::error!(biz = %self.biz, "the biz's cache stayed locked: its unissued IDs are not given back");
+            return None;
+        };
+        state.closed = true;
+        let held = state
+            .buffer
+            .held()
+            .into_iter()
+            .filter_map(|(range, last_issued, remaining)| {
+                let &(_, database, version) =
+                    state.origins.iter().rev().find(|(r, _, _)| *r == range)?;
+                Some(Held {
+                    range,
+                    last_issued,
+                    remaining,
+                    database,
+                    version,
+                })
+            })
+            .collect();
+        Some(held)
+    }
+
+    /// Takes what it can of a request for `n` IDs into `ids` (which holds those taken
+    /// before), under the state's lock and with arithmetic that cannot panic. Returns
+    /// whether the request is done (or failed) or must wait for a fetch, and the cached
+    /// IDs left if a fetch is due: the caller starts it after the lock is released.
+    fn serve(
+        &self,
+        n: usize,
+        ids: &mut Vec<i64>,
+        waited: bool,
+    ) -> (ControlFlow<Result<(), StoreError>>, Option<u64>) {
+        let mut state = self.state.lock();
+        if state.closed {
+            return (
+                ControlFlow::Break(Err(StoreError::Unavailable(
+                    "the server is stopping".into(),
+                ))),
+                None,
+            );
+        }
+        let need = n.saturating_sub(ids.len());
+        // Take only what completes the request, unless the buffer cannot hold more: a
+        // request that then fails has not burnt the cache.
+        if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
+            let taken = state.buffer.take(need, ids) as u64;
+            state.issued = state.issued.saturating_add(taken);
+        }
+        let need = n.saturating_sub(ids.len());
+        if need > 0
+            && waited
+            && !state.buffer.is_fetching()
+            && let Some(e) = state.last_error.clone()
+        {
+            return (ControlFlow::Break(Err(e)), None);
+        }
+        let cached = state.buffer.remaining();
+        let fetch = state.buffer.start_fetch(cached < need as u64).then(|| {
+            state.last_error = None;
+            cached
+        });
+        let step = if need == 0 {
+            ControlFlow::Break(Ok(()))
+        } else {
+            ControlFlow::Continue(())
+        };
+        (step, fetch)
+    }
+
     /// Records the step of a new segment: in the log, the metrics and for the next
     /// choice.
     fn reserved(&self, store: &Store, r: &Reservation, hint: StepHint) {
@@ -447,8 +539,9 @@ impl Buffer {
     }
 }
 
-/// Ends a fetch that was dropped before completing (its task cancelled), so that the
-/// biz does not stay marked as fetching forever.
+/// Ends a fetch that was dropped before completing (its task cancelled, or its start
+/// failed), so that the biz does not stay marked as fetching forever. Dropping it takes
+/// the buffer's state lock: it must never be dropped while that lock is held.
 struct FetchGuard(Option<Arc<Buffer>>);
 
 impl FetchGuard {
@@ -529,5 +622,82 @@ mod tests {
             (plan[0].database, plan[0].new_max_id, plan[0].ids),
             (1, 41, 4)
         );
+    }
+
+    /// An embedded store with bizs `order` and `user` (step 100) and a generator on it
+    /// that has served 5 IDs of each.
+    async fn two_bizs_served(dir: &std::path::Path) -> (Arc<Store>, Arc<Generator>) {
+        let toml = format!(
+            "[[databases]]\nname = \"db0\"\nurl = \"sqlite://{}\"\ndelta = 1\nremainder = 0\n",
+            dir.join("db0.db").display()
+        );
+        let config = crate::config::Config::from_toml(&toml).unwrap();
+        let store = Arc::new(Store::connect(&config).unwrap());
+        for (_, migrated) in store.migrate().await {
+            migrated.unwrap();
+        }
+        let generator = Arc::new(Generator::new(store.clone(), 20, Duration::from_secs(3)));
+        for biz in ["order", "user"] {
+            let biz = BizTag::parse(biz).unwrap();
+            store.add_biz(&biz, 100, 1, None).await.unwrap();
+            assert_eq!(generator.next_ids(&biz, 5).await.unwrap(), [1, 2, 3, 4, 5]);
+        }
+        (store, generator)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_biz_stuck_under_its_lock_does_not_hold_the_stop_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, generator) = two_bizs_served(dir.path()).await;
+        // A request stuck while holding `order`'s lock, as a deadlocked worker would.
+        let order = BizTag::parse("order").unwrap();
+        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let stuck = std::thread::spawn(move || {
+            let _state = buffer.state.lock();
+            locked.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        is_locked.recv().unwrap();
+        let start = Instant::now();
+        let (given, wasted) = generator.give_back().await;
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(1), "the stop waited {took:?}");
+        // `user` gave back its 95; `order`'s cache is neither given back nor counted.
+        assert_eq!((given, wasted), (95, 0));
+        let rows: HashMap<String, i64> = store
+            .list_bizs()
+            .await
+            .into_iter()
+            .flat_map(|(_, rows)| rows.unwrap())
+            .map(|r| (r.biz_type, r.max_id))
+            .collect();
+        assert_eq!(rows["order"], 100, "order's row stays above its issued IDs");
+        assert_eq!(rows["user"], 5);
+        stuck.join().unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_sampler_skips_a_biz_stuck_under_its_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_store, generator) = two_bizs_served(dir.path()).await;
+        let order = BizTag::parse("order").unwrap();
+        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let stuck = std::thread::spawn(move || {
+            let _state = buffer.state.lock();
+            locked.send(()).unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+        });
+        is_locked.recv().unwrap();
+        // The sampler shares its thread with the stop signal: it must not wait.
+        let start = Instant::now();
+        generator.sample(Instant::now() + Duration::from_secs(1));
+        let took = start.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "the sampler waited {took:?}"
+        );
+        stuck.join().unwrap();
     }
 }

@@ -143,6 +143,7 @@ fn main() -> ExitCode {
 type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn serve(config: Config, mode: OpenMode) -> Result {
+    exit_after_stop_limit()?;
     actix_web::rt::System::new().block_on(async move {
         let first_token = match config.all_embedded() {
             true => first_start(&config, mode).await?,
@@ -165,6 +166,30 @@ fn serve(config: Config, mode: OpenMode) -> Result {
         tracing::info!("segmint stopped");
         Ok(())
     })
+}
+
+/// Ends the process [`STOP_LIMIT`](segmint::server::STOP_LIMIT) after the first stop
+/// signal should the graceful stop not have ended it by then. The signal is awaited on
+/// a thread and runtime of its own, so that nothing stuck in the server's (a worker, a
+/// lock, a runtime waiting on either) can keep a stopped server alive.
+///
+/// # Errors
+/// When the watchdog's runtime cannot be built.
+fn exit_after_stop_limit() -> Result {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("stop-watchdog".into())
+        .spawn(move || {
+            runtime.block_on(segmint::server::shutdown_signal());
+            let limit = segmint::server::STOP_LIMIT;
+            std::thread::sleep(limit);
+            tracing::error!(?limit, "the stop did not finish in time; exiting");
+            eprintln!("segmint: the stop did not finish within {limit:?}; exiting");
+            std::process::exit(1);
+        })?;
+    Ok(())
 }
 
 /// On an embedded store with no biz at all, creates the biz `test` and a token for

@@ -121,9 +121,21 @@ pub fn runway(cached: u64, rate: f64) -> f64 {
     }
 }
 
+/// [`runway`] as a [`Duration`], for timers: `None` when nothing is cached or the
+/// runway is endless (nothing issued, or a rate too small to divide by). A runway
+/// longer than a `Duration` holds (a segment of 10¹⁸ IDs at one ID a minute) saturates
+/// at [`Duration::MAX`]: this runs while a biz's fetch is being started and must not
+/// panic.
+pub fn runway_duration(cached: u64, rate: f64) -> Option<Duration> {
+    let secs = runway(cached, rate);
+    (cached > 0 && secs.is_finite())
+        .then(|| Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     /// Feeds one sample per second for `secs` seconds at `per_sec` IDs/s, starting
     /// from `t` and `total`; returns the new time and total.
@@ -225,5 +237,56 @@ mod tests {
         assert_eq!(runway(0, 10.0), 0.0);
         assert_eq!(runway(0, 0.0), 0.0);
         assert_eq!(runway(5, 0.0), f64::INFINITY);
+    }
+
+    #[test]
+    fn runway_duration_saturates_instead_of_panicking() {
+        assert_eq!(runway_duration(6000, 10.0), Some(Duration::from_secs(600)));
+        assert_eq!(runway_duration(u64::MAX, 1e-9), Some(Duration::MAX));
+        assert_eq!(runway_duration(u64::MAX, 1.0 / 60.0), Some(Duration::MAX));
+        assert_eq!(runway_duration(u64::MAX, f64::MIN_POSITIVE), None);
+        assert_eq!(runway_duration(5, 0.0), None);
+        assert_eq!(runway_duration(5, f64::NAN), None);
+        assert_eq!(runway_duration(5, -1.0), None);
+        assert_eq!(runway_duration(0, 1e-300), None);
+        assert_eq!(runway_duration(1, f64::INFINITY), Some(Duration::ZERO));
+    }
+
+    proptest! {
+        /// Whatever the cache and the rate, a runway is a number or endless, and the
+        /// timer's `Duration` never panics and never falls below the runway it stands
+        /// for (up to rounding) unless saturated.
+        #[test]
+        fn runway_arithmetic_never_panics(
+            cached in prop_oneof![Just(0u64), Just(1), Just(u64::MAX), any::<u64>()],
+            rate in prop_oneof![
+                Just(0.0f64), Just(f64::MIN_POSITIVE), Just(1e-300), Just(f64::NAN),
+                Just(f64::INFINITY), Just(-1.0), Just(f64::MAX), any::<f64>(),
+            ],
+        ) {
+            let secs = runway(cached, rate);
+            prop_assert!(!secs.is_nan());
+            prop_assert!(secs >= 0.0);
+            match runway_duration(cached, rate) {
+                Some(d) if d == Duration::MAX => prop_assert!(secs >= u64::MAX as f64),
+                Some(d) => prop_assert!((d.as_secs_f64() - secs).abs() <= secs * 1e-9 + 1e-9),
+                None => prop_assert!(cached == 0 || secs.is_infinite()),
+            }
+        }
+
+        /// The tracker's rates stay finite and non-negative for any totals and gaps,
+        /// including counts that jump to `u64::MAX` and samples a nanosecond apart.
+        #[test]
+        fn rates_stay_finite(samples in proptest::collection::vec((0u64..=1_000_000_000, any::<u64>()), 1..30)) {
+            let mut r = RateTracker::new();
+            let mut t = Instant::now();
+            for (gap_ns, total) in samples {
+                t += Duration::from_nanos(gap_ns);
+                r.record(t, total);
+                for v in [r.rate(), r.recent(), r.peak()] {
+                    prop_assert!(v.is_finite() && v >= 0.0, "{v}");
+                }
+            }
+        }
     }
 }

@@ -292,5 +292,28 @@ mod tests {
                 prop_assert!(c.step <= prev * 2 && c.step >= (prev / 2 + prev % 2));
             }
         }
+        /// Extreme inputs (a row step near `i64::MAX`, a peak of infinity or NaN, any
+        /// previous step, no room at all) never panic and keep the bounds: at least the
+        /// row's step, and within the room whenever the row's step fits in it.
+        #[test]
+        fn extreme_inputs_saturate(
+            row in prop_oneof![Just(1i64), Just(i64::MAX), Just(5_000_000_000_000_000_000), 1i64..=i64::MAX],
+            delta in prop_oneof![Just(1i64), Just(i64::MAX), 1i64..=i64::MAX],
+            peak in prop_oneof![Just(f64::INFINITY), Just(f64::NAN), Just(f64::MAX), Just(-1.0), any::<f64>()],
+            previous in proptest::option::of(prop_oneof![Just(i64::MAX), Just(i64::MIN), any::<i64>()]),
+            max in prop_oneof![Just(i64::MAX), 1i64..=i64::MAX],
+            room in prop_oneof![Just(0i64), Just(i64::MAX), 0i64..=i64::MAX],
+            secs in prop_oneof![Just(u64::MAX), any::<u64>()],
+        ) {
+            let p = StepPolicy { max, target: Duration::from_secs(secs), ..policy() };
+            prop_assert!(p.recommended(peak, delta) >= 0);
+            let c = p.choose(row, delta, hint(peak, previous));
+            prop_assert!(c.step >= row);
+            let c = p.choose_within(row, delta, hint(peak, previous), room);
+            prop_assert!(c.step >= row);
+            if row <= room {
+                prop_assert!(c.step <= room, "{c:?} beyond room {room}");
+            }
+        }
     }
 }

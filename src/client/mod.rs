@@ -315,7 +315,8 @@ impl Biz {
     }
 
     /// An ID from the cache, if it has one: no lock, no await, no IO. Starts the
-    /// background fetch of the next segment at the prefetch point.
+    /// background fetch of the next segment at the prefetch point. Calling it on a
+    /// used-up cache any number of times is harmless: the chain closes the segment.
     #[inline]
     pub fn try_next_id(&self) -> Option<i64> {
         match self.cache.chain.take(1).0 {

@@ -87,13 +87,14 @@ impl DoubleBuffer {
         self.fetching
     }
 
-    /// IDs that can be issued without a fetch.
+    /// IDs that can be issued without a fetch. Saturating: two segments near the top
+    /// of the ID space come close to `u64::MAX`, and this runs under the biz's lock.
     pub fn remaining(&self) -> u64 {
         [&self.current, &self.next]
             .into_iter()
             .flatten()
             .map(Cursor::remaining)
-            .sum()
+            .fold(0, u64::saturating_add)
     }
 
     /// The segments held (current first), with the last ID issued from each and how

@@ -10,8 +10,11 @@
 //! ID from a descriptor being rewritten. A reader whose segment was replaced between
 //! its `fetch_add` and its read finds the segment in a ring of the last [`SLOTS`]
 //! ones; preempted for longer than that, it finds its slot reused and gets
-//! [`Take::Lost`]: that one ID is skipped, never issued twice. Switching to the next
-//! segment is rare and left to the owner (under its own lock): [`Chain::advance`].
+//! [`Take::Lost`]: that one ID is skipped, never issued twice. A take that finds the
+//! offset far past the segment's end pulls it back to the end, and one take asks for
+//! at most [`MAX_TAKE`] IDs, so callers polling a used-up segment never carry the
+//! offset into the generation. Switching to the next segment is rare and left to the owner (under
+//! its own lock): [`Chain::advance`].
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering, fence};
 
@@ -23,8 +26,16 @@ const OFFSET_BITS: u32 = 32;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// IDs used of one segment at most; the rest of a larger segment is skipped. Half
 /// the offset space, so that offsets past the end cannot carry into the generation
-/// before [`Chain::close`] pulls them back.
+/// before they are pulled back (see [`MAX_TAKE`]).
 pub const MAX_SEGMENT_IDS: u64 = 1 << (OFFSET_BITS - 1);
+/// IDs one [`Chain::take`] asks for at most; a larger batch takes several.
+pub const MAX_TAKE: u64 = 1 << 16;
+/// How far past a used-up segment's end the offset may run before a take pulls it
+/// back. Polling a used-up segment stays one `fetch_add` (and a pull-back every 2²⁰
+/// calls); the offset stays below `MAX_SEGMENT_IDS + PULL_BACK_AFTER` plus the takes in
+/// flight between their add and their pull-back, so a carry into the generation would
+/// need about 2¹⁵ of those at the same moment.
+const PULL_BACK_AFTER: u64 = 1 << 20;
 /// Slot generation while the slot is being written.
 const WRITING: u64 = u64::MAX;
 
@@ -146,11 +157,14 @@ impl Chain {
         }
     }
 
-    /// Takes up to `n` IDs of the current segment. Returns what it got and, when the
-    /// segment ran out before `n`, `Some(generation)` of the used-up segment: the rest
-    /// must come from the next one.
+    /// Takes up to `n` IDs (at most [`MAX_TAKE`]) of the current segment. Returns what
+    /// it got and, when the segment ran out before `n`, `Some(generation)` of the
+    /// used-up segment: the rest must come from the next one. A take that finds the
+    /// offset far past the end closes the segment (see [`Chain::close`]), so that
+    /// callers polling a used-up segment cannot grow its offset into the generation.
     #[inline]
     pub fn take(&self, n: u64) -> (Take, Option<u32>) {
+        let n = n.min(MAX_TAKE);
         let v = self.state.0.fetch_add(n, Ordering::AcqRel);
         let generation = (v >> OFFSET_BITS) as u32;
         let offset = v & OFFSET_MASK;
@@ -167,6 +181,9 @@ impl Chain {
             return (Take::Lost, None);
         };
         if offset >= len {
+            if offset - len >= PULL_BACK_AFTER {
+                self.pull_back(generation, len);
+            }
             return (Take::Exhausted { generation }, Some(generation));
         }
         let count = n.min(len - offset);
@@ -218,13 +235,19 @@ impl Chain {
     }
 
     /// Pulls the offset of a used-up segment back to its end, so that failed attempts
-    /// cannot grow it into the generation bits. The owner calls it whenever it sees
-    /// [`Take::Exhausted`].
+    /// cannot grow it into the generation bits. [`Chain::take`] does it once the
+    /// offset is far past the end; the owner may call it before switching segments.
     pub fn close(&self, generation: u32) {
-        let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) else {
-            return;
-        };
-        let end = segment.len;
+        if let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) {
+            self.pull_back(generation, segment.len);
+        }
+    }
+
+    /// Sets the offset back to `end` if the segment is still `generation` and the
+    /// offset is past `end`. Off the fast path: a take calls it once per
+    /// [`PULL_BACK_AFTER`] calls on a used-up segment.
+    #[cold]
+    fn pull_back(&self, generation: u32, end: u64) {
         let mut v = self.state.0.load(Ordering::Acquire);
         while (v >> OFFSET_BITS) as u32 == generation && (v & OFFSET_MASK) > end {
             let closed = (v & !OFFSET_MASK) | end;
@@ -379,6 +402,96 @@ mod tests {
         chain.close(1);
         assert_eq!(chain.state.0.load(Ordering::Relaxed) & OFFSET_MASK, 2);
         assert_eq!(chain.generation(), 1);
+    }
+
+    /// The raw offset of the chain's word.
+    fn offset(chain: &Chain) -> u64 {
+        chain.state.0.load(Ordering::Relaxed) & OFFSET_MASK
+    }
+
+    #[test]
+    fn polling_a_used_up_segment_keeps_pulling_the_offset_back() {
+        let bound = |len: u64| len + PULL_BACK_AFTER + 1;
+        let chain = Chain::new();
+        // Even the empty chain a client starts with.
+        for _ in 0..PULL_BACK_AFTER + 1000 {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 0 }));
+        }
+        assert!(offset(&chain) <= bound(0), "{}", offset(&chain));
+        chain.advance(0, &seg(0, 2, 1, 0), 0);
+        assert_eq!(chain.take(5).1, Some(1), "2 of the 5");
+        for i in 0..3 * PULL_BACK_AFTER {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
+            assert!(offset(&chain) <= bound(2), "{} after {i}", offset(&chain));
+        }
+        assert_eq!(chain.generation(), 1);
+        chain.close(1);
+        assert_eq!(offset(&chain), 2);
+    }
+
+    #[test]
+    fn polling_a_used_up_segment_never_carries_into_the_generation() {
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 3, 1, 0), 0);
+        // As after 2³² - 8 calls on the used-up segment, were nothing pulled back: the
+        // next few would carry into generation 2 and meet its IDs before they exist.
+        chain
+            .state
+            .0
+            .store(1 << OFFSET_BITS | (OFFSET_MASK - 7), Ordering::Relaxed);
+        for _ in 0..100 {
+            assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
+        }
+        assert_eq!(chain.generation(), 1);
+        assert_eq!(
+            offset(&chain),
+            3 + 99,
+            "pulled back to the end by the first take"
+        );
+    }
+
+    #[test]
+    fn a_take_of_2_pow_32_is_capped() {
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 10, 1, 0), 0);
+        let (take, rest) = chain.take(1 << OFFSET_BITS);
+        assert!(
+            matches!(
+                take,
+                Take::Ids {
+                    first: 1,
+                    count: 10,
+                    ..
+                }
+            ),
+            "{take:?}"
+        );
+        assert_eq!(rest, Some(1));
+        assert_eq!(
+            chain.generation(),
+            1,
+            "the offset carried into the generation"
+        );
+        assert_eq!(offset(&chain), MAX_TAKE, "one capped take past the end");
+        let (take, _) = chain.take(u64::MAX);
+        assert_eq!(take, Take::Exhausted { generation: 1 });
+        assert_eq!(chain.generation(), 1);
+        // A segment larger than one take: a huge batch gets MAX_TAKE IDs, then more.
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 1 << 20, 1, 0), 0);
+        let (take, rest) = chain.take(u64::MAX);
+        assert!(
+            matches!(
+                take,
+                Take::Ids {
+                    count: MAX_TAKE,
+                    ..
+                }
+            ),
+            "{take:?}"
+        );
+        assert_eq!(rest, None, "the segment has more");
+        assert_eq!(offset(&chain), MAX_TAKE);
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod range;
 mod residue;
 
 pub use buffer::DoubleBuffer;
-pub use chain::{Chain, MAX_SEGMENT_IDS, SLOTS, Take};
+pub use chain::{Chain, MAX_SEGMENT_IDS, MAX_TAKE, SLOTS, Take};
 pub use range::{Cursor, SegmentRange};
 pub use residue::Residue;
 

@@ -23,7 +23,7 @@ pub use error::ApiError;
 use observe::{InFlight, Observer};
 
 use crate::config::Config;
-use crate::generator::Generator;
+use crate::generator::{GIVE_BACK_LIMIT, Generator};
 use crate::store::{OpenMode, Store, StoreError};
 
 /// What every handler shares.
@@ -223,18 +223,23 @@ impl Application {
     }
 
     /// Serves until `shutdown` completes (or the handle stops it), then stops
-    /// gracefully: no new connections, in-flight requests finish.
+    /// gracefully: no new connections, in-flight requests finish. Once `shutdown` has
+    /// completed, returns within [`STOP_LIMIT`] even if an HTTP worker is stuck: the
+    /// workers get [`DRAIN_TIMEOUT`] and [`WORKER_STOP_GRACE`], the give-back
+    /// [`GIVE_BACK_LIMIT`].
     ///
     /// # Errors
-    /// The server's IO error.
+    /// The server's IO error, or an error saying the workers did not stop in time.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let handle = self.server.handle();
         let in_flight = self.routes.observer.in_flight.clone();
+        let (stopping, stop_requested) = tokio::sync::oneshot::channel::<()>();
         let stopper = AbortOnDrop(tokio::spawn(async move {
             shutdown.await;
+            let _ = stopping.send(());
             tracing::info!(
                 in_flight = in_flight.count(),
                 "stopping: finishing in-flight requests"
@@ -246,7 +251,22 @@ impl Application {
             in_flight.drained(DRAIN_TIMEOUT).await;
             handle.stop(true).await;
         }));
-        let result = self.server.await;
+        let workers_limit = DRAIN_TIMEOUT + WORKER_STOP_GRACE;
+        let result = tokio::select! {
+            result = self.server => result,
+            () = async {
+                // Stopped through the handle instead: no deadline.
+                if stop_requested.await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(workers_limit).await;
+            } => {
+                tracing::error!(limit = ?workers_limit, "the HTTP workers did not stop in time; leaving them");
+                Err(std::io::Error::other(format!(
+                    "the HTTP workers did not stop within {workers_limit:?}"
+                )))
+            }
+        };
         drop(stopper);
         // Nothing is served any more: give the caches' unissued IDs back where safe.
         let (given, wasted) = self.routes.state.generator.give_back().await;
@@ -256,7 +276,18 @@ impl Application {
 }
 
 /// Longest a graceful stop waits for in-flight requests.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest the HTTP workers may take to stop after the drain (actix closes idle
+/// connections after one second): a worker still running then is stuck, and is left.
+pub const WORKER_STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Longest a stop takes once it began: the drain, the workers' stop, the give-back,
+/// and a few seconds for the rest. [`Application::run_until`] returns within it; the
+/// binary exits when it passes even if something it does not control hangs.
+pub const STOP_LIMIT: Duration = Duration::from_secs(
+    DRAIN_TIMEOUT.as_secs() + WORKER_STOP_GRACE.as_secs() + GIVE_BACK_LIMIT.as_secs() + 5,
+);
 
 /// Completes on the first SIGTERM or SIGINT (Ctrl-C).
 pub async fn shutdown_signal() {

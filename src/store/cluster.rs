@@ -807,8 +807,9 @@ impl Store {
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
 
-    /// Whether database `i` may be used: not backed off, not fenced.
-    fn is_live(&self, i: usize) -> bool {
+    /// Whether database `i` may be used: not backed off after a failure (a call sent
+    /// there now would most likely only wait for its timeout), not fenced.
+    pub fn is_live(&self, i: usize) -> bool {
         let health = self.dbs[i].health.lock();
         health.fenced.is_none() && health.down_until.is_none_or(|t| Instant::now() >= t)
     }

@@ -1,0 +1,238 @@
+//! Shutdown with the database gone: the real `segmint serve` binary, several bizs with
+//! cached segments, PostgreSQL stopped (`pg_ctl -m immediate stop`), then SIGTERM. The
+//! give-back cannot reach the database: the process must still exit within a bound
+//! that does not grow with the number of bizs, say the cached IDs were wasted, and
+//! once the database is back no ID is issued twice.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const BIZS: usize = 10;
+const STEP: i64 = 100;
+/// Issued per biz before the stop: past the 20 % preload point, so both segments are
+/// cached.
+const ISSUED: usize = 30;
+
+/// `max_id` of `biz`'s row.
+fn max_id(pg: &PgCluster, biz: &str) -> i64 {
+    pg.row(biz).split('|').next().unwrap().parse().unwrap()
+}
+
+/// How the database goes away before the stop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `pg_ctl -m immediate stop`: connections are refused at once.
+    Stopped,
+    /// Every process of the cluster stopped with SIGSTOP: connections and queries go
+    /// unanswered, as with a hung host, until the fetch timeout.
+    Stalled,
+}
+
+/// The processes of the cluster listening on `port`: its postmaster (found by the
+/// `-p PORT` of its command line) and the postmaster's children.
+fn cluster_pids(port: u16) -> Vec<u32> {
+    let procs: Vec<(u32, String, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // The parent is the second field after the parenthesised command name.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((
+                pid,
+                String::from_utf8_lossy(&cmdline).replace('\0', " "),
+                ppid,
+            ))
+        })
+        .collect();
+    let flag = format!(" -p {port} ");
+    let postmaster = procs
+        .iter()
+        .find(|(_, cmd, _)| cmd.contains("postgres") && cmd.contains(&flag))
+        .map(|&(pid, _, _)| pid)
+        .unwrap_or_else(|| panic!("no postmaster on port {port}"));
+    let mut pids = vec![postmaster];
+    pids.extend(
+        procs
+            .iter()
+            .filter(|&&(_, _, ppid)| ppid == postmaster)
+            .map(|&(pid, _, _)| pid),
+    );
+    pids
+}
+
+/// Resumes stalled processes when dropped, so that a failed test still leaves a
+/// cluster that can be stopped.
+struct Resume(Vec<u32>);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        // No assertion: this may run while a failed test unwinds.
+        for pid in &self.0 {
+            let _ = std::process::Command::new("kill")
+                .args(["-s", "CONT", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// Sends SIGTERM to `child` and waits at most `limit` for it to exit; returns how
+/// long it took and its status, or `None` if it was still running (it is then killed
+/// on drop).
+async fn terminate_within(
+    child: &mut ChildGuard,
+    limit: Duration,
+) -> Option<(Duration, std::process::ExitStatus)> {
+    signal("TERM", &[child.0.id()]);
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.0.try_wait().expect("poll the server") {
+            return Some((start.elapsed(), status));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+/// Sends `signal` to each of `pids`.
+fn signal(signal: &str, pids: &[u32]) {
+    for pid in pids {
+        let sent = std::process::Command::new("kill")
+            .args(["-s", signal, &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -s {signal} {pid}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_the_database_stopped_exits_promptly_and_wastes_the_cache() {
+    stop_with_the_database_gone(Fault::Stopped).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_the_database_stalled_exits_promptly_and_wastes_the_cache() {
+    stop_with_the_database_gone(Fault::Stalled).await;
+}
+
+async fn stop_with_the_database_gone(fault: Fault) {
+    let pg = PgCluster::start();
+    let extra = "preload_percent = 20\nadaptive_step = false\nfetch_timeout_ms = 1000";
+    let toml = config_toml(&[&pg], extra);
+    let config = config(&[&pg], extra);
+    let bizs: Vec<String> = (0..BIZS).map(|i| format!("biz{i}")).collect();
+    let mut tokens = Vec::new();
+    for biz in &bizs {
+        tokens.push(setup_biz(&config, biz, STEP, false).await);
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("segmint.toml");
+    std::fs::write(&file, &toml).unwrap();
+    let log = dir.path().join("serve.log");
+    let port = free_port();
+    let mut server = ChildGuard(
+        serve_command(&file, port)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    child_healthy(&mut server.0, &base, Duration::from_secs(20))
+        .await
+        .unwrap();
+    {
+        // Dropped before the stop: no idle keep-alive connection for it to wait on.
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        for (biz, token) in bizs.iter().zip(&tokens) {
+            let r = http
+                .get(format!("{base}/v1/ids/{biz}?count={ISSUED}"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let body: serde_json::Value = r.json().await.unwrap();
+            let ids: Vec<i64> = serde_json::from_value(body["ids"].clone()).unwrap();
+            assert_eq!(ids, (1..=ISSUED as i64).collect::<Vec<_>>());
+        }
+    }
+    // Each biz prefetches its second segment: the rows stand at two steps.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for biz in &bizs {
+        while tokio::task::block_in_place(|| max_id(&pg, biz)) != 2 * STEP {
+            assert!(Instant::now() < deadline, "{biz}: no prefetch");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    let stalled = match fault {
+        Fault::Stopped => {
+            tokio::task::block_in_place(|| pg.stop());
+            Resume(Vec::new())
+        }
+        Fault::Stalled => {
+            let pids = cluster_pids(pg.port);
+            signal("STOP", &pids);
+            Resume(pids)
+        }
+    };
+    // Drain and worker stop take about a second; the give-back is bounded on its own,
+    // whatever the number of bizs (sequential, it took bizs × 2 × fetch_timeout).
+    let took = terminate_within(&mut server, Duration::from_secs(6)).await;
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    drop(server);
+    drop(stalled);
+    let Some((took, status)) = took else {
+        panic!("still running 6 s after SIGTERM with the database gone; log:\n{text}");
+    };
+    assert_eq!(status.code(), Some(0), "{text}");
+    let cached = BIZS as u64 * (2 * STEP as u64 - ISSUED as u64);
+    assert!(
+        text.contains(&format!("given_back=0 wasted={cached}")),
+        "the log does not count {cached} wasted IDs:\n{text}"
+    );
+    eprintln!("stopped in {took:?} with {BIZS} bizs and the database down");
+
+    // Back up: every row is above every issued ID, and a new server continues after
+    // them. (A give-back the stalled database received may still commit once it
+    // resumes: it moves the row down to the last issued ID, never below.)
+    if fault == Fault::Stopped {
+        tokio::task::block_in_place(|| pg.start_again());
+    }
+    for biz in &bizs {
+        let max = tokio::task::block_in_place(|| max_id(&pg, biz));
+        assert!(
+            max >= ISSUED as i64,
+            "{biz}: row at {max}, below an issued ID"
+        );
+        if fault == Fault::Stopped {
+            assert_eq!(max, 2 * STEP, "{biz}: nothing could be given back");
+        }
+    }
+    let app = spawn_app(config).await;
+    for (biz, token) in bizs.iter().zip(&tokens) {
+        let ids = app.ids(biz, token, 3).await;
+        assert!(
+            ids.iter().all(|&id| id > ISSUED as i64),
+            "{biz}: an ID issued before the stop came again: {ids:?}"
+        );
+    }
+    app.stop().await;
+}
