@@ -254,3 +254,56 @@ async fn sessions_commit_synchronously_whatever_the_server_default() {
     assert_eq!(one_by_one(&app, &token, 3).await.len(), 3);
     app.stop().await;
 }
+
+/// A reservation made while the only other database is down cannot be witnessed at
+/// once; the server copies it there at a catalog refresh once that database is back, so
+/// that a later restore is still caught by a server started after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_made_while_the_witness_was_down_are_witnessed_once_it_is_back() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let extra = "adaptive_step = false";
+    let token = setup_biz(&dbs.config(extra), BIZ, 10, false).await;
+    let backup = dbs.sql(
+        0,
+        &format!("SELECT max_id, version FROM tiny_id_info WHERE biz_type = '{BIZ}'"),
+    );
+    let (backup_max, backup_version) = backup.split_once('|').expect("max_id|version");
+    let running = spawn_app(dbs.config(extra)).await;
+
+    tokio::task::block_in_place(|| dbs.stop(1));
+    let mut seen = HashSet::new();
+    all_new(
+        &mut seen,
+        &one_by_one(&running, &token, 60).await,
+        "while pg1 was down",
+    );
+    let version = dbs.version(0, BIZ);
+    assert!(version >= 10, "pg0 served every request: version {version}");
+    tokio::task::block_in_place(|| dbs.start_again(1));
+    let witnessed = format!(
+        "SELECT version FROM segmint_witness WHERE database = 'pg0' AND biz_type = '{BIZ}'"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while dbs.sql(1, &witnessed).parse::<i64>().unwrap_or(0) < version {
+        assert!(
+            Instant::now() < deadline,
+            "pg1 did not get pg0's version {version}: {}",
+            dbs.sql(1, &witnessed)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    running.stop().await;
+
+    dbs.sql(
+        0,
+        &format!("UPDATE tiny_id_info SET max_id = {backup_max}, version = {backup_version} WHERE biz_type = '{BIZ}'"),
+    );
+    let fresh = spawn_app(dbs.config(extra)).await;
+    all_new(
+        &mut seen,
+        &one_by_one(&fresh, &token, 100).await,
+        "from a server started after the restore",
+    );
+    until_fenced(&fresh, "pg0", true, Duration::from_secs(5)).await;
+    fresh.stop().await;
+}

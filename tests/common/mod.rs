@@ -361,6 +361,16 @@ impl Databases {
         }
     }
 
+    /// Stops PostgreSQL database `i` at once, as a crash would.
+    pub fn stop(&self, i: usize) {
+        self.clusters[i].stop();
+    }
+
+    /// Starts PostgreSQL database `i` again after [`Databases::stop`].
+    pub fn start_again(&self, i: usize) {
+        self.clusters[i].start_again();
+    }
+
     /// `max_id|version|step|delta|remainder` of a biz row on database `i`.
     pub fn row(&self, i: usize, biz: &str) -> String {
         self.sql(i, &format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
