@@ -115,6 +115,12 @@ async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers(
             && db["up"] == false,
         "{db}"
     );
+    let (status, page) = running.get("/status").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("fenced") && page.contains("gone back in time"),
+        "the status page names the fence: {page}"
+    );
     let (status, metrics) = running.get("/metrics").await;
     assert_eq!(status, 200);
     assert!(
