@@ -8,7 +8,6 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -19,24 +18,6 @@ const HUGE_STEP: i64 = 5_000_000_000_000_000_000;
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 /// How long SIGTERM may take to stop the server.
 const STOP_WITHIN: Duration = Duration::from_secs(10);
-
-/// Sends SIGTERM to `child` and waits at most `limit` for it to exit; returns how
-/// long it took, or `None` if it was still running (it is then killed on drop).
-async fn terminate_within(child: &mut ChildGuard, limit: Duration) -> Option<Duration> {
-    let sent = std::process::Command::new("kill")
-        .args(["-s", "TERM", &child.0.id().to_string()])
-        .status()
-        .expect("run kill");
-    assert!(sent.success(), "kill -s TERM {}", child.0.id());
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if child.0.try_wait().expect("poll the server").is_some() {
-            return Some(start.elapsed());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
-}
 
 /// GET `path` with `token`; status and JSON body, or a panic naming the hang.
 async fn get(
@@ -72,22 +53,8 @@ async fn huge_step_keeps_answering_and_stops(kind: Kind) {
     );
     let top_before = dbs.row(0, "top");
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("segmint.toml");
-    std::fs::write(&file, &toml).unwrap();
-    let log = dir.path().join("serve.log");
-    let port = free_port();
-    let mut server = ChildGuard(
-        serve_command(&file, port)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    child_healthy(&mut server.0, &base, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let mut server = ServerProcess::start(&toml).await;
+    let base = server.base.clone();
     let http = reqwest::Client::builder()
         .timeout(ANSWER_WITHIN)
         .build()
@@ -98,7 +65,7 @@ async fn huge_step_keeps_answering_and_stops(kind: Kind) {
     let mut ids: Vec<i64> = serde_json::from_value(body["ids"].clone()).unwrap();
     // The prefetch of a second segment overflows; the sampler meanwhile measures a
     // rate above zero, so the next requests compute a runway of ~10²⁰ seconds.
-    wait_for_log(&log, "segment fetch failed", Duration::from_secs(5)).await;
+    wait_for_log(&server.log, "segment fetch failed", Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(2500)).await;
     for _ in 0..20 {
         let (status, body) = get(&http, &base, "/v1/ids/order?count=3", &token).await;
@@ -126,8 +93,8 @@ async fn huge_step_keeps_answering_and_stops(kind: Kind) {
     let (status, body) = get(&http, &base, "/v1/ids/order?count=1", &token).await;
     assert_eq!(status, 200, "still answering: {body}");
 
-    let took = terminate_within(&mut server, STOP_WITHIN).await;
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let took = server.terminate_within(STOP_WITHIN).await;
+    let log_text = server.log_text();
     assert!(
         took.is_some(),
         "segmint serve was still running {STOP_WITHIN:?} after SIGTERM; log:\n{log_text}"

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -88,24 +87,6 @@ impl Drop for Resume {
     }
 }
 
-/// Sends SIGTERM to `child` and waits at most `limit` for it to exit; returns how
-/// long it took and its status, or `None` if it was still running (it is then killed
-/// on drop).
-async fn terminate_within(
-    child: &mut ChildGuard,
-    limit: Duration,
-) -> Option<(Duration, std::process::ExitStatus)> {
-    signal("TERM", &[child.0.id()]);
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Some(status) = child.0.try_wait().expect("poll the server") {
-            return Some((start.elapsed(), status));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    None
-}
-
 /// Sends `signal` to each of `pids`.
 fn signal(signal: &str, pids: &[u32]) {
     for pid in pids {
@@ -138,22 +119,8 @@ async fn stop_with_the_database_gone(fault: Fault) {
         tokens.push(setup_biz(&config, biz, STEP, false).await);
     }
 
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("segmint.toml");
-    std::fs::write(&file, &toml).unwrap();
-    let log = dir.path().join("serve.log");
-    let port = free_port();
-    let mut server = ChildGuard(
-        serve_command(&file, port)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    child_healthy(&mut server.0, &base, Duration::from_secs(20))
-        .await
-        .unwrap();
+    let mut server = ServerProcess::start(&toml).await;
+    let base = server.base.clone();
     {
         // Dropped before the stop: no idle keep-alive connection for it to wait on.
         let http = reqwest::Client::builder()
@@ -195,8 +162,8 @@ async fn stop_with_the_database_gone(fault: Fault) {
     };
     // Drain and worker stop take about a second; the give-back is bounded on its own,
     // whatever the number of bizs (sequential, it took bizs × 2 × fetch_timeout).
-    let took = terminate_within(&mut server, Duration::from_secs(6)).await;
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let took = server.terminate_within(Duration::from_secs(6)).await;
+    let text = server.log_text();
     drop(server);
     drop(stalled);
     let Some((took, status)) = took else {

@@ -537,3 +537,73 @@ pub async fn wait_healthy(
 pub async fn child_healthy(child: &mut Child, base: &str, limit: Duration) -> Result<(), String> {
     wait_healthy(base, limit, || child.try_wait().ok().flatten()).await
 }
+
+/// A real `segmint serve` process on a free loopback port, with its configuration and
+/// its log (stderr) in a temporary directory; killed when dropped.
+pub struct ServerProcess {
+    pub child: ChildGuard,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// Where the server's stderr goes.
+    pub log: PathBuf,
+    /// Holds the configuration and the log.
+    _dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    /// Starts `segmint serve` with the configuration `toml` and waits until it answers.
+    pub async fn start(toml: &str) -> ServerProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("segmint.toml");
+        std::fs::write(&file, toml).unwrap();
+        let log = dir.path().join("serve.log");
+        let port = free_port();
+        let mut child = ChildGuard(
+            serve_command(&file, port)
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let base = format!("http://127.0.0.1:{port}");
+        child_healthy(&mut child.0, &base, Duration::from_secs(20))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e}; log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        ServerProcess {
+            child,
+            base,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits at most `limit` for the process to exit; returns how long
+    /// it took and its status, or `None` if it was still running (it is then killed on
+    /// drop).
+    pub async fn terminate_within(&mut self, limit: Duration) -> Option<(Duration, ExitStatus)> {
+        let pid = self.child.0.id();
+        let sent = Command::new("kill")
+            .args(["-s", "TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -s TERM {pid}");
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.0.try_wait().expect("poll the server") {
+                return Some((start.elapsed(), status));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
