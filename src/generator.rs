@@ -645,20 +645,31 @@ mod tests {
         (store, generator)
     }
 
+    /// Holds the lock of `biz`'s buffer on another thread for `how_long`, as a request
+    /// stuck under it would; returns once the lock is held.
+    fn hold_lock(
+        generator: &Generator,
+        biz: &str,
+        how_long: Duration,
+    ) -> std::thread::JoinHandle<()> {
+        let biz = BizTag::parse(biz).unwrap();
+        let buffer = generator.buffers.load().get(&biz).cloned().unwrap();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let stuck = std::thread::spawn(move || {
+            let _state = buffer.state.lock();
+            locked.send(()).unwrap();
+            std::thread::sleep(how_long);
+        });
+        is_locked.recv().unwrap();
+        stuck
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_biz_stuck_under_its_lock_does_not_hold_the_stop_up() {
         let dir = tempfile::tempdir().unwrap();
         let (store, generator) = two_bizs_served(dir.path()).await;
         // A request stuck while holding `order`'s lock, as a deadlocked worker would.
-        let order = BizTag::parse("order").unwrap();
-        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
-        let (locked, is_locked) = std::sync::mpsc::channel();
-        let stuck = std::thread::spawn(move || {
-            let _state = buffer.state.lock();
-            locked.send(()).unwrap();
-            std::thread::sleep(Duration::from_secs(3));
-        });
-        is_locked.recv().unwrap();
+        let stuck = hold_lock(&generator, "order", Duration::from_secs(3));
         let start = Instant::now();
         let (given, wasted) = generator.give_back().await;
         let took = start.elapsed();
@@ -681,15 +692,7 @@ mod tests {
     async fn the_sampler_skips_a_biz_stuck_under_its_lock() {
         let dir = tempfile::tempdir().unwrap();
         let (_store, generator) = two_bizs_served(dir.path()).await;
-        let order = BizTag::parse("order").unwrap();
-        let buffer = generator.buffers.load().get(&order).cloned().unwrap();
-        let (locked, is_locked) = std::sync::mpsc::channel();
-        let stuck = std::thread::spawn(move || {
-            let _state = buffer.state.lock();
-            locked.send(()).unwrap();
-            std::thread::sleep(Duration::from_secs(2));
-        });
-        is_locked.recv().unwrap();
+        let stuck = hold_lock(&generator, "order", Duration::from_secs(2));
         // The sampler shares its thread with the stop signal: it must not wait.
         let start = Instant::now();
         generator.sample(Instant::now() + Duration::from_secs(1));

@@ -29,20 +29,7 @@ async fn tinyid(app: &TestApp, biz: &str, token: &str) -> (i64, String) {
         .await;
     assert_eq!(status, 200, "Tinyid's JSON routes answer 200: {body}");
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let simple = app
-        .http
-        .get(format!(
-            "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
-            app.base
-        ))
-        .send()
-        .await
-        .unwrap();
-    let header = simple
-        .headers()
-        .get("x-segmint-error")
-        .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
+    let header = app.next_id_simple(biz, token).await.1.unwrap_or_default();
     (body["code"].as_i64().unwrap(), header)
 }
 

@@ -227,22 +227,7 @@ async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds
     let app = spawn_app(config).await;
     let simple = |token: String, biz: &'static str| {
         let app = &app;
-        async move {
-            let r = app
-                .http
-                .get(format!(
-                    "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
-                    app.base
-                ))
-                .send()
-                .await
-                .unwrap();
-            let error = r
-                .headers()
-                .get("x-segmint-error")
-                .map(|v| v.to_str().unwrap().to_owned());
-            (r.text().await.unwrap(), error)
-        }
+        async move { app.next_id_simple(biz, &token).await }
     };
     for _ in 0..5 {
         assert_eq!(app.ids(BIZ, &token, 1).await.len(), 1);

@@ -1042,8 +1042,9 @@ impl Store {
     ///
     /// # Errors
     /// [`StoreError::Refused`] when `name` is not configured or a database cannot be
-    /// read (every other database must answer: each may hold the only witness);
-    /// nothing is changed then.
+    /// read (every other database must answer: each may hold the only witness):
+    /// nothing is changed then; or when a raise fails midway: the message lists the
+    /// rows raised before it.
     pub async fn raise_database(
         &self,
         name: &str,
@@ -1105,7 +1106,7 @@ impl Store {
                 continue;
             };
             let max_id = row.max_id.max(floor);
-            let done = self
+            let done = match self
                 .call(
                     t,
                     self.dbs[t]
@@ -1113,7 +1114,16 @@ impl Store {
                         .raise(biz, row.version, row.max_id, version, max_id),
                 )
                 .await
-                .map_err(|e| unreachable(name, e))?;
+            {
+                Ok(done) => done,
+                // Rows raised before stay raised (that is safe); say which they were.
+                Err(e) => {
+                    report.push(format!(
+                        "\"{name}\": biz `{biz}` FAILED: {e}; run the command again"
+                    ));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
+            };
             match done {
                 Some(_) => {
                     report.push(format!(

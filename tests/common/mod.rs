@@ -454,6 +454,25 @@ impl TestApp {
         (r.status().as_u16(), r.text().await.unwrap())
     }
 
+    /// Tinyid's `nextIdSimple` for `biz`: the body and the `X-Segmint-Error` header,
+    /// if any.
+    pub async fn next_id_simple(&self, biz: &str, token: &str) -> (String, Option<String>) {
+        let r = self
+            .http
+            .get(format!(
+                "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
+                self.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        let error = r
+            .headers()
+            .get("x-segmint-error")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (r.text().await.unwrap(), error)
+    }
+
     /// GET `path` with a bearer token; status and parsed JSON body.
     pub async fn get_v1(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
         let mut req = self.http.get(format!("{}{path}", self.base));
