@@ -12,7 +12,15 @@ pub enum InputError {
     BizTag,
     #[error("{name} must be an integer between 1 and {MAX_BATCH}, got `{value}`")]
     Batch { name: &'static str, value: String },
+    #[error(
+        "`{value}` is not a duration: give a number and a unit, e.g. 30s, 15m, 12h, 90d ({reason})"
+    )]
+    Duration { value: String, reason: String },
 }
+
+/// Longest token lifetime or grace period: far beyond any sensible one, and well
+/// inside what both stores' timestamps hold.
+pub const MAX_LIFETIME: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
 
 /// The name of an ID sequence, as stored in `tiny_id_info.biz_type`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -74,6 +82,38 @@ impl BatchSize {
     }
 }
 
+/// A token's lifetime or grace period: a duration such as `30s`, `15m`, `12h`, `90d`
+/// (or `1h 30m`), at most [`MAX_LIFETIME`]; `0` is accepted and means none.
+///
+/// # Errors
+/// [`InputError::Duration`] naming the value and why it is not one.
+pub fn parse_duration(value: &str) -> Result<std::time::Duration, InputError> {
+    let refused = |reason: String| InputError::Duration {
+        value: value.to_owned(),
+        reason,
+    };
+    let d = humantime::parse_duration(value.trim()).map_err(|e| refused(e.to_string()))?;
+    if d > MAX_LIFETIME {
+        return Err(refused("at most 100 years".into()));
+    }
+    Ok(d)
+}
+
+/// A token's lifetime from its creation: as [`parse_duration`], and at least a second
+/// (a token that expires as it is made is of no use).
+///
+/// # Errors
+/// [`InputError::Duration`] naming the value and why it is not a lifetime.
+pub fn parse_lifetime(value: &str) -> Result<std::time::Duration, InputError> {
+    match parse_duration(value)? {
+        d if d.as_secs() == 0 => Err(InputError::Duration {
+            value: value.to_owned(),
+            reason: "a token's lifetime must be at least 1s".into(),
+        }),
+        d => Ok(d),
+    }
+}
+
 /// A fresh random token: 32 random bytes, hex-encoded. Shown once, stored hashed.
 pub fn generate_token() -> String {
     hex::encode(rand::random::<[u8; 32]>())
@@ -114,6 +154,36 @@ mod tests {
         );
         for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
             assert!(BatchSize::parse("batchSize", Some(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        let ok = [
+            ("30s", 30),
+            ("15m", 900),
+            ("12h", 43_200),
+            ("90d", 7_776_000),
+            ("1h 30m", 5_400),
+            ("0", 0),
+            ("0s", 0),
+        ];
+        for (text, secs) in ok {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for bad in ["", "90", "d", "-1d", "1 fortnight", "36600d"] {
+            let e = parse_duration(bad).expect_err(bad).to_string();
+            assert!(e.contains(&format!("`{bad}`")) && e.contains("90d"), "{e}");
+        }
+        assert_eq!(parse_lifetime("1s"), Ok(Duration::from_secs(1)));
+        for zero in ["0", "0s", "500ms"] {
+            let e = parse_lifetime(zero).expect_err(zero).to_string();
+            assert!(e.contains("at least 1s"), "{e}");
         }
     }
 

@@ -2,13 +2,14 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
 
 use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::{OpenMode, Store};
+use segmint::store::{HASH_PREFIX, OpenMode, Store, unix_now};
 
 #[derive(Parser)]
 #[command(
@@ -106,8 +107,30 @@ enum TokenCommand {
         /// A note stored beside the token.
         #[arg(long, default_value = "")]
         remark: String,
+        /// Refuse the token this long after now: 30s, 15m, 12h, 90d. Default: never.
+        #[arg(long, value_name = "DURATION", value_parser = segmint::biz::parse_lifetime)]
+        expires_in: Option<Duration>,
     },
-    /// List tokens (their hashes; tokens themselves are never stored).
+    /// Revoke a token on every database; running servers refuse it from their next
+    /// catalog refresh on.
+    Revoke {
+        /// The start of the token's SHA-256 (at least 8 hex digits), as `token list` shows it.
+        prefix: String,
+    },
+    /// Create a new token for the same bizs and remark, printed once on stdout; the old
+    /// one expires after the grace period.
+    Rotate {
+        /// The start of the old token's SHA-256 (at least 8 hex digits).
+        prefix: String,
+        /// How long the old token keeps working: 30s, 15m, 12h, 90d; 0 ends it now.
+        #[arg(long, value_name = "DURATION", default_value = "24h", value_parser = segmint::biz::parse_duration)]
+        grace: Duration,
+        /// Refuse the new token this long after now. Default: never.
+        #[arg(long, value_name = "DURATION", value_parser = segmint::biz::parse_lifetime)]
+        expires_in: Option<Duration>,
+    },
+    /// List tokens (their hashes; tokens themselves are never stored), merged over the
+    /// databases.
     List,
 }
 
@@ -236,13 +259,44 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 Ok(())
             }
             AdminCommand::Biz(BizCommand::List) => list_bizs(&store).await,
-            AdminCommand::Token(TokenCommand::Add { biz, remark }) => {
-                let (token, report) = store.add_token(&BizTag::parse(&biz)?, &remark).await?;
+            AdminCommand::Token(TokenCommand::Add {
+                biz,
+                remark,
+                expires_in,
+            }) => {
+                let (token, report) = store
+                    .add_token_expiring(&BizTag::parse(&biz)?, &remark, expires_in)
+                    .await?;
                 for line in report {
                     eprintln!("{line}");
                 }
                 println!("{token}");
                 Ok(())
+            }
+            AdminCommand::Token(TokenCommand::Revoke { prefix }) => {
+                for line in store.revoke_token(&prefix).await? {
+                    println!("{line}");
+                }
+                Ok(())
+            }
+            AdminCommand::Token(TokenCommand::Rotate {
+                prefix,
+                grace,
+                expires_in,
+            }) => {
+                let rotation = store.rotate_token(&prefix, grace, expires_in).await?;
+                for line in rotation.report {
+                    eprintln!("{line}");
+                }
+                println!("{}", rotation.token);
+                match rotation.failed.is_empty() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "the new token works, but the old one keeps working on {} until its expiry is lowered there: run `segmint token rotate` again with the old prefix",
+                        rotation.failed.join(", ")
+                    )
+                    .into()),
+                }
             }
             AdminCommand::Token(TokenCommand::List) => list_tokens(&store).await,
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
@@ -302,30 +356,39 @@ async fn list_bizs(store: &Store) -> Result {
 }
 
 async fn list_tokens(store: &Store) -> Result {
-    println!(
-        "{:<16} {:>6} {:<24} {:<18} {:<25} REMARK",
-        "DATABASE", "ID", "BIZ", "TOKEN_SHA256", "CREATED"
-    );
-    let mut failed = 0;
-    for (db, result) in store.list_tokens().await {
-        match result {
-            Ok(rows) => {
-                for t in rows {
-                    let hash: String = t.token_hash.chars().take(16).collect();
-                    println!(
-                        "{:<16} {:>6} {:<24} {:<18} {:<25} {}",
-                        db, t.id, t.biz_type, hash, t.create_time, t.remark
-                    );
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                eprintln!("\"{db}\": unreachable: {e}");
-            }
+    let list = store.list_tokens().await;
+    let now = unix_now();
+    let time = |t: Option<i64>| match t.and_then(|t| u64::try_from(t).ok()) {
+        Some(t) => {
+            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t)).to_string()
         }
+        None => "-".into(),
+    };
+    println!(
+        "{:<17} {:<24} {:<8} {:<20} {:<20} {:<20} {:<16} REMARK",
+        "TOKEN_SHA256", "BIZ", "STATE", "CREATED", "EXPIRES", "LAST_USED(~)", "DATABASES"
+    );
+    let names = store.database_names();
+    for t in list.tokens {
+        let bizs: Vec<&str> = t.bizs.iter().map(String::as_str).collect();
+        let dbs: Vec<&str> = t.databases.iter().map(|&i| names[i].as_str()).collect();
+        println!(
+            "{:<17} {:<24} {:<8} {:<20} {:<20} {:<20} {:<16} {}",
+            t.hash.get(..HASH_PREFIX).unwrap_or(&t.hash),
+            bizs.join(","),
+            t.state(now),
+            time(Some(t.created)),
+            time(t.expires),
+            time(t.last_used),
+            dbs.join(","),
+            t.remark
+        );
     }
-    if failed > 0 {
-        return Err(format!("{failed} database(s) could not be read").into());
+    for (db, e) in &list.unreachable {
+        eprintln!("\"{db}\": unreachable: {e}");
+    }
+    if !list.unreachable.is_empty() {
+        return Err(format!("{} database(s) could not be read", list.unreachable.len()).into());
     }
     Ok(())
 }

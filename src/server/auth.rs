@@ -6,7 +6,7 @@ use std::time::Instant;
 use subtle::ConstantTimeEq;
 
 use crate::biz::{BizTag, TokenDigest, token_digest};
-use crate::store::{BizEntry, Catalog, Store, StoreError};
+use crate::store::{BizEntry, Catalog, Store, StoreError, live_at, unix_now};
 
 use super::error::ApiError;
 
@@ -23,45 +23,70 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
     let token = token
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized("missing token"))?;
-    if store.with_catalog(|catalog| Recent::allowed(catalog.generation(), token, biz)) {
+    // Expiry is judged by the clock at the request, not at the last refresh. (The clock
+    // read is a vDSO call, no system call.)
+    let now = unix_now();
+    if let Some(note) =
+        store.with_catalog(|catalog| Recent::allowed(catalog.generation(), token, biz, now))
+    {
+        if let Some(digest) = note {
+            store.note_use(&digest, now);
+        }
         return Ok(());
     }
     let digest = token_digest(token);
-    // A token granted a known biz is decided by the catalog in memory, looked up once;
-    // anything else may be new since the last refresh, so the catalog is re-read first.
-    let served = |catalog: &Catalog| match (
-        catalog.granted(&digest, biz.as_str()),
-        catalog.biz(biz.as_str()),
-    ) {
-        (Some(true), Some(entry)) => Some((catalog.generation(), servable(entry))),
-        _ => None,
+    // A live token granted a known biz is decided by the catalog in memory, looked up
+    // once; anything else may be new since the last refresh, so the catalog is re-read
+    // first. A revoked or expired token is then refused as an unknown one is.
+    let served = |catalog: &Catalog| {
+        let grant = catalog.grant(&digest, now)?;
+        let entry = catalog.biz(biz.as_str())?;
+        grant
+            .allows(biz.as_str())
+            .then(|| (catalog.generation(), grant.expires, servable(entry)))
     };
-    let (generation, decision) = match store.with_catalog(served) {
+    let (generation, expires, decision) = match store.with_catalog(served) {
         Some(served) => served,
         None => {
             let catalog = store.refresh_since(Instant::now()).await;
-            (catalog.generation(), decide(&catalog, &digest, biz))
+            let expires = catalog.grant(&digest, now).and_then(|g| g.expires);
+            let decision = decide(&catalog, &digest, biz, now);
+            (catalog.generation(), expires, decision)
         }
     };
-    if decision.is_ok() {
-        Recent::remember(generation, token, biz);
+    if decision.is_ok() && Recent::remember(generation, token, biz, expires, digest, now) {
+        store.note_use(&digest, now);
     }
     decision
 }
 
+/// Seconds between two notes of one token's use by one thread: last use is shown
+/// approximately, and noting it costs a lock shared by the workers.
+const NOTE_EVERY: i64 = 60;
+
 /// Tokens recently allowed a biz on this thread (an HTTP worker is one thread), each
-/// with the generation of the catalog that allowed it. While that catalog is current,
-/// the same token and biz are allowed again without hashing the token and looking it
-/// up: the decision depends on nothing else. A new catalog (a token revoked, a biz
-/// refused) has a new generation, so nothing decided before it is reused.
+/// with the generation of the catalog that allowed it and the token's expiry. While
+/// that catalog is current and the expiry not reached, the same token and biz are
+/// allowed again without hashing the token and looking it up: the decision depends on
+/// nothing else. A new catalog (a token revoked, a biz refused) has a new generation,
+/// so nothing decided before it is reused.
 ///
 /// The token is compared in constant time, as the catalog compares digests; only an
 /// exact match, which the answer reveals anyway, takes the shorter path. The tokens
 /// stay in this thread's memory, as long as the requests that carried them did.
 struct Recent {
+    /// The catalog that allowed the token.
     generation: u64,
+    /// The biz it was allowed.
     biz: BizTag,
+    /// The token as the request carried it.
     token: Box<[u8]>,
+    /// From when on (unix seconds) the token is refused, as that catalog said.
+    expires: Option<i64>,
+    /// The token's SHA-256, for noting its use without hashing it again.
+    digest: TokenDigest,
+    /// When this thread last noted the token's use (unix seconds).
+    noted: i64,
 }
 
 /// Whether `a` equals `b`, in a time that depends on their lengths only: every byte
@@ -88,20 +113,38 @@ impl Recent {
         self.biz == *biz && same_token(&self.token, token.as_bytes())
     }
 
-    /// Whether the catalog of `generation` allowed `token` to use `biz` on this thread.
-    fn allowed(generation: u64, token: &str, biz: &BizTag) -> bool {
-        RECENT.with_borrow(|recent| {
-            recent
-                .iter()
-                .any(|r| r.generation == generation && r.matches(token, biz))
+    /// Whether the catalog of `generation` allowed `token` to use `biz` on this thread,
+    /// and the token has not expired by `now`: `None` when not; else the token's digest
+    /// when its use is due to be noted (then counted as noted).
+    fn allowed(
+        generation: u64,
+        token: &str,
+        biz: &BizTag,
+        now: i64,
+    ) -> Option<Option<TokenDigest>> {
+        RECENT.with_borrow_mut(|recent| {
+            let r = recent.iter_mut().find(|r| {
+                r.generation == generation && r.matches(token, biz) && live_at(r.expires, now)
+            })?;
+            Some(r.note_due(now))
         })
     }
 
-    fn remember(generation: u64, token: &str, biz: &BizTag) {
+    /// Remembers that the catalog of `generation` allowed `token` (of `digest`, refused
+    /// from `expires` on) to use `biz`. Returns whether its use is due to be noted.
+    fn remember(
+        generation: u64,
+        token: &str,
+        biz: &BizTag,
+        expires: Option<i64>,
+        digest: TokenDigest,
+        now: i64,
+    ) -> bool {
         RECENT.with_borrow_mut(|recent| {
             if let Some(r) = recent.iter_mut().find(|r| r.matches(token, biz)) {
                 r.generation = generation;
-                return;
+                r.expires = expires;
+                return r.note_due(now).is_some();
             }
             if recent.len() == RECENT_GRANTS {
                 recent.remove(0);
@@ -110,15 +153,29 @@ impl Recent {
                 generation,
                 biz: biz.clone(),
                 token: token.as_bytes().into(),
+                expires,
+                digest,
+                noted: now,
             });
-        });
+            true
+        })
+    }
+
+    /// The digest, when the use was last noted [`NOTE_EVERY`] or more seconds before
+    /// `now`; it then counts as noted at `now`.
+    fn note_due(&mut self, now: i64) -> Option<TokenDigest> {
+        if now - self.noted < NOTE_EVERY {
+            return None;
+        }
+        self.noted = now;
+        Some(self.digest)
     }
 }
 
 /// Whether the token of `digest` may use `biz`, by `catalog`. A catalog no database
 /// has been read into knows no token and no biz: that is an outage (503, Tinyid code 6,
 /// so that clients try another server), never a verdict on the token.
-fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag) -> Result<(), ApiError> {
+fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag, now: i64) -> Result<(), ApiError> {
     if !catalog.is_read() {
         return Err(StoreError::Unavailable(
             "no database has answered since this server started: tokens and bizs are not known yet"
@@ -127,8 +184,9 @@ fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag) -> Result<(), A
         .into());
     }
     let granted = catalog
-        .granted(digest, biz.as_str())
-        .ok_or(ApiError::Unauthorized("invalid token"))?;
+        .grant(digest, now)
+        .ok_or(ApiError::Unauthorized("invalid token"))?
+        .allows(biz.as_str());
     let entry = catalog
         .biz(biz.as_str())
         .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
@@ -156,22 +214,56 @@ mod tests {
         BizTag::parse(name).unwrap()
     }
 
+    /// Whether `token` is remembered allowed at time 0.
+    fn allowed(generation: u64, token: &str, biz: &BizTag) -> bool {
+        Recent::allowed(generation, token, biz, 0).is_some()
+    }
+
+    /// Remembers `token` allowed without expiry at time 0.
+    fn remember(generation: u64, token: &str, biz: &BizTag) {
+        Recent::remember(generation, token, biz, None, token_digest(token), 0);
+    }
+
+    #[test]
+    fn an_expired_grant_is_not_remembered_allowed() {
+        let order = biz("order");
+        let digest = token_digest(TOKEN);
+        Recent::remember(3, TOKEN, &order, Some(100), digest, 50);
+        assert!(Recent::allowed(3, TOKEN, &order, 99).is_some());
+        assert!(Recent::allowed(3, TOKEN, &order, 100).is_none());
+    }
+
+    #[test]
+    fn a_use_is_noted_at_most_once_a_minute() {
+        let order = biz("order");
+        let digest = token_digest(TOKEN);
+        assert!(
+            Recent::remember(4, TOKEN, &order, None, digest, 1000),
+            "first use"
+        );
+        assert_eq!(Recent::allowed(4, TOKEN, &order, 1059), Some(None));
+        assert!(!Recent::remember(5, TOKEN, &order, None, digest, 1059));
+        assert_eq!(Recent::allowed(5, TOKEN, &order, 1060), Some(Some(digest)));
+        assert_eq!(Recent::allowed(5, TOKEN, &order, 1061), Some(None));
+        assert!(Recent::remember(6, TOKEN, &order, None, digest, 1120));
+    }
+
     #[test]
     fn only_the_exact_token_biz_and_catalog_are_remembered() {
         let (order, pay) = (biz("order"), biz("pay"));
-        assert!(!Recent::allowed(7, TOKEN, &order));
-        Recent::remember(7, TOKEN, &order);
-        assert!(Recent::allowed(7, TOKEN, &order));
-        assert!(!Recent::allowed(8, TOKEN, &order), "another catalog");
-        assert!(!Recent::allowed(7, TOKEN, &pay), "another biz");
+        assert!(!allowed(7, TOKEN, &order));
+        remember(7, TOKEN, &order);
+        assert!(allowed(7, TOKEN, &order));
+        assert!(!allowed(8, TOKEN, &order), "another catalog");
+        assert!(!allowed(7, TOKEN, &pay), "another biz");
         let last_changed = format!("{}0", &TOKEN[..63]);
         for other in [&TOKEN[..63], &format!("{TOKEN}0"), &last_changed, ""] {
-            assert!(!Recent::allowed(7, other, &order), "{other:?}");
+            assert!(!allowed(7, other, &order), "{other:?}");
         }
         // A newer catalog's grant replaces the older one.
-        Recent::remember(8, TOKEN, &order);
-        assert!(Recent::allowed(8, TOKEN, &order));
-        assert!(!Recent::allowed(7, TOKEN, &order));
+        remember(8, TOKEN, &order);
+        assert!(allowed(8, TOKEN, &order));
+        assert!(!allowed(7, TOKEN, &order));
     }
 
     #[test]
@@ -179,10 +271,10 @@ mod tests {
         let tokens: Vec<String> = (0..=RECENT_GRANTS).map(|i| format!("{i:064}")).collect();
         let order = biz("order");
         for t in &tokens {
-            Recent::remember(1, t, &order);
+            remember(1, t, &order);
         }
-        assert!(!Recent::allowed(1, &tokens[0], &order));
-        assert!(tokens[1..].iter().all(|t| Recent::allowed(1, t, &order)));
+        assert!(!allowed(1, &tokens[0], &order));
+        assert!(tokens[1..].iter().all(|t| allowed(1, t, &order)));
         RECENT.with_borrow(|recent| assert_eq!(recent.len(), RECENT_GRANTS));
     }
 

@@ -1,8 +1,9 @@
 //! What the databases say exists: bizs (with the residue class of each row) and the
 //! tokens granted to them. Held in memory so that requests never query for it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::{BizRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
@@ -22,11 +23,11 @@ pub(crate) struct Snapshot {
 pub struct Catalog {
     /// Every known biz.
     bizs: HashMap<String, BizEntry>,
-    /// Token digests by their first four bytes, each with the bizs it may use. The
+    /// Grants of the tokens not revoked, by the first four bytes of their digests. The
     /// lookup key is only a prefix of a SHA-256 digest; the full digest is then
     /// compared in constant time, so response times say nothing about how close a
     /// guess came.
-    tokens: HashMap<[u8; 4], Vec<(TokenDigest, HashSet<String>)>>,
+    tokens: HashMap<[u8; 4], Vec<Grant>>,
     /// Tells this catalog from every other built in the process (0: the empty one
     /// before the first read). What was decided by a catalog holds while it is current.
     generation: u64,
@@ -47,6 +48,126 @@ pub struct BizEntry {
     pub refused: Option<StoreError>,
 }
 
+/// What a token not revoked may use, merged over the databases.
+#[derive(Debug)]
+pub struct Grant {
+    /// The token's SHA-256.
+    digest: TokenDigest,
+    /// The bizs it may use.
+    bizs: HashSet<String>,
+    /// From when on (unix seconds) it is refused: the earliest expiry of its rows.
+    pub expires: Option<i64>,
+}
+
+impl Grant {
+    /// Whether the token may use `biz`.
+    pub fn allows(&self, biz: &str) -> bool {
+        self.bizs.contains(biz)
+    }
+
+    /// Whether the token is still accepted at `now` (unix seconds).
+    pub fn live_at(&self, now: i64) -> bool {
+        live_at(self.expires, now)
+    }
+}
+
+/// Whether a token expiring at `expires` is accepted at `now`: up to the second before.
+pub fn live_at(expires: Option<i64>, now: i64) -> bool {
+    expires.is_none_or(|e| now < e)
+}
+
+/// The server's clock in unix seconds, as token times are kept.
+pub fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// One token across the databases: the rows of its hash merged. A token revoked on
+/// any database is revoked, and the earliest expiry holds, so a change that reached
+/// only some databases (one was down) still takes effect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenSummary {
+    /// The token's SHA-256, lower-case hex.
+    pub hash: String,
+    /// Every biz it is granted on some database.
+    pub bizs: BTreeSet<String>,
+    /// The remark of its first row read.
+    pub remark: String,
+    /// The earliest creation of its rows.
+    pub created: i64,
+    /// The earliest expiry of its rows.
+    pub expires: Option<i64>,
+    /// The earliest revocation of its rows.
+    pub revoked: Option<i64>,
+    /// The latest use noted on any database.
+    pub last_used: Option<i64>,
+    /// Indexes of the databases holding a row of it.
+    pub databases: BTreeSet<usize>,
+}
+
+/// Whether a token is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenState {
+    Active,
+    Expired,
+    Revoked,
+}
+
+impl std::fmt::Display for TokenState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TokenState::Active => "active",
+            TokenState::Expired => "expired",
+            TokenState::Revoked => "revoked",
+        })
+    }
+}
+
+impl TokenSummary {
+    /// The token's state at `now` (unix seconds).
+    pub fn state(&self, now: i64) -> TokenState {
+        match (self.revoked, live_at(self.expires, now)) {
+            (Some(_), _) => TokenState::Revoked,
+            (None, false) => TokenState::Expired,
+            (None, true) => TokenState::Active,
+        }
+    }
+}
+
+/// Merges token rows, each with the index of its database, into one summary per
+/// token (hashes compared in lower case), oldest first.
+pub fn merge_tokens<'a>(
+    rows: impl IntoIterator<Item = (usize, &'a TokenRow)>,
+) -> Vec<TokenSummary> {
+    fn earliest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+        a.into_iter().chain(b).min()
+    }
+    let mut merged: HashMap<String, TokenSummary> = HashMap::new();
+    for (db, row) in rows {
+        let hash = row.token_hash.to_ascii_lowercase();
+        let t = merged.entry(hash.clone()).or_insert_with(|| TokenSummary {
+            hash,
+            bizs: BTreeSet::new(),
+            remark: row.remark.clone(),
+            created: row.create_time,
+            expires: row.expires,
+            revoked: row.revoked,
+            last_used: row.last_used,
+            databases: BTreeSet::new(),
+        });
+        t.bizs.insert(row.biz_type.clone());
+        t.created = t.created.min(row.create_time);
+        t.expires = earliest(t.expires, row.expires);
+        t.revoked = earliest(t.revoked, row.revoked);
+        t.last_used = t.last_used.max(row.last_used);
+        t.databases.insert(db);
+    }
+    let mut tokens: Vec<TokenSummary> = merged.into_values().collect();
+    tokens.sort_by(|a, b| (a.created, &a.hash).cmp(&(b.created, &b.hash)));
+    tokens
+}
+
 /// The first bytes of a token digest: its lookup key.
 fn token_key(digest: &TokenDigest) -> [u8; 4] {
     [digest[0], digest[1], digest[2], digest[3]]
@@ -57,7 +178,6 @@ impl Catalog {
     /// named `names`, refusing every biz whose rows could overlap.
     pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
-        let mut tokens: HashMap<[u8; 4], Vec<(TokenDigest, HashSet<String>)>> = HashMap::new();
         for (db, snap) in snapshots.iter().enumerate() {
             let Some(snap) = snap else { continue };
             for row in &snap.bizs {
@@ -76,20 +196,28 @@ impl Catalog {
                     }
                 }
             }
-            for t in &snap.tokens {
-                // A stored hash that is not 64 hex digits is the digest of no token.
-                let mut digest: TokenDigest = [0; 32];
-                if hex::decode_to_slice(&t.token_hash, &mut digest).is_err() {
-                    continue;
-                }
-                let same = tokens.entry(token_key(&digest)).or_default();
-                match same.iter_mut().find(|(d, _)| *d == digest) {
-                    Some((_, bizs)) => {
-                        bizs.insert(t.biz_type.clone());
-                    }
-                    None => same.push((digest, HashSet::from([t.biz_type.clone()]))),
-                }
+        }
+        let rows = snapshots
+            .iter()
+            .enumerate()
+            .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
+            .flat_map(|(db, snap)| snap.tokens.iter().map(move |t| (db, t)));
+        let mut tokens: HashMap<[u8; 4], Vec<Grant>> = HashMap::new();
+        // A revoked token is left out: it is then refused exactly as an unknown one.
+        for t in merge_tokens(rows)
+            .into_iter()
+            .filter(|t| t.revoked.is_none())
+        {
+            // A stored hash that is not 64 hex digits is the digest of no token.
+            let mut digest: TokenDigest = [0; 32];
+            if hex::decode_to_slice(&t.hash, &mut digest).is_err() {
+                continue;
             }
+            tokens.entry(token_key(&digest)).or_default().push(Grant {
+                digest,
+                bizs: t.bizs.into_iter().collect(),
+                expires: t.expires,
+            });
         }
         for (biz, entry) in &mut bizs {
             if entry.refused.is_none() {
@@ -119,15 +247,15 @@ impl Catalog {
         self.bizs.get(name)
     }
 
-    /// `None` when no database knows the token of `digest`; else whether it may use
-    /// `biz`.
-    pub fn granted(&self, digest: &TokenDigest, biz: &str) -> Option<bool> {
+    /// The grant of the token of `digest`; `None` when no database knows the token, it
+    /// is revoked, or it has expired by `now` (unix seconds): all three are refused alike.
+    pub fn grant(&self, digest: &TokenDigest, now: i64) -> Option<&Grant> {
         use subtle::ConstantTimeEq;
         self.tokens
             .get(&token_key(digest))?
             .iter()
-            .find(|(known, _)| bool::from(known.ct_eq(digest)))
-            .map(|(_, bizs)| bizs.contains(biz))
+            .find(|g| bool::from(g.digest.ct_eq(digest)))
+            .filter(|g| g.live_at(now))
     }
 
     /// Every known biz, sorted.
@@ -181,8 +309,108 @@ mod tests {
             token_hash: hash.into(),
             biz_type: biz.into(),
             remark: String::new(),
-            create_time: String::new(),
+            create_time: 100,
+            expires: None,
+            revoked: None,
+            last_used: None,
         }
+    }
+
+    /// Whether the catalog lets the token of `digest` use `biz` at time 1000; `None`
+    /// when it refuses the token itself.
+    fn granted(cat: &Catalog, digest: &TokenDigest, biz: &str) -> Option<bool> {
+        cat.grant(digest, 1000).map(|g| g.allows(biz))
+    }
+
+    fn tokens_only(tokens: Vec<TokenRow>) -> Option<Snapshot> {
+        Some(Snapshot {
+            tokens,
+            ..Snapshot::default()
+        })
+    }
+
+    #[test]
+    fn a_token_revoked_on_one_database_is_revoked() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let hash = hash_token("t1");
+        let revoked = TokenRow {
+            revoked: Some(500),
+            ..token(&hash, "x")
+        };
+        let cat = Catalog::build(
+            &names,
+            &[
+                tokens_only(vec![token(&hash, "x")]),
+                tokens_only(vec![revoked]),
+            ],
+        );
+        assert_eq!(granted(&cat, &token_digest("t1"), "x"), None);
+        assert!(cat.tokens.is_empty(), "a revoked token is not kept");
+    }
+
+    #[test]
+    fn the_earliest_expiry_holds_at_request_time() {
+        let names = vec!["a".to_string(), "b".to_string()];
+        let hash = hash_token("t1");
+        let expiring = |at| TokenRow {
+            expires: Some(at),
+            ..token(&hash, "x")
+        };
+        let cat = Catalog::build(
+            &names,
+            &[
+                tokens_only(vec![expiring(2000), token(&hash, "y")]),
+                tokens_only(vec![expiring(1500)]),
+            ],
+        );
+        let d = token_digest("t1");
+        assert_eq!(cat.grant(&d, 1499).map(|g| g.expires), Some(Some(1500)));
+        assert!(cat.grant(&d, 1499).is_some_and(|g| g.allows("y")));
+        assert!(cat.grant(&d, 1500).is_none(), "refused from the expiry on");
+    }
+
+    #[test]
+    fn summaries_merge_rows_of_one_hash() {
+        let hash = hash_token("t1");
+        let rows = [
+            (
+                0,
+                TokenRow {
+                    expires: Some(900),
+                    last_used: Some(50),
+                    create_time: 120,
+                    ..token(&hash, "x")
+                },
+            ),
+            (
+                1,
+                TokenRow {
+                    expires: Some(700),
+                    last_used: Some(60),
+                    revoked: Some(40),
+                    ..token(&hash.to_ascii_uppercase(), "y")
+                },
+            ),
+            (1, token(&hash_token("t2"), "x")),
+        ];
+        let merged = merge_tokens(rows.iter().map(|(db, r)| (*db, r)));
+        assert_eq!(merged.len(), 2);
+        let t = merged.iter().find(|t| t.hash == hash).unwrap();
+        assert_eq!(t.bizs, BTreeSet::from(["x".into(), "y".into()]));
+        assert_eq!(
+            (t.created, t.expires, t.revoked, t.last_used),
+            (100, Some(700), Some(40), Some(60))
+        );
+        assert_eq!(t.databases, BTreeSet::from([0, 1]));
+        assert_eq!(t.state(0), TokenState::Revoked);
+        let t2 = merged.iter().find(|t| t.hash != hash).unwrap();
+        assert_eq!(t2.state(i64::MAX), TokenState::Active);
+        let expiring = TokenSummary {
+            expires: Some(10),
+            ..t2.clone()
+        };
+        assert_eq!(expiring.state(9), TokenState::Active);
+        assert_eq!(expiring.state(10), TokenState::Expired);
     }
 
     /// A digest whose first four bytes are `prefix` and whose last byte is `last`.
@@ -213,15 +441,15 @@ mod tests {
             ],
         };
         let cat = Catalog::build(&names, &[Some(a), Some(b)]);
-        assert_eq!(cat.granted(&t1, "x"), Some(true));
-        assert_eq!(cat.granted(&t1, "y"), Some(true), "grants merge");
-        assert_eq!(cat.granted(&t2, "x"), Some(false));
+        assert_eq!(granted(&cat, &t1, "x"), Some(true));
+        assert_eq!(granted(&cat, &t1, "y"), Some(true), "grants merge");
+        assert_eq!(granted(&cat, &t2, "x"), Some(false));
         assert_eq!(
-            cat.granted(&digest(0xab, 3), "x"),
+            granted(&cat, &digest(0xab, 3), "x"),
             None,
             "same key, other digest"
         );
-        assert_eq!(cat.granted(&digest(0xcd, 1), "x"), None);
+        assert_eq!(granted(&cat, &digest(0xcd, 1), "x"), None);
         assert_eq!(cat.tokens.values().map(Vec::len).sum::<usize>(), 2);
     }
 
@@ -252,9 +480,9 @@ mod tests {
             msg.contains("`bad`") && msg.contains("\"a\"") && msg.contains("\"b\""),
             "{msg}"
         );
-        assert_eq!(cat.granted(&token_digest("t1"), "ok"), Some(true));
-        assert_eq!(cat.granted(&token_digest("t1"), "only-b"), Some(false));
-        assert_eq!(cat.granted(&token_digest("t2"), "ok"), None);
+        assert_eq!(granted(&cat, &token_digest("t1"), "ok"), Some(true));
+        assert_eq!(granted(&cat, &token_digest("t1"), "only-b"), Some(false));
+        assert_eq!(granted(&cat, &token_digest("t2"), "ok"), None);
         assert_eq!(cat.biz_names(), vec!["bad", "ok", "only-b"]);
     }
 

@@ -1,7 +1,10 @@
 //! Reservations over N independent databases.
 
+pub(super) mod tokens;
+
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
@@ -14,8 +17,8 @@ use super::catalog::{Snapshot, conflict};
 use super::evidence::{self, Evidence, Mark, Regression, Witness};
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
-use super::{BizRow, Catalog, DbError, SegmentStore, StoreError, TokenRow};
-use crate::biz::{BizTag, generate_token, hash_token};
+use super::{BizRow, Catalog, DbError, SegmentStore, StoreError};
+use crate::biz::{BizTag, TokenDigest};
 use crate::config::{Config, DatabaseKind};
 use crate::metrics::{DatabaseMetrics, FetchOutcome, Metrics};
 use crate::segment::{Residue, SegmentRange};
@@ -116,7 +119,8 @@ struct Database {
     location: String,
     /// The residue class plain bizs get here.
     residue: Residue,
-    store: Box<dyn SegmentStore>,
+    /// Shared with background writes (last uses) that outlive a borrow of the store.
+    store: Arc<dyn SegmentStore>,
     metrics: DatabaseMetrics,
     /// Plain mutex: held only to read or update a few fields, never across an await.
     health: Mutex<Health>,
@@ -169,6 +173,12 @@ pub struct Store {
     /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
     /// mutex: held for map updates only, never across an await.
     evidence: Mutex<Evidence>,
+    /// Token uses noted since they were last written, by token. Plain mutex: held for
+    /// one map update, which each HTTP worker makes about once a minute per token.
+    uses: Mutex<HashMap<TokenDigest, i64>>,
+    /// Set while last uses are being written, so that writes never pile up behind a
+    /// slow database.
+    writing_uses: Arc<AtomicBool>,
 }
 
 impl Store {
@@ -230,7 +240,7 @@ impl Store {
                     residue,
                     metrics: metrics.database(&name),
                     name,
-                    store,
+                    store: Arc::from(store),
                     health: Mutex::new(Health::default()),
                     reserving: Mutex::new(HashMap::new()),
                 })
@@ -243,6 +253,8 @@ impl Store {
             catalog: ArcSwap::from_pointee(Catalog::default()),
             refreshed: tokio::sync::Mutex::new(None),
             evidence: Mutex::new(Evidence::default()),
+            uses: Mutex::new(HashMap::new()),
+            writing_uses: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -326,6 +338,7 @@ impl Store {
             Arc::new(Catalog::build(&self.names, &snapshots))
         };
         self.catalog.store(catalog.clone());
+        self.write_uses();
         self.write_witnesses(lagging).await;
         catalog
     }
@@ -918,12 +931,6 @@ impl Store {
         self.names.iter().cloned().zip(results).collect()
     }
 
-    /// Every token row (hashes only) of every database.
-    pub async fn list_tokens(&self) -> Vec<(String, Result<Vec<TokenRow>, DbError>)> {
-        let results = self.on_all(|db| db.tokens()).await;
-        self.names.iter().cloned().zip(results).collect()
-    }
-
     /// Reads `biz` on every database; every one must answer.
     async fn biz_everywhere(&self, biz: &BizTag) -> Result<Vec<Option<BizRow>>, StoreError> {
         self.on_all(|db| db.biz(biz.as_str()))
@@ -1013,23 +1020,29 @@ impl Store {
             });
         }
         let mut report = Vec::with_capacity(rows.len());
+        let mut changed = Vec::with_capacity(rows.len());
         for (db, row) in self.dbs.iter().zip(&rows) {
             let line = match db.store.insert_biz(row).await {
-                Ok(true) => format!(
-                    "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
-                    db.name, row.remainder, row.delta
-                ),
+                Ok(true) => {
+                    changed.push(db.name.as_str());
+                    format!(
+                        "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
+                        db.name, row.remainder, row.delta
+                    )
+                }
                 Ok(false) => format!(
                     "\"{}\": biz `{biz}` appeared meanwhile; left as it is",
                     db.name
                 ),
                 Err(e) => {
+                    audit("biz add", biz.as_str(), "", &changed);
                     report.push(format!("\"{}\": FAILED: {e}", db.name));
                     return Err(StoreError::Refused(report.join("\n")));
                 }
             };
             report.push(line);
         }
+        audit("biz add", biz.as_str(), "", &changed);
         Ok(report)
     }
 
@@ -1118,6 +1131,7 @@ impl Store {
                 Ok(done) => done,
                 // Rows raised before stay raised (that is safe); say which they were.
                 Err(e) => {
+                    audit_fence(name, &raised);
                     report.push(format!(
                         "\"{name}\": biz `{biz}` FAILED: {e}; run the command again"
                     ));
@@ -1145,42 +1159,31 @@ impl Store {
                 )),
             }
         }
+        audit_fence(name, &raised);
         let raised = &raised;
         let others = (0..self.dbs.len()).filter(|&k| k != t);
         join_all(others.map(|k| self.call(k, self.dbs[k].store.witness(raised)))).await;
         Ok(report)
     }
+}
 
-    /// Creates a token for `biz` and grants it on every database. Returns the token
-    /// (shown once; only its hash is stored) and one report line per database.
-    ///
-    /// # Errors
-    /// [`StoreError::Refused`] when a database is unreachable or no database has the biz.
-    pub async fn add_token(
-        &self,
-        biz: &BizTag,
-        remark: &str,
-    ) -> Result<(String, Vec<String>), StoreError> {
-        let existing = self.biz_everywhere(biz).await?;
-        if existing.iter().all(Option::is_none) {
-            return Err(StoreError::NotFound(biz.to_string()));
-        }
-        let token = generate_token();
-        let hash = hash_token(&token);
-        let mut report = Vec::with_capacity(self.dbs.len());
-        for db in &self.dbs {
-            match db.store.insert_token(&hash, biz.as_str(), remark).await {
-                Ok(()) => report.push(format!(
-                    "\"{}\": granted biz `{biz}` to token {}…",
-                    db.name,
-                    &hash[..8]
-                )),
-                Err(e) => {
-                    report.push(format!("\"{}\": FAILED: {e}", db.name));
-                    return Err(StoreError::Refused(report.join("\n")));
-                }
-            }
-        }
-        Ok((token, report))
-    }
+/// Logs one admin change for the audit trail: the command, the biz, the token's hash
+/// prefix (never the token; empty for a biz change) and the databases changed. Who ran
+/// the command is unknown to segmint: the operator's shell or deployment tool says.
+fn audit(command: &str, biz: &str, token: &str, databases: &[&str]) {
+    tracing::info!(
+        target: "segmint::audit",
+        command,
+        biz,
+        token,
+        databases = %databases.join(","),
+        "admin change"
+    );
+}
+
+/// The audit line of a fence of database `name` that raised the rows of `raised`.
+fn audit_fence(name: &str, raised: &[Witness]) {
+    let bizs: Vec<&str> = raised.iter().map(|w| w.biz.as_str()).collect();
+    let changed: &[&str] = if raised.is_empty() { &[] } else { &[name] };
+    audit("db fence", &bizs.join(","), "", changed);
 }

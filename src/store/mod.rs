@@ -13,7 +13,8 @@ pub mod sqlite;
 
 use async_trait::async_trait;
 
-pub use catalog::{BizEntry, Catalog};
+pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
+pub use cluster::tokens::{HASH_PREFIX, MIN_HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store};
 pub use evidence::{Mark, Witness};
 pub use sqlite::OpenMode;
@@ -36,14 +37,25 @@ pub struct BizRow {
     pub version: i64,
 }
 
-/// One `tiny_id_token` row. `token_hash` is the SHA-256 of the token.
+/// One `tiny_id_token` row. Times are unix seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRow {
+    /// The row's id in its database.
     pub id: i64,
+    /// The SHA-256 of the token, hex-encoded, as stored.
     pub token_hash: String,
+    /// The biz this row grants.
     pub biz_type: String,
+    /// The operator's note.
     pub remark: String,
-    pub create_time: String,
+    /// When the row was created.
+    pub create_time: i64,
+    /// From when on the token is refused; `None`: never.
+    pub expires: Option<i64>,
+    /// When the token was revoked, if it was.
+    pub revoked: Option<i64>,
+    /// When a server last noted the token in use (approximate).
+    pub last_used: Option<i64>,
 }
 
 /// One database holding `tiny_id_info` and `tiny_id_token`.
@@ -93,8 +105,23 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError>;
     /// Every token row.
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError>;
-    /// Grants the token with this hash the use of `biz`.
-    async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError>;
+    /// Grants the token with this hash the use of `biz`, until `expires` if given.
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        biz: &str,
+        remark: &str,
+        expires: Option<i64>,
+    ) -> Result<(), DbError>;
+    /// Marks every row of the token with this (lower-case) hash revoked at `at`, unless
+    /// already revoked. Returns the number of rows revoked now.
+    async fn revoke_tokens(&self, token_hash: &str, at: i64) -> Result<u64, DbError>;
+    /// Lowers the expiry of every row of the token with this (lower-case) hash to `at`;
+    /// a row that expires earlier keeps its expiry. Returns the number of rows lowered.
+    async fn expire_token(&self, token_hash: &str, at: i64) -> Result<u64, DbError>;
+    /// Records that each token (lower-case hash) was in use at the time given; a row's
+    /// last use only moves forward.
+    async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError>;
 }
 
 /// Why a reservation or an admin operation failed, across all databases.

@@ -16,6 +16,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "witness",
         include_str!("../../sql/postgres/0002_witness.sql"),
     ),
+    (
+        3,
+        "token_lifecycle",
+        include_str!("../../sql/postgres/0003_token_lifecycle.sql"),
+    ),
 ];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
@@ -301,7 +306,11 @@ impl SegmentStore for PgStore {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT id, token, biz_type, remark, to_char(create_time, 'YYYY-MM-DD HH24:MI:SS TZ')
+                "SELECT id, token, biz_type, remark,
+                        floor(extract(epoch FROM create_time))::bigint,
+                        floor(extract(epoch FROM expire_time))::bigint,
+                        floor(extract(epoch FROM revoke_time))::bigint,
+                        floor(extract(epoch FROM last_used_time))::bigint
                  FROM tiny_id_token ORDER BY id",
                 &[],
             )
@@ -315,20 +324,72 @@ impl SegmentStore for PgStore {
                 biz_type: r.get(2),
                 remark: r.get(3),
                 create_time: r.get(4),
+                expires: r.get(5),
+                revoked: r.get(6),
+                last_used: r.get(7),
             })
             .collect())
     }
 
-    async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError> {
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        biz: &str,
+        remark: &str,
+        expires: Option<i64>,
+    ) -> Result<(), DbError> {
         let client = self.client().await?;
         client
             .execute(
-                "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES ($1, $2, $3)
+                "INSERT INTO tiny_id_token (token, biz_type, remark, expire_time)
+                 VALUES ($1, $2, $3, to_timestamp($4::bigint))
                  ON CONFLICT (token, biz_type) DO NOTHING",
-                &[&token_hash, &biz, &remark],
+                &[&token_hash, &biz, &remark, &expires],
             )
             .await
             .map_err(db_error)?;
         Ok(())
+    }
+
+    async fn revoke_tokens(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE tiny_id_token SET revoke_time = to_timestamp($2::bigint), update_time = now()
+                 WHERE lower(token) = $1 AND revoke_time IS NULL",
+                &[&token_hash, &at],
+            )
+            .await
+            .map_err(db_error)
+    }
+
+    async fn expire_token(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "UPDATE tiny_id_token SET expire_time = to_timestamp($2::bigint), update_time = now()
+                 WHERE lower(token) = $1
+                   AND (expire_time IS NULL OR expire_time > to_timestamp($2::bigint))",
+                &[&token_hash, &at],
+            )
+            .await
+            .map_err(db_error)
+    }
+
+    async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let stmt = tx
+            .prepare_cached(
+                "UPDATE tiny_id_token SET last_used_time = to_timestamp($2::bigint)
+                 WHERE lower(token) = $1
+                   AND (last_used_time IS NULL OR last_used_time < to_timestamp($2::bigint))",
+            )
+            .await
+            .map_err(db_error)?;
+        for (hash, at) in uses {
+            tx.execute(&stmt, &[hash, at]).await.map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)
     }
 }

@@ -30,6 +30,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "witness",
         include_str!("../../sql/sqlite/0002_witness.sql"),
     ),
+    (
+        3,
+        "token_lifecycle",
+        include_str!("../../sql/sqlite/0003_token_lifecycle.sql"),
+    ),
 ];
 
 const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
@@ -147,6 +152,20 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || f(&mut conn.lock()).map_err(sql_error))
             .await
             .map_err(|e| DbError(format!("embedded database call failed: {e}")))?
+    }
+
+    /// Runs `sql`, an UPDATE of token rows taking the hash as `?1` and a time as `?2`,
+    /// in a write transaction. Returns the number of rows updated.
+    async fn update_tokens(
+        &self,
+        sql: &'static str,
+        token_hash: &str,
+        at: i64,
+    ) -> Result<u64, DbError> {
+        let hash = token_hash.to_owned();
+        self.with(move |c| write(c, |tx| tx.execute(sql, params![hash, at])))
+            .await
+            .map(|n| n as u64)
     }
 }
 
@@ -352,32 +371,85 @@ impl SegmentStore for SqliteStore {
 
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         self.with(|c| {
-            c.prepare_cached("SELECT id, token, biz_type, remark, create_time || ' UTC' FROM tiny_id_token ORDER BY id")?
-                .query_map([], |r| {
-                    Ok(TokenRow {
-                        id: r.get(0)?,
-                        token_hash: r.get(1)?,
-                        biz_type: r.get(2)?,
-                        remark: r.get(3)?,
-                        create_time: r.get(4)?,
-                    })
-                })?
-                .collect()
+            c.prepare_cached(
+                "SELECT id, token, biz_type, remark, unixepoch(create_time), unixepoch(expire_time),
+                        unixepoch(revoke_time), unixepoch(last_used_time)
+                 FROM tiny_id_token ORDER BY id",
+            )?
+            .query_map([], |r| {
+                Ok(TokenRow {
+                    id: r.get(0)?,
+                    token_hash: r.get(1)?,
+                    biz_type: r.get(2)?,
+                    remark: r.get(3)?,
+                    create_time: r.get(4)?,
+                    expires: r.get(5)?,
+                    revoked: r.get(6)?,
+                    last_used: r.get(7)?,
+                })
+            })?
+            .collect()
         })
         .await
     }
 
-    async fn insert_token(&self, token_hash: &str, biz: &str, remark: &str) -> Result<(), DbError> {
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        biz: &str,
+        remark: &str,
+        expires: Option<i64>,
+    ) -> Result<(), DbError> {
         let (hash, biz, remark) = (token_hash.to_owned(), biz.to_owned(), remark.to_owned());
         self.with(move |c| {
             write(c, |tx| {
                 tx.execute(
-                    "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES (?1, ?2, ?3)
+                    "INSERT INTO tiny_id_token (token, biz_type, remark, expire_time)
+                     VALUES (?1, ?2, ?3, datetime(?4, 'unixepoch'))
                      ON CONFLICT (token, biz_type) DO NOTHING",
-                    params![hash, biz, remark],
+                    params![hash, biz, remark, expires],
                 )
             })?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn revoke_tokens(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        self.update_tokens(
+            "UPDATE tiny_id_token SET revoke_time = datetime(?2, 'unixepoch'), update_time = CURRENT_TIMESTAMP
+             WHERE lower(token) = ?1 AND revoke_time IS NULL",
+            token_hash,
+            at,
+        )
+        .await
+    }
+
+    async fn expire_token(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        self.update_tokens(
+            "UPDATE tiny_id_token SET expire_time = datetime(?2, 'unixepoch'), update_time = CURRENT_TIMESTAMP
+             WHERE lower(token) = ?1
+               AND (expire_time IS NULL OR expire_time > datetime(?2, 'unixepoch'))",
+            token_hash,
+            at,
+        )
+        .await
+    }
+
+    async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError> {
+        let uses = uses.to_vec();
+        self.with(move |c| {
+            write(c, |tx| {
+                let mut stmt = tx.prepare_cached(
+                    "UPDATE tiny_id_token SET last_used_time = datetime(?2, 'unixepoch')
+                     WHERE lower(token) = ?1
+                       AND (last_used_time IS NULL OR last_used_time < datetime(?2, 'unixepoch'))",
+                )?;
+                for (hash, at) in &uses {
+                    stmt.execute(params![hash, at])?;
+                }
+                Ok(())
+            })
         })
         .await
     }
