@@ -626,3 +626,4 @@ impl ServerProcess {
         None
     }
 }
+pub mod tokens;

@@ -1,0 +1,116 @@
+//! Token lifecycle tests: databases with a configuration file for the `segmint` CLI,
+//! and the answers a token gets on both APIs.
+
+use std::io::Write;
+use std::process::Command;
+
+use segmint::config::Config;
+
+use super::{Databases, Kind, TestApp, config_toml_urls, segmint_bin};
+
+/// What one `segmint` command did.
+#[derive(Debug)]
+pub struct CliRun {
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Databases of one kind (two PostgreSQL servers, or one embedded file), migrated,
+/// with the biz `order`, and a configuration file shared by the CLI and servers.
+pub struct TokenSetup {
+    pub dbs: Databases,
+    /// The configuration the CLI reads, also given to in-process servers.
+    pub config: Config,
+    /// The configuration file.
+    file: tempfile::NamedTempFile,
+}
+
+impl TokenSetup {
+    /// Starts the databases; `extra` is TOML added to the test defaults.
+    pub fn start(kind: Kind, extra: &str) -> TokenSetup {
+        let n = match kind {
+            Kind::Postgres => 2,
+            Kind::Embedded => 1,
+        };
+        let dbs = Databases::start(kind, n);
+        let toml = config_toml_urls(&dbs.urls(), extra);
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(toml.as_bytes()).unwrap();
+        let setup = TokenSetup {
+            config: Config::from_toml(&toml).expect("test configuration"),
+            dbs,
+            file,
+        };
+        setup.ok(&["migrate"]);
+        setup.ok(&["biz", "add", "order", "--step", "1000"]);
+        setup
+    }
+
+    /// Runs `segmint --config FILE args…` with info logs on stderr.
+    pub fn cli(&self, args: &[&str]) -> CliRun {
+        let out = Command::new(segmint_bin())
+            .arg("--config")
+            .arg(self.file.path())
+            .args(args)
+            .env_remove("SEGMINT_CONFIG")
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        CliRun {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// As [`TokenSetup::cli`], for a command that must succeed.
+    pub fn ok(&self, args: &[&str]) -> CliRun {
+        let run = self.cli(args);
+        assert!(run.ok, "segmint {args:?} failed:\n{}", run.stderr);
+        run
+    }
+
+    /// `segmint token add --biz order` with `extra` arguments; the token printed.
+    pub fn add_token(&self, extra: &[&str]) -> String {
+        let mut args = vec!["token", "add", "--biz", "order"];
+        args.extend_from_slice(extra);
+        self.ok(&args).stdout.trim().to_owned()
+    }
+}
+
+/// The hash prefix `token list` shows for `token` and commands accept.
+pub fn prefix(token: &str) -> String {
+    segmint::biz::hash_token(token)[..16].to_owned()
+}
+
+/// What a token gets for `order` on both APIs: Tinyid's `nextIdSimple` (body and
+/// error header) and v1 (status and JSON body).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answers {
+    pub tinyid: (String, Option<String>),
+    pub v1: (u16, serde_json::Value),
+}
+
+impl Answers {
+    /// Both APIs issued an ID.
+    pub fn issued(&self) -> bool {
+        self.tinyid.1.is_none() && self.tinyid.0.parse::<i64>().is_ok() && self.v1.0 == 200
+    }
+}
+
+/// Asks for one ID of `order` with `token` on both APIs.
+pub async fn answers(app: &TestApp, token: &str) -> Answers {
+    Answers {
+        tinyid: app.next_id_simple("order", token).await,
+        v1: app.get_v1("/v1/ids/order?count=1", Some(token)).await,
+    }
+}
+
+/// The lines of `stderr` logged for the audit trail.
+pub fn audit_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.contains("segmint::audit"))
+        .collect()
+}
