@@ -270,28 +270,7 @@ async fn tokens_are_stored_hashed_and_granted_everywhere(kind: Kind) {
     ));
 }
 
-macro_rules! contract {
-    ($($scenario:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Postgres).await
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Embedded).await
-                }
-            )*
-        }
-    };
-}
-
-contract!(
+by_kind!(
     migrations_are_idempotent,
     reservations_advance_each_row_by_its_step,
     concurrent_reservations_from_two_processes_are_disjoint,

@@ -71,6 +71,26 @@ async fn first_refusals(
     (tinyid.unwrap_or(deadline), v1.unwrap_or(deadline))
 }
 
+/// Checks with [`first_refusals`] that `token` is refused on both APIs from `expires`
+/// (unix seconds) on, and not much later: expiry is checked at each request.
+async fn refused_at_expiry(
+    app: &TestApp,
+    token: &str,
+    keep: &str,
+    unknown: &Answers,
+    expires: f64,
+) {
+    let (tinyid, v1) = first_refusals(app, token, keep, unknown).await;
+    for (api, at) in [("Tinyid", tinyid), ("v1", v1)] {
+        let late = unix(at) - expires;
+        println!("{api}: refused {late:.3}s after the expiry");
+        assert!(
+            (0.0..=MARGIN.as_secs_f64()).contains(&late),
+            "{api}: {late}"
+        );
+    }
+}
+
 /// `at` as unix seconds.
 fn unix(at: SystemTime) -> f64 {
     at.duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
@@ -143,15 +163,7 @@ async fn an_expired_token_gets_the_unknown_answer(kind: Kind) {
     let expires = summary(&setup, &token).await.expires.expect("an expiry") as f64;
     assert!(answers(&app, &token).await.issued(), "works before expiry");
 
-    let (tinyid, v1) = first_refusals(&app, &token, &keep, &unknown).await;
-    for (api, at) in [("Tinyid", tinyid), ("v1", v1)] {
-        let late = unix(at) - expires;
-        println!("{kind:?} {api}: refused {late:.3}s after the expiry");
-        assert!(
-            (0.0..=MARGIN.as_secs_f64()).contains(&late),
-            "{api}: {late}"
-        );
-    }
+    refused_at_expiry(&app, &token, &keep, &unknown, expires).await;
     let line = list_line(&setup, &token);
     assert!(line.contains(" expired "), "{line}");
     app.stop().await;
@@ -183,15 +195,7 @@ async fn rotation_keeps_both_tokens_for_the_grace_period(kind: Kind) {
         "old token within the grace"
     );
     assert!(answers(&app, &new).await.issued(), "new token");
-    let (tinyid, v1) = first_refusals(&app, &old, &new, &unknown).await;
-    for (api, at) in [("Tinyid", tinyid), ("v1", v1)] {
-        let late = unix(at) - old_expires;
-        println!("{kind:?} {api}: old token refused {late:.3}s after its grace");
-        assert!(
-            (0.0..=MARGIN.as_secs_f64()).contains(&late),
-            "{api}: {late}"
-        );
-    }
+    refused_at_expiry(&app, &old, &new, &unknown, old_expires).await;
     app.stop().await;
 }
 
@@ -365,28 +369,7 @@ async fn audit_lines_name_the_change_never_the_token(kind: Kind) {
     assert!(!run.stderr.contains(&new) && !run.stdout.contains(&new));
 }
 
-macro_rules! both_stores {
-    ($($scenario:ident),* $(,)?) => {
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Postgres).await
-                }
-            )*
-        }
-        mod embedded {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    super::$scenario(super::Kind::Embedded).await
-                }
-            )*
-        }
-    };
-}
-
-both_stores!(
+by_kind!(
     a_revoked_token_is_refused_within_the_refresh,
     an_expired_token_gets_the_unknown_answer,
     rotation_keeps_both_tokens_for_the_grace_period,

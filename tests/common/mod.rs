@@ -626,4 +626,5 @@ impl ServerProcess {
         None
     }
 }
+pub mod by_kind;
 pub mod tokens;
