@@ -16,9 +16,9 @@ use super::error::ApiError;
 /// refresh) it is re-read once, so new bizs and tokens work without a restart.
 ///
 /// # Errors
-/// 401 for a missing or unknown token, 404 for an unknown biz, 403 for a token not
-/// granted the biz, the biz's refusal when its rows overlap; 503 (unavailable) while no
-/// database has been read since the start.
+/// 401 for a missing token, and alike for an unknown, revoked or expired one; 404 for
+/// an unknown biz, 403 for a token not granted the biz, the biz's refusal when its rows
+/// overlap; 503 (unavailable) while no database has been read since the start.
 pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Result<(), ApiError> {
     let token = token
         .filter(|t| !t.is_empty())

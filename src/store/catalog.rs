@@ -116,7 +116,8 @@ pub enum TokenState {
 
 impl std::fmt::Display for TokenState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+        // `pad`, not `write_str`: a table column's width applies.
+        f.pad(match self {
             TokenState::Active => "active",
             TokenState::Expired => "expired",
             TokenState::Revoked => "revoked",

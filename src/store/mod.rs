@@ -14,7 +14,7 @@ pub mod sqlite;
 use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
-pub use cluster::tokens::{HASH_PREFIX, MIN_HASH_PREFIX, Rotation, TokenList};
+pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store};
 pub use evidence::{Mark, Witness};
 pub use sqlite::OpenMode;

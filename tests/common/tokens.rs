@@ -11,14 +11,18 @@ use super::{Databases, Kind, TestApp, config_toml_urls, segmint_bin};
 /// What one `segmint` command did.
 #[derive(Debug)]
 pub struct CliRun {
+    /// Whether it exited 0.
     pub ok: bool,
+    /// What it printed on stdout (a new token, report lines, a list).
     pub stdout: String,
+    /// What it printed on stderr (errors, logs, the audit lines).
     pub stderr: String,
 }
 
 /// Databases of one kind (two PostgreSQL servers, or one embedded file), migrated,
 /// with the biz `order`, and a configuration file shared by the CLI and servers.
 pub struct TokenSetup {
+    /// The databases, for SQL behind segmint's back.
     pub dbs: Databases,
     /// The configuration the CLI reads, also given to in-process servers.
     pub config: Config,
@@ -81,14 +85,16 @@ impl TokenSetup {
 
 /// The hash prefix `token list` shows for `token` and commands accept.
 pub fn prefix(token: &str) -> String {
-    segmint::biz::hash_token(token)[..16].to_owned()
+    segmint::biz::hash_token(token)[..segmint::store::HASH_PREFIX].to_owned()
 }
 
 /// What a token gets for `order` on both APIs: Tinyid's `nextIdSimple` (body and
 /// error header) and v1 (status and JSON body).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Answers {
+    /// `nextIdSimple`'s body and `X-Segmint-Error` header.
     pub tinyid: (String, Option<String>),
+    /// `/v1/ids/order`'s status and body.
     pub v1: (u16, serde_json::Value),
 }
 

@@ -17,7 +17,7 @@ pub const HASH_PREFIX: usize = 16;
 
 /// Fewest hex digits of a token's hash that `token revoke` and `token rotate` accept:
 /// a shorter prefix too easily names a token other than the one meant.
-pub const MIN_HASH_PREFIX: usize = 8;
+const MIN_HASH_PREFIX: usize = 8;
 
 /// Every token, merged over the databases that answered.
 #[derive(Debug)]
