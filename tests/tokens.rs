@@ -428,3 +428,20 @@ async fn a_revocation_with_a_database_down_holds() {
     assert_eq!(setup.dbs.sql(1, revoked), "1");
     app.stop().await;
 }
+
+/// An embedded file's times are text: one written by hand in another format still
+/// counts, so a token revoked or expired that way stays refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_written_embedded_times_fail_closed() {
+    let setup = TokenSetup::start(Kind::Embedded, "");
+    let (revoked, expired) = (setup.add_token(&[]), setup.add_token(&[]));
+    for (token, column) in [(&revoked, "revoke_time"), (&expired, "expire_time")] {
+        let hash = segmint::biz::hash_token(token);
+        setup.dbs.sql(
+            0,
+            &format!("UPDATE tiny_id_token SET {column} = 'yes', create_time = 'then' WHERE token = '{hash}'"),
+        );
+    }
+    assert!(list_line(&setup, &revoked).contains(" revoked "));
+    assert!(list_line(&setup, &expired).contains(" expired "));
+}

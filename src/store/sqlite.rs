@@ -372,8 +372,12 @@ impl SegmentStore for SqliteStore {
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         self.with(|c| {
             c.prepare_cached(
-                "SELECT id, token, biz_type, remark, unixepoch(create_time), unixepoch(expire_time),
-                        unixepoch(revoke_time), unixepoch(last_used_time)
+                // A time written by hand in another format reads as 0 rather than
+                // failing the catalog read: a token so expired or revoked stays so.
+                "SELECT id, token, biz_type, remark, coalesce(unixepoch(create_time), 0),
+                        iif(expire_time IS NULL, NULL, coalesce(unixepoch(expire_time), 0)),
+                        iif(revoke_time IS NULL, NULL, coalesce(unixepoch(revoke_time), 0)),
+                        unixepoch(last_used_time)
                  FROM tiny_id_token ORDER BY id",
             )?
             .query_map([], |r| {
