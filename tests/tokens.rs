@@ -15,7 +15,7 @@ use segmint::store::Store;
 const REFRESH: Duration = Duration::from_millis(500);
 
 /// Slack for a loaded two-core machine on top of what a change may take by design.
-const MARGIN: Duration = Duration::from_millis(700);
+const MARGIN: Duration = Duration::from_secs(2);
 
 fn refresh_toml() -> String {
     format!("catalog_refresh_ms = {}", REFRESH.as_millis())
