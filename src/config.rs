@@ -569,4 +569,76 @@ mod tests {
         assert!(msg.contains("bogus"), "{msg}");
         assert!(error("").contains("databases"));
     }
+
+    #[test]
+    fn password_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret pass\n").unwrap();
+        let one = |url: &str, extra: &str| {
+            format!("[[databases]]\nname = \"a\"\nurl = \"{url}\"\n{extra}\n")
+        };
+        let pg_password = |text: &str| match &Config::from_toml(text).unwrap().databases[0].kind {
+            DatabaseKind::Postgres(pg) => pg.config.get_password().map(<[u8]>::to_vec),
+            DatabaseKind::Sqlite(_) => None,
+        };
+        let url = "postgres://u@h/db";
+        let from_file = one(
+            url,
+            &format!("password_file = {:?}", file.display().to_string()),
+        );
+        assert_eq!(pg_password(&from_file), Some(b"s3cret pass".to_vec()));
+        let path = std::env::var("PATH").unwrap();
+        let from_env = one(url, "password_env = \"PATH\"");
+        assert_eq!(pg_password(&from_env), Some(path.into_bytes()));
+
+        let msg = error(&one("postgres://u:pw@h/db", "password_env = \"PATH\""));
+        assert!(
+            msg.contains("databases[0].password_env") && msg.contains("url"),
+            "{msg}"
+        );
+        let msg = error(&format!("{from_file}password_env = \"PATH\""));
+        assert!(msg.contains("databases[0].password_env"), "{msg}");
+        let msg = error(&one(
+            url,
+            "password_env = \"SEGMINT_TEST_NO_SUCH_VARIABLE\"",
+        ));
+        assert!(
+            msg.contains("password_env") && msg.contains("SEGMINT_TEST_NO_SUCH_VARIABLE"),
+            "{msg}"
+        );
+        let msg = error(&one(url, "password_file = \"/nonexistent/pw\""));
+        assert!(
+            msg.contains("databases[0].password_file") && msg.contains("/nonexistent/pw"),
+            "{msg}"
+        );
+        let msg = error(&one("sqlite://a.db", "password_env = \"PATH\""));
+        assert!(
+            msg.contains("password_env") && msg.contains("PostgreSQL"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn tls_errors_name_the_url_and_the_file() {
+        let one = |url: &str| format!("[[databases]]\nname = \"a\"\nurl = \"{url}\"\n");
+        let msg = error(&one("postgres://u:hunter2@h/db?sslmode=verify-full"));
+        assert!(msg.contains("databases[0].url (database \"a\")"), "{msg}");
+        assert!(
+            msg.contains("sslrootcert") && !msg.contains("hunter2"),
+            "{msg}"
+        );
+        let msg = error(&one(
+            "host=h sslmode=verify-ca sslrootcert=/nonexistent/ca.crt",
+        ));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("/nonexistent/ca.crt"),
+            "{msg}"
+        );
+        let msg = error(&one("postgres://h/db?sslmode=bogus"));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("bogus"),
+            "{msg}"
+        );
+    }
 }
