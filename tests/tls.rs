@@ -58,11 +58,7 @@ async fn verify_full_with_the_right_ca_serves_ids_over_tls() {
     ))
     .await;
     assert_eq!(ids, [1, 2, 3, 4, 5]);
-    let (encrypted, all) = segmint_sessions(&cluster);
-    assert!(
-        all > 0 && encrypted == all,
-        "{encrypted} of {all} sessions encrypted"
-    );
+    assert_sessions_encrypted(&cluster, true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,8 +131,7 @@ async fn prefer_and_no_sslmode_work_without_tls_and_encrypt_with_it() {
     for url in [plain.url(), format!("{}?sslmode=prefer", plain.url())] {
         let (ids, app) = serve_ids(&url).await;
         assert_eq!(ids.len(), 5, "{url}");
-        let (encrypted, all) = segmint_sessions(&plain);
-        assert!(all > 0 && encrypted == 0, "{url}: {encrypted} of {all}");
+        assert_sessions_encrypted(&plain, false);
         app.stop().await;
         plain.psql("DROP TABLE tiny_id_info, tiny_id_token, segmint_witness, segmint_migrations");
     }
@@ -144,11 +139,7 @@ async fn prefer_and_no_sslmode_work_without_tls_and_encrypt_with_it() {
     let with_tls = tls_cluster(&pki, &[]);
     let (ids, _app) = serve_ids(&with_tls.url()).await;
     assert_eq!(ids.len(), 5);
-    let (encrypted, all) = segmint_sessions(&with_tls);
-    assert!(
-        all > 0 && encrypted == all,
-        "{encrypted} of {all} sessions encrypted"
-    );
+    assert_sessions_encrypted(&with_tls, true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -166,11 +157,7 @@ async fn the_key_value_form_reads_quotes_and_verifies() {
     );
     let (ids, _app) = serve_ids(&conninfo).await;
     assert_eq!(ids.len(), 5);
-    let (encrypted, all) = segmint_sessions(&cluster);
-    assert!(
-        all > 0 && encrypted == all,
-        "{encrypted} of {all} sessions encrypted"
-    );
+    assert_sessions_encrypted(&cluster, true);
     let wrong = conninfo.replace("host=localhost", "host=127.0.0.1");
     assert!(connect_error(&wrong).await.contains("not valid for name"));
 }
@@ -203,6 +190,25 @@ async fn a_client_certificate_authenticates() {
     let users = cluster
         .psql("SELECT DISTINCT usename FROM pg_stat_activity WHERE application_name = 'segmint'");
     assert_eq!(users, CERT_USER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslcrl_refuses_a_revoked_server_certificate() {
+    let pki = Pki::new();
+    pki.revocation_lists();
+    let cluster = tls_cluster(&pki, &[]);
+    let with_crl = |crl: &str| {
+        let params = format!(
+            "{}&sslcrl={}",
+            ssl("verify-full", &pki.path("ca.crt")),
+            pki.path(crl).display()
+        );
+        localhost_url(&cluster, &params)
+    };
+    let (ids, _app) = serve_ids(&with_crl("none.crl")).await;
+    assert_eq!(ids.len(), 5);
+    let error = connect_error(&with_crl("server-revoked.crl")).await;
+    assert!(error.contains("Revoked"), "{error}");
 }
 
 /// A password used three ways (in the URL, in `password_file`, in `password_env`) never
@@ -330,12 +336,7 @@ async fn no_output_or_log_line_shows_a_database_password() {
         .await
         .unwrap();
     let http = reqwest::Client::new();
-    for path in [
-        "/readyz",
-        "/status",
-        "/metrics",
-        &format!("/v1/ids/order?count=3"),
-    ] {
+    for path in ["/readyz", "/status", "/metrics", "/v1/ids/order?count=3"] {
         let body = http
             .get(format!("{base}{path}"))
             .bearer_auth(&token)

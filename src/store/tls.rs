@@ -29,8 +29,8 @@ use crate::config::{RootCert, SslMode, TlsSettings};
 /// A message naming the key (`sslrootcert`, `sslcert`, `sslkey`, `sslcrl`) and the file.
 pub fn connector(settings: &TlsSettings) -> Result<MakeRustlsConnect, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match &settings.root_cert {
-        None => Arc::new(AnyCertificate(provider.signature_verification_algorithms)),
+    let chain = match &settings.root_cert {
+        None => None,
         Some(root) => {
             let mut builder = WebPkiServerVerifier::builder_with_provider(
                 Arc::new(roots(root)?),
@@ -42,15 +42,25 @@ pub fn connector(settings: &TlsSettings) -> Result<MakeRustlsConnect, String> {
                     .with_crls(pem_all::<CertificateRevocationListDer>("sslcrl", crl)?)
                     .only_check_end_entity_revocation();
             }
-            let webpki = builder
-                .build()
-                .map_err(|e| format!("sslrootcert/sslcrl: {e}"))?;
-            if settings.mode == SslMode::VerifyFull {
-                webpki
-            } else {
-                Arc::new(ChainOnly(webpki))
-            }
+            Some(
+                builder
+                    .build()
+                    .map_err(|e| format!("sslrootcert/sslcrl: {e}"))?,
+            )
         }
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match (chain, settings.mode) {
+        (Some(webpki), SslMode::VerifyFull) => webpki,
+        (None, SslMode::VerifyCa | SslMode::VerifyFull) => {
+            return Err(format!(
+                "sslmode={} needs sslrootcert",
+                settings.mode.as_str()
+            ));
+        }
+        (chain, _) => Arc::new(Lenient {
+            algorithms: provider.signature_verification_algorithms,
+            chain,
+        }),
     };
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -112,11 +122,19 @@ fn roots(root: &RootCert) -> Result<RootCertStore, String> {
     Ok(store)
 }
 
-/// `verify-ca`: the chain must lead to a root certificate; the name is not checked.
+/// The checks of libpq's modes below `verify-full`. The handshake's signatures are
+/// always checked against the certificate the server sent.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    /// Signature algorithms of the provider, for the handshake's signatures.
+    algorithms: WebPkiSupportedAlgorithms,
+    /// `verify-ca` (and `prefer`/`require` with a root certificate): the chain must
+    /// lead to a root certificate, whatever name it holds. `None` for `prefer` and
+    /// `require` without one: encryption without authentication, as in libpq.
+    chain: Option<Arc<WebPkiServerVerifier>>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -125,12 +143,12 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // webpki checks the chain (and revocation) before the name, so a name error
         // means everything else held.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -144,7 +162,7 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -153,51 +171,10 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// `prefer`/`require` without a root certificate, as in libpq: the connection is
-/// encrypted but the server is not authenticated. The handshake's signatures are still
-/// checked against the certificate the server sent.
-#[derive(Debug)]
-struct AnyCertificate(WebPkiSupportedAlgorithms);
-
-impl ServerCertVerifier for AnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_schemes()
+        self.algorithms.supported_schemes()
     }
 }

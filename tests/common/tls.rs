@@ -112,6 +112,35 @@ impl Pki {
         );
     }
 
+    /// Two revocation lists from `ca`: `none.crl`, revoking nothing, then
+    /// `server-revoked.crl`, revoking the server's certificate.
+    pub fn revocation_lists(&self) {
+        std::fs::write(
+            self.path("crl.cnf"),
+            "[ca]\ndefault_ca = test\n[test]\ndatabase = index.txt\ncrlnumber = crlnumber\n\
+             default_md = sha256\ndefault_crl_days = 2\n",
+        )
+        .unwrap();
+        std::fs::write(self.path("index.txt"), "").unwrap();
+        std::fs::write(self.path("crlnumber"), "01\n").unwrap();
+        let ca = [
+            "-config", "crl.cnf", "-keyfile", "ca.key", "-cert", "ca.crt",
+        ];
+        let dir = self.dir.path();
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-gencrl", "-out", "none.crl"]].concat(),
+        );
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-revoke", "server.crt"]].concat(),
+        );
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-gencrl", "-out", "server-revoked.crl"]].concat(),
+        );
+    }
+
     /// The path of one of the files, e.g. `ca.crt`.
     pub fn path(&self, file: &str) -> PathBuf {
         self.dir.path().join(file)
@@ -158,15 +187,20 @@ pub fn tls_cluster(pki: &Pki, hba: &[&str]) -> PgCluster {
     cluster
 }
 
-/// How many of segmint's sessions on `cluster` are encrypted, and how many there are,
-/// as the server sees them (`pg_stat_ssl`).
-pub fn segmint_sessions(cluster: &PgCluster) -> (i64, i64) {
+/// Asserts that segmint has sessions on `cluster` and that all of them are encrypted
+/// (or, with `encrypted` false, none), as the server sees them in `pg_stat_ssl`.
+pub fn assert_sessions_encrypted(cluster: &PgCluster, encrypted: bool) {
     let counts = cluster.psql(
         "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_ssl s
          JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'segmint'",
     );
     let (tls, all) = counts.split_once('|').expect("two counts");
-    (tls.parse().unwrap(), all.parse().unwrap())
+    let expected = if encrypted { all } else { "0" };
+    assert!(
+        all != "0" && tls == expected,
+        "{tls} of {all} segmint sessions encrypted, expected {}",
+        if encrypted { "all" } else { "none" }
+    );
 }
 
 /// `segmint --config CONFIG args…` with `env` added; returns (success, stdout + stderr).
