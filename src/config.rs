@@ -95,7 +95,7 @@ struct RawDatabase {
     delta: i64,
     #[serde(default)]
     remainder: i64,
-    /// A file whose content (less a trailing newline) is the password.
+    /// A file whose content (less trailing newlines) is the password.
     #[serde(default)]
     password_file: Option<std::path::PathBuf>,
     /// An environment variable holding the password.
@@ -292,8 +292,14 @@ fn password(
         Secret::File(path) => std::fs::read_to_string(path)
             .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
             .map_err(|e| invalid(key(field), format!("cannot read {}: {e}", path.display())))?,
-        Secret::Env(name) => std::env::var(name)
-            .map_err(|e| invalid(key(field), format!("environment variable {name}: {e}")))?,
+        // Not VarError's own text: for a value that is not UTF-8 it shows the value.
+        Secret::Env(name) => std::env::var(name).map_err(|e| {
+            let why = match e {
+                std::env::VarError::NotPresent => "is not set",
+                std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
+            };
+            invalid(key(field), format!("environment variable {name} {why}"))
+        })?,
     };
     if password.is_empty() {
         return Err(invalid(key(field), "the password is empty"));
