@@ -618,6 +618,12 @@ mod tests {
             msg.contains("databases[0].password_file") && msg.contains("/nonexistent/pw"),
             "{msg}"
         );
+        std::fs::write(&file, "\n").unwrap();
+        let msg = error(&from_file);
+        assert!(
+            msg.contains("password_file") && msg.contains("empty"),
+            "{msg}"
+        );
         let msg = error(&one("sqlite://a.db", "password_env = \"PATH\""));
         assert!(
             msg.contains("password_env") && msg.contains("PostgreSQL"),
