@@ -23,6 +23,11 @@
 #   docker run --rm -p 9999:9999 -v "$PWD/segmint.toml:/etc/segmint/segmint.toml:ro" \
 #     -e SEGMINT_CONFIG=/etc/segmint/segmint.toml segmint
 # Create the schema once with the same settings: `docker run --rm … segmint migrate`.
+# TLS to PostgreSQL needs no OpenSSL (rustls); mount the CA certificate and the password
+# as files readable by the segmint user and name them in the database's entry:
+#   -v "$PWD/ca.crt:/etc/segmint/ca.crt:ro" -v "$PWD/pg-password:/run/secrets/pg-password:ro" \
+#   -e SEGMINT_DATABASES='[{name="pg", url="postgres://segmint@db.example:5432/segmint?sslmode=verify-full&sslrootcert=/etc/segmint/ca.crt", password_file="/run/secrets/pg-password"}]'
+# (sslrootcert=system uses the image's ca-certificates.)
 
 FROM rust:1-bookworm AS builder
 WORKDIR /src

@@ -11,6 +11,10 @@ use serde::{Deserialize, Serialize};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
+mod libpq;
+
+pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
+
 /// Default configuration file, relative to the working directory.
 pub const DEFAULT_PATH: &str = "config/default.toml";
 
@@ -91,6 +95,12 @@ struct RawDatabase {
     delta: i64,
     #[serde(default)]
     remainder: i64,
+    /// A file whose content (less trailing newlines) is the password.
+    #[serde(default)]
+    password_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the password.
+    #[serde(default)]
+    password_env: Option<String>,
 }
 
 fn one() -> i64 {
@@ -149,11 +159,22 @@ pub struct DatabaseConfig {
 /// The engine behind one configured database, chosen by its URL's scheme.
 #[derive(Clone)]
 pub enum DatabaseKind {
-    /// `postgres://…`: connection settings (which may hold a password).
-    Postgres(Box<tokio_postgres::Config>),
+    /// `postgres://…` or libpq key=value pairs.
+    Postgres(Box<PgTarget>),
     /// `sqlite://path`: an embedded database file, relative to the working directory
     /// unless absolute (`sqlite:///var/lib/segmint/a.db`).
     Sqlite(std::path::PathBuf),
+}
+
+/// How to reach one PostgreSQL database.
+#[derive(Clone)]
+pub struct PgTarget {
+    /// What tokio-postgres reads: host, user, password (whatever its source), options.
+    pub config: tokio_postgres::Config,
+    /// The TLS part of the connection string, after libpq's rules.
+    pub tls: TlsSettings,
+    /// Built once from `tls`, with its certificate files already read.
+    pub connector: tokio_postgres_rustls::MakeRustlsConnect,
 }
 
 impl std::fmt::Debug for DatabaseConfig {
@@ -171,7 +192,8 @@ impl DatabaseConfig {
     /// `host:port/dbname` or the file path, safe to log.
     pub fn location(&self) -> String {
         match &self.kind {
-            DatabaseKind::Postgres(pg) => {
+            DatabaseKind::Postgres(target) => {
+                let pg = &target.config;
                 let host = pg
                     .get_hosts()
                     .first()
@@ -217,9 +239,72 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
         }
         return Ok(DatabaseKind::Sqlite(path.into()));
     }
-    url.parse()
-        .map(|pg| DatabaseKind::Postgres(Box::new(pg)))
-        .map_err(|e| format!("neither sqlite://PATH nor a PostgreSQL URL: {e}"))
+    let (config, tls) = libpq::parse(url)?;
+    let connector = crate::store::tls::connector(&tls)?;
+    Ok(DatabaseKind::Postgres(Box::new(PgTarget {
+        config,
+        tls,
+        connector,
+    })))
+}
+
+/// Where a database's password is read from, besides its URL.
+enum Secret<'a> {
+    /// `password_file`: a file, as container secrets are mounted.
+    File(&'a Path),
+    /// `password_env`: an environment variable's name.
+    Env(&'a str),
+}
+
+/// The password from `password_file` or `password_env`, if either is set: at most one
+/// source per database, the URL's password included. Errors name the key and the file
+/// or variable, never the password.
+fn password(
+    file: Option<&Path>,
+    env: Option<&str>,
+    kind: &DatabaseKind,
+    key: impl Fn(&str) -> String,
+) -> Result<Option<String>, ConfigError> {
+    let (field, secret) = match (file, env) {
+        (None, None) => return Ok(None),
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                key("password_env"),
+                "give the password in one place: password_file or password_env",
+            ));
+        }
+        (Some(path), None) => ("password_file", Secret::File(path)),
+        (None, Some(name)) => ("password_env", Secret::Env(name)),
+    };
+    match kind {
+        DatabaseKind::Sqlite(_) => {
+            return Err(invalid(key(field), "is for PostgreSQL databases only"));
+        }
+        DatabaseKind::Postgres(pg) if pg.config.get_password().is_some() => {
+            return Err(invalid(
+                key(field),
+                "the url holds a password too: give the password in one place",
+            ));
+        }
+        DatabaseKind::Postgres(_) => {}
+    }
+    let password = match secret {
+        Secret::File(path) => std::fs::read_to_string(path)
+            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
+            .map_err(|e| invalid(key(field), format!("cannot read {}: {e}", path.display())))?,
+        // Not VarError's own text: for a value that is not UTF-8 it shows the value.
+        Secret::Env(name) => std::env::var(name).map_err(|e| {
+            let why = match e {
+                std::env::VarError::NotPresent => "is not set",
+                std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
+            };
+            invalid(key(field), format!("environment variable {name} {why}"))
+        })?,
+    };
+    if password.is_empty() {
+        return Err(invalid(key(field), "the password is empty"));
+    }
+    Ok(Some(password))
 }
 
 impl Config {
@@ -345,7 +430,16 @@ impl RawSettings {
                 let field = if db.delta < 1 { "delta" } else { "remainder" };
                 invalid(key(field), e.to_string())
             })?;
-            let kind = database_kind(&db.url).map_err(|e| invalid(key("url"), e))?;
+            let mut kind = database_kind(&db.url).map_err(|e| invalid(key("url"), e))?;
+            if let Some(password) = password(
+                db.password_file.as_deref(),
+                db.password_env.as_deref(),
+                &kind,
+                key,
+            )? && let DatabaseKind::Postgres(pg) = &mut kind
+            {
+                pg.config.password(password);
+            }
             if let DatabaseKind::Sqlite(path) = &kind
                 && let Some(other) = databases
                     .iter()
@@ -480,5 +574,83 @@ mod tests {
         let msg = error(&format!("bogus = 1\n{TWO}"));
         assert!(msg.contains("bogus"), "{msg}");
         assert!(error("").contains("databases"));
+    }
+
+    #[test]
+    fn password_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret pass\n").unwrap();
+        let one = |url: &str, extra: &str| {
+            format!("[[databases]]\nname = \"a\"\nurl = \"{url}\"\n{extra}\n")
+        };
+        let pg_password = |text: &str| match &Config::from_toml(text).unwrap().databases[0].kind {
+            DatabaseKind::Postgres(pg) => pg.config.get_password().map(<[u8]>::to_vec),
+            DatabaseKind::Sqlite(_) => None,
+        };
+        let url = "postgres://u@h/db";
+        let from_file = one(
+            url,
+            &format!("password_file = {:?}", file.display().to_string()),
+        );
+        assert_eq!(pg_password(&from_file), Some(b"s3cret pass".to_vec()));
+        let path = std::env::var("PATH").unwrap();
+        let from_env = one(url, "password_env = \"PATH\"");
+        assert_eq!(pg_password(&from_env), Some(path.into_bytes()));
+
+        let msg = error(&one("postgres://u:pw@h/db", "password_env = \"PATH\""));
+        assert!(
+            msg.contains("databases[0].password_env") && msg.contains("url"),
+            "{msg}"
+        );
+        let msg = error(&format!("{from_file}password_env = \"PATH\""));
+        assert!(msg.contains("databases[0].password_env"), "{msg}");
+        let msg = error(&one(
+            url,
+            "password_env = \"SEGMINT_TEST_NO_SUCH_VARIABLE\"",
+        ));
+        assert!(
+            msg.contains("password_env") && msg.contains("SEGMINT_TEST_NO_SUCH_VARIABLE"),
+            "{msg}"
+        );
+        let msg = error(&one(url, "password_file = \"/nonexistent/pw\""));
+        assert!(
+            msg.contains("databases[0].password_file") && msg.contains("/nonexistent/pw"),
+            "{msg}"
+        );
+        std::fs::write(&file, "\n").unwrap();
+        let msg = error(&from_file);
+        assert!(
+            msg.contains("password_file") && msg.contains("empty"),
+            "{msg}"
+        );
+        let msg = error(&one("sqlite://a.db", "password_env = \"PATH\""));
+        assert!(
+            msg.contains("password_env") && msg.contains("PostgreSQL"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn tls_errors_name_the_url_and_the_file() {
+        let one = |url: &str| format!("[[databases]]\nname = \"a\"\nurl = \"{url}\"\n");
+        let msg = error(&one("postgres://u:hunter2@h/db?sslmode=verify-full"));
+        assert!(msg.contains("databases[0].url (database \"a\")"), "{msg}");
+        assert!(
+            msg.contains("sslrootcert") && !msg.contains("hunter2"),
+            "{msg}"
+        );
+        let msg = error(&one(
+            "host=h sslmode=verify-ca sslrootcert=/nonexistent/ca.crt",
+        ));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("/nonexistent/ca.crt"),
+            "{msg}"
+        );
+        let msg = error(&one("postgres://h/db?sslmode=bogus"));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("bogus"),
+            "{msg}"
+        );
     }
 }

@@ -201,7 +201,7 @@ impl Store {
         for db in &config.databases {
             let store = match &db.kind {
                 DatabaseKind::Postgres(pg) => {
-                    PgStore::new((**pg).clone(), config.pool_size, config.fetch_timeout)
+                    PgStore::new(pg, config.pool_size, config.fetch_timeout)
                         .map(|s| Box::new(s) as Box<dyn SegmentStore>)
                 }
                 DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout, mode)

@@ -10,6 +10,7 @@ mod cluster;
 mod evidence;
 pub mod postgres;
 pub mod sqlite;
+pub mod tls;
 
 use async_trait::async_trait;
 

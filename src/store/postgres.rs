@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::{NoTls, Row};
+use tokio_postgres::Row;
+
+use crate::config::PgTarget;
 
 use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
 
@@ -35,16 +37,15 @@ pub struct PgStore {
 }
 
 impl PgStore {
-    /// A pool for `pg` that connects lazily. Connecting, waiting for a connection and
-    /// every statement are bounded by `timeout`, so a stalled database fails fast.
+    /// A pool for `target` that connects lazily, through its TLS connector. Connecting,
+    /// waiting for a connection and every statement are bounded by `timeout`, so a
+    /// stalled database fails fast.
     ///
     /// # Errors
     /// [`DbError`] when the pool cannot be built.
-    pub fn new(
-        mut pg: tokio_postgres::Config,
-        pool_size: usize,
-        timeout: Duration,
-    ) -> Result<Self, DbError> {
+    pub fn new(target: &PgTarget, pool_size: usize, timeout: Duration) -> Result<Self, DbError> {
+        let mut pg = target.config.clone();
+        pg.ssl_mode(target.tls.mode.negotiation());
         // A reservation is used once its commit returns: with `synchronous_commit` off
         // (a server default some tune for speed) a crash could lose a commit already
         // answered, and the IDs of its segment would be issued again. Options given last
@@ -59,7 +60,7 @@ impl PgStore {
             .connect_timeout(timeout);
         let manager = Manager::from_config(
             pg,
-            NoTls,
+            target.connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },

@@ -4,6 +4,8 @@
 //! `postgres` user when the tests run as root (PostgreSQL refuses root).
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;

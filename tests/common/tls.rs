@@ -1,0 +1,224 @@
+//! TLS fixtures: certificates made with `openssl` at test time, and PostgreSQL clusters
+//! that serve them, ask for client certificates or passwords.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::PgCluster;
+
+/// The role that logs in with a client certificate (its certificate's CN).
+pub const CERT_USER: &str = "certuser";
+
+/// Test certificates in a temporary directory: `ca`, `other-ca` (trusted by nobody),
+/// `server` (signed by `ca`, valid for the name `localhost` only) and `client` (signed
+/// by `ca`, CN [`CERT_USER`]). Each NAME has `NAME.crt` and `NAME.key` (PEM).
+pub struct Pki {
+    /// Holds the files.
+    dir: tempfile::TempDir,
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("run openssl (Debian's openssl package)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A new P-256 key `NAME.key`, in PKCS#8 as PostgreSQL and rustls both read it.
+const NEW_KEY: [&str; 6] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-keyout",
+];
+
+impl Pki {
+    pub fn new() -> Pki {
+        let dir = tempfile::Builder::new()
+            .prefix("segmint-pki-")
+            .tempdir()
+            .unwrap();
+        let pki = Pki { dir };
+        for ca in ["ca", "other-ca"] {
+            let (key, crt) = (format!("{ca}.key"), format!("{ca}.crt"));
+            let mut args = vec!["req", "-x509", "-days", "2", "-subj"];
+            let subject = format!("/CN=segmint test {ca}");
+            args.extend([subject.as_str(), "-out", &crt]);
+            args.extend(NEW_KEY);
+            args.extend([
+                key.as_str(),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ]);
+            openssl(pki.dir.path(), &args);
+        }
+        pki.leaf(
+            "server",
+            "localhost",
+            "subjectAltName=DNS:localhost\nextendedKeyUsage=serverAuth\n",
+        );
+        pki.leaf("client", CERT_USER, "extendedKeyUsage=clientAuth\n");
+        pki
+    }
+
+    /// `NAME.crt` and `NAME.key` for `cn`, signed by `ca`, with the extensions `ext`.
+    fn leaf(&self, name: &str, cn: &str, ext: &str) {
+        let (key, csr, crt, extfile) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+            format!("{name}.ext"),
+        );
+        std::fs::write(
+            self.path(&extfile),
+            format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n{ext}"),
+        )
+        .unwrap();
+        let subject = format!("/CN={cn}");
+        let mut args = vec!["req", "-new", "-subj", &subject, "-out", &csr];
+        args.extend(NEW_KEY);
+        args.push(&key);
+        openssl(self.dir.path(), &args);
+        openssl(
+            self.dir.path(),
+            &[
+                "x509",
+                "-req",
+                "-days",
+                "2",
+                "-in",
+                &csr,
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-extfile",
+                &extfile,
+                "-out",
+                &crt,
+            ],
+        );
+    }
+
+    /// Two revocation lists from `ca`: `none.crl`, revoking nothing, then
+    /// `server-revoked.crl`, revoking the server's certificate.
+    pub fn revocation_lists(&self) {
+        std::fs::write(
+            self.path("crl.cnf"),
+            "[ca]\ndefault_ca = test\n[test]\ndatabase = index.txt\ncrlnumber = crlnumber\n\
+             default_md = sha256\ndefault_crl_days = 2\n",
+        )
+        .unwrap();
+        std::fs::write(self.path("index.txt"), "").unwrap();
+        std::fs::write(self.path("crlnumber"), "01\n").unwrap();
+        let ca = [
+            "-config", "crl.cnf", "-keyfile", "ca.key", "-cert", "ca.crt",
+        ];
+        let dir = self.dir.path();
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-gencrl", "-out", "none.crl"]].concat(),
+        );
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-revoke", "server.crt"]].concat(),
+        );
+        openssl(
+            dir,
+            &[&["ca"], &ca[..], &["-gencrl", "-out", "server-revoked.crl"]].concat(),
+        );
+    }
+
+    /// The path of one of the files, e.g. `ca.crt`.
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+}
+
+/// Reconfigures `cluster` and restarts it: `settings` through `ALTER SYSTEM`, `files`
+/// (source, name) copied into its data directory as the server's own (mode 0600, as
+/// PostgreSQL wants its key), and `hba` lines placed before initdb's trust lines.
+pub fn reconfigure(cluster: &PgCluster, settings: &[&str], files: &[(&Path, &str)], hba: &[&str]) {
+    let data = PathBuf::from(cluster.psql("SHOW data_directory"));
+    let owner = std::fs::metadata(&data).unwrap();
+    for (from, name) in files {
+        let to = data.join(name);
+        std::fs::copy(from, &to).unwrap();
+        std::os::unix::fs::chown(&to, Some(owner.uid()), Some(owner.gid())).unwrap();
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    for setting in settings {
+        cluster.psql(&format!("ALTER SYSTEM SET {setting}"));
+    }
+    let hba_file = PathBuf::from(cluster.psql("SHOW hba_file"));
+    let old = std::fs::read_to_string(&hba_file).unwrap();
+    std::fs::write(&hba_file, format!("{}\n{old}", hba.join("\n"))).unwrap();
+    cluster.stop();
+    cluster.start_again();
+}
+
+/// A cluster serving TLS with `pki`'s server certificate, trusting `pki`'s CA for
+/// client certificates, with `hba` lines first in pg_hba.conf.
+pub fn tls_cluster(pki: &Pki, hba: &[&str]) -> PgCluster {
+    let cluster = PgCluster::start();
+    reconfigure(
+        &cluster,
+        &["ssl = on", "ssl_ca_file = 'root.crt'"],
+        &[
+            (&pki.path("server.crt"), "server.crt"),
+            (&pki.path("server.key"), "server.key"),
+            (&pki.path("ca.crt"), "root.crt"),
+        ],
+        hba,
+    );
+    assert_eq!(cluster.psql("SHOW ssl"), "on", "the cluster serves TLS");
+    cluster
+}
+
+/// Asserts that segmint has sessions on `cluster` and that all of them are encrypted
+/// (or, with `encrypted` false, none), as the server sees them in `pg_stat_ssl`.
+pub fn assert_sessions_encrypted(cluster: &PgCluster, encrypted: bool) {
+    let counts = cluster.psql(
+        "SELECT count(*) FILTER (WHERE s.ssl), count(*) FROM pg_stat_ssl s
+         JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'segmint'",
+    );
+    let (tls, all) = counts.split_once('|').expect("two counts");
+    let expected = if encrypted { all } else { "0" };
+    assert!(
+        all != "0" && tls == expected,
+        "{tls} of {all} segmint sessions encrypted, expected {}",
+        if encrypted { "all" } else { "none" }
+    );
+}
+
+/// `segmint --config CONFIG args…` with `env` added; returns (success, stdout + stderr).
+pub fn segmint_with_env(config: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(super::segmint_bin())
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(env.iter().copied())
+        .env_remove("SEGMINT_CONFIG")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
