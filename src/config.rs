@@ -614,4 +614,69 @@ mod tests {
         assert!(msg.contains("bogus"), "{msg}");
         assert!(error("").contains("databases"));
     }
+
+    #[test]
+    fn operator_keys_are_checked_and_the_token_never_shown() {
+        let token = "0123456789abcdef-secret";
+        let cfg = Config::from_toml(&format!("operator_token = \"{token}\"\n{TWO}")).unwrap();
+        let operator = cfg.operator_token.as_ref().unwrap();
+        assert!(operator.matches(token) && !operator.matches("0123456789abcdef-secreT"));
+        assert!(!format!("{cfg:?}").contains("secret"), "{cfg:?}");
+
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), format!("{token}\n")).unwrap();
+        let from_file = format!("operator_token_file = {:?}\n{TWO}", file.path());
+        let cfg = Config::from_toml(&from_file).unwrap();
+        assert!(
+            cfg.operator_token.unwrap().matches(token),
+            "newline trimmed"
+        );
+        let both = format!("operator_token = \"{token}\"\n{from_file}");
+        assert!(error(&both).contains("`operator_token_file`"));
+        let msg = error(&format!("operator_token_file = \"/nonexistent/t\"\n{TWO}"));
+        assert!(
+            msg.contains("`operator_token_file`") && msg.contains("/nonexistent/t"),
+            "{msg}"
+        );
+        std::fs::write(file.path(), "short-secret\n").unwrap();
+        let msg = error(&from_file);
+        assert!(
+            msg.contains("`operator_token_file`") && msg.contains("16"),
+            "{msg}"
+        );
+
+        for (value, not_shown) in [
+            ("\"short-secret\"", "short-secret"),
+            ("\"0123456789 secret\"", "secret"),
+            ("1234567890123456789", "1234567890123456789"),
+        ] {
+            let msg = error(&format!("operator_token = {value}\n{TWO}"));
+            assert!(msg.contains("operator_token"), "{msg}");
+            assert!(!msg.contains(not_shown), "{msg}");
+        }
+    }
+
+    #[test]
+    fn operator_bind_is_an_address_other_than_bind() {
+        let with = |bind: &str, operator: &str| {
+            Config::from_toml(&format!(
+                "bind = \"{bind}\"\noperator_bind = \"{operator}\"\n{TWO}"
+            ))
+        };
+        let cfg = with("0.0.0.0:9999", "127.0.0.1:9998").unwrap();
+        assert_eq!(cfg.operator_bind.as_deref(), Some("127.0.0.1:9998"));
+        assert!(with("127.0.0.1:0", "127.0.0.1:0").is_ok(), "two free ports");
+        assert!(with("127.0.0.1:9999", "10.0.0.1:9999").is_ok());
+        for (bind, operator) in [
+            ("127.0.0.1:9999", "127.0.0.1:9999"),
+            ("0.0.0.0:9999", "127.0.0.1:9999"),
+            ("127.0.0.1:9999", "0.0.0.0:9999"),
+        ] {
+            let msg = with(bind, operator).unwrap_err().to_string();
+            assert!(msg.contains("`operator_bind`"), "{msg}");
+        }
+        let msg = with("127.0.0.1:9999", "localhost").unwrap_err().to_string();
+        assert!(msg.contains("`operator_bind`"), "{msg}");
+        assert!(Config::from_toml(TWO).unwrap().operator_bind.is_none());
+    }
 }

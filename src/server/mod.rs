@@ -315,16 +315,20 @@ impl Application {
             }
         }));
         let served = async move {
-            let result = server.await;
-            match operator {
-                None => result,
-                Some(operator) => {
-                    // Stopped through the public handle, or failed: the operator
-                    // address goes with it.
-                    operator.server.handle().stop(true).await;
-                    result.and(operator.server.await)
-                }
-            }
+            let Some(operator) = operator else {
+                return server.await;
+            };
+            // A server runs while it is polled: both are, until both have stopped.
+            let operator_handle = operator.server.handle();
+            let public = async move {
+                let result = server.await;
+                // Stopped through the public handle, or failed: the operator
+                // address goes with it.
+                operator_handle.stop(true).await;
+                result
+            };
+            let (public, operator) = futures_util::future::join(public, operator.server).await;
+            public.and(operator)
         };
         let workers_limit = DRAIN_TIMEOUT + WORKER_STOP_GRACE;
         let result = tokio::select! {
