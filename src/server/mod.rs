@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
+use futures_util::future::{join, join_all};
 use smallvec::SmallVec;
 
 pub use auth::authorize;
@@ -214,6 +215,13 @@ impl Application {
             max_body: config.max_body_bytes,
             operator_token: config.operator_token.clone(),
         };
+        let operator = match operator {
+            None => None,
+            Some(listener) => {
+                let bind = config.operator_bind.as_deref().unwrap_or_default();
+                Some((local_port("operator_bind", bind, &listener)?, listener))
+            }
+        };
         let serves = match operator {
             None => Serves::Everything,
             Some(_) => Serves::Public,
@@ -221,9 +229,7 @@ impl Application {
         let server = serve(&config, &routes, serves, config.workers, listener)?;
         let operator = match operator {
             None => None,
-            Some(listener) => {
-                let bind = config.operator_bind.as_deref().unwrap_or_default();
-                let port = local_port("operator_bind", bind, &listener)?;
+            Some((port, listener)) => {
                 // Operators' requests are few: one worker serves them, beside the
                 // workers of the ID routes rather than among them.
                 let server = serve(&config, &routes, Serves::Operator, 1, listener)?;
@@ -261,6 +267,7 @@ impl Application {
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
+
     pub fn state(&self) -> web::Data<AppState> {
         self.routes.state.clone()
     }
@@ -305,14 +312,10 @@ impl Application {
             );
             // Stop accepting first, tell keep-alive clients to close, then wait for
             // the requests being served to be answered before the workers stop.
-            for handle in &handles {
-                handle.pause().await;
-            }
+            join_all(handles.iter().map(ServerHandle::pause)).await;
             in_flight.close();
             in_flight.drained(DRAIN_TIMEOUT).await;
-            for handle in &handles {
-                handle.stop(true).await;
-            }
+            join_all(handles.iter().map(|handle| handle.stop(true))).await;
         }));
         let served = async move {
             let Some(operator) = operator else {
@@ -327,7 +330,7 @@ impl Application {
                 operator_handle.stop(true).await;
                 result
             };
-            let (public, operator) = futures_util::future::join(public, operator.server).await;
+            let (public, operator) = join(public, operator.server).await;
             public.and(operator)
         };
         let workers_limit = DRAIN_TIMEOUT + WORKER_STOP_GRACE;

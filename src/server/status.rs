@@ -22,30 +22,14 @@ pub(super) fn routes(
     observer: &Observer,
     token: Option<&OperatorToken>,
 ) {
-    cfg.service(operator::route(
-        observer,
-        token,
-        "/readyz",
-        web::get().to(readyz),
-    ))
-    .service(operator::route(
-        observer,
-        token,
-        "/metrics",
-        web::get().to(metrics),
-    ))
-    .service(operator::route(
-        observer,
-        token,
-        "/v1/bizs",
-        web::get().to(bizs),
-    ))
-    .service(operator::route(
-        observer,
-        token,
-        "/status",
-        web::get().to(status),
-    ));
+    for (path, route) in [
+        ("/readyz", web::get().to(readyz)),
+        ("/metrics", web::get().to(metrics)),
+        ("/v1/bizs", web::get().to(bizs)),
+        ("/status", web::get().to(status)),
+    ] {
+        cfg.service(operator::route(observer, token, path, route));
+    }
 }
 
 /// One biz as `/v1/bizs` shows it.
