@@ -7,7 +7,9 @@ use std::time::Duration;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use subtle::ConstantTimeEq;
 
+use crate::biz::{TokenDigest, token_digest};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
@@ -58,6 +60,9 @@ struct RawSettings {
     hedge_after_ms: u64,
     request_timeout_ms: u64,
     keep_alive_ms: u64,
+    operator_bind: Option<String>,
+    operator_token: Option<Secret>,
+    operator_token_file: Option<std::path::PathBuf>,
     databases: Vec<RawDatabase>,
 }
 
@@ -81,6 +86,9 @@ impl Default for RawSettings {
             hedge_after_ms: 50,
             request_timeout_ms: 5_000,
             keep_alive_ms: 5_000,
+            operator_bind: None,
+            operator_token: None,
+            operator_token_file: None,
             databases: Vec::new(),
         }
     }
@@ -101,6 +109,29 @@ struct RawDatabase {
     /// An environment variable holding the password.
     #[serde(default)]
     password_env: Option<String>,
+}
+
+/// A secret as read from the file or the environment: printed as `..` by `Debug`, and
+/// refused without its value when it is not a string.
+#[derive(Clone, Serialize)]
+struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl<'de> Deserialize<'de> for Secret {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
+        // Serde's own type errors quote the value they found.
+        match <figment::value::Value as Deserialize>::deserialize(d)? {
+            figment::value::Value::String(_, text) => Ok(Secret(text)),
+            _ => Err(serde::de::Error::custom(
+                "must be a string (in quotes, in TOML)",
+            )),
+        }
+    }
 }
 
 fn one() -> i64 {
@@ -141,8 +172,48 @@ pub struct Config {
     pub request_timeout: Duration,
     /// How long an idle keep-alive connection is kept open; 0 disables keep-alive.
     pub keep_alive: Duration,
+    /// Where the operator routes are served instead of `bind`; `None`: on `bind`.
+    pub operator_bind: Option<String>,
+    /// The token the operator routes require; `None`: they answer anyone.
+    pub operator_token: Option<OperatorToken>,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
+}
+
+/// Shortest operator token accepted: a guessable one would protect nothing.
+pub const OPERATOR_TOKEN_MIN_LEN: usize = 16;
+
+/// The token of the operator routes, kept only as its SHA-256 digest, so that no
+/// `Debug`, log line or error can print it.
+#[derive(Clone)]
+pub struct OperatorToken(TokenDigest);
+
+impl OperatorToken {
+    /// Accepts a token of at least [`OPERATOR_TOKEN_MIN_LEN`] visible ASCII characters
+    /// (it travels in an `Authorization` header, where spaces would split it).
+    fn parse(token: &str) -> Result<OperatorToken, String> {
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err("must be visible ASCII characters without spaces".into());
+        }
+        if token.len() < OPERATOR_TOKEN_MIN_LEN {
+            return Err(format!(
+                "must be at least {OPERATOR_TOKEN_MIN_LEN} characters (e.g. `openssl rand -hex 32`)"
+            ));
+        }
+        Ok(OperatorToken(token_digest(token)))
+    }
+
+    /// Whether `presented` is the token. Digests are compared, in constant time, so
+    /// neither the token's characters nor its length show in the time taken.
+    pub fn matches(&self, presented: &str) -> bool {
+        self.0[..].ct_eq(&token_digest(presented)[..]).into()
+    }
+}
+
+impl std::fmt::Debug for OperatorToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OperatorToken(..)")
+    }
 }
 
 /// One database: where it is and which residue class it issues from.
@@ -346,11 +417,21 @@ impl Config {
     }
 
     fn from_figment(file: Figment) -> Result<Config, ConfigError> {
-        let raw: RawSettings = Figment::from(Serialized::defaults(RawSettings::default()))
+        let mut figment = Figment::from(Serialized::defaults(RawSettings::default()))
             .merge(file)
-            .merge(Env::prefixed("SEGMINT_").ignore(&["config"]))
-            .extract()
-            .map_err(Box::new)?;
+            .merge(Env::prefixed("SEGMINT_").ignore(&["config", "operator_token"]));
+        // Taken as written: the environment provider would read `123…` as a number and
+        // `"…"` as an escaped string.
+        if let Some(token) = std::env::var_os("SEGMINT_OPERATOR_TOKEN") {
+            let token = token.into_string().map_err(|_| {
+                invalid(
+                    "operator_token (SEGMINT_OPERATOR_TOKEN)",
+                    "must be visible ASCII characters without spaces",
+                )
+            })?;
+            figment = figment.merge(Serialized::default("operator_token", token));
+        }
+        let raw: RawSettings = figment.extract().map_err(Box::new)?;
         raw.validate()
     }
 }
@@ -362,14 +443,64 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     }
 }
 
+/// Parses `value` of `key` as an `IP:port` address.
+fn socket_addr(key: &str, value: &str) -> Result<std::net::SocketAddr, ConfigError> {
+    value.parse().map_err(|_| {
+        invalid(
+            key,
+            format!("`{value}` is not an address like 127.0.0.1:9999"),
+        )
+    })
+}
+
 impl RawSettings {
+    /// The operator token, from `operator_token` or read from `operator_token_file`
+    /// (its trailing line break trimmed, as secrets files are written). Neither the
+    /// token nor the file's contents appear in an error.
+    fn operator_token(&self) -> Result<Option<OperatorToken>, ConfigError> {
+        let (key, token) = match (&self.operator_token, &self.operator_token_file) {
+            (None, None) => return Ok(None),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "operator_token_file",
+                    "set either operator_token or operator_token_file, not both",
+                ));
+            }
+            (Some(Secret(token)), None) => ("operator_token", token.clone()),
+            (None, Some(path)) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    invalid(
+                        "operator_token_file",
+                        format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                let token = text.trim_end_matches(['\n', '\r']).to_owned();
+                ("operator_token_file", token)
+            }
+        };
+        OperatorToken::parse(&token)
+            .map(Some)
+            .map_err(|message| invalid(key, message))
+    }
+
     fn validate(self) -> Result<Config, ConfigError> {
-        if self.bind.parse::<std::net::SocketAddr>().is_err() {
-            return Err(invalid(
-                "bind",
-                format!("`{}` is not an address like 127.0.0.1:9999", self.bind),
-            ));
+        let bind = socket_addr("bind", &self.bind)?;
+        if let Some(operator_bind) = &self.operator_bind {
+            let operator = socket_addr("operator_bind", operator_bind)?;
+            // Port 0 picks a free port for each address, so two of them never collide.
+            let shared_ip = operator.ip() == bind.ip()
+                || operator.ip().is_unspecified()
+                || bind.ip().is_unspecified();
+            if operator.port() == bind.port() && operator.port() != 0 && shared_ip {
+                return Err(invalid(
+                    "operator_bind",
+                    format!(
+                        "`{operator_bind}` is the address of `bind`; name another port or interface, or leave operator_bind unset to serve the operator routes on `bind`"
+                    ),
+                ));
+            }
         }
+        let operator_token = self.operator_token()?;
         let preload_percent = u8::try_from(self.preload_percent)
             .ok()
             .filter(|p| *p <= 100)
@@ -487,6 +618,8 @@ impl RawSettings {
             hedge_after: Duration::from_millis(self.hedge_after_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             keep_alive: Duration::from_millis(self.keep_alive_ms),
+            operator_bind: self.operator_bind,
+            operator_token,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,
@@ -652,5 +785,70 @@ mod tests {
             msg.contains("databases[0].url") && msg.contains("bogus"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn operator_keys_are_checked_and_the_token_never_shown() {
+        let token = "0123456789abcdef-secret";
+        let cfg = Config::from_toml(&format!("operator_token = \"{token}\"\n{TWO}")).unwrap();
+        let operator = cfg.operator_token.as_ref().unwrap();
+        assert!(operator.matches(token) && !operator.matches("0123456789abcdef-secreT"));
+        assert!(!format!("{cfg:?}").contains("secret"), "{cfg:?}");
+
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), format!("{token}\n")).unwrap();
+        let from_file = format!("operator_token_file = {:?}\n{TWO}", file.path());
+        let cfg = Config::from_toml(&from_file).unwrap();
+        assert!(
+            cfg.operator_token.unwrap().matches(token),
+            "newline trimmed"
+        );
+        let both = format!("operator_token = \"{token}\"\n{from_file}");
+        assert!(error(&both).contains("`operator_token_file`"));
+        let msg = error(&format!("operator_token_file = \"/nonexistent/t\"\n{TWO}"));
+        assert!(
+            msg.contains("`operator_token_file`") && msg.contains("/nonexistent/t"),
+            "{msg}"
+        );
+        std::fs::write(file.path(), "short-secret\n").unwrap();
+        let msg = error(&from_file);
+        assert!(
+            msg.contains("`operator_token_file`") && msg.contains("16"),
+            "{msg}"
+        );
+
+        for (value, not_shown) in [
+            ("\"short-secret\"", "short-secret"),
+            ("\"0123456789 secret\"", "secret"),
+            ("1234567890123456789", "1234567890123456789"),
+        ] {
+            let msg = error(&format!("operator_token = {value}\n{TWO}"));
+            assert!(msg.contains("operator_token"), "{msg}");
+            assert!(!msg.contains(not_shown), "{msg}");
+        }
+    }
+
+    #[test]
+    fn operator_bind_is_an_address_other_than_bind() {
+        let with = |bind: &str, operator: &str| {
+            Config::from_toml(&format!(
+                "bind = \"{bind}\"\noperator_bind = \"{operator}\"\n{TWO}"
+            ))
+        };
+        let cfg = with("0.0.0.0:9999", "127.0.0.1:9998").unwrap();
+        assert_eq!(cfg.operator_bind.as_deref(), Some("127.0.0.1:9998"));
+        assert!(with("127.0.0.1:0", "127.0.0.1:0").is_ok(), "two free ports");
+        assert!(with("127.0.0.1:9999", "10.0.0.1:9999").is_ok());
+        for (bind, operator) in [
+            ("127.0.0.1:9999", "127.0.0.1:9999"),
+            ("0.0.0.0:9999", "127.0.0.1:9999"),
+            ("127.0.0.1:9999", "0.0.0.0:9999"),
+        ] {
+            let msg = with(bind, operator).unwrap_err().to_string();
+            assert!(msg.contains("`operator_bind`"), "{msg}");
+        }
+        let msg = with("127.0.0.1:9999", "localhost").unwrap_err().to_string();
+        assert!(msg.contains("`operator_bind`"), "{msg}");
+        assert!(Config::from_toml(TWO).unwrap().operator_bind.is_none());
     }
 }

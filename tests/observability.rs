@@ -2,7 +2,8 @@
 //! metrics contract with its labels; the alert rules pass `promtool check rules` and
 //! their unit tests; and a real Prometheus scraping a server under load, then with its
 //! databases down, gives a result for every query of the Grafana dashboard and every
-//! alert expression, and fires `SegmintRunwayLow`.
+//! alert expression, and fires `SegmintRunwayLow`; and a real Prometheus scrapes the
+//! operator address with the operator token.
 
 mod common;
 
@@ -561,8 +562,9 @@ struct Prometheus {
 
 impl Prometheus {
     /// Starts Prometheus on a free port, scraping `target` (`host:port`) and evaluating
-    /// `rules` every second; returns once it is ready.
-    async fn start(target: &str, rules: &str) -> Prometheus {
+    /// `rules` every second; returns once it is ready. With `credentials`, each scrape
+    /// carries `Authorization: Bearer <the file's contents>`.
+    async fn start(target: &str, rules: &str, credentials: Option<&Path>) -> Prometheus {
         let dir = tempfile::Builder::new()
             .prefix("segmint-prometheus-")
             .tempdir()
@@ -575,8 +577,12 @@ impl Prometheus {
             format!(
                 "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
                  rule_files:\n  - {}\n\
-                 scrape_configs:\n  - job_name: segmint\n    static_configs:\n      - targets: ['{target}']\n",
-                rules_file.display()
+                 scrape_configs:\n  - job_name: segmint\n{}    static_configs:\n      - targets: ['{target}']\n",
+                rules_file.display(),
+                credentials.map_or(String::new(), |file| format!(
+                    "    authorization:\n      credentials_file: {}\n",
+                    file.display()
+                )),
             ),
         )
         .unwrap();
@@ -743,7 +749,7 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     let token = setup_biz(&config, BIZ, 10, false).await;
     let app = shared(spawn_app(config).await);
     let (rules, alert_names) = rules_for_test();
-    let prometheus = Prometheus::start(app.base.trim_start_matches("http://"), &rules).await;
+    let prometheus = Prometheus::start(app.base.trim_start_matches("http://"), &rules, None).await;
     let load = Load::start(&app, &token, 3);
 
     // A few scrapes under load: rates, the peak, the recommended step are all set.
@@ -852,4 +858,34 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         }
     }
     load.stop().await;
+}
+
+/// Prometheus scrapes operator routes protected by the operator token and served on
+/// their own address, with the README's `authorization: {credentials_file: …}`.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_the_operator_address_with_the_operator_token() {
+    use common::operator::{OPERATOR_TOKEN, spawn_app_with_operator};
+
+    let dbs = Databases::start(Kind::Embedded, 1);
+    let config = dbs.config(&format!("operator_token = \"{OPERATOR_TOKEN}\""));
+    setup_biz(&config, BIZ, 10, false).await;
+    let (_public, operator) = spawn_app_with_operator(config).await;
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), format!("{OPERATOR_TOKEN}\n")).unwrap();
+    let prometheus = Prometheus::start(
+        operator.base.trim_start_matches("http://"),
+        "groups: []\n",
+        Some(secret.path()),
+    )
+    .await;
+    prometheus
+        .wait_for(
+            "up{job=\"segmint\"} == 1 and on() segmint_database_up{database=\"pg0\"} == 1",
+            Duration::from_secs(30),
+        )
+        .await;
+    let refused = prometheus
+        .query("segmint_http_requests_total{route=\"/metrics\",status=\"401\"}")
+        .await;
+    assert!(refused.is_empty(), "a scrape was refused: {refused:?}");
 }

@@ -5,6 +5,7 @@ mod compat;
 mod error;
 mod observe;
 mod openapi;
+mod operator;
 mod status;
 mod v1;
 
@@ -16,13 +17,14 @@ use std::time::{Duration, Instant};
 use actix_web::dev::{Server, ServerHandle};
 use actix_web::web::{self, Bytes};
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
+use futures_util::future::{join, join_all};
 use smallvec::SmallVec;
 
 pub use auth::authorize;
 pub use error::ApiError;
 use observe::{InFlight, Observer};
 
-use crate::config::Config;
+use crate::config::{Config, OperatorToken};
 use crate::generator::{GIVE_BACK_LIMIT, Generator};
 use crate::store::{OpenMode, Store, StoreError};
 
@@ -53,9 +55,13 @@ impl AppState {
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
-    #[error("cannot listen on {bind}: {source}")]
+    #[error("cannot listen on {bind} (`{key}`): {source}")]
     Bind {
+        /// The configuration key of the address: `bind` or `operator_bind`.
+        key: &'static str,
+        /// The address.
         bind: String,
+        /// Why it could not be bound.
         source: std::io::Error,
     },
     #[error(transparent)]
@@ -69,28 +75,63 @@ pub struct Routes {
     state: web::Data<AppState>,
     observer: Observer,
     max_body: usize,
+    /// What the operator routes require, if anything.
+    operator_token: Option<OperatorToken>,
+}
+
+/// Which routes one address serves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Serves {
+    /// All of them: `bind` without an `operator_bind`.
+    Everything,
+    /// All but the operator routes: `bind` beside an `operator_bind`.
+    Public,
+    /// The operator routes and `/healthz`: `operator_bind`.
+    Operator,
 }
 
 impl Routes {
-    /// Adds the routes to `cfg` (`App::new().configure(|cfg| routes.configure(cfg))`).
+    /// Adds every route to `cfg` (`App::new().configure(|cfg| routes.configure(cfg))`).
     pub fn configure(&self, cfg: &mut web::ServiceConfig) {
+        self.configure_for(cfg, Serves::Everything);
+    }
+
+    /// Adds the routes of `serves` to `cfg`; any other path gets the unmatched answer.
+    fn configure_for(&self, cfg: &mut web::ServiceConfig, serves: Serves) {
         let observer = &self.observer;
+        cfg.app_data(self.state.clone())
+            .app_data(web::PayloadConfig::new(self.max_body));
         // Routes are matched in this order: the ID routes first, the dynamic `{biz}`
         // patterns (regular expressions) after the constant ones.
-        cfg.app_data(self.state.clone())
-            .app_data(web::PayloadConfig::new(self.max_body))
-            .configure(|cfg| compat::routes(cfg, observer))
-            .configure(|cfg| v1::routes(cfg, observer))
-            .configure(|cfg| status::routes(cfg, observer))
-            .configure(|cfg| openapi::routes(cfg, observer))
-            .default_service(web::to(not_found).wrap(observer.route("unmatched")));
+        if serves != Serves::Operator {
+            cfg.configure(|cfg| compat::routes(cfg, observer))
+                .configure(|cfg| v1::routes(cfg, observer));
+        }
+        v1::health(cfg, observer);
+        if serves != Serves::Public {
+            status::routes(cfg, observer, self.operator_token.as_ref());
+        }
+        if serves != Serves::Operator {
+            openapi::routes(cfg, observer);
+        }
+        cfg.default_service(web::to(not_found).wrap(observer.route("unmatched")));
     }
+}
+
+/// The server of `operator_bind`.
+struct OperatorServer {
+    /// The port it listens on (the one chosen when `operator_bind` says port 0).
+    port: u16,
+    server: Server,
 }
 
 /// A bound, configured server, not yet running.
 pub struct Application {
     port: u16,
     server: Server,
+    /// Serves the operator routes on their own address, when `operator_bind` is set;
+    /// stopped with `server`.
+    operator: Option<OperatorServer>,
     /// What the workers serve; also the state and the in-flight count (for the
     /// graceful stop) the application reads itself.
     routes: Routes,
@@ -101,44 +142,52 @@ pub struct Application {
 }
 
 impl Application {
-    /// Binds `config.bind` and builds the application; missing embedded files are
-    /// created only as `mode` allows.
+    /// Binds `config.bind` (and `config.operator_bind`, if set) and builds the
+    /// application; missing embedded files are created only as `mode` allows.
     ///
     /// # Errors
-    /// [`StartupError`] when the address cannot be bound, the pools not built or an
+    /// [`StartupError`] when an address cannot be bound, the pools not built or an
     /// embedded file not opened.
     pub async fn build(config: Config, mode: OpenMode) -> Result<Application, StartupError> {
-        let listener = TcpListener::bind(&config.bind).map_err(|source| StartupError::Bind {
-            bind: config.bind.clone(),
-            source,
-        })?;
-        Self::start(config, listener, mode).await
+        let listener = bind("bind", &config.bind)?;
+        let operator = operator_listener(&config)?;
+        Self::start(config, listener, operator, mode).await
     }
 
     /// Builds the application on an already bound listener (tests bind port 0), with
-    /// stores set up beforehand: missing embedded files are created.
+    /// stores set up beforehand: missing embedded files are created. An
+    /// `operator_bind` of the configuration is bound here.
     ///
     /// # Errors
-    /// [`StartupError`] when the pools cannot be built.
+    /// [`StartupError`] when the pools cannot be built or `operator_bind` not bound.
     pub async fn with_listener(
         config: Config,
         listener: TcpListener,
     ) -> Result<Application, StartupError> {
-        Self::start(config, listener, OpenMode::Create).await
+        let operator = operator_listener(&config)?;
+        Self::start(config, listener, operator, OpenMode::Create).await
+    }
+
+    /// As [`Application::with_listener`], with the operator routes served on `operator`
+    /// alone (whatever `config.operator_bind` says).
+    ///
+    /// # Errors
+    /// [`StartupError`] when the pools cannot be built.
+    pub async fn with_listeners(
+        config: Config,
+        listener: TcpListener,
+        operator: TcpListener,
+    ) -> Result<Application, StartupError> {
+        Self::start(config, listener, Some(operator), OpenMode::Create).await
     }
 
     async fn start(
         config: Config,
         listener: TcpListener,
+        operator: Option<TcpListener>,
         mode: OpenMode,
     ) -> Result<Application, StartupError> {
-        let port = listener
-            .local_addr()
-            .map_err(|source| StartupError::Bind {
-                bind: config.bind.clone(),
-                source,
-            })?
-            .port();
+        let port = local_port("bind", &config.bind, &listener)?;
         let store = Arc::new(Store::open(&config, mode)?);
         store.refresh_since(Instant::now()).await;
         let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
@@ -164,39 +213,40 @@ impl Application {
             state,
             observer,
             max_body: config.max_body_bytes,
+            operator_token: config.operator_token.clone(),
         };
-        let worker_routes = routes.clone();
-        let mut server =
-            HttpServer::new(move || App::new().configure(|cfg| worker_routes.configure(cfg)))
-                // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
-                // for actix to wait for is idle keep-alive connections, which need no wait.
-                .shutdown_timeout(1)
-                .client_request_timeout(config.request_timeout)
-                .keep_alive(if config.keep_alive.is_zero() {
-                    actix_web::http::KeepAlive::Disabled
-                } else {
-                    actix_web::http::KeepAlive::Timeout(config.keep_alive)
-                })
-                // Answers go out as soon as they are written: with Nagle's algorithm a response
-                // written while an earlier one is unacknowledged (pipelined requests, a large
-                // batch) waits for the client's delayed ACK.
-                .tcp_nodelay(true)
-                // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
-                .disable_signals();
-        if config.workers > 0 {
-            server = server.workers(config.workers);
-        }
-        let server = server
-            .listen(listener)
-            .map_err(|source| StartupError::Bind {
-                bind: config.bind.clone(),
-                source,
-            })?
-            .run();
-        tracing::info!(port, databases = ?config.databases, "segmint listening");
+        let operator = match operator {
+            None => None,
+            Some(listener) => {
+                let bind = config.operator_bind.as_deref().unwrap_or_default();
+                Some((local_port("operator_bind", bind, &listener)?, listener))
+            }
+        };
+        let serves = match operator {
+            None => Serves::Everything,
+            Some(_) => Serves::Public,
+        };
+        let server = serve(&config, &routes, serves, config.workers, listener)?;
+        let operator = match operator {
+            None => None,
+            Some((port, listener)) => {
+                // Operators' requests are few: one worker serves them, beside the
+                // workers of the ID routes rather than among them.
+                let server = serve(&config, &routes, Serves::Operator, 1, listener)?;
+                Some(OperatorServer { port, server })
+            }
+        };
+        tracing::info!(
+            port,
+            operator_port = operator.as_ref().map(|o| o.port),
+            operator_token = config.operator_token.is_some(),
+            databases = ?config.databases,
+            "segmint listening"
+        );
         Ok(Application {
             port,
             server,
+            operator,
             routes,
             _refresher: refresher,
             _sampler: sampler,
@@ -207,7 +257,13 @@ impl Application {
         self.port
     }
 
-    /// Stops the server from elsewhere (graceful unless told otherwise).
+    /// The port of `operator_bind`, when the operator routes have their own address.
+    pub fn operator_port(&self) -> Option<u16> {
+        self.operator.as_ref().map(|o| o.port)
+    }
+
+    /// Stops the server from elsewhere (graceful unless told otherwise); the operator
+    /// address, if any, stops with it.
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
@@ -234,8 +290,18 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let handle = self.server.handle();
-        let in_flight = self.routes.observer.in_flight.clone();
+        let Application {
+            server,
+            operator,
+            routes,
+            _refresher,
+            _sampler,
+            ..
+        } = self;
+        let handles: Vec<ServerHandle> = std::iter::once(server.handle())
+            .chain(operator.as_ref().map(|o| o.server.handle()))
+            .collect();
+        let in_flight = routes.observer.in_flight.clone();
         let (stopping, stop_requested) = tokio::sync::oneshot::channel::<()>();
         let stopper = AbortOnDrop(tokio::spawn(async move {
             shutdown.await;
@@ -246,14 +312,30 @@ impl Application {
             );
             // Stop accepting first, tell keep-alive clients to close, then wait for
             // the requests being served to be answered before the workers stop.
-            handle.pause().await;
+            join_all(handles.iter().map(ServerHandle::pause)).await;
             in_flight.close();
             in_flight.drained(DRAIN_TIMEOUT).await;
-            handle.stop(true).await;
+            join_all(handles.iter().map(|handle| handle.stop(true))).await;
         }));
+        let served = async move {
+            let Some(operator) = operator else {
+                return server.await;
+            };
+            // A server runs while it is polled: both are, until both have stopped.
+            let operator_handle = operator.server.handle();
+            let public = async move {
+                let result = server.await;
+                // Stopped through the public handle, or failed: the operator
+                // address goes with it.
+                operator_handle.stop(true).await;
+                result
+            };
+            let (public, operator) = join(public, operator.server).await;
+            public.and(operator)
+        };
         let workers_limit = DRAIN_TIMEOUT + WORKER_STOP_GRACE;
         let result = tokio::select! {
-            result = self.server => result,
+            result = served => result,
             () = async {
                 // Stopped through the handle instead: no deadline.
                 if stop_requested.await.is_err() {
@@ -269,10 +351,92 @@ impl Application {
         };
         drop(stopper);
         // Nothing is served any more: give the caches' unissued IDs back where safe.
-        let (given, wasted) = self.routes.state.generator.give_back().await;
+        let (given, wasted) = routes.state.generator.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result
     }
+}
+
+/// Binds `address`, the value of configuration key `key`.
+fn bind(key: &'static str, address: &str) -> Result<TcpListener, StartupError> {
+    TcpListener::bind(address).map_err(|source| StartupError::Bind {
+        key,
+        bind: address.to_owned(),
+        source,
+    })
+}
+
+/// The listener of `operator_bind`, when it is set.
+fn operator_listener(config: &Config) -> Result<Option<TcpListener>, StartupError> {
+    config
+        .operator_bind
+        .as_deref()
+        .map(|address| bind("operator_bind", address))
+        .transpose()
+}
+
+/// The port `listener` (bound for configuration key `key`) listens on.
+fn local_port(
+    key: &'static str,
+    address: &str,
+    listener: &TcpListener,
+) -> Result<u16, StartupError> {
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|source| StartupError::Bind {
+            key,
+            bind: address.to_owned(),
+            source,
+        })
+}
+
+/// Starts an HTTP server with the routes of `serves` on `listener`, with `workers`
+/// workers (0: one per core).
+fn serve(
+    config: &Config,
+    routes: &Routes,
+    serves: Serves,
+    workers: usize,
+    listener: TcpListener,
+) -> Result<Server, StartupError> {
+    let key = match serves {
+        Serves::Operator => "operator_bind",
+        Serves::Everything | Serves::Public => "bind",
+    };
+    let address = listener
+        .local_addr()
+        .map_or_else(|_| key.to_owned(), |a| a.to_string());
+    let worker_routes = routes.clone();
+    let mut server = HttpServer::new(move || {
+        App::new().configure(|cfg| worker_routes.configure_for(cfg, serves))
+    })
+    // `run_until` drains the requests itself (up to DRAIN_TIMEOUT); what is left
+    // for actix to wait for is idle keep-alive connections, which need no wait.
+    .shutdown_timeout(1)
+    .client_request_timeout(config.request_timeout)
+    .keep_alive(if config.keep_alive.is_zero() {
+        actix_web::http::KeepAlive::Disabled
+    } else {
+        actix_web::http::KeepAlive::Timeout(config.keep_alive)
+    })
+    // Answers go out as soon as they are written: with Nagle's algorithm a response
+    // written while an earlier one is unacknowledged (pipelined requests, a large
+    // batch) waits for the client's delayed ACK.
+    .tcp_nodelay(true)
+    // Signals are handled by `run_until`: both SIGTERM and SIGINT stop gracefully.
+    .disable_signals();
+    if workers > 0 {
+        server = server.workers(workers);
+    }
+    Ok(server
+        .listen(listener)
+        .map_err(|source| StartupError::Bind {
+            key,
+            bind: address,
+            source,
+        })?
+        .run())
 }
 
 /// Longest a graceful stop waits for in-flight requests.

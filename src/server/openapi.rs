@@ -49,5 +49,10 @@ mod tests {
         ] {
             assert!(doc["paths"][path].is_object(), "{path} is described");
         }
+        for path in ["/metrics", "/status", "/v1/bizs", "/readyz"] {
+            let get = &doc["paths"][path]["get"];
+            assert!(get["responses"]["401"].is_object(), "{path}: 401 described");
+            assert_eq!(get["security"][1]["operatorToken"], serde_json::json!([]));
+        }
     }
 }

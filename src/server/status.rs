@@ -1,21 +1,35 @@
 //! What the server sees, for operators: Prometheus metrics (`/metrics`), the same
-//! per-biz figures as JSON (`/v1/bizs`) and a small HTML page (`/status`) for those
-//! without Grafana. None of these needs a token and none shows one; like `/readyz`
-//! they list biz and database names, so expose the port only where that is fine.
+//! per-biz figures as JSON (`/v1/bizs`), a small HTML page (`/status`) for those
+//! without Grafana, and the databases' readiness (`/readyz`). They list biz and
+//! database names (never a token), so they are the operator routes: behind the
+//! operator token when one is configured, on `operator_bind` when that is set.
 
 use actix_web::http::header::ContentType;
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
+use serde_json::json;
 
 use super::AppState;
 use super::observe::Observer;
+use super::operator;
+use crate::config::OperatorToken;
 use crate::metrics::BizStats;
 use crate::store::DatabaseStatus;
 
-pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
-    cfg.service(observer.resource("/metrics").route(web::get().to(metrics)))
-        .service(observer.resource("/v1/bizs").route(web::get().to(bizs)))
-        .service(observer.resource("/status").route(web::get().to(status)));
+/// The operator routes, each behind `token` when one is configured.
+pub(super) fn routes(
+    cfg: &mut web::ServiceConfig,
+    observer: &Observer,
+    token: Option<&OperatorToken>,
+) {
+    for (path, route) in [
+        ("/readyz", web::get().to(readyz)),
+        ("/metrics", web::get().to(metrics)),
+        ("/v1/bizs", web::get().to(bizs)),
+        ("/status", web::get().to(status)),
+    ] {
+        cfg.service(operator::route(observer, token, path, route));
+    }
 }
 
 /// One biz as `/v1/bizs` shows it.
@@ -107,6 +121,19 @@ async fn status(state: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok()
         .content_type(ContentType::html())
         .body(render_html(&report(&state)))
+}
+
+async fn readyz(state: web::Data<AppState>) -> HttpResponse {
+    let ready = state.store.ready().await;
+    let body = json!({
+        "status": if ready { "ready" } else { "unavailable" },
+        "databases": state.store.status(),
+    });
+    if ready {
+        HttpResponse::Ok().json(body)
+    } else {
+        HttpResponse::ServiceUnavailable().json(body)
+    }
 }
 
 /// Escapes text for HTML element content and attribute values.

@@ -15,15 +15,18 @@ use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
-    cfg.service(observer.resource("/healthz").route(web::get().to(healthz)))
-        .service(observer.resource("/readyz").route(web::get().to(readyz)))
-        .service(per_biz(observer, "/v1/ids", "/v1/ids/{biz}", ids))
+    cfg.service(per_biz(observer, "/v1/ids", "/v1/ids/{biz}", ids))
         .service(per_biz(
             observer,
             "/v1/segments",
             "/v1/segments/{biz}",
             segment,
         ));
+}
+
+/// `/healthz`, served on every address.
+pub(super) fn health(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(observer.resource("/healthz").route(web::get().to(healthz)));
 }
 
 /// The route `{prefix}/{biz}` (named `template` in metrics and logs) for GET and POST,
@@ -80,7 +83,7 @@ fn biz_segment(req: &HttpRequest) -> &str {
 ///
 /// # Errors
 /// 401 when the header is not of the form `Bearer <token>`.
-fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
+pub(super) fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
     let Some(value) = req.headers().get(AUTHORIZATION) else {
         return Ok(None);
     };
@@ -152,17 +155,4 @@ async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
 
 async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({"status": "ok"}))
-}
-
-async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let ready = state.store.ready().await;
-    let body = json!({
-        "status": if ready { "ready" } else { "unavailable" },
-        "databases": state.store.status(),
-    });
-    if ready {
-        HttpResponse::Ok().json(body)
-    } else {
-        HttpResponse::ServiceUnavailable().json(body)
-    }
 }

@@ -14,6 +14,8 @@ use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod operator;
+
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::segment::Residue;
@@ -429,6 +431,11 @@ pub async fn spawn_app(config: Config) -> TestApp {
     let app = Application::with_listener(config, listener)
         .await
         .expect("build app");
+    run_app(app)
+}
+
+/// Runs `app` in this process; the handle serves its `bind` address.
+pub fn run_app(app: Application) -> TestApp {
     let base = format!("http://127.0.0.1:{}", app.port());
     let handle = app.handle();
     let state = app.state();
@@ -574,6 +581,11 @@ pub struct ServerProcess {
 impl ServerProcess {
     /// Starts `segmint serve` with the configuration `toml` and waits until it answers.
     pub async fn start(toml: &str) -> ServerProcess {
+        Self::start_with_env(toml, &[]).await
+    }
+
+    /// [`ServerProcess::start`] with the variables `env` set for the server.
+    pub async fn start_with_env(toml: &str, env: &[(&str, &str)]) -> ServerProcess {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("segmint.toml");
         std::fs::write(&file, toml).unwrap();
@@ -581,6 +593,7 @@ impl ServerProcess {
         let port = free_port();
         let mut child = ChildGuard(
             serve_command(&file, port)
+                .envs(env.iter().copied())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
