@@ -320,7 +320,7 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
 }
 
 /// Where a database's password is read from, besides its URL.
-enum Secret<'a> {
+enum PasswordSource<'a> {
     /// `password_file`: a file, as container secrets are mounted.
     File(&'a Path),
     /// `password_env`: an environment variable's name.
@@ -344,8 +344,8 @@ fn password(
                 "give the password in one place: password_file or password_env",
             ));
         }
-        (Some(path), None) => ("password_file", Secret::File(path)),
-        (None, Some(name)) => ("password_env", Secret::Env(name)),
+        (Some(path), None) => ("password_file", PasswordSource::File(path)),
+        (None, Some(name)) => ("password_env", PasswordSource::Env(name)),
     };
     match kind {
         DatabaseKind::Sqlite(_) => {
@@ -360,11 +360,9 @@ fn password(
         DatabaseKind::Postgres(_) => {}
     }
     let password = match secret {
-        Secret::File(path) => std::fs::read_to_string(path)
-            .map(|text| text.trim_end_matches(['\n', '\r']).to_string())
-            .map_err(|e| invalid(key(field), format!("cannot read {}: {e}", path.display())))?,
+        PasswordSource::File(path) => read_secret_file(&key(field), path)?,
         // Not VarError's own text: for a value that is not UTF-8 it shows the value.
-        Secret::Env(name) => std::env::var(name).map_err(|e| {
+        PasswordSource::Env(name) => std::env::var(name).map_err(|e| {
             let why = match e {
                 std::env::VarError::NotPresent => "is not set",
                 std::env::VarError::NotUnicode(_) => "is not valid UTF-8",
@@ -376,6 +374,14 @@ fn password(
         return Err(invalid(key(field), "the password is empty"));
     }
     Ok(Some(password))
+}
+
+/// A secret from a file, as container secrets are mounted: its content less trailing
+/// line breaks. An error names `key` and the file, never the content.
+fn read_secret_file(key: &str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map(|text| text.trim_end_matches(['\n', '\r']).to_owned())
+        .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
 }
 
 impl Config {
@@ -467,16 +473,10 @@ impl RawSettings {
                 ));
             }
             (Some(Secret(token)), None) => ("operator_token", token.clone()),
-            (None, Some(path)) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    invalid(
-                        "operator_token_file",
-                        format!("cannot read {}: {e}", path.display()),
-                    )
-                })?;
-                let token = text.trim_end_matches(['\n', '\r']).to_owned();
-                ("operator_token_file", token)
-            }
+            (None, Some(path)) => (
+                "operator_token_file",
+                read_secret_file("operator_token_file", path)?,
+            ),
         };
         OperatorToken::parse(&token)
             .map(Some)
