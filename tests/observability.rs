@@ -861,7 +861,7 @@ async fn prometheus_evaluates_every_panel_and_alert() {
 }
 
 /// Prometheus scrapes operator routes protected by the operator token and served on
-/// their own address, with the README's `authorization: {credentials_file: …}`.
+/// their own address, with docs/security.md's `authorization: {credentials_file: …}`.
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_scrapes_the_operator_address_with_the_operator_token() {
     use common::operator::{OPERATOR_TOKEN, spawn_app_with_operator};

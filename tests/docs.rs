@@ -1,0 +1,197 @@
+//! Keeps the documentation honest: every relative link in the README and `docs/`
+//! reaches a file and a heading that exist, and the reference pages name every
+//! configuration key, every metric and every route segmint has.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The Markdown files whose links are checked.
+fn pages() -> Vec<PathBuf> {
+    let mut pages: Vec<PathBuf> = ["README.md", "RELIABILITY.md", "grafana/README.md"]
+        .iter()
+        .map(|p| root().join(p))
+        .collect();
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .expect("docs/ exists")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    docs.sort();
+    assert!(
+        docs.len() >= 5,
+        "the reference pages are in docs/: {docs:?}"
+    );
+    pages.extend(docs);
+    pages
+}
+
+/// GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == ' ' || *c == '_')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+/// The anchors a page defines: its headings and its `<a id="…">` tags. Lines in code
+/// blocks are not headings.
+fn anchors(text: &str) -> HashSet<String> {
+    let mut found = HashSet::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let hashes = line.chars().take_while(|c| *c == '#').count();
+        if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
+            found.insert(slug(&line[hashes..]));
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("<a id=\"") {
+            let tail = &rest[at + 7..];
+            let end = tail.find('"').unwrap_or(tail.len());
+            found.insert(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+    }
+    found
+}
+
+/// The targets of the Markdown links `[text](target)` of a page, outside code blocks.
+fn links(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let tail = &rest[at + 2..];
+            let end = tail.find(')').unwrap_or(tail.len());
+            found.push(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+    }
+    found
+}
+
+#[test]
+fn every_relative_link_reaches_a_file_and_a_heading() {
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        let text = read(&page);
+        for target in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (file, anchor) = match target.split_once('#') {
+                Some((file, anchor)) => (file, Some(anchor)),
+                None => (target.as_str(), None),
+            };
+            let path = match file {
+                "" => page.clone(),
+                file => page.parent().unwrap().join(file),
+            };
+            if !path.exists() {
+                broken.push(format!("{}: {target}: no such file", page.display()));
+                continue;
+            }
+            if let Some(anchor) = anchor
+                && !anchors(&read(&path)).contains(anchor)
+            {
+                broken.push(format!("{}: {target}: no such heading", page.display()));
+            }
+        }
+    }
+    assert!(checked > 50, "links were found ({checked})");
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The field names of `struct NAME { … }` in `source`.
+fn fields(source: &str, name: &str) -> Vec<String> {
+    let start = source
+        .find(&format!("struct {name} {{"))
+        .unwrap_or_else(|| panic!("struct {name}"));
+    let body = &source[start..];
+    let body = &body[..body.find("\n}").expect("the struct ends")];
+    body.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let line = line.trim();
+            let (field, _) = line.split_once(':')?;
+            let field = field.trim_start_matches("pub ").trim();
+            (!field.starts_with("//") && !field.starts_with('#') && !field.is_empty())
+                .then(|| field.to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn the_configuration_page_names_every_key() {
+    let source = read(&root().join("src/config.rs"));
+    let page = read(&root().join("docs/configuration.md"));
+    let mut missing = Vec::new();
+    let mut keys = fields(&source, "RawSettings");
+    keys.extend(fields(&source, "RawDatabase"));
+    assert!(keys.len() > 20, "{keys:?}");
+    for key in keys {
+        if !page.contains(&format!("`{key}`")) && !page.contains(&format!("`[[{key}]]`")) {
+            missing.push(key);
+        }
+    }
+    assert!(missing.is_empty(), "undocumented keys: {missing:?}");
+}
+
+#[test]
+fn the_observability_page_names_every_metric() {
+    let source = read(&root().join("src/metrics.rs"));
+    let page = read(&root().join("docs/observability.md"));
+    let names: HashSet<&str> = source
+        .split('"')
+        .filter(|s| {
+            s.starts_with("segmint_") && s.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .collect();
+    assert!(names.len() > 15, "{names:?}");
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|name| !page.contains(&format!("`{name}")))
+        .collect();
+    assert!(missing.is_empty(), "undocumented metrics: {missing:?}");
+}
+
+#[test]
+fn the_http_page_names_every_route() {
+    let spec: serde_json::Value =
+        serde_json::from_str(&read(&root().join("src/server/openapi.json"))).unwrap();
+    let page = read(&root().join("docs/http-api.md"));
+    let paths = spec["paths"].as_object().expect("paths");
+    assert!(paths.len() > 8, "{paths:?}");
+    let missing: Vec<_> = paths
+        .keys()
+        .filter(|p| !page.contains(p.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "undocumented routes: {missing:?}");
+}
