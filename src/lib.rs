@@ -15,7 +15,6 @@
 //! Features: `server` (the server, its CLI and stores) and `client`, both on by
 //! default; `default-features = false, features = ["client"]` builds the client alone.
 
-#[cfg(feature = "server")]
 pub mod biz;
 #[cfg(feature = "client")]
 pub mod client;

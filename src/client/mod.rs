@@ -252,13 +252,11 @@ impl Client {
     /// The handle of `biz`; keep it, as its methods skip the lookup by name.
     ///
     /// # Errors
-    /// [`ClientError::Config`] for an empty or over-long name.
+    /// [`ClientError::Config`] for a name the server would refuse (the rule of
+    /// [`BizTag::parse`](crate::biz::BizTag::parse)).
     pub fn biz(&self, biz: &str) -> Result<Biz, ClientError> {
-        if biz.is_empty() || biz.len() > 128 {
-            return Err(ClientError::Config(format!(
-                "biz: `{biz}` must be 1 to 128 characters"
-            )));
-        }
+        crate::biz::BizTag::parse(biz)
+            .map_err(|e| ClientError::Config(format!("biz: `{biz}`: {e}")))?;
         if let Some(cache) = self.inner.bizs.read().get(biz) {
             return Ok(Biz {
                 cache: cache.clone(),
@@ -495,4 +493,26 @@ async fn fetch_into(servers: Arc<Servers>, cache: Arc<Cache>, prefetch_percent: 
         }
     }
     cache.fetched.send_modify(|n| *n += 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn biz_names_follow_the_servers_rule() {
+        let client = Client::builder()
+            .servers(["http://127.0.0.1:9"])
+            .token("t")
+            .build()
+            .unwrap();
+        for ok in ["order", "a", &"x".repeat(63), "a.b-c_D9"] {
+            assert!(client.biz(ok).is_ok(), "{ok}");
+        }
+        for refused in ["", &"x".repeat(64), "a/b", "a b", "é"] {
+            let e = client.biz(refused).err().expect(refused);
+            assert!(matches!(e, ClientError::Config(_)), "{e}");
+            assert!(e.to_string().contains("1 to 63 characters"), "{e}");
+        }
+    }
 }
