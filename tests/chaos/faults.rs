@@ -97,7 +97,11 @@ pub(crate) struct Busy {
 /// database fault at a time, at least one server untouched) and waiting when all left
 /// would. Faults overlap otherwise. Returns once the last fault is repaired, with how
 /// many faults had to wait.
-pub(crate) async fn inject(ctx: Arc<Ctx>, mut rng: Rng, until: Instant) -> (Vec<FaultRecord>, usize) {
+pub(crate) async fn inject(
+    ctx: Arc<Ctx>,
+    mut rng: Rng,
+    until: Instant,
+) -> (Vec<FaultRecord>, usize) {
     let busy = Arc::new(Mutex::new(Busy::default()));
     let mut running = JoinSet::new();
     let mut deck: Vec<(FaultKind, Option<usize>)> = Vec::new();
@@ -367,7 +371,11 @@ pub(crate) const FENCE_RETRY: Duration = Duration::from_secs(30);
 
 /// Whether server `base` shows database `name` fenced on `/readyz`: the reason if it
 /// does, `Some(None)` if it does not, `None` when it does not answer.
-pub(crate) async fn fence_shown(http: &reqwest::Client, base: &str, name: &str) -> Option<Option<String>> {
+pub(crate) async fn fence_shown(
+    http: &reqwest::Client,
+    base: &str,
+    name: &str,
+) -> Option<Option<String>> {
     let r = http.get(format!("{base}/readyz")).send().await.ok()?;
     let body: serde_json::Value = r.json().await.ok()?;
     let db = body["databases"]
@@ -457,7 +465,11 @@ pub(crate) fn seen_note(seen: &[Seen], since: f64) -> (String, Vec<usize>) {
 /// `segmint db fence` raises it (retried while another database is down), and every
 /// server must use it again. The scheduler keeps the other databases from being taken
 /// away together meanwhile, so each reservation is witnessed somewhere.
-pub(crate) async fn back_in_time(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
+pub(crate) async fn back_in_time(
+    ctx: &Ctx,
+    target: usize,
+    hold: Duration,
+) -> Result<String, String> {
     let db = &ctx.databases[target];
     let name = format!("pg{target}");
     let backup = db

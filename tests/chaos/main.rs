@@ -213,7 +213,6 @@ impl Ctx {
     }
 }
 
-
 /// Three databases (classes 0, 1, 2 mod 3) with `chaos` and the odd-only `odd`, and three
 /// servers using them all, each answering.
 async fn set_up() -> Arc<Ctx> {

@@ -51,7 +51,11 @@ pub(crate) struct Check {
     pub(crate) detail: String,
 }
 
-pub(crate) fn check(what: impl Into<String>, problems: &[String], fine: impl Into<String>) -> Check {
+pub(crate) fn check(
+    what: impl Into<String>,
+    problems: &[String],
+    fine: impl Into<String>,
+) -> Check {
     Check {
         what: what.into(),
         ok: problems.is_empty(),
