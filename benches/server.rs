@@ -1,4 +1,4 @@
-//! The server's per-biz issuance path (the generator's double buffer, no HTTP) against
+//! The server's per-biz issuance path (the cache's double buffer, no HTTP) against
 //! a bare `AtomicU64` in the same groups, and the whole handling of a request in
 //! process (routing, parameters, token check, issuance, response; no socket) against
 //! the constant `/healthz`:
@@ -7,7 +7,7 @@
 //! cargo bench --bench server
 //! ```
 //!
-//! The generator runs on an embedded database with segments of ten million IDs, so
+//! The cache runs on an embedded database with segments of ten million IDs, so
 //! what is measured is issuing from memory; the fetches happen in the background.
 //! Like the server, each call returns a fresh `Vec` of IDs; the baselines do too.
 
@@ -21,7 +21,7 @@ use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::test::{TestRequest, call_service, init_service};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use segmint::generator::Generator;
+use segmint::cache::Cache;
 use segmint::store::Store;
 
 mod common;
@@ -35,13 +35,13 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let (biz, generator) = rt.block_on(async {
+    let (biz, cache) = rt.block_on(async {
         let store = Arc::new(Store::connect(&config).expect("embedded store"));
         let (biz, _) = bench_biz(&store).await;
         store.refresh_since(std::time::Instant::now()).await;
-        let generator = Generator::new(store, 20, Duration::from_secs(5));
-        generator.next_ids(&biz, 1).await.expect("first segment");
-        (biz, generator)
+        let cache = Cache::new(store, 20, Duration::from_secs(5));
+        cache.next_ids(&biz, 1).await.expect("first segment");
+        (biz, cache)
     });
     let counter = AtomicU64::new(0);
 
@@ -50,9 +50,9 @@ fn bench(c: &mut Criterion) {
     single.bench_function("atomic_fetch_add_into_vec", |b| {
         b.iter(|| black_box(vec![counter.fetch_add(1, Ordering::AcqRel)]))
     });
-    single.bench_function("generator_next_ids_1", |b| {
+    single.bench_function("cache_next_ids_1", |b| {
         b.to_async(&rt)
-            .iter(|| async { black_box(generator.next_ids(&biz, 1).await.ok()) })
+            .iter(|| async { black_box(cache.next_ids(&biz, 1).await.ok()) })
     });
     single.finish();
 
@@ -68,12 +68,12 @@ fn bench(c: &mut Criterion) {
             })
         })
     });
-    two.bench_function("generator_next_ids_1", |b| {
+    two.bench_function("cache_next_ids_1", |b| {
         b.iter_custom(|iters| {
             on_threads(2, iters, |n| {
                 rt.handle().block_on(async {
                     for _ in 0..n {
-                        black_box(generator.next_ids(&biz, 1).await.ok());
+                        black_box(cache.next_ids(&biz, 1).await.ok());
                     }
                 })
             })
@@ -89,9 +89,9 @@ fn bench(c: &mut Criterion) {
             black_box((first..first + 1000).collect::<Vec<u64>>())
         })
     });
-    batch.bench_function("generator_next_ids_1000", |b| {
+    batch.bench_function("cache_next_ids_1000", |b| {
         b.to_async(&rt)
-            .iter(|| async { black_box(generator.next_ids(&biz, 1000).await.ok()) })
+            .iter(|| async { black_box(cache.next_ids(&biz, 1000).await.ok()) })
     });
     batch.finish();
 }

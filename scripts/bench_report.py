@@ -940,7 +940,7 @@ def render(args, info, runs, ratio_rows, context, per_round, bound, crit, proble
         w("Read from `target/criterion` as found when this report was written (`cargo bench "
           "--bench client` produces the groups `single_thread`, `two_threads` and `batch_1000` "
           "of the client library, `cargo bench --bench server` the groups `issue_one` and "
-          "`issue_1000` of the server's generator and `request`, a whole request handled in "
+          "`issue_1000` of the server's cache and `request`, a whole request handled in "
           "process without a socket; `scripts/bench --with-criterion` runs both first). Each "
           "result keeps the date it was measured: results of other or older benches stay there "
           "until overwritten. \"÷ baseline\" is the throughput relative to the group's "

@@ -5,8 +5,9 @@
 //! - [`store`]: the only code that talks SQL; one [`store::SegmentStore`] per database
 //!   and [`store::Store`] spreading reservations over all of them.
 //! - [`config`]: layered settings, validated at load.
-//! - [`biz`]: parsed request inputs and token hashing.
-//! - [`generator`]: per-biz double buffers fed by background fetches.
+//! - [`biz`]: parsed request inputs (the biz-name rule, shared with the client) and token
+//!   hashing.
+//! - [`cache`]: the ID cache: per-biz double buffers fed by background fetches.
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
@@ -16,12 +17,12 @@
 //! default; `default-features = false, features = ["client"]` builds the client alone.
 
 pub mod biz;
+#[cfg(feature = "server")]
+pub mod cache;
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "server")]
 pub mod config;
-#[cfg(feature = "server")]
-pub mod generator;
 #[cfg(feature = "server")]
 pub mod metrics;
 pub mod rate;

@@ -53,16 +53,16 @@ async fn cache_serves_through_a_full_outage_then_service_resumes() {
     let token = setup_biz(&config, BIZ, STEP, false).await;
     let app = spawn_app(config).await;
     let biz = BizTag::parse(BIZ).unwrap();
-    let generator = &app.state.generator;
+    let cache = &app.state.cache;
 
     // 20 % of the first segment: the second one is fetched ahead.
     let mut issued = app.ids(BIZ, &token, 100).await;
     let deadline = Instant::now() + Duration::from_secs(5);
-    while generator.remaining(&biz) != 900 {
+    while cache.remaining(&biz) != 900 {
         assert!(
             Instant::now() < deadline,
             "the preloaded segment was not installed: {} IDs cached, expected 400 + 500",
-            generator.remaining(&biz)
+            cache.remaining(&biz)
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -75,7 +75,7 @@ async fn cache_serves_through_a_full_outage_then_service_resumes() {
     });
 
     // Never ask for more than is cached: a request that can be served only in part fails.
-    let mut cached = generator.remaining(&biz);
+    let mut cached = cache.remaining(&biz);
     let mut served = 0;
     let mut compat = false;
     while cached > 0 {
@@ -88,7 +88,7 @@ async fn cache_serves_through_a_full_outage_then_service_resumes() {
         });
         issued.extend(ids);
         served += n;
-        let left = generator.remaining(&biz);
+        let left = cache.remaining(&biz);
         assert_eq!(left, cached - n, "cache after serving {n} of {cached} IDs");
         cached = left;
         compat = !compat;
@@ -128,11 +128,7 @@ async fn cache_serves_through_a_full_outage_then_service_resumes() {
         status, 200,
         "/healthz does not depend on the databases: {text}"
     );
-    assert_eq!(
-        generator.remaining(&biz),
-        0,
-        "failed requests issued nothing"
-    );
+    assert_eq!(cache.remaining(&biz), 0, "failed requests issued nothing");
 
     block_in_place(|| a.start_again());
     let highest_even = issued
@@ -193,7 +189,7 @@ async fn an_oversized_batch_in_an_outage_leaves_the_cache_intact() {
     let app = spawn_app(config).await;
     let biz = BizTag::parse(BIZ).unwrap();
     let first = app.ids(BIZ, &token, 10).await;
-    let cached = app.state.generator.remaining(&biz);
+    let cached = app.state.cache.remaining(&biz);
     assert_eq!(cached, 490, "one segment of 500, 10 issued");
     a.stop();
     b.stop();
@@ -203,7 +199,7 @@ async fn an_oversized_batch_in_an_outage_leaves_the_cache_intact() {
             .unwrap_err();
         assert!(err.contains("503") || err.contains("\"code\":6"), "{err}");
         assert_eq!(
-            app.state.generator.remaining(&biz),
+            app.state.cache.remaining(&biz),
             cached,
             "the failed batch took nothing"
         );

@@ -257,7 +257,7 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
             app.state.store.status()[1].up
         })
         .await;
-        let n = app.state.generator.remaining(&biz) + 1;
+        let n = app.state.cache.remaining(&biz) + 1;
         let (status, body) = app
             .get_v1(&format!("/v1/ids/{BIZ}?count={n}"), Some(&token))
             .await;
@@ -304,7 +304,7 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
             block_in_place(|| b.version(BIZ)),
             app.state.store.status()
         );
-        let cached = app.state.generator.remaining(&biz);
+        let cached = app.state.cache.remaining(&biz);
         let n = usize::try_from(cached + 1).map_or(MAX_BATCH, |n| n.min(MAX_BATCH));
         ids.extend(app.ids(BIZ, &token, n).await);
     }

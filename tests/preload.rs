@@ -34,7 +34,7 @@ async fn settles_at(app: &TestApp, dbs: &[&PgCluster], n: i64, cached: u64) {
     let biz = BizTag::parse(BIZ).unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let (got, left) = (reservations(dbs), app.state.generator.remaining(&biz));
+        let (got, left) = (reservations(dbs), app.state.cache.remaining(&biz));
         if got == n && left == cached {
             return;
         }
@@ -51,11 +51,7 @@ async fn stays_at(app: &TestApp, dbs: &[&PgCluster], n: i64, cached: u64, why: &
     tokio::time::sleep(QUIET).await;
     let biz = BizTag::parse(BIZ).unwrap();
     assert_eq!(reservations(dbs), n, "reservations: {why}");
-    assert_eq!(
-        app.state.generator.remaining(&biz),
-        cached,
-        "IDs cached: {why}"
-    );
+    assert_eq!(app.state.cache.remaining(&biz), cached, "IDs cached: {why}");
 }
 
 fn assert_unique(ids: &[i64]) {
@@ -239,10 +235,7 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
     // Used up: the request taking the last cached ID starts the fetch.
     let locks = RowLocks::take(&dbs).await;
     ids.extend(app.ids(BIZ, &token, PER_SEGMENT as usize - 32).await);
-    assert_eq!(
-        app.state.generator.remaining(&BizTag::parse(BIZ).unwrap()),
-        0
-    );
+    assert_eq!(app.state.cache.remaining(&BizTag::parse(BIZ).unwrap()), 0);
     ids.extend(burst_behind_one_fetch(&app, &token, &dbs, locks, 32).await);
     settles_at(&app, &dbs, 2, PER_SEGMENT - 32).await;
 

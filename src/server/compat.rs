@@ -118,7 +118,7 @@ async fn serve(
     authorize(&state.store, params.get("token"), &biz).await?;
     Ok(match route {
         Route::Ids => {
-            let ids = state.generator.next_ids(&biz, batch.get()).await?;
+            let ids = state.cache.next_ids(&biz, batch.get()).await?;
             HttpResponse::Ok().json(Envelope {
                 data: Some(ids),
                 code: 200,
@@ -126,7 +126,7 @@ async fn serve(
             })
         }
         Route::IdsSimple => {
-            let ids = state.generator.next_ids(&biz, batch.get()).await?;
+            let ids = state.cache.next_ids(&biz, batch.get()).await?;
             text(join(ids.iter()))
         }
         Route::Segment => {

@@ -24,14 +24,14 @@ pub use auth::authorize;
 pub use error::ApiError;
 use observe::{InFlight, Observer};
 
+use crate::cache::{Cache, GIVE_BACK_LIMIT};
 use crate::config::{Config, OperatorToken};
-use crate::generator::{GIVE_BACK_LIMIT, Generator};
 use crate::store::{OpenMode, Store, StoreError};
 
 /// What every handler shares.
 pub struct AppState {
     pub store: Arc<Store>,
-    pub generator: Arc<Generator>,
+    pub cache: Arc<Cache>,
     /// Reported in Tinyid's `loadingId` for segments handed to clients.
     pub preload_percent: u8,
 }
@@ -194,15 +194,15 @@ impl Application {
             store.clone(),
             config.catalog_refresh,
         )));
-        let generator = Arc::new(Generator::new(
+        let cache = Arc::new(Cache::new(
             store.clone(),
             config.preload_percent,
             config.wait_timeout,
         ));
-        let sampler = AbortOnDrop(tokio::spawn(sample_periodically(generator.clone())));
+        let sampler = AbortOnDrop(tokio::spawn(sample_periodically(cache.clone())));
         let state = web::Data::new(AppState {
             store,
-            generator,
+            cache,
             preload_percent: config.preload_percent,
         });
         let observer = Observer {
@@ -351,7 +351,7 @@ impl Application {
         };
         drop(stopper);
         // Nothing is served any more: give the caches' unissued IDs back where safe.
-        let (given, wasted) = routes.state.generator.give_back().await;
+        let (given, wasted) = routes.state.cache.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result
     }
@@ -483,12 +483,12 @@ async fn refresh_periodically(store: Arc<Store>, every: Duration) {
 }
 
 /// Samples the issue counts once a second, for rates and peaks.
-async fn sample_periodically(generator: Arc<Generator>) {
+async fn sample_periodically(cache: Arc<Cache>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        generator.sample(Instant::now());
+        cache.sample(Instant::now());
     }
 }
 

@@ -57,7 +57,7 @@ struct StepPolicyReport {
 
 /// Every biz of the catalog, with the figures of those that served IDs here.
 fn report(state: &AppState) -> Report {
-    let mut stats = state.generator.stats();
+    let mut stats = state.cache.stats();
     let catalog = state.store.catalog();
     let mut bizs: Vec<BizReport> = catalog
         .biz_names()
@@ -105,7 +105,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let stats: Vec<BizStats> = if state.store.catalog().biz_names().len() <= metrics.max_bizs() {
         report(&state).bizs.into_iter().map(|b| b.stats).collect()
     } else {
-        state.generator.stats()
+        state.cache.stats()
     };
     let text = metrics.render(&stats, &databases);
     HttpResponse::Ok()

@@ -120,7 +120,7 @@ async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = authorized(state, &req).await?;
-    let ids = state.generator.next_ids(&biz, count.get()).await?;
+    let ids = state.cache.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(Ids {
         biz: biz.as_str(),
         ids: &ids,

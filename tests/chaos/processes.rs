@@ -25,7 +25,7 @@ impl Server {
         writeln!(log, "=== chaos t={t:.1}s: start ({why})").unwrap();
         let child = serve_command(&self.config, self.port)
             // Every reservation is logged at info: far too many here.
-            .env("RUST_LOG", "info,segmint::generator=warn")
+            .env("RUST_LOG", "info,segmint::cache=warn")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -27,7 +27,7 @@ pub const GIVE_BACK_LIMIT: Duration = Duration::from_secs(3);
 const LOCK_WAIT: Duration = Duration::from_millis(200);
 
 /// Issues IDs for every biz from its double buffer.
-pub struct Generator {
+pub struct Cache {
     store: Arc<Store>,
     /// One buffer per biz, created on first use. Only bizs the catalog knows get one,
     /// so the map is bounded by the configured bizs. Read on every request without a
@@ -154,9 +154,9 @@ pub fn plan_give_back(held: &[Held]) -> Vec<GiveBack> {
     plans
 }
 
-impl Generator {
+impl Cache {
     pub fn new(store: Arc<Store>, preload_percent: u8, wait_timeout: Duration) -> Self {
-        Generator {
+        Cache {
             store,
             buffers: ArcSwap::from_pointee(HashMap::new()),
             preload_percent,
@@ -624,9 +624,9 @@ mod tests {
         );
     }
 
-    /// An embedded store with bizs `order` and `user` (step 100) and a generator on it
+    /// An embedded store with bizs `order` and `user` (step 100) and a cache on it
     /// that has served 5 IDs of each.
-    async fn two_bizs_served(dir: &std::path::Path) -> (Arc<Store>, Arc<Generator>) {
+    async fn two_bizs_served(dir: &std::path::Path) -> (Arc<Store>, Arc<Cache>) {
         let toml = format!(
             "[[databases]]\nname = \"db0\"\nurl = \"sqlite://{}\"\ndelta = 1\nremainder = 0\n",
             dir.join("db0.db").display()
@@ -636,24 +636,20 @@ mod tests {
         for (_, migrated) in store.migrate().await {
             migrated.unwrap();
         }
-        let generator = Arc::new(Generator::new(store.clone(), 20, Duration::from_secs(3)));
+        let cache = Arc::new(Cache::new(store.clone(), 20, Duration::from_secs(3)));
         for biz in ["order", "user"] {
             let biz = BizTag::parse(biz).unwrap();
             store.add_biz(&biz, 100, 1, None).await.unwrap();
-            assert_eq!(generator.next_ids(&biz, 5).await.unwrap(), [1, 2, 3, 4, 5]);
+            assert_eq!(cache.next_ids(&biz, 5).await.unwrap(), [1, 2, 3, 4, 5]);
         }
-        (store, generator)
+        (store, cache)
     }
 
     /// Holds the lock of `biz`'s buffer on another thread for `how_long`, as a request
     /// stuck under it would; returns once the lock is held.
-    fn hold_lock(
-        generator: &Generator,
-        biz: &str,
-        how_long: Duration,
-    ) -> std::thread::JoinHandle<()> {
+    fn hold_lock(cache: &Cache, biz: &str, how_long: Duration) -> std::thread::JoinHandle<()> {
         let biz = BizTag::parse(biz).unwrap();
-        let buffer = generator.buffers.load().get(&biz).cloned().unwrap();
+        let buffer = cache.buffers.load().get(&biz).cloned().unwrap();
         let (locked, is_locked) = std::sync::mpsc::channel();
         let stuck = std::thread::spawn(move || {
             let _state = buffer.state.lock();
@@ -667,11 +663,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_biz_stuck_under_its_lock_does_not_hold_the_stop_up() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, generator) = two_bizs_served(dir.path()).await;
+        let (store, cache) = two_bizs_served(dir.path()).await;
         // A request stuck while holding `order`'s lock, as a deadlocked worker would.
-        let stuck = hold_lock(&generator, "order", Duration::from_secs(3));
+        let stuck = hold_lock(&cache, "order", Duration::from_secs(3));
         let start = Instant::now();
-        let (given, wasted) = generator.give_back().await;
+        let (given, wasted) = cache.give_back().await;
         let took = start.elapsed();
         assert!(took < Duration::from_secs(1), "the stop waited {took:?}");
         // `user` gave back its 95; `order`'s cache is neither given back nor counted.
@@ -691,11 +687,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_sampler_skips_a_biz_stuck_under_its_lock() {
         let dir = tempfile::tempdir().unwrap();
-        let (_store, generator) = two_bizs_served(dir.path()).await;
-        let stuck = hold_lock(&generator, "order", Duration::from_secs(2));
+        let (_store, cache) = two_bizs_served(dir.path()).await;
+        let stuck = hold_lock(&cache, "order", Duration::from_secs(2));
         // The sampler shares its thread with the stop signal: it must not wait.
         let start = Instant::now();
-        generator.sample(Instant::now() + Duration::from_secs(1));
+        cache.sample(Instant::now() + Duration::from_secs(1));
         let took = start.elapsed();
         assert!(
             took < Duration::from_millis(500),
