@@ -38,8 +38,32 @@ impl Store {
         self.names.iter().cloned().zip(results).collect()
     }
 
+    /// On a store with no biz at all, creates the biz `test` and a token for it, so that
+    /// a fresh `segmint serve` can be tried at once. Returns the token; `None` when a biz
+    /// exists already.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database cannot be read, or the biz or the token
+    /// cannot be added.
+    pub async fn first_start(&self) -> Result<Option<String>, StoreError> {
+        for (db, rows) in self.list_bizs().await {
+            match rows {
+                Ok(rows) if rows.is_empty() => {}
+                Ok(_) => return Ok(None),
+                Err(e) => return Err(StoreError::Refused(format!("database \"{db}\": {e}"))),
+            }
+        }
+        let biz = BizTag::parse("test").map_err(|e| StoreError::Refused(e.to_string()))?;
+        self.add_biz(&biz, 1000, 1, None).await?;
+        let (token, _) = self.add_token(&biz, "created on first start").await?;
+        Ok(Some(token))
+    }
+
     /// Reads `biz` on every database; every one must answer.
-    pub(super) async fn biz_everywhere(&self, biz: &BizTag) -> Result<Vec<Option<BizRow>>, StoreError> {
+    pub(super) async fn biz_everywhere(
+        &self,
+        biz: &BizTag,
+    ) -> Result<Vec<Option<BizRow>>, StoreError> {
         self.on_all(|db| db.biz(biz.as_str()))
             .await
             .into_iter()
