@@ -6,6 +6,7 @@ use std::time::Instant;
 use futures_util::future::join_all;
 
 use super::Store;
+use crate::backoff::Failures;
 use crate::store::DbError;
 use crate::store::evidence::Regression;
 
@@ -55,8 +56,7 @@ impl Store {
         let mut health = db.health.lock();
         match &result {
             Ok(_) => {
-                health.failures = 0;
-                health.down_until = None;
+                health.failures = Failures::default();
             }
             Err(e) => {
                 drop(health);
@@ -85,14 +85,7 @@ impl Store {
     pub(super) fn failed(&self, i: usize, error: &str) {
         let db = &self.dbs[i];
         let mut health = db.health.lock();
-        health.failures = health.failures.saturating_add(1);
-        let factor = 1u32 << (health.failures - 1).min(16);
-        let backoff = self
-            .timing
-            .backoff_initial
-            .saturating_mul(factor)
-            .min(self.timing.backoff_max);
-        health.down_until = Some(Instant::now() + backoff);
+        let backoff = health.failures.fail(self.timing.backoff(), Instant::now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
@@ -101,16 +94,12 @@ impl Store {
     /// there now would most likely only wait for its timeout), not fenced.
     pub fn is_live(&self, i: usize) -> bool {
         let health = self.dbs[i].health.lock();
-        health.fenced.is_none() && health.down_until.is_none_or(|t| Instant::now() >= t)
+        health.fenced.is_none() && health.failures.is_over(Instant::now())
     }
 
     /// Whether database `i` may be read: not backed off (it may be fenced).
     pub(super) fn is_reachable(&self, i: usize) -> bool {
-        self.dbs[i]
-            .health
-            .lock()
-            .down_until
-            .is_none_or(|t| Instant::now() >= t)
+        self.dbs[i].health.lock().failures.is_over(Instant::now())
     }
 
     pub(super) fn last_errors(&self) -> String {

@@ -26,6 +26,7 @@ use super::evidence::Evidence;
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
 use super::{Catalog, SegmentStore, StoreError};
+use crate::backoff::{Backoff, Failures};
 use crate::biz::{BizTag, TokenDigest};
 use crate::config::{Config, DatabaseKind};
 use crate::metrics::{DatabaseMetrics, Metrics};
@@ -44,6 +45,16 @@ pub struct Timing {
     /// Least time a database round trip may go unanswered before the reservation is
     /// tried on another database alongside it; `None` turns hedging off.
     pub hedge_after: Option<Duration>,
+}
+
+impl Timing {
+    /// The back-off of a failed database.
+    fn backoff(&self) -> Backoff {
+        Backoff {
+            initial: self.backoff_initial,
+            max: self.backoff_max,
+        }
+    }
 }
 
 struct Database {
@@ -66,10 +77,8 @@ struct Database {
 
 #[derive(Default)]
 struct Health {
-    /// Consecutive failures; sets the back-off length.
-    failures: u32,
-    /// The database is skipped until then.
-    down_until: Option<Instant>,
+    /// The database is skipped until the back-off of its failures is over.
+    failures: Failures,
     last_error: Option<String>,
     /// Set while a row of the database is behind the evidence: it is not used until
     /// its rows are at or above every mark again (`segmint db fence` raises them).
