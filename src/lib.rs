@@ -9,6 +9,7 @@
 //!   hashing.
 //! - [`cache`]: the ID cache: per-biz double buffers fed by background fetches.
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
+//! - [`backoff`]: the back-off after failures, for databases and servers alike; pure.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`client`]: the client library, issuing IDs locally from fetched segments.
@@ -16,6 +17,7 @@
 //! Features: `server` (the server, its CLI and stores) and `client`, both on by
 //! default; `default-features = false, features = ["client"]` builds the client alone.
 
+pub mod backoff;
 pub mod biz;
 #[cfg(feature = "server")]
 pub mod cache;

@@ -169,7 +169,7 @@ fn serve(config: Config, mode: OpenMode) -> Result {
     exit_after_stop_limit()?;
     actix_web::rt::System::new().block_on(async move {
         let first_token = match config.all_embedded() {
-            true => first_start(&config, mode).await?,
+            true => Store::open(&config, mode)?.first_start().await?,
             false => None,
         };
         let host = match config.bind.split_once(':') {
@@ -213,23 +213,6 @@ fn exit_after_stop_limit() -> Result {
             std::process::exit(1);
         })?;
     Ok(())
-}
-
-/// On an embedded store with no biz at all, creates the biz `test` and a token for
-/// it, so that a fresh `segmint serve` can be tried at once. Returns the token.
-async fn first_start(config: &Config, mode: OpenMode) -> Result<Option<String>> {
-    let store = Store::open(config, mode)?;
-    for (db, rows) in store.list_bizs().await {
-        match rows {
-            Ok(rows) if rows.is_empty() => {}
-            Ok(_) => return Ok(None),
-            Err(e) => return Err(format!("database \"{db}\": {e}").into()),
-        }
-    }
-    let biz = BizTag::parse("test")?;
-    store.add_biz(&biz, 1000, 1, None).await?;
-    let (token, _) = store.add_token(&biz, "created on first start").await?;
-    Ok(Some(token))
 }
 
 fn admin(config: Config, command: AdminCommand) -> Result {

@@ -1,11 +1,12 @@
 //! Fetching segments from the servers: in turn, skipping those backing off.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::Mutex;
 
 use super::{ClientBuilder, ClientError, Protocol};
+use crate::backoff::{Backoff, Failures};
 use crate::segment::{Residue, SegmentRange};
 
 pub(super) struct Servers {
@@ -15,19 +16,14 @@ pub(super) struct Servers {
     protocol: Protocol,
     /// Where the next fetch starts, so that fetches spread over the servers.
     turn: AtomicUsize,
-    backoff_initial: Duration,
-    backoff_max: Duration,
+    /// How long a failed server is tried last.
+    backoff: Backoff,
 }
 
 struct Server {
     base: String,
-    health: Mutex<Health>,
-}
-
-#[derive(Default)]
-struct Health {
-    failures: u32,
-    down_until: Option<Instant>,
+    /// Plain mutex: held only to read or update the failures, never across an await.
+    health: Mutex<Failures>,
 }
 
 /// What one server answered.
@@ -51,7 +47,7 @@ impl Servers {
             }
             servers.push(Server {
                 base,
-                health: Mutex::new(Health::default()),
+                health: Mutex::new(Failures::default()),
             });
         }
         let http = reqwest::Client::builder()
@@ -68,8 +64,10 @@ impl Servers {
             token,
             protocol: settings.protocol,
             turn: AtomicUsize::new(0),
-            backoff_initial: settings.backoff_initial,
-            backoff_max: settings.backoff_max,
+            backoff: Backoff {
+                initial: settings.backoff_initial,
+                max: settings.backoff_max,
+            },
         })
     }
 
@@ -79,33 +77,21 @@ impl Servers {
         let n = self.servers.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
-        let (mut order, resting): (Vec<usize>, Vec<usize>) =
-            (0..n).map(|k| (start + k) % n).partition(|&i| {
-                self.servers[i]
-                    .health
-                    .lock()
-                    .down_until
-                    .is_none_or(|t| now >= t)
-            });
+        let (mut order, resting): (Vec<usize>, Vec<usize>) = (0..n)
+            .map(|k| (start + k) % n)
+            .partition(|&i| self.servers[i].health.lock().is_over(now));
         order.extend(resting);
         let mut reasons = Vec::new();
         for i in order {
             let server = &self.servers[i];
             match self.ask(server, biz).await {
                 Answer::Segment(range) => {
-                    *server.health.lock() = Health::default();
+                    *server.health.lock() = Failures::default();
                     return Ok(range);
                 }
                 Answer::Refused(e) => return Err(e),
                 Answer::Failed(reason) => {
-                    let mut health = server.health.lock();
-                    health.failures = health.failures.saturating_add(1);
-                    let factor = 1u32 << (health.failures - 1).min(16);
-                    let backoff = self
-                        .backoff_initial
-                        .saturating_mul(factor)
-                        .min(self.backoff_max);
-                    health.down_until = Some(Instant::now() + backoff);
+                    let backoff = server.health.lock().fail(self.backoff, Instant::now());
                     tracing::warn!(server = %server.base, %reason, ?backoff, "segmint server failed; backing off");
                     reasons.push(format!("{}: {reason}", server.base));
                 }

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::{Store, audit};
+use super::Store;
+use super::admin::audit;
 use crate::biz::{BizTag, TokenDigest, generate_token, hash_token};
 use crate::store::catalog::{TokenSummary, merge_tokens, unix_now};
 use crate::store::{DbError, StoreError};

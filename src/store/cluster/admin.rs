@@ -1,0 +1,320 @@
+//! Admin operations on every database: migrations, bizs, raising a database that went
+//! back in time, and the audit trail of changes.
+
+use futures_util::future::join_all;
+
+use super::Store;
+use crate::biz::BizTag;
+use crate::segment::Residue;
+use crate::store::evidence::{self, Evidence, Mark, Witness};
+use crate::store::{BizRow, DbError, SegmentStore, StoreError};
+
+/// `segmint db fence` raises a row's version to the next multiple of this: far above
+/// every version reached by reservations since the last fence (one per reservation),
+/// with room for millions of fences.
+const FENCE_EPOCH: i64 = 1 << 40;
+
+impl Store {
+    /// Runs `op` on every database at once, bounded by the fetch timeout.
+    pub(super) async fn on_all<'a, T, F>(
+        &'a self,
+        op: impl Fn(&'a dyn SegmentStore) -> F,
+    ) -> Vec<Result<T, DbError>>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        join_all((0..self.dbs.len()).map(|i| self.call(i, op(self.dbs[i].store.as_ref())))).await
+    }
+
+    /// Applies pending migrations to every database; one line per database.
+    pub async fn migrate(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
+        let results = self.on_all(|db| db.migrate()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+
+    /// Every biz row of every database.
+    pub async fn list_bizs(&self) -> Vec<(String, Result<Vec<BizRow>, DbError>)> {
+        let results = self.on_all(|db| db.bizs()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+
+    /// On a store with no biz at all, creates the biz `test` and a token for it, so that
+    /// a fresh `segmint serve` can be tried at once. Returns the token; `None` when a biz
+    /// exists already.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database cannot be read, or the biz or the token
+    /// cannot be added.
+    pub async fn first_start(&self) -> Result<Option<String>, StoreError> {
+        for (db, rows) in self.list_bizs().await {
+            match rows {
+                Ok(rows) if rows.is_empty() => {}
+                Ok(_) => return Ok(None),
+                Err(e) => return Err(StoreError::Refused(format!("database \"{db}\": {e}"))),
+            }
+        }
+        let biz = BizTag::parse("test").map_err(|e| StoreError::Refused(e.to_string()))?;
+        self.add_biz(&biz, 1000, 1, None).await?;
+        let (token, _) = self.add_token(&biz, "created on first start").await?;
+        Ok(Some(token))
+    }
+
+    /// Reads `biz` on every database; every one must answer.
+    pub(super) async fn biz_everywhere(
+        &self,
+        biz: &BizTag,
+    ) -> Result<Vec<Option<BizRow>>, StoreError> {
+        self.on_all(|db| db.biz(biz.as_str()))
+            .await
+            .into_iter()
+            .zip(&self.names)
+            .map(|(r, name)| {
+                r.map_err(|e| {
+                    StoreError::Refused(format!(
+                        "database \"{name}\" is unreachable ({e}); nothing changed"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Inserts `biz` into every database: first ID `start` (or the next one of its
+    /// class), segments of `step`, restricted to the class `within` if given (odd-only
+    /// is `1 mod 2`). Returns one report line per database.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database is unreachable, the biz exists in some
+    /// or all databases, or the parameters are invalid; nothing is changed then.
+    pub async fn add_biz(
+        &self,
+        biz: &BizTag,
+        step: i64,
+        start: i64,
+        within: Option<Residue>,
+    ) -> Result<Vec<String>, StoreError> {
+        if step < 1 {
+            return Err(StoreError::Refused(format!(
+                "step must be at least 1, got {step}"
+            )));
+        }
+        if start < 1 {
+            return Err(StoreError::Refused(format!(
+                "start must be at least 1, got {start}"
+            )));
+        }
+        let existing = self.biz_everywhere(biz).await?;
+        let (have, lack): (Vec<_>, Vec<_>) = self
+            .names
+            .iter()
+            .zip(&existing)
+            .partition(|(_, row)| row.is_some());
+        let list = |v: &[(&String, &Option<BizRow>)]| {
+            v.iter()
+                .map(|(n, _)| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if lack.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "biz `{biz}` already exists on every database; nothing changed"
+            )));
+        }
+        if !have.is_empty() {
+            return Err(StoreError::Refused(format!(
+                "biz `{biz}` exists on {} but not on {}; fix the rows by hand (they must have disjoint residue classes); nothing changed",
+                list(&have),
+                list(&lack)
+            )));
+        }
+        let mut rows = Vec::with_capacity(self.dbs.len());
+        for db in &self.dbs {
+            let class = match within {
+                Some(w) => db.residue.restrict(w),
+                None => Ok(db.residue),
+            }
+            .map_err(|e| StoreError::Refused(format!("database \"{}\": {e}", db.name)))?;
+            if step < class.delta() {
+                return Err(StoreError::Refused(format!(
+                    "step {step} is smaller than the biz's delta {} on database \"{}\": a segment could hold no ID; nothing changed",
+                    class.delta(),
+                    db.name
+                )));
+            }
+            rows.push(BizRow {
+                biz_type: biz.to_string(),
+                begin_id: start - 1,
+                max_id: start - 1,
+                step,
+                delta: class.delta(),
+                remainder: class.remainder(),
+                version: 0,
+            });
+        }
+        let mut report = Vec::with_capacity(rows.len());
+        let mut changed = Vec::with_capacity(rows.len());
+        for (db, row) in self.dbs.iter().zip(&rows) {
+            let line = match db.store.insert_biz(row).await {
+                Ok(true) => {
+                    changed.push(db.name.as_str());
+                    format!(
+                        "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
+                        db.name, row.remainder, row.delta
+                    )
+                }
+                Ok(false) => format!(
+                    "\"{}\": biz `{biz}` appeared meanwhile; left as it is",
+                    db.name
+                ),
+                Err(e) => {
+                    audit("biz add", biz.as_str(), "", &changed);
+                    report.push(format!("\"{}\": FAILED: {e}", db.name));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
+            };
+            report.push(line);
+        }
+        audit("biz add", biz.as_str(), "", &changed);
+        Ok(report)
+    }
+
+    /// Brings database `name` back after it went back in time (a restore from backup, a
+    /// promoted replica): raises each of its biz rows that is behind the witnesses in
+    /// the other databases to a version above theirs and a `max_id` at or above every ID
+    /// they say was reserved from it (and at or above `above`, if given: evidence the
+    /// operator has, e.g. the highest ID in the application's tables). Running servers
+    /// use the database again at their next catalog refresh. Returns one line per row.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when `name` is not configured or a database cannot be
+    /// read (every other database must answer: each may hold the only witness):
+    /// nothing is changed then; or when a raise fails midway: the message lists the
+    /// rows raised before it.
+    pub async fn raise_database(
+        &self,
+        name: &str,
+        above: Option<i64>,
+    ) -> Result<Vec<String>, StoreError> {
+        let t = self.names.iter().position(|n| n == name).ok_or_else(|| {
+            StoreError::Refused(format!("no database named \"{name}\" is configured"))
+        })?;
+        let unreachable = |db: &str, e: DbError| {
+            StoreError::Refused(format!(
+                "database \"{db}\" is unreachable ({e}); nothing changed"
+            ))
+        };
+        let mut evidence = Evidence::default();
+        for (k, read) in self
+            .on_all(|db| db.witnesses())
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            if k == t {
+                continue;
+            }
+            for w in read.map_err(|e| unreachable(&self.names[k], e))? {
+                if w.database == name {
+                    evidence.learn(t, &w.biz, w.mark);
+                }
+            }
+        }
+        let rows = self
+            .call(t, self.dbs[t].store.bizs())
+            .await
+            .map_err(|e| unreachable(name, e))?;
+        let mut report = Vec::with_capacity(rows.len());
+        let mut raised = Vec::new();
+        for row in rows {
+            let biz = &row.biz_type;
+            let mark = evidence.mark(t, biz);
+            let floor = mark
+                .map_or(row.max_id, |m| m.high_id)
+                .max(above.unwrap_or(i64::MIN));
+            if evidence::behind(mark, &row).is_ok() && row.max_id >= floor {
+                report.push(format!(
+                    "\"{name}\": biz `{biz}` at version {} (max_id {}) is not behind any evidence; left as it is",
+                    row.version, row.max_id
+                ));
+                continue;
+            }
+            let newest = mark.map_or(row.version, |m| m.version.max(row.version));
+            // The next multiple of FENCE_EPOCH: above any version a running server can
+            // have seen without a witness recording it (one with a single database).
+            let Some(version) = (newest / FENCE_EPOCH)
+                .checked_add(1)
+                .and_then(|e| e.checked_mul(FENCE_EPOCH))
+            else {
+                report.push(format!(
+                    "\"{name}\": biz `{biz}` has no version left to raise to; left as it is"
+                ));
+                continue;
+            };
+            let max_id = row.max_id.max(floor);
+            let done = match self
+                .call(
+                    t,
+                    self.dbs[t]
+                        .store
+                        .raise(biz, row.version, row.max_id, version, max_id),
+                )
+                .await
+            {
+                Ok(done) => done,
+                // Rows raised before stay raised (that is safe); say which they were.
+                Err(e) => {
+                    audit_fence(name, &raised);
+                    report.push(format!(
+                        "\"{name}\": biz `{biz}` FAILED: {e}; run the command again"
+                    ));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
+            };
+            match done {
+                Some(_) => {
+                    report.push(format!(
+                        "\"{name}\": biz `{biz}` raised from version {} (max_id {}) to version {version} (max_id {max_id})",
+                        row.version, row.max_id
+                    ));
+                    raised.push(Witness {
+                        database: name.to_string(),
+                        biz: biz.clone(),
+                        mark: Mark {
+                            version,
+                            max_id,
+                            high_id: max_id,
+                        },
+                    });
+                }
+                None => report.push(format!(
+                    "\"{name}\": biz `{biz}` changed while being raised; left as it is: run the command again"
+                )),
+            }
+        }
+        audit_fence(name, &raised);
+        let raised = &raised;
+        let others = (0..self.dbs.len()).filter(|&k| k != t);
+        join_all(others.map(|k| self.call(k, self.dbs[k].store.witness(raised)))).await;
+        Ok(report)
+    }
+}
+
+/// Logs one admin change for the audit trail: the command, the biz, the token's hash
+/// prefix (never the token; empty for a biz change) and the databases changed. Who ran
+/// the command is unknown to segmint: the operator's shell or deployment tool says.
+pub(super) fn audit(command: &str, biz: &str, token: &str, databases: &[&str]) {
+    tracing::info!(
+        target: "segmint::audit",
+        command,
+        biz,
+        token,
+        databases = %databases.join(","),
+        "admin change"
+    );
+}
+
+/// The audit line of a fence of database `name` that raised the rows of `raised`.
+fn audit_fence(name: &str, raised: &[Witness]) {
+    let bizs: Vec<&str> = raised.iter().map(|w| w.biz.as_str()).collect();
+    let changed: &[&str] = if raised.is_empty() { &[] } else { &[name] };
+    audit("db fence", &bizs.join(","), "", changed);
+}

@@ -1,0 +1,149 @@
+//! Database health: back-off after failures, fencing of databases that went back in
+//! time, readiness and status.
+
+use std::time::Instant;
+
+use futures_util::future::join_all;
+
+use super::Store;
+use crate::backoff::Failures;
+use crate::store::DbError;
+use crate::store::evidence::Regression;
+
+/// How a database looks from here, for `/readyz` and status pages.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DatabaseStatus {
+    pub name: String,
+    pub location: String,
+    pub residue: String,
+    /// False while the database is backed off after a failure or fenced.
+    pub up: bool,
+    pub last_error: Option<String>,
+    /// Why the database is fenced (it went back in time), while it is.
+    pub fenced: Option<String>,
+}
+
+impl Store {
+    /// Fences database `i`: it went back in time, and reserving from it could reissue
+    /// IDs.
+    pub(super) fn fence(&self, i: usize, regression: &Regression) {
+        let db = &self.dbs[i];
+        let reason = regression.to_string();
+        let mut health = db.health.lock();
+        if health.fenced.is_none() {
+            tracing::error!(database = %db.name, %reason, "database went back in time; fenced until `segmint db fence` raises its rows");
+        }
+        health.fenced = Some(reason);
+    }
+
+    /// Lifts the fence of database `i`, if any: its rows are at or above every mark.
+    pub(super) fn unfence(&self, i: usize) {
+        let db = &self.dbs[i];
+        if db.health.lock().fenced.take().is_some() {
+            tracing::warn!(database = %db.name, "database rows are above every mark again; fence lifted");
+        }
+    }
+
+    /// Runs `op` on database `i` within the fetch timeout, recording the outcome in the
+    /// database's health: a failure backs it off, a success clears the back-off.
+    pub(super) async fn call<T>(
+        &self,
+        i: usize,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        let result = self.timed(op).await;
+        let db = &self.dbs[i];
+        let mut health = db.health.lock();
+        match &result {
+            Ok(_) => {
+                health.failures = Failures::default();
+            }
+            Err(e) => {
+                drop(health);
+                self.failed(i, &e.0);
+            }
+        }
+        result
+    }
+
+    /// Runs `op` within the fetch timeout.
+    pub(super) async fn timed<T>(
+        &self,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        match tokio::time::timeout(self.timing.fetch_timeout, op).await {
+            Ok(r) => r,
+            Err(_) => Err(DbError(format!(
+                "timed out after {:?}",
+                self.timing.fetch_timeout
+            ))),
+        }
+    }
+
+    /// Records a failure of database `i`: it is skipped for a back-off that doubles
+    /// with each consecutive failure.
+    pub(super) fn failed(&self, i: usize, error: &str) {
+        let db = &self.dbs[i];
+        let mut health = db.health.lock();
+        let backoff = health.failures.fail(self.timing.backoff(), Instant::now());
+        health.last_error = Some(error.to_string());
+        tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
+    }
+
+    /// Whether database `i` may be used: not backed off after a failure (a call sent
+    /// there now would most likely only wait for its timeout), not fenced.
+    pub fn is_live(&self, i: usize) -> bool {
+        let health = self.dbs[i].health.lock();
+        health.fenced.is_none() && health.failures.is_over(Instant::now())
+    }
+
+    /// Whether database `i` may be read: not backed off (it may be fenced).
+    pub(super) fn is_reachable(&self, i: usize) -> bool {
+        self.dbs[i].health.lock().failures.is_over(Instant::now())
+    }
+
+    pub(super) fn last_errors(&self) -> String {
+        self.status()
+            .into_iter()
+            .map(|s| {
+                format!(
+                    "\"{}\": {}",
+                    s.name,
+                    s.last_error.unwrap_or_else(|| "no error".into())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// Pings every database that is not backing off; true when one answers.
+    pub async fn ready(&self) -> bool {
+        let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        join_all(
+            live.into_iter()
+                .map(|i| self.call(i, self.dbs[i].store.ping())),
+        )
+        .await
+        .iter()
+        .any(Result::is_ok)
+    }
+
+    pub fn status(&self) -> Vec<DatabaseStatus> {
+        self.dbs
+            .iter()
+            .enumerate()
+            .map(|(i, db)| {
+                let up = self.is_live(i);
+                let health = db.health.lock();
+                DatabaseStatus {
+                    name: db.name.clone(),
+                    location: db.location.clone(),
+                    residue: db.residue.to_string(),
+                    up,
+                    last_error: health.last_error.clone(),
+                    fenced: health.fenced.clone(),
+                }
+            })
+            .collect()
+    }
+}

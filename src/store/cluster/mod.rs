@@ -1,0 +1,219 @@
+//! Reservations over N independent databases. This file holds the [`Store`] and its
+//! construction; the rest is split by concern: `reserve` (reservation, hedging,
+//! witnesses of reservations), `health` (back-off, fencing, status), `refresh` (catalog
+//! refresh and its evidence checks), `admin` (migrations, bizs, raising a database) and
+//! `tokens` (token administration and last uses).
+
+mod admin;
+mod health;
+mod refresh;
+mod reserve;
+pub(super) mod tokens;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+
+pub use health::DatabaseStatus;
+pub use reserve::Reservation;
+
+use super::catalog::Snapshot;
+use super::evidence::Evidence;
+use super::postgres::PgStore;
+use super::sqlite::{OpenMode, SqliteStore};
+use super::{Catalog, SegmentStore, StoreError};
+use crate::backoff::{Backoff, Failures};
+use crate::biz::{BizTag, TokenDigest};
+use crate::config::{Config, DatabaseKind};
+use crate::metrics::{DatabaseMetrics, Metrics};
+use crate::segment::Residue;
+use crate::step::StepPolicy;
+
+/// Timeouts and back-off, from the configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Bound on one database operation; past it the database counts as failed.
+    pub fetch_timeout: Duration,
+    /// First back-off after a failure; doubles per consecutive failure.
+    pub backoff_initial: Duration,
+    /// Cap on the back-off.
+    pub backoff_max: Duration,
+    /// Least time a database round trip may go unanswered before the reservation is
+    /// tried on another database alongside it; `None` turns hedging off.
+    pub hedge_after: Option<Duration>,
+}
+
+impl Timing {
+    /// The back-off of a failed database.
+    fn backoff(&self) -> Backoff {
+        Backoff {
+            initial: self.backoff_initial,
+            max: self.backoff_max,
+        }
+    }
+}
+
+struct Database {
+    /// Configured name, used in every message about it.
+    name: String,
+    /// `host:port/db`, without credentials.
+    location: String,
+    /// The residue class plain bizs get here.
+    residue: Residue,
+    /// Shared with background writes (last uses) that outlive a borrow of the store.
+    store: Arc<dyn SegmentStore>,
+    metrics: DatabaseMetrics,
+    /// Plain mutex: held only to read or update a few fields, never across an await.
+    health: Mutex<Health>,
+    /// One lock per biz: reservations of one biz on this database from this process
+    /// queue instead of racing each other's compare-and-set, so lost races only come
+    /// from other processes.
+    reserving: Mutex<HashMap<BizTag, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+#[derive(Default)]
+struct Health {
+    /// The database is skipped until the back-off of its failures is over.
+    failures: Failures,
+    last_error: Option<String>,
+    /// Set while a row of the database is behind the evidence: it is not used until
+    /// its rows are at or above every mark again (`segmint db fence` raises them).
+    fenced: Option<String>,
+}
+
+/// All configured databases, with the merged catalog of bizs and tokens.
+pub struct Store {
+    dbs: Vec<Database>,
+    /// Database names by index, for catalog messages.
+    names: Vec<String>,
+    timing: Timing,
+    /// How the step of segments reserved with a [`StepHint`] is chosen.
+    policy: StepPolicy,
+    metrics: Arc<Metrics>,
+    /// Moving average of successful reservation times, in microseconds.
+    usual_fetch_us: std::sync::atomic::AtomicU64,
+    /// Read on every request, replaced on refresh.
+    catalog: ArcSwap<Catalog>,
+    /// Last rows read from each database; kept while a database is down so that its
+    /// rows still take part in the residue checks.
+    snapshots: Mutex<Vec<Option<Snapshot>>>,
+    /// Single flight for refreshes; holds when the last one started.
+    refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
+    /// mutex: held for map updates only, never across an await.
+    evidence: Mutex<Evidence>,
+    /// Token uses noted since they were last written, by token. Plain mutex: held for
+    /// one map update, which each HTTP worker makes about once a minute per token.
+    uses: Mutex<HashMap<TokenDigest, i64>>,
+    /// Set while last uses are being written, so that writes never pile up behind a
+    /// slow database.
+    writing_uses: Arc<AtomicBool>,
+}
+
+impl Store {
+    /// Every configured database: PostgreSQL pools (connecting lazily) and embedded
+    /// files (opened and migrated now, created if missing: an explicit initialisation).
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened.
+    pub fn connect(config: &Config) -> Result<Store, StoreError> {
+        Store::open(config, OpenMode::Create)
+    }
+
+    /// As [`Store::connect`], creating missing embedded files only as `mode` allows.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened,
+    /// or is missing and may not be created.
+    pub fn open(config: &Config, mode: OpenMode) -> Result<Store, StoreError> {
+        let mut dbs = Vec::with_capacity(config.databases.len());
+        for db in &config.databases {
+            let store = match &db.kind {
+                DatabaseKind::Postgres(pg) => {
+                    PgStore::new(pg, config.pool_size, config.fetch_timeout)
+                        .map(|s| Box::new(s) as Box<dyn SegmentStore>)
+                }
+                DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout, mode)
+                    .map(|s| Box::new(s) as Box<dyn SegmentStore>),
+            }
+            .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;
+            dbs.push((db.name.clone(), db.location(), db.residue, store));
+        }
+        Ok(Store::new(
+            dbs,
+            Timing {
+                fetch_timeout: config.fetch_timeout,
+                backoff_initial: config.backoff_initial,
+                backoff_max: config.backoff_max,
+                hedge_after: (!config.hedge_after.is_zero()).then_some(config.hedge_after),
+            },
+            config.step,
+            Arc::new(Metrics::new(config.metrics_max_bizs)),
+        ))
+    }
+
+    /// A store over `dbs`: `(name, location, residue class, database)`.
+    pub fn new(
+        dbs: Vec<(String, String, Residue, Box<dyn SegmentStore>)>,
+        timing: Timing,
+        policy: StepPolicy,
+        metrics: Arc<Metrics>,
+    ) -> Store {
+        let names: Vec<String> = dbs.iter().map(|d| d.0.clone()).collect();
+        Store {
+            snapshots: Mutex::new(vec![None; dbs.len()]),
+            dbs: dbs
+                .into_iter()
+                .map(|(name, location, residue, store)| Database {
+                    location,
+                    residue,
+                    metrics: metrics.database(&name),
+                    name,
+                    store: Arc::from(store),
+                    health: Mutex::new(Health::default()),
+                    reserving: Mutex::new(HashMap::new()),
+                })
+                .collect(),
+            names,
+            timing,
+            policy,
+            metrics,
+            usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
+            catalog: ArcSwap::from_pointee(Catalog::default()),
+            refreshed: tokio::sync::Mutex::new(None),
+            evidence: Mutex::new(Evidence::default()),
+            uses: Mutex::new(HashMap::new()),
+            writing_uses: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The metrics of this store's databases, shared with the server.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// How segments reserved with a [`StepHint`] are sized.
+    pub fn step_policy(&self) -> StepPolicy {
+        self.policy
+    }
+
+    pub fn database_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The bizs and tokens as last read.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.catalog.load_full()
+    }
+
+    /// Runs `f` on the bizs and tokens as last read. Unlike [`Store::catalog`], this
+    /// writes to nothing the other HTTP workers read (no lock, no reference count),
+    /// which is what every ID request needs.
+    pub fn with_catalog<R>(&self, f: impl FnOnce(&Catalog) -> R) -> R {
+        f(&self.catalog.load())
+    }
+}

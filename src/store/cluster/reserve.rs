@@ -1,0 +1,463 @@
+//! Reservation of segments: optimistic compare-and-set on a random live database,
+//! hedged when one stalls, witnessed in the other databases before use.
+
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rand::seq::SliceRandom;
+
+use super::Store;
+use crate::biz::BizTag;
+use crate::metrics::FetchOutcome;
+use crate::segment::{Residue, SegmentRange};
+use crate::step::{StepHint, StepReason};
+use crate::store::catalog::conflict;
+use crate::store::evidence::{self, Mark, Witness};
+use crate::store::{BizRow, DbError, StoreError};
+
+/// Compare-and-set attempts on one database before trying another.
+const CAS_ATTEMPTS: usize = 3;
+
+/// Shortest hedge delay a short runway can bring about.
+const MIN_HEDGE: Duration = Duration::from_millis(5);
+
+/// A segment reserved for a caller, and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    pub range: SegmentRange,
+    /// Index of the database in the configuration.
+    pub database: usize,
+    /// Why the segment has its step.
+    pub reason: StepReason,
+    /// The row's version after the reservation: still this version later means
+    /// nobody reserved from the row since.
+    pub version: i64,
+}
+
+/// When the current database round trip of an attempt started, if one is under way.
+#[derive(Default)]
+struct RoundTrip {
+    /// Microseconds since `epoch` at the start of the round trip; 0 when idle.
+    since: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl RoundTrip {
+    fn now_us(&self) -> u64 {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        u64::try_from(epoch.elapsed().as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    /// Runs one round trip, marked as under way meanwhile.
+    async fn around<T>(&self, op: impl Future<Output = T>) -> T {
+        self.since
+            .store(self.now_us(), std::sync::atomic::Ordering::Relaxed);
+        let out = op.await;
+        self.since.store(0, std::sync::atomic::Ordering::Relaxed);
+        out
+    }
+
+    /// How long the round trip under way has gone unanswered; zero when none is.
+    fn stuck_for(&self) -> Duration {
+        match self.since.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Duration::ZERO,
+            since => Duration::from_micros(self.now_us().saturating_sub(since)),
+        }
+    }
+}
+
+/// What one database answered to a reservation attempt.
+enum Attempt {
+    Reserved(Reservation),
+    Missing,
+    /// Every compare-and-set lost: other writers are busy on this row.
+    Contended,
+    /// The biz cannot be served from this row; trying elsewhere will not help.
+    Refused(StoreError),
+}
+
+impl Store {
+    /// Reserves the next segment of `biz` on a random live database, advancing its row
+    /// by its own step, or with a `hint`, by the step the [`StepPolicy`] chooses.
+    /// `runway`: how long the caller's cache lasts without this segment, if known; a
+    /// stalled database is then hedged in time for the segment to arrive before the
+    /// cache runs dry (see [`Store::hedge_delay`]).
+    ///
+    /// # Errors
+    /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
+    /// would overflow, or no database could be reached.
+    pub async fn reserve(
+        &self,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        runway: Option<Duration>,
+    ) -> Result<Reservation, StoreError> {
+        let mut catalog = self.catalog();
+        if catalog.biz(biz.as_str()).is_none() {
+            catalog = self.refresh_since(Instant::now()).await;
+        }
+        let entry = catalog
+            .biz(biz.as_str())
+            .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
+        if let Some(refused) = &entry.refused {
+            return Err(refused.clone());
+        }
+        // Lost races are retried in passes over the databases until the fetch timeout:
+        // a busy row slows a reservation down but does not fail it.
+        let deadline = Instant::now() + self.timing.fetch_timeout;
+        let reserved = loop {
+            let hedge = self.hedge_delay(runway);
+            match self
+                .reserve_pass(biz, hint, &entry.classes, deadline, hedge)
+                .await
+            {
+                Err(StoreError::Contention(_)) if Instant::now() < deadline => {
+                    let pause = rand::rng().random_range(1..=5);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                result => break result?,
+            }
+        };
+        let bound = self
+            .hedge_delay(runway)
+            .unwrap_or(self.timing.fetch_timeout);
+        self.witness_reservation(biz, &reserved, bound).await;
+        Ok(reserved)
+    }
+
+    /// Records the reservation `r` in the other reachable databases before its IDs are
+    /// used, so that if its database later goes back in time, any server (also one
+    /// started afterwards) finds the evidence. One witness is enough: this waits for
+    /// the first database that records it, at most `bound` (a stalled database must not
+    /// hold the segment back); the databases that miss it get it at a later catalog
+    /// refresh.
+    async fn witness_reservation(&self, biz: &BizTag, r: &Reservation, bound: Duration) {
+        let max_id = r.range.max_id();
+        let witness = [Witness {
+            database: self.names[r.database].clone(),
+            biz: biz.to_string(),
+            mark: Mark {
+                version: r.version,
+                max_id,
+                high_id: max_id,
+            },
+        }];
+        let witness = &witness;
+        let writes: Vec<_> = (0..self.dbs.len())
+            .filter(|&k| k != r.database && self.is_reachable(k))
+            .map(|k| Box::pin(self.dbs[k].store.witness(witness)))
+            .collect();
+        if writes.is_empty() {
+            return;
+        }
+        match tokio::time::timeout(bound, futures_util::future::select_ok(writes)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%biz, error = %e, "could not witness a reservation; retried at the next catalog refresh");
+            }
+            Err(_) => {
+                tracing::warn!(%biz, ?bound, "no database witnessed a reservation in time; retried at the next catalog refresh");
+            }
+        }
+    }
+
+    /// One pass over the live databases in random order, stopping at the first that
+    /// reserves a segment. Attempts run one at a time, except that when one has not
+    /// answered within the hedge delay (a few times the usual reservation time) the
+    /// next database is tried alongside it: a stalled database costs a request that
+    /// delay, not the fetch timeout. The first reservation wins; attempts still running
+    /// are dropped, and those that started before the winner count as failed (the
+    /// database is backed off). A dropped attempt may still commit later: its segment
+    /// is never used, so its IDs are lost, never issued twice.
+    async fn reserve_pass(
+        &self,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        known: &[(usize, Residue)],
+        deadline: Instant,
+        hedge: Option<Duration>,
+    ) -> Result<Reservation, StoreError> {
+        use futures_util::StreamExt;
+        let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        order.shuffle(&mut rand::rng());
+        let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
+        // One round-trip tracker per database, declared before the attempts borrow them.
+        let trips: Vec<RoundTrip> = (0..self.dbs.len()).map(|_| RoundTrip::default()).collect();
+        let mut running = futures_util::stream::FuturesUnordered::new();
+        let mut tried: Vec<usize> = Vec::new();
+        let mut queue = order.into_iter();
+        loop {
+            if running.is_empty() {
+                let Some(i) = queue.next() else { break };
+                tried.push(i);
+                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
+            }
+            let outcome = match hedge {
+                Some(hedge) if queue.len() > 0 => {
+                    tokio::select! {
+                        done = running.next() => done,
+                        () = tokio::time::sleep(hedge / 4) => {
+                            // The newest attempt is stuck in one round trip: try the
+                            // next database alongside it.
+                            let newest = tried[tried.len() - 1];
+                            if trips[newest].stuck_for() >= hedge
+                                && let Some(i) = queue.next()
+                            {
+                                tracing::debug!(biz = %biz, database = %self.dbs[i].name, "hedging a stalled reservation");
+                                tried.push(i);
+                                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
+                            }
+                            continue;
+                        }
+                    }
+                }
+                _ => running.next().await,
+            };
+            let Some((i, result)) = outcome else { continue };
+            match result {
+                Ok(Attempt::Reserved(r)) => {
+                    // The attempts left behind are dropped; those stuck in a round trip
+                    // are the stalled databases, backed off.
+                    for &db in &tried {
+                        let stuck = trips[db].stuck_for();
+                        if db != i && hedge.is_some_and(|h| stuck >= h) {
+                            self.failed(
+                                db,
+                                &format!(
+                                    "no answer within {stuck:?} while database \"{}\" reserved",
+                                    self.dbs[i].name
+                                ),
+                            );
+                            self.dbs[db].metrics.outcome(FetchOutcome::Error);
+                        }
+                    }
+                    return Ok(r);
+                }
+                Ok(Attempt::Missing) => missing += 1,
+                Ok(Attempt::Contended) => contended += 1,
+                Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
+                Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
+                Err(e) => failed.push(format!("\"{}\": {e}", self.dbs[i].name)),
+            }
+        }
+        Err(if let Some(e) = refused {
+            e
+        } else if contended > 0 {
+            StoreError::Contention(biz.to_string())
+        } else if missing > 0 && failed.is_empty() {
+            StoreError::NotFound(biz.to_string())
+        } else if failed.is_empty() {
+            StoreError::Unavailable(format!(
+                "every database is backing off after failures ({})",
+                self.last_errors()
+            ))
+        } else {
+            StoreError::Unavailable(failed.join("; "))
+        })
+    }
+
+    /// How long one round trip may go unanswered before another database is tried
+    /// alongside it: four times the recent reservation time, at least the configured
+    /// `hedge_after` (`None`: hedging is off), at most half the fetch timeout. When the
+    /// caller's cache has less `runway` than that, half the runway instead, so that
+    /// the other database's answer still comes before the cache is empty; never less
+    /// than twice the recent reservation time or [`MIN_HEDGE`], so that a merely busy
+    /// database is not hedged on every fetch.
+    fn hedge_delay(&self, runway: Option<Duration>) -> Option<Duration> {
+        let least = self.timing.hedge_after?;
+        let usual = Duration::from_micros(
+            self.usual_fetch_us
+                .load(std::sync::atomic::Ordering::Relaxed),
+        );
+        let delay = (usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least));
+        Some(match runway {
+            Some(runway) => delay.min((runway / 2).max(usual * 2).max(MIN_HEDGE)),
+            None => delay,
+        })
+    }
+
+    /// One reservation attempt on database `i`, queued behind this process's other
+    /// reservations of `biz` there, measured and counted.
+    async fn attempt_on(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        known: &[(usize, Residue)],
+        deadline: Instant,
+        trip: &RoundTrip,
+    ) -> (usize, Result<Attempt, DbError>) {
+        let lock = self.dbs[i]
+            .reserving
+            .lock()
+            .entry(biz.clone())
+            .or_default()
+            .clone();
+        let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
+            return (i, Ok(Attempt::Contended));
+        };
+        let started = Instant::now();
+        let result = self.call(i, self.attempt(i, biz, hint, known, trip)).await;
+        let took = started.elapsed();
+        let db = &self.dbs[i].metrics;
+        db.observe(took);
+        match &result {
+            Ok(Attempt::Reserved(_)) => {
+                db.outcome(FetchOutcome::Ok);
+                // A moving average over about eight reservations.
+                let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                let _ = self.usual_fetch_us.fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |avg| Some(if avg == 0 { took } else { (avg * 7 + took) / 8 }),
+                );
+            }
+            Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
+            // Each lost compare-and-set was counted as it happened.
+            Ok(Attempt::Contended) => {}
+            Err(_) => db.outcome(FetchOutcome::Error),
+        }
+        (i, result)
+    }
+
+    /// One optimistic reservation on database `i`: read the row, then compare-and-set
+    /// it forward, at most [`CAS_ATTEMPTS`] times.
+    async fn attempt(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        known: &[(usize, Residue)],
+        trip: &RoundTrip,
+    ) -> Result<Attempt, DbError> {
+        let db = &self.dbs[i];
+        let refuse = |reason: String| {
+            Attempt::Refused(StoreError::InvalidRow {
+                biz: biz.to_string(),
+                database: db.name.clone(),
+                reason,
+            })
+        };
+        for _ in 0..CAS_ATTEMPTS {
+            let seen = self.evidence.lock().mark(i, biz.as_str());
+            let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
+                return Ok(Attempt::Missing);
+            };
+            // Against what was known before the read: see `refresh_since`.
+            if let Err(regression) = evidence::behind(seen, &row) {
+                self.fence(i, &regression);
+                return Err(DbError(format!("fenced: {regression}")));
+            }
+            self.evidence.lock().learn(i, biz.as_str(), Mark::of(&row));
+            let residue = match self.checked_class(biz, i, &row, known) {
+                Ok(r) => r,
+                Err(e) => return Ok(Attempt::Refused(e)),
+            };
+            let room = i64::MAX.saturating_sub(row.max_id);
+            let choice = self
+                .policy
+                .choose_within(row.step, residue.delta(), hint, room);
+            let step = choice.step;
+            if step < residue.delta() {
+                return Ok(refuse(format!(
+                    "step {step} is smaller than delta {}: a segment could hold no ID",
+                    residue.delta()
+                )));
+            }
+            let range = match SegmentRange::after(row.max_id, step, residue) {
+                Ok(r) => r,
+                Err(_) => {
+                    return Ok(Attempt::Refused(StoreError::Overflow {
+                        biz: biz.to_string(),
+                        database: db.name.clone(),
+                        max_id: row.max_id,
+                        step,
+                    }));
+                }
+            };
+            let Some(updated) = trip
+                .around(
+                    db.store
+                        .advance(biz.as_str(), row.version, row.max_id, range.max_id()),
+                )
+                .await?
+            else {
+                db.metrics.outcome(FetchOutcome::Conflict);
+                continue;
+            };
+            self.evidence
+                .lock()
+                .learn(i, biz.as_str(), Mark::of(&updated));
+            // The class may have been edited by hand between the read and the update:
+            // the segment is issued from the class the row has now, checked again.
+            let range = match self.checked_class(biz, i, &updated, known) {
+                Ok(r) if r == residue => range,
+                Ok(r) => match SegmentRange::after(row.max_id, step, r) {
+                    Ok(range) if step >= r.delta() => range,
+                    _ => return Ok(refuse(format!("class changed to {r} during a reservation"))),
+                },
+                Err(e) => return Ok(Attempt::Refused(e)),
+            };
+            return Ok(Attempt::Reserved(Reservation {
+                range,
+                database: i,
+                reason: choice.reason,
+                version: updated.version,
+            }));
+        }
+        Ok(Attempt::Contended)
+    }
+
+    /// The class of `row` on database `i`, if it is valid and disjoint from the classes
+    /// the biz has on the other databases.
+    fn checked_class(
+        &self,
+        biz: &BizTag,
+        i: usize,
+        row: &BizRow,
+        known: &[(usize, Residue)],
+    ) -> Result<Residue, StoreError> {
+        let residue =
+            Residue::new(row.delta, row.remainder).map_err(|e| StoreError::InvalidRow {
+                biz: biz.to_string(),
+                database: self.dbs[i].name.clone(),
+                reason: e.to_string(),
+            })?;
+        let mut classes: Vec<(usize, Residue)> =
+            known.iter().copied().filter(|&(db, _)| db != i).collect();
+        classes.push((i, residue));
+        match conflict(biz.as_str(), &self.names, &classes) {
+            Some(e) => Err(e),
+            None => Ok(residue),
+        }
+    }
+
+    /// Moves the row of `biz` on database `i` back from `max_id` to `new_max_id` if its
+    /// version is still `version`, i.e. if the segments above `new_max_id` were this
+    /// process's last reservations and nobody reserved since. Returns whether it did;
+    /// the version moves on either way nobody can reserve from the old state.
+    ///
+    /// # Errors
+    /// [`DbError`] when the database fails.
+    pub async fn give_back(
+        &self,
+        i: usize,
+        biz: &BizTag,
+        version: i64,
+        max_id: i64,
+        new_max_id: i64,
+    ) -> Result<bool, DbError> {
+        debug_assert!(new_max_id <= max_id);
+        let updated = self
+            .call(
+                i,
+                self.dbs[i]
+                    .store
+                    .advance(biz.as_str(), version, max_id, new_max_id),
+            )
+            .await?;
+        Ok(updated.is_some())
+    }
+}
