@@ -53,12 +53,18 @@ async fn ready_store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
     store
 }
 
-#[tokio::test(start_paused = true)]
-async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
+/// A generator (preload at 20%) over one database whose every call from now on takes
+/// `latency`.
+async fn slow_generator(latency: Duration, wait_timeout: Duration) -> (MemoryStore, Generator) {
     let db = one_db();
     let store = ready_store(std::slice::from_ref(&db), timing()).await;
-    let generator = Generator::new(store, 20, Duration::from_secs(3));
-    db.set_latency(Duration::from_millis(50));
+    db.set_latency(latency);
+    (db, Generator::new(store, 20, wait_timeout))
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
+    let (db, generator) = slow_generator(Duration::from_millis(50), Duration::from_secs(3)).await;
     let start = tokio::time::Instant::now();
     let biz = biz();
     let answers =
@@ -74,10 +80,7 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_waiting_on_a_stalled_fetch_gives_up_after_the_wait_timeout() {
-    let db = one_db();
-    let store = ready_store(std::slice::from_ref(&db), timing()).await;
-    let generator = Generator::new(store, 20, Duration::from_secs(1));
-    db.set_latency(Duration::from_secs(10));
+    let (db, generator) = slow_generator(Duration::from_secs(10), Duration::from_secs(1)).await;
     let start = tokio::time::Instant::now();
     let biz = biz();
     match generator.next_ids(&biz, 1).await {
@@ -150,7 +153,10 @@ async fn a_reservation_that_loses_every_race_ends_in_contention_at_the_fetch_tim
     );
     // Every pass tries both databases, three compare-and-sets each.
     let advances = dbs[0].calls("advance");
-    assert!(advances >= 3 && advances % 3 == 0, "{advances} attempts");
+    assert!(
+        advances >= 3 && advances.is_multiple_of(3),
+        "{advances} attempts"
+    );
     for db in &dbs {
         assert_eq!((db.calls("biz"), db.calls("advance")), (advances, advances));
         assert_eq!(db.row(BIZ).version, 0);

@@ -100,6 +100,30 @@ impl MemoryStore {
             None => Ok(()),
         }
     }
+
+    /// Moves the row of `biz` from `(version, max_id)` to `(new_version, new_max_id)`,
+    /// if it is still there and no lost race is due.
+    fn compare_and_set(
+        &self,
+        biz: &str,
+        (version, max_id): (i64, i64),
+        (new_version, new_max_id): (i64, i64),
+    ) -> Option<BizRow> {
+        let mut inner = self.inner.lock();
+        if inner.races_to_lose > 0 {
+            inner.races_to_lose -= 1;
+            return None;
+        }
+        inner
+            .rows
+            .get_mut(biz)
+            .filter(|row| row.version == version && row.max_id == max_id)
+            .map(|row| {
+                row.version = new_version;
+                row.max_id = new_max_id;
+                row.clone()
+            })
+    }
 }
 
 /// A [`Store`] over `dbs`, named `db0`, `db1`, … in order, with the rows' own steps.
@@ -161,7 +185,7 @@ impl SegmentStore for MemoryStore {
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError> {
         self.enter("advance").await?;
-        self.compare_and_set(biz, version, max_id, version + 1, new_max_id)
+        Ok(self.compare_and_set(biz, (version, max_id), (version + 1, new_max_id)))
     }
 
     async fn raise(
@@ -173,7 +197,7 @@ impl SegmentStore for MemoryStore {
         new_max_id: i64,
     ) -> Result<Option<BizRow>, DbError> {
         self.enter("raise").await?;
-        self.compare_and_set(biz, version, max_id, new_version, new_max_id)
+        Ok(self.compare_and_set(biz, (version, max_id), (new_version, new_max_id)))
     }
 
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
@@ -234,34 +258,6 @@ impl SegmentStore for MemoryStore {
 
     async fn touch_tokens(&self, _uses: &[(String, i64)]) -> Result<(), DbError> {
         Err(untested("touch_tokens"))
-    }
-}
-
-impl MemoryStore {
-    /// Moves the row of `biz` if it is still at `version` and `max_id`, unless a lost
-    /// race is due.
-    fn compare_and_set(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        new_version: i64,
-        new_max_id: i64,
-    ) -> Result<Option<BizRow>, DbError> {
-        let mut inner = self.inner.lock();
-        if inner.races_to_lose > 0 {
-            inner.races_to_lose -= 1;
-            return Ok(None);
-        }
-        Ok(inner
-            .rows
-            .get_mut(biz)
-            .filter(|row| row.version == version && row.max_id == max_id)
-            .map(|row| {
-                row.version = new_version;
-                row.max_id = new_max_id;
-                row.clone()
-            }))
     }
 }
 
