@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
-pub use cluster::{DatabaseStatus, Reservation, Store};
+pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
 pub use evidence::{Mark, Witness};
 pub use sqlite::OpenMode;
 

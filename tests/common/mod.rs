@@ -14,6 +14,7 @@ use std::process::{Child, Command, ExitStatus, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod memory;
 pub mod operator;
 
 use segmint::biz::BizTag;

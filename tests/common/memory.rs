@@ -1,0 +1,269 @@
+//! An in-memory [`SegmentStore`] with injectable latency, failures and lost
+//! compare-and-set races, for the tests of timing logic (hedging, back-off, contention
+//! retry, wait timeout, the fetch guard), mostly under paused tokio time.
+//!
+//! A test double for timing only, never a stand-in for a database: what a store must do
+//! (transactions, migrations, tokens) is tested against PostgreSQL and SQLite.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use parking_lot::Mutex;
+use segmint::segment::Residue;
+use segmint::step::StepPolicy;
+use segmint::store::{BizRow, DbError, SegmentStore, Store, Timing, TokenRow, Witness};
+
+/// One in-memory database; clones share it, so a test keeps a handle on what it gave
+/// to a [`Store`].
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    /// Plain mutex: held for a map update, never across the injected latency.
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// Rows by biz.
+    rows: HashMap<String, BizRow>,
+    /// Witness rows by database and biz.
+    witnesses: HashMap<(String, String), Witness>,
+    /// How long every call takes before it answers.
+    latency: Duration,
+    /// While set, every call fails (after the latency) with this message.
+    failing: Option<String>,
+    /// How many of the next compare-and-sets lose their race.
+    races_to_lose: u32,
+    /// Calls so far, by method name.
+    calls: HashMap<&'static str, u32>,
+}
+
+impl MemoryStore {
+    /// A database holding the row of `biz`: IDs in `residue`, segments of `step`,
+    /// nothing reserved yet.
+    pub fn with_biz(biz: &str, step: i64, residue: Residue) -> MemoryStore {
+        let store = MemoryStore::default();
+        store.inner.lock().rows.insert(
+            biz.to_string(),
+            BizRow {
+                biz_type: biz.to_string(),
+                begin_id: 0,
+                max_id: 0,
+                step,
+                delta: residue.delta(),
+                remainder: residue.remainder(),
+                version: 0,
+            },
+        );
+        store
+    }
+
+    /// Every call from now on takes `latency` before it answers.
+    pub fn set_latency(&self, latency: Duration) {
+        self.inner.lock().latency = latency;
+    }
+
+    /// Every call from now on fails, or answers again when `failing` is false.
+    pub fn set_failing(&self, failing: bool) {
+        self.inner.lock().failing = failing.then(|| "injected failure".to_string());
+    }
+
+    /// The next `n` compare-and-sets lose their race, as if another writer got there
+    /// first.
+    pub fn lose_races(&self, n: u32) {
+        self.inner.lock().races_to_lose = n;
+    }
+
+    /// How many times `method` was called.
+    pub fn calls(&self, method: &str) -> u32 {
+        self.inner.lock().calls.get(method).copied().unwrap_or(0)
+    }
+
+    /// The row of `biz`, as it is now.
+    pub fn row(&self, biz: &str) -> BizRow {
+        self.inner.lock().rows[biz].clone()
+    }
+
+    /// Counts the call, waits the latency, then fails if failures are injected.
+    async fn enter(&self, method: &'static str) -> Result<(), DbError> {
+        let latency = {
+            let mut inner = self.inner.lock();
+            *inner.calls.entry(method).or_default() += 1;
+            inner.latency
+        };
+        if !latency.is_zero() {
+            tokio::time::sleep(latency).await;
+        }
+        match &self.inner.lock().failing {
+            Some(error) => Err(DbError(error.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Moves the row of `biz` from `(version, max_id)` to `(new_version, new_max_id)`,
+    /// if it is still there and no lost race is due.
+    fn compare_and_set(
+        &self,
+        biz: &str,
+        (version, max_id): (i64, i64),
+        (new_version, new_max_id): (i64, i64),
+    ) -> Option<BizRow> {
+        let mut inner = self.inner.lock();
+        if inner.races_to_lose > 0 {
+            inner.races_to_lose -= 1;
+            return None;
+        }
+        inner
+            .rows
+            .get_mut(biz)
+            .filter(|row| row.version == version && row.max_id == max_id)
+            .map(|row| {
+                row.version = new_version;
+                row.max_id = new_max_id;
+                row.clone()
+            })
+    }
+}
+
+/// A [`Store`] over `dbs`, named `db0`, `db1`, … in order, with the rows' own steps.
+pub fn store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
+    let dbs = dbs
+        .iter()
+        .enumerate()
+        .map(|(i, db)| {
+            let residue = {
+                let inner = db.inner.lock();
+                let row = inner
+                    .rows
+                    .values()
+                    .next()
+                    .expect("a memory store has a biz");
+                Residue::new(row.delta, row.remainder).unwrap()
+            };
+            (
+                format!("db{i}"),
+                format!("memory/{i}"),
+                residue,
+                Box::new(db.clone()) as Box<dyn SegmentStore>,
+            )
+        })
+        .collect();
+    let policy = StepPolicy {
+        adaptive: false,
+        ..StepPolicy::default()
+    };
+    Arc::new(Store::new(
+        dbs,
+        timing,
+        policy,
+        Arc::new(segmint::metrics::Metrics::new(16)),
+    ))
+}
+
+#[async_trait]
+impl SegmentStore for MemoryStore {
+    async fn migrate(&self) -> Result<Vec<String>, DbError> {
+        self.enter("migrate").await?;
+        Ok(Vec::new())
+    }
+
+    async fn ping(&self) -> Result<(), DbError> {
+        self.enter("ping").await
+    }
+
+    async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
+        self.enter("biz").await?;
+        Ok(self.inner.lock().rows.get(biz).cloned())
+    }
+
+    async fn advance(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError> {
+        self.enter("advance").await?;
+        Ok(self.compare_and_set(biz, (version, max_id), (version + 1, new_max_id)))
+    }
+
+    async fn raise(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        new_version: i64,
+        new_max_id: i64,
+    ) -> Result<Option<BizRow>, DbError> {
+        self.enter("raise").await?;
+        Ok(self.compare_and_set(biz, (version, max_id), (new_version, new_max_id)))
+    }
+
+    async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
+        self.enter("witness").await?;
+        let mut inner = self.inner.lock();
+        for w in witnesses {
+            inner
+                .witnesses
+                .entry((w.database.clone(), w.biz.clone()))
+                .and_modify(|old| old.mark = old.mark.join(w.mark))
+                .or_insert_with(|| w.clone());
+        }
+        Ok(())
+    }
+
+    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
+        self.enter("witnesses").await?;
+        Ok(self.inner.lock().witnesses.values().cloned().collect())
+    }
+
+    async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
+        self.enter("bizs").await?;
+        Ok(self.inner.lock().rows.values().cloned().collect())
+    }
+
+    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
+        self.enter("insert_biz").await?;
+        let mut inner = self.inner.lock();
+        if inner.rows.contains_key(&row.biz_type) {
+            return Ok(false);
+        }
+        inner.rows.insert(row.biz_type.clone(), row.clone());
+        Ok(true)
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
+        self.enter("tokens").await?;
+        Ok(Vec::new())
+    }
+
+    async fn insert_token(
+        &self,
+        _token_hash: &str,
+        _biz: &str,
+        _remark: &str,
+        _expires: Option<i64>,
+    ) -> Result<(), DbError> {
+        Err(untested("insert_token"))
+    }
+
+    async fn revoke_tokens(&self, _token_hash: &str, _at: i64) -> Result<u64, DbError> {
+        Err(untested("revoke_tokens"))
+    }
+
+    async fn expire_token(&self, _token_hash: &str, _at: i64) -> Result<u64, DbError> {
+        Err(untested("expire_token"))
+    }
+
+    async fn touch_tokens(&self, _uses: &[(String, i64)]) -> Result<(), DbError> {
+        Err(untested("touch_tokens"))
+    }
+}
+
+/// Tokens are no timing concern: the in-memory store keeps none, and says so.
+fn untested(method: &str) -> DbError {
+    DbError(format!(
+        "the in-memory store does not keep tokens ({method})"
+    ))
+}

@@ -1,0 +1,262 @@
+//! Timing logic against the in-memory store, without PostgreSQL: the fetch guard, the
+//! wait timeout and retried lost races under paused tokio time, so that counts and
+//! times are exact.
+//!
+//! Hedging, back-off and the contention deadline are timed by the store with
+//! `std::time::Instant`, which paused tokio time does not move: those tests run in real
+//! time, with delays short enough to cost well under a second each but long enough for
+//! their bounds to hold on a loaded machine.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::memory::{self, MemoryStore};
+use segmint::biz::BizTag;
+use segmint::generator::Generator;
+use segmint::segment::Residue;
+use segmint::store::{Store, StoreError, Timing};
+
+const BIZ: &str = "order";
+
+/// Timeouts long enough never to fire unless a test means them to; hedging off.
+fn timing() -> Timing {
+    Timing {
+        fetch_timeout: Duration::from_secs(30),
+        backoff_initial: Duration::from_secs(1),
+        backoff_max: Duration::from_secs(1),
+        hedge_after: None,
+    }
+}
+
+fn biz() -> BizTag {
+    BizTag::parse(BIZ).unwrap()
+}
+
+/// One database holding every ID of [`BIZ`], segments of 100.
+fn one_db() -> MemoryStore {
+    MemoryStore::with_biz(BIZ, 100, Residue::new(1, 0).unwrap())
+}
+
+/// Two databases sharing [`BIZ`]: even IDs on `db0`, odd ones on `db1`.
+fn two_dbs() -> [MemoryStore; 2] {
+    [0, 1].map(|r| MemoryStore::with_biz(BIZ, 100, Residue::new(2, r).unwrap()))
+}
+
+/// A store over `dbs` with its catalog read, so that the calls a test counts are
+/// reservations only.
+async fn ready_store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
+    let store = memory::store(dbs, timing);
+    let catalog = store.refresh_since(std::time::Instant::now()).await;
+    assert!(catalog.biz(BIZ).is_some(), "the catalog lacks `{BIZ}`");
+    store
+}
+
+/// A generator (preload at 20%) over one database whose every call from now on takes
+/// `latency`.
+async fn slow_generator(latency: Duration, wait_timeout: Duration) -> (MemoryStore, Generator) {
+    let db = one_db();
+    let store = ready_store(std::slice::from_ref(&db), timing()).await;
+    db.set_latency(latency);
+    (db, Generator::new(store, 20, wait_timeout))
+}
+
+#[tokio::test(start_paused = true)]
+async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
+    let (db, generator) = slow_generator(Duration::from_millis(50), Duration::from_secs(3)).await;
+    let start = tokio::time::Instant::now();
+    let biz = biz();
+    let answers =
+        futures_util::future::join_all((0..10).map(|_| generator.next_ids(&biz, 1))).await;
+    // One read and one compare-and-set of 50 ms each, for all ten requests.
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert_eq!((db.calls("biz"), db.calls("advance")), (1, 1));
+    let mut ids: Vec<i64> = answers.into_iter().flat_map(Result::unwrap).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=10).collect::<Vec<_>>());
+    assert_eq!(db.row(BIZ).max_id, 100);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_waiting_on_a_stalled_fetch_gives_up_after_the_wait_timeout() {
+    let (db, generator) = slow_generator(Duration::from_secs(10), Duration::from_secs(1)).await;
+    let start = tokio::time::Instant::now();
+    let biz = biz();
+    match generator.next_ids(&biz, 1).await {
+        Err(StoreError::Unavailable(message)) => {
+            assert!(message.contains("within 1s"), "{message}");
+        }
+        other => panic!("expected the wait timeout, got {other:?}"),
+    }
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!((db.calls("biz"), db.calls("advance")), (1, 0));
+    // The fetch goes on in the background: once its read and compare-and-set have
+    // answered, the next request is served from memory without waiting.
+    tokio::time::sleep_until(start + Duration::from_secs(20)).await;
+    assert_eq!(db.calls("advance"), 1);
+    assert_eq!(generator.next_ids(&biz, 1).await.unwrap(), [1]);
+    assert_eq!(start.elapsed(), Duration::from_secs(20));
+    assert_eq!(db.calls("advance"), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn lost_races_are_retried_on_the_same_database_then_in_another_pass() {
+    for (lost, advances, passes) in [(0, 1, 1), (2, 3, 1), (3, 4, 2), (7, 8, 3)] {
+        let db = one_db();
+        let store = ready_store(std::slice::from_ref(&db), timing()).await;
+        db.lose_races(lost);
+        let start = tokio::time::Instant::now();
+        let r = store.reserve(&biz(), None, None).await.unwrap();
+        assert_eq!(r.range.max_id(), 100, "{lost} races lost");
+        assert_eq!(r.version, 1, "{lost} races lost");
+        // Each compare-and-set follows a fresh read of the row.
+        assert_eq!(
+            (db.calls("biz"), db.calls("advance")),
+            (advances, advances),
+            "{lost} races lost"
+        );
+        // Passes are 1 to 5 ms apart: three lost races end a pass.
+        let paused = start.elapsed();
+        let (least, most) = (passes - 1, 5 * (passes - 1));
+        assert!(
+            paused >= Duration::from_millis(least) && paused <= Duration::from_millis(most),
+            "{lost} races lost: {paused:?} between passes"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_reservation_that_loses_every_race_ends_in_contention_at_the_fetch_timeout() {
+    let dbs = two_dbs();
+    let fetch_timeout = Duration::from_millis(200);
+    let store = ready_store(
+        &dbs,
+        Timing {
+            fetch_timeout,
+            ..timing()
+        },
+    )
+    .await;
+    for db in &dbs {
+        db.lose_races(u32::MAX);
+    }
+    let start = std::time::Instant::now();
+    match store.reserve(&biz(), None, None).await {
+        Err(StoreError::Contention(biz)) => assert_eq!(biz, BIZ),
+        other => panic!("expected contention, got {other:?}"),
+    }
+    let took = start.elapsed();
+    assert!(
+        took >= fetch_timeout && took < fetch_timeout * 3,
+        "gave up after {took:?}"
+    );
+    // Every pass tries both databases, three compare-and-sets each.
+    let advances = dbs[0].calls("advance");
+    assert!(
+        advances >= 3 && advances.is_multiple_of(3),
+        "{advances} attempts"
+    );
+    for db in &dbs {
+        assert_eq!((db.calls("biz"), db.calls("advance")), (advances, advances));
+        assert_eq!(db.row(BIZ).version, 0);
+    }
+    // Lost races are no failure: both databases are still in use.
+    assert!(store.is_live(0) && store.is_live(1));
+}
+
+#[tokio::test]
+async fn a_stalled_reservation_is_hedged_on_another_database_after_the_hedge_delay() {
+    let hedge = Duration::from_millis(100);
+    // The order of the databases is random: try until the stalled one comes first.
+    for _ in 0..40 {
+        let dbs = two_dbs();
+        let store = ready_store(
+            &dbs,
+            Timing {
+                fetch_timeout: Duration::from_secs(5),
+                hedge_after: Some(hedge),
+                ..timing()
+            },
+        )
+        .await;
+        dbs[0].set_latency(Duration::from_secs(10));
+        let start = std::time::Instant::now();
+        let r = store.reserve(&biz(), None, None).await.unwrap();
+        let took = start.elapsed();
+        assert_eq!(r.database, 1);
+        assert_eq!(dbs[1].calls("advance"), 1);
+        if dbs[0].calls("biz") == 0 {
+            continue;
+        }
+        // Hedged after the delay (checked every quarter of it), not before, and long
+        // before the stall or the fetch timeout ends.
+        assert!(
+            took >= hedge && took < hedge * 4,
+            "the reservation took {took:?}"
+        );
+        assert_eq!(dbs[0].calls("advance"), 0);
+        // The stalled database is backed off.
+        assert!(!store.is_live(0));
+        assert!(store.status()[0].last_error.is_some());
+        return;
+    }
+    panic!("the stalled database never came first");
+}
+
+/// Sleeps until `at`, then says whether database 0 is in use.
+async fn live_at(store: &Store, at: std::time::Instant) -> bool {
+    tokio::time::sleep_until(at.into()).await;
+    store.is_live(0)
+}
+
+#[tokio::test]
+async fn a_failing_database_is_skipped_for_a_back_off_that_doubles_up_to_its_cap() {
+    let db = one_db();
+    let store = ready_store(
+        std::slice::from_ref(&db),
+        Timing {
+            backoff_initial: Duration::from_millis(400),
+            backoff_max: Duration::from_millis(1000),
+            ..timing()
+        },
+    )
+    .await;
+    db.set_failing(true);
+    let mut calls = 0;
+    // After a success, the back-off starts over.
+    for (backoff, then_succeed) in [(400, false), (800, false), (1000, true), (400, false)] {
+        let backoff = Duration::from_millis(backoff);
+        assert!(matches!(
+            store.reserve(&biz(), None, None).await,
+            Err(StoreError::Unavailable(_))
+        ));
+        let failed = std::time::Instant::now();
+        calls += 1;
+        assert_eq!(db.calls("biz"), calls);
+        // Still backed off past the previous back-off: a request is refused without
+        // calling the database.
+        assert!(
+            !live_at(&store, failed + backoff * 3 / 4).await,
+            "{backoff:?}"
+        );
+        match store.reserve(&biz(), None, None).await {
+            Err(StoreError::Unavailable(message)) => {
+                assert!(message.contains("backing off"), "{message}");
+            }
+            other => panic!("expected a back-off, got {other:?}"),
+        }
+        assert_eq!(db.calls("biz"), calls);
+        // Used again once the back-off is over (not a longer one).
+        assert!(
+            live_at(&store, failed + backoff + Duration::from_millis(50)).await,
+            "{backoff:?}"
+        );
+        if then_succeed {
+            db.set_failing(false);
+            store.reserve(&biz(), None, None).await.unwrap();
+            calls += 1;
+            db.set_failing(true);
+        }
+    }
+}
