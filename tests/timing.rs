@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::memory::{self, MemoryStore};
 use segmint::biz::BizTag;
-use segmint::generator::Generator;
+use segmint::cache::Cache;
 use segmint::segment::Residue;
 use segmint::store::{Store, StoreError, Timing};
 
@@ -53,22 +53,21 @@ async fn ready_store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
     store
 }
 
-/// A generator (preload at 20%) over one database whose every call from now on takes
+/// An ID cache (preload at 20%) over one database whose every call from now on takes
 /// `latency`.
-async fn slow_generator(latency: Duration, wait_timeout: Duration) -> (MemoryStore, Generator) {
+async fn slow_cache(latency: Duration, wait_timeout: Duration) -> (MemoryStore, Cache) {
     let db = one_db();
     let store = ready_store(std::slice::from_ref(&db), timing()).await;
     db.set_latency(latency);
-    (db, Generator::new(store, 20, wait_timeout))
+    (db, Cache::new(store, 20, wait_timeout))
 }
 
 #[tokio::test(start_paused = true)]
 async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
-    let (db, generator) = slow_generator(Duration::from_millis(50), Duration::from_secs(3)).await;
+    let (db, cache) = slow_cache(Duration::from_millis(50), Duration::from_secs(3)).await;
     let start = tokio::time::Instant::now();
     let biz = biz();
-    let answers =
-        futures_util::future::join_all((0..10).map(|_| generator.next_ids(&biz, 1))).await;
+    let answers = futures_util::future::join_all((0..10).map(|_| cache.next_ids(&biz, 1))).await;
     // One read and one compare-and-set of 50 ms each, for all ten requests.
     assert_eq!(start.elapsed(), Duration::from_millis(100));
     assert_eq!((db.calls("biz"), db.calls("advance")), (1, 1));
@@ -80,10 +79,10 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_waiting_on_a_stalled_fetch_gives_up_after_the_wait_timeout() {
-    let (db, generator) = slow_generator(Duration::from_secs(10), Duration::from_secs(1)).await;
+    let (db, cache) = slow_cache(Duration::from_secs(10), Duration::from_secs(1)).await;
     let start = tokio::time::Instant::now();
     let biz = biz();
-    match generator.next_ids(&biz, 1).await {
+    match cache.next_ids(&biz, 1).await {
         Err(StoreError::Unavailable(message)) => {
             assert!(message.contains("within 1s"), "{message}");
         }
@@ -95,7 +94,7 @@ async fn a_request_waiting_on_a_stalled_fetch_gives_up_after_the_wait_timeout() 
     // answered, the next request is served from memory without waiting.
     tokio::time::sleep_until(start + Duration::from_secs(20)).await;
     assert_eq!(db.calls("advance"), 1);
-    assert_eq!(generator.next_ids(&biz, 1).await.unwrap(), [1]);
+    assert_eq!(cache.next_ids(&biz, 1).await.unwrap(), [1]);
     assert_eq!(start.elapsed(), Duration::from_secs(20));
     assert_eq!(db.calls("advance"), 1);
 }
