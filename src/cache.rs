@@ -34,8 +34,8 @@ pub struct Cache {
     /// lock or a reference count (both HTTP workers would write to them); replaced
     /// with a copy when a biz is added.
     buffers: ArcSwap<HashMap<BizTag, Arc<Buffer>>>,
-    /// Share of a segment issued before the next is fetched.
-    preload_percent: u8,
+    /// Share of a segment issued before the next is fetched (the `preload_percent` setting).
+    prefetch_percent: u8,
     /// Longest a request waits for the in-flight fetch when both segments are empty.
     wait_timeout: Duration,
 }
@@ -155,11 +155,11 @@ pub fn plan_give_back(held: &[Held]) -> Vec<GiveBack> {
 }
 
 impl Cache {
-    pub fn new(store: Arc<Store>, preload_percent: u8, wait_timeout: Duration) -> Self {
+    pub fn new(store: Arc<Store>, prefetch_percent: u8, wait_timeout: Duration) -> Self {
         Cache {
             store,
             buffers: ArcSwap::from_pointee(HashMap::new()),
-            preload_percent,
+            prefetch_percent,
             wait_timeout,
         }
     }
@@ -172,7 +172,7 @@ impl Cache {
         let fresh = Arc::new(Buffer {
             biz: biz.clone(),
             state: Mutex::new(State {
-                buffer: DoubleBuffer::new(self.preload_percent),
+                buffer: DoubleBuffer::new(self.prefetch_percent),
                 last_error: None,
                 origins: Vec::new(),
                 closed: false,
@@ -199,7 +199,7 @@ impl Cache {
     }
 
     /// `n` IDs of `biz`. Served from memory while the cache holds them; starts the
-    /// background fetch of the next segment at the preload threshold; waits only when
+    /// background fetch of the next segment at the prefetch point; waits only when
     /// the cache is short, and then for the one fetch in flight. A request that fails
     /// leaves the cache as it was, unless it was larger than both segments together.
     ///

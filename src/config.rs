@@ -673,6 +673,34 @@ mod tests {
         assert!(!cfg.all_embedded() && cfg.databases[1].is_embedded());
     }
 
+    /// `config/default.toml` says it shows every top-level key with its default, and that
+    /// without it the same embedded database is built in: the file, read alone, must be
+    /// the built-in defaults plus [`BUILT_IN`], and must mention every key.
+    #[test]
+    fn default_toml_matches_the_built_in_defaults() {
+        let text = include_str!("../config/default.toml");
+        // Read alone, so a key missing from the file fails here instead of taking the
+        // built-in value.
+        let file: RawSettings = Figment::from(Toml::string(text)).extract().unwrap();
+        let built_in: RawSettings = Figment::from(Serialized::defaults(RawSettings::default()))
+            .merge(Toml::string(BUILT_IN))
+            .extract()
+            .unwrap();
+        let file = serde_json::to_value(file).unwrap();
+        let built_in = serde_json::to_value(built_in).unwrap();
+        for (key, default) in built_in.as_object().unwrap() {
+            assert_eq!(&file[key], default, "`{key}` in config/default.toml");
+            let documented = text
+                .lines()
+                .any(|l| l.trim_start_matches("# ").starts_with(&format!("{key} = ")));
+            assert!(
+                documented || key == "databases",
+                "config/default.toml does not show `{key}`"
+            );
+        }
+        assert_eq!(file, built_in);
+    }
+
     #[test]
     fn names_the_offending_key() {
         let overlap = TWO.replace("remainder = 1", "remainder = 0");

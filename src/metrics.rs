@@ -6,7 +6,10 @@
 //! set from that state when `/metrics` is scraped. Label values come only from the
 //! configuration (database names) or the catalog's bizs, capped at
 //! `metrics_max_bizs`: later bizs share the label `_other`, so a flood of bizs cannot
-//! grow the series without bound. Request input never becomes a label.
+//! grow the series without bound. Request input never becomes a label. Every series
+//! whose labels are known before its first event (a biz once it has a label, a
+//! database, a route) is created at zero, so that dashboards and alerts have data from
+//! the first scrape.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -365,18 +368,41 @@ impl Metrics {
     /// The label of `biz`: its name while fewer than `max_bizs` bizs have one, else
     /// [`OTHER_BIZ`]. Stable for the life of the process.
     pub fn biz_label(&self, biz: &BizTag) -> Arc<str> {
-        let mut labels = self.labels.lock();
-        if let Some(label) = labels.get(biz) {
-            return label.clone();
-        }
-        let own = labels.values().filter(|l| &***l != OTHER_BIZ).count();
-        let label: Arc<str> = if own < self.max_bizs {
-            Arc::from(biz.as_str())
-        } else {
-            Arc::from(OTHER_BIZ)
+        let label = {
+            let mut labels = self.labels.lock();
+            if let Some(label) = labels.get(biz) {
+                return label.clone();
+            }
+            let own = labels.values().filter(|l| &***l != OTHER_BIZ).count();
+            let label: Arc<str> = if own < self.max_bizs {
+                Arc::from(biz.as_str())
+            } else {
+                Arc::from(OTHER_BIZ)
+            };
+            labels.insert(biz.clone(), label.clone());
+            label
         };
-        labels.insert(biz.clone(), label.clone());
+        self.counters_at_zero(&label);
         label
+    }
+
+    /// Creates every counter of the biz label `label` at zero, so that the dashboard
+    /// and the alerts see a series from the first scrape that knows the biz, not from
+    /// its first event (Prometheus's instrumentation guide: avoid missing metrics).
+    fn counters_at_zero(&self, label: &str) {
+        for counter in [
+            &self.ids_issued,
+            &self.cache_waits,
+            &self.segment_ids,
+            &self.given_back,
+            &self.wasted,
+        ] {
+            counter.with_label_values(&[label]);
+        }
+        for reason in StepReason::ALL {
+            self.step_choices
+                .with_label_values(&[label, reason.as_str()]);
+        }
     }
 
     /// The counter of IDs issued from the cache for `biz`, to keep and bump.
@@ -553,6 +579,30 @@ mod tests {
             text.contains("segmint_ids_issued_total{biz=\"_other\"} 7"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_biz_has_its_counters_at_zero_once_it_has_a_label() {
+        let m = Metrics::new(10);
+        let before = m.render(&[], &[]);
+        assert!(!before.contains("biz=\"order\""), "{before}");
+        let text = m.render(&[BizStats::idle("order")], &[]);
+        for line in [
+            "segmint_ids_issued_total{biz=\"order\"} 0",
+            "segmint_cache_waits_total{biz=\"order\"} 0",
+            "segmint_segment_ids_total{biz=\"order\"} 0",
+            "segmint_ids_given_back_total{biz=\"order\"} 0",
+            "segmint_ids_wasted_total{biz=\"order\"} 0",
+        ] {
+            assert!(text.contains(line), "missing {line} in\n{text}");
+        }
+        for reason in StepReason::ALL {
+            let line = format!(
+                "segmint_step_choices_total{{biz=\"order\",reason=\"{}\"}} 0",
+                reason.as_str()
+            );
+            assert!(text.contains(&line), "missing {line} in\n{text}");
+        }
     }
 
     #[test]

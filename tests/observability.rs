@@ -1,5 +1,6 @@
 //! Observability: `/metrics` passes promtool's lint and carries every series of the
-//! metrics contract with its labels; the alert rules pass `promtool check rules` and
+//! metrics contract with its labels; a fresh server, before any request, already
+//! exports every series the dashboard and the alert rules name; the alert rules pass `promtool check rules` and
 //! their unit tests; and a real Prometheus scraping a server under load, then with its
 //! databases down, gives a result for every query of the Grafana dashboard and every
 //! alert expression, and fires `SegmintRunwayLow`; and a real Prometheus scrapes the
@@ -241,6 +242,21 @@ fn metric_names_in(text: &str) -> BTreeSet<&str> {
     text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
         .filter(|w| w.starts_with("segmint_") || w.starts_with("process_"))
         .collect()
+}
+
+/// Asserts that every metric name in the dashboard and the alert rules is `exported`.
+fn assert_grafana_names_only(exported: impl Fn(&str) -> bool) {
+    for file in ["grafana/segmint.json", "grafana/alerts.yml"] {
+        let text = read_repo_file(file);
+        let unknown: Vec<&str> = metric_names_in(&text)
+            .into_iter()
+            .filter(|name| !exported(name))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names series segmint does not export: {unknown:?}"
+        );
+    }
 }
 
 /// Every query of the dashboard, with its panel's title. Checks on the way that every
@@ -530,17 +546,7 @@ async fn promtool_accepts_metrics_and_rules() {
         .map(|s| s.name.as_str())
         .chain(types.keys().map(String::as_str))
         .collect();
-    for file in ["grafana/segmint.json", "grafana/alerts.yml"] {
-        let text = read_repo_file(file);
-        let unknown: Vec<&str> = metric_names_in(&text)
-            .into_iter()
-            .filter(|name| !exported.contains(name))
-            .collect();
-        assert!(
-            unknown.is_empty(),
-            "{file} names series segmint does not export: {unknown:?}"
-        );
-    }
+    assert_grafana_names_only(|name| exported.contains(name));
     assert!(!dashboard_queries().is_empty());
 
     let (ok, output) = promtool(&["check", "metrics"], Some(&text));
@@ -549,6 +555,68 @@ async fn promtool_accepts_metrics_and_rules() {
     assert!(ok, "promtool check rules grafana/alerts.yml:\n{output}");
     let (ok, output) = promtool(&["test", "rules", "grafana/alerts.test.yml"], None);
     assert!(ok, "promtool test rules grafana/alerts.test.yml:\n{output}");
+}
+
+/// A fresh server, before any request: every series the dashboard and the rules name is
+/// on `/metrics` already, the counters at zero, so that no panel or alert waits for a
+/// first event to have data (Prometheus's instrumentation guide: avoid missing metrics).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_server_exports_every_series_the_dashboard_and_rules_name() {
+    let pg = PgCluster::start();
+    let config = config(&[&pg], "");
+    setup_biz(&config, BIZ, 100, false).await;
+    let app = spawn_app(config).await;
+
+    let (status, text) = app.get("/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    let (samples, _) = parse_exposition(&text);
+    let series: BTreeSet<&str> = samples.iter().map(|s| s.name.as_str()).collect();
+    // A histogram is named by its family in some queries, and has only suffixed series.
+    assert_grafana_names_only(|name| {
+        series.contains(name) || series.contains(format!("{name}_bucket").as_str())
+    });
+    let biz = [("biz", BIZ)];
+    for counter in [
+        "segmint_ids_issued_total",
+        "segmint_cache_waits_total",
+        "segmint_segment_ids_total",
+    ] {
+        assert_eq!(value(&samples, counter, &biz), 0.0, "{counter}");
+    }
+    for reason in STEP_REASONS {
+        assert_eq!(
+            value(
+                &samples,
+                "segmint_step_choices_total",
+                &[("biz", BIZ), ("reason", reason)]
+            ),
+            0.0,
+            "{reason}"
+        );
+    }
+    for outcome in FETCH_OUTCOMES {
+        assert_eq!(
+            value(
+                &samples,
+                "segmint_segment_fetches_total",
+                &[("database", "pg0"), ("outcome", outcome)]
+            ),
+            0.0,
+            "{outcome}"
+        );
+    }
+    assert_eq!(
+        value(
+            &samples,
+            "segmint_http_requests_total",
+            &[
+                ("route", "/v1/ids/{biz}"),
+                ("method", "GET"),
+                ("status", "200")
+            ]
+        ),
+        0.0
+    );
 }
 
 /// A Prometheus server scraping one segmint server every second, killed on drop.

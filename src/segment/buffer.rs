@@ -15,16 +15,16 @@ pub struct DoubleBuffer {
     /// A fetch is in flight (single flight: at most one per biz).
     fetching: bool,
     /// Share of `current` (in percent) issued before the next segment is fetched.
-    preload_percent: u8,
+    prefetch_percent: u8,
 }
 
 impl DoubleBuffer {
-    pub fn new(preload_percent: u8) -> Self {
+    pub fn new(prefetch_percent: u8) -> Self {
         DoubleBuffer {
             current: None,
             next: None,
             fetching: false,
-            preload_percent: preload_percent.min(100),
+            prefetch_percent: prefetch_percent.min(100),
         }
     }
 
@@ -46,7 +46,7 @@ impl DoubleBuffer {
 
     /// Whether a fetch should start now; if so, marks it in flight so that no other
     /// caller starts one. A fetch is due when no segment is waiting and the current one
-    /// is missing, exhausted, used past the preload share, or `short` of what a caller
+    /// is missing, exhausted, used past its prefetch point, or `short` of what a caller
     /// needs.
     pub fn start_fetch(&mut self, short: bool) -> bool {
         let due = !self.fetching
@@ -55,7 +55,7 @@ impl DoubleBuffer {
                 || self
                     .current
                     .as_ref()
-                    .is_none_or(|c| c.used_at_least(self.preload_percent)));
+                    .is_none_or(|c| c.used_at_least(self.prefetch_percent)));
         if due {
             self.fetching = true;
         }
@@ -136,7 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn preloads_at_threshold_and_switches_without_gap() {
+    fn prefetches_at_the_prefetch_point_and_switches_without_gap() {
         let mut buf = DoubleBuffer::new(20);
         buf.install(seg(0, 10));
         let mut out = Vec::new();
@@ -182,8 +182,8 @@ mod tests {
         /// Whatever the order of takes and installs, IDs come out strictly increasing
         /// (segments installed in increasing order) and none is lost or repeated.
         #[test]
-        fn issues_every_installed_id_once(ops in proptest::collection::vec((1usize..30, any::<bool>()), 1..60), preload in 0u8..=100) {
-            let mut buf = DoubleBuffer::new(preload);
+        fn issues_every_installed_id_once(ops in proptest::collection::vec((1usize..30, any::<bool>()), 1..60), prefetch_percent in 0u8..=100) {
+            let mut buf = DoubleBuffer::new(prefetch_percent);
             let mut out = Vec::new();
             let mut max_id = 0;
             let mut installed = 0u64;

@@ -65,14 +65,22 @@ impl ApiError {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self.code() {
-            "bad_request" => StatusCode::BAD_REQUEST,
-            "unauthorized" => StatusCode::UNAUTHORIZED,
-            "forbidden" => StatusCode::FORBIDDEN,
-            "not_found" => StatusCode::NOT_FOUND,
-            "id_space_exhausted" => StatusCode::CONFLICT,
-            "biz_misconfigured" => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
+        // Exhaustive, so that a new variant has to be given its status here.
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Store(e) => match e {
+                StoreError::NotFound(_) => StatusCode::NOT_FOUND,
+                StoreError::Overflow { .. } => StatusCode::CONFLICT,
+                StoreError::ResidueConflict { .. } | StoreError::InvalidRow { .. } => {
+                    StatusCode::INTERNAL_SERVER_ERROR
+                }
+                StoreError::Contention(_) | StoreError::Unavailable(_) => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                StoreError::Refused(_) => StatusCode::BAD_REQUEST,
+            },
         }
     }
 
@@ -82,5 +90,64 @@ impl ResponseError for ApiError {
             response.insert_header(("WWW-Authenticate", "Bearer"));
         }
         response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_variant_has_its_status_and_code() {
+        let s = String::new;
+        let cases = [
+            (ApiError::BadRequest(s()), 400, "bad_request"),
+            (ApiError::Unauthorized("no token"), 401, "unauthorized"),
+            (ApiError::Forbidden(s()), 403, "forbidden"),
+            (StoreError::NotFound(s()).into(), 404, "not_found"),
+            (
+                StoreError::Overflow {
+                    biz: s(),
+                    database: s(),
+                    max_id: i64::MAX,
+                    step: 1,
+                }
+                .into(),
+                409,
+                "id_space_exhausted",
+            ),
+            (
+                StoreError::ResidueConflict {
+                    biz: s(),
+                    first: s(),
+                    first_class: s(),
+                    second: s(),
+                    second_class: s(),
+                }
+                .into(),
+                500,
+                "biz_misconfigured",
+            ),
+            (
+                StoreError::InvalidRow {
+                    biz: s(),
+                    database: s(),
+                    reason: s(),
+                }
+                .into(),
+                500,
+                "biz_misconfigured",
+            ),
+            (StoreError::Contention(s()).into(), 503, "contention"),
+            (StoreError::Unavailable(s()).into(), 503, "unavailable"),
+            (StoreError::Refused(s()).into(), 400, "bad_request"),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(
+                (error.status_code().as_u16(), error.code()),
+                (status, code),
+                "{error:?}"
+            );
+        }
     }
 }

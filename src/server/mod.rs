@@ -114,7 +114,7 @@ impl Routes {
         if serves != Serves::Operator {
             openapi::routes(cfg, observer);
         }
-        cfg.default_service(web::to(not_found).wrap(observer.route("unmatched")));
+        cfg.default_service(web::to(not_found).wrap(observer.route(observe::UNMATCHED)));
     }
 }
 

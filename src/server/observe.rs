@@ -79,6 +79,9 @@ impl InFlight {
     }
 }
 
+/// The route label of requests that match no route.
+pub(crate) const UNMATCHED: &str = "unmatched";
+
 /// Makes the middleware of each route.
 #[derive(Clone)]
 pub(crate) struct Observer {
@@ -131,13 +134,25 @@ where
 
     fn new_transform(&self, service: S) -> Self::Future {
         let metrics = &self.observer.metrics;
+        // The answer a GET of this route usually gets, counted from zero so that the
+        // request counter has a series per route before the first request.
+        let usual = if self.route == UNMATCHED {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::OK
+        };
+        let usual = (
+            "GET",
+            usual,
+            metrics.http_requests(self.route, "GET", usual.as_str()),
+        );
         ready(Ok(ObserveService {
             service: Rc::new(service),
             route: Rc::new(RouteState {
                 route: self.route,
                 in_flight: self.observer.in_flight.clone(),
                 seconds: metrics.http_seconds(self.route),
-                counters: RefCell::new(Vec::new()),
+                counters: RefCell::new(vec![usual]),
                 metrics: metrics.clone(),
             }),
         }))
