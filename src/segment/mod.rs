@@ -1,15 +1,18 @@
-//! The pure segment core: residue classes, segments, cursors and the double buffer.
+//! The pure segment core: residue classes, segments, cursors, the double buffer and the
+//! give-back plan.
 //!
 //! No IO and no async here: the server and the client library both issue IDs with
 //! this arithmetic, and it is unit- and property-tested on its own.
 
 mod buffer;
 mod chain;
+mod give_back;
 mod range;
 mod residue;
 
 pub use buffer::DoubleBuffer;
 pub use chain::{Chain, MAX_SEGMENT_IDS, MAX_TAKE, SLOTS, Take};
+pub use give_back::{GiveBack, Held, plan_give_back};
 pub use range::{Cursor, SegmentRange};
 pub use residue::Residue;
 
