@@ -1,11 +1,9 @@
 //! Database health: back-off after failures, fencing of databases that went back in
 //! time, readiness and status.
 
-use std::time::Instant;
-
 use futures_util::future::join_all;
 
-use super::Store;
+use super::{Store, now};
 use crate::backoff::Failures;
 use crate::store::DbError;
 use crate::store::evidence::Regression;
@@ -85,7 +83,7 @@ impl Store {
     pub(super) fn failed(&self, i: usize, error: &str) {
         let db = &self.dbs[i];
         let mut health = db.health.lock();
-        let backoff = health.failures.fail(self.timing.backoff(), Instant::now());
+        let backoff = health.failures.fail(self.timing.backoff(), now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
@@ -94,12 +92,12 @@ impl Store {
     /// there now would most likely only wait for its timeout), not fenced.
     pub fn is_live(&self, i: usize) -> bool {
         let health = self.dbs[i].health.lock();
-        health.fenced.is_none() && health.failures.is_over(Instant::now())
+        health.fenced.is_none() && health.failures.is_over(now())
     }
 
     /// Whether database `i` may be read: not backed off (it may be fenced).
     pub(super) fn is_reachable(&self, i: usize) -> bool {
-        self.dbs[i].health.lock().failures.is_over(Instant::now())
+        self.dbs[i].health.lock().failures.is_over(now())
     }
 
     pub(super) fn last_errors(&self) -> String {

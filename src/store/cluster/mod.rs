@@ -33,6 +33,13 @@ use crate::metrics::{DatabaseMetrics, Metrics};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
+/// The runtime's clock: real time in production, the paused clock of a timing test
+/// (`tokio::time::pause`), so that back-off, hedging and deadlines can be tested to the
+/// microsecond without a database.
+pub(super) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// Timeouts and back-off, from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::{Store, now};
 use crate::store::Catalog;
 use crate::store::catalog::Snapshot;
 use crate::store::evidence::{Evidence, Mark, Witness};
@@ -27,7 +27,7 @@ impl Store {
             }
             tokio::time::sleep_until((last + MIN_REFRESH_GAP).into()).await;
         }
-        *last_start = Some(Instant::now());
+        *last_start = Some(now());
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.len())
             .filter(|&i| self.is_reachable(i))

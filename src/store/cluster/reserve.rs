@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-use super::Store;
+use super::{Store, now};
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
 use crate::segment::{Residue, SegmentRange};
@@ -44,8 +44,8 @@ struct RoundTrip {
 
 impl RoundTrip {
     fn now_us(&self) -> u64 {
-        let epoch = *self.epoch.get_or_init(Instant::now);
-        u64::try_from(epoch.elapsed().as_micros())
+        let epoch = *self.epoch.get_or_init(now);
+        u64::try_from(now().saturating_duration_since(epoch).as_micros())
             .unwrap_or(u64::MAX)
             .max(1)
     }
@@ -96,7 +96,7 @@ impl Store {
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
-            catalog = self.refresh_since(Instant::now()).await;
+            catalog = self.refresh_since(now()).await;
         }
         let entry = catalog
             .biz(biz.as_str())
@@ -106,14 +106,14 @@ impl Store {
         }
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it.
-        let deadline = Instant::now() + self.timing.fetch_timeout;
+        let deadline = now() + self.timing.fetch_timeout;
         let reserved = loop {
             let hedge = self.hedge_delay(runway);
             match self
                 .reserve_pass(biz, hint, &entry.classes, deadline, hedge)
                 .await
             {
-                Err(StoreError::Contention(_)) if Instant::now() < deadline => {
+                Err(StoreError::Contention(_)) if now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
@@ -298,9 +298,9 @@ impl Store {
         let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
             return (i, Ok(Attempt::Contended));
         };
-        let started = Instant::now();
+        let started = now();
         let result = self.call(i, self.attempt(i, biz, hint, known, trip)).await;
-        let took = started.elapsed();
+        let took = now().saturating_duration_since(started);
         let db = &self.dbs[i].metrics;
         db.observe(took);
         match &result {
