@@ -44,19 +44,22 @@ fn slug(heading: &str) -> String {
         .collect()
 }
 
-/// The anchors a page defines: its headings and its `<a id="…">` tags. Lines in code
-/// blocks are not headings.
-fn anchors(text: &str) -> HashSet<String> {
-    let mut found = HashSet::new();
+/// The lines of a page outside its code blocks: only they hold headings and links.
+fn prose(text: &str) -> impl Iterator<Item = &str> {
     let mut in_code = false;
-    for line in text.lines() {
+    text.lines().filter(move |line| {
         if line.trim_start().starts_with("```") {
             in_code = !in_code;
-            continue;
+            return false;
         }
-        if in_code {
-            continue;
-        }
+        !in_code
+    })
+}
+
+/// The anchors a page defines: its headings and its `<a id="…">` tags.
+fn anchors(text: &str) -> HashSet<String> {
+    let mut found = HashSet::new();
+    for line in prose(text) {
         let hashes = line.chars().take_while(|c| *c == '#').count();
         if (1..=6).contains(&hashes) && line[hashes..].starts_with(' ') {
             found.insert(slug(&line[hashes..]));
@@ -75,15 +78,7 @@ fn anchors(text: &str) -> HashSet<String> {
 /// The targets of the Markdown links `[text](target)` of a page, outside code blocks.
 fn links(text: &str) -> Vec<String> {
     let mut found = Vec::new();
-    let mut in_code = false;
-    for line in text.lines() {
-        if line.trim_start().starts_with("```") {
-            in_code = !in_code;
-            continue;
-        }
-        if in_code {
-            continue;
-        }
+    for line in prose(text) {
         let mut rest = line;
         while let Some(at) = rest.find("](") {
             let tail = &rest[at + 2..];
