@@ -5,9 +5,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{PgCluster, TestApp, config, setup_biz, spawn_app};
+use common::{PgCluster, TestApp, config, eventually, setup_biz, spawn_app};
 use segmint::client::{Client, Protocol};
 
 /// A 64-hex-digit token no database knows.
@@ -53,16 +53,19 @@ async fn valid_token_is_unavailable_until_the_database_is_read() {
     }
 
     pg.start_again();
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        match v1(&app, "late", &token).await {
-            (200, _) => break,
-            (503, _) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+    let (app_ref, token_ref) = (&app, &token);
+    eventually(
+        Duration::from_secs(15),
+        "the valid token served after the database came back",
+        move || async move {
+            match v1(app_ref, "late", token_ref).await {
+                (200, _) => Ok(()),
+                (503, body) => Err(format!("503: {body}")),
+                other => panic!("the valid token after the database came back: {other:?}"),
             }
-            other => panic!("the valid token after the database came back: {other:?}"),
-        }
-    }
+        },
+    )
+    .await;
     assert_eq!(tinyid(&app, "late", &token).await.0, 200);
     assert_eq!(
         v1(&app, "late", UNKNOWN).await,

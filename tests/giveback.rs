@@ -77,14 +77,18 @@ async fn a_graceful_restart_continues_after_the_last_issued_id() {
     // 30 of the first segment's 100: the next one is fetched ahead (version 2).
     let first = server.ids(&token, 30).await;
     assert_eq!(first, (1..=30).collect::<Vec<_>>());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while tokio::task::block_in_place(|| row(&pg)) != (200, 2) {
-        assert!(
-            Instant::now() < deadline,
-            "the next segment was not fetched"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let pg_ref = &pg;
+    eventually(
+        Duration::from_secs(5),
+        "the next segment fetched (max_id 200, version 2)",
+        move || async move {
+            match tokio::task::block_in_place(|| row(pg_ref)) {
+                (200, 2) => Ok(()),
+                other => Err(format!("row at {other:?}")),
+            }
+        },
+    )
+    .await;
     server.stop().await;
     // Both segments went back: the row stands at the last ID issued.
     assert_eq!(tokio::task::block_in_place(|| row(&pg)), (30, 3));

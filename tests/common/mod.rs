@@ -5,6 +5,10 @@
 #![allow(dead_code)]
 
 pub mod tls;
+pub mod wait;
+
+#[allow(unused_imports)] // Not every test binary waits.
+pub use wait::eventually;
 
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;

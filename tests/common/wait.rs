@@ -1,0 +1,27 @@
+//! Waiting for a condition: one polling loop for every test that waits on something
+//! outside it (a background fetch, a database coming back, a catalog refresh).
+
+use std::time::{Duration, Instant};
+
+/// How often [`eventually`] checks again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Checks `check` until it returns `Ok`, every [`POLL`], for at most `limit`; then
+/// panics naming `what` and the last answer `check` gave (its `Err`). A check may also
+/// panic itself on an answer that must never come.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("{what}: not within {limit:?}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(POLL).await,
+        }
+    }
+}
