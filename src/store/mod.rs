@@ -80,7 +80,10 @@ pub trait SegmentStore: Send + Sync + 'static {
         version: i64,
         max_id: i64,
         new_max_id: i64,
-    ) -> Result<Option<BizRow>, DbError>;
+    ) -> Result<Option<BizRow>, DbError> {
+        self.raise(biz, version, max_id, version + 1, new_max_id)
+            .await
+    }
     /// Compare-and-set: moves the row from `version`/`max_id` to `new_version` (above
     /// `version`) and `new_max_id`, only if it still has `version` and `max_id`. Returns
     /// the updated row, or `None` when another writer got there first. [`advance`] is

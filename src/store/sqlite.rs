@@ -256,17 +256,6 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn advance(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        new_max_id: i64,
-    ) -> Result<Option<BizRow>, DbError> {
-        self.raise(biz, version, max_id, version + 1, new_max_id)
-            .await
-    }
-
     async fn raise(
         &self,
         biz: &str,
