@@ -6,93 +6,20 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::cli::{config_file, segmint_cli};
+use common::http::{
+    COMPAT_ROUTES, Params, Resp, Via, bearer, compat, tinyid_params, v1, v1_request,
+};
 use common::*;
 use reqwest::Method;
 use reqwest::header::HeaderValue;
 use serde_json::Value;
 
-/// What a response looked like.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    content_type: String,
-    error_header: Option<String>,
-    www_authenticate: Option<String>,
-    body: String,
-}
-
-impl Resp {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
-    }
-}
-
-async fn send(req: reqwest::RequestBuilder) -> Resp {
-    let r = req.send().await.expect("request");
-    let header = |name: &str| {
-        r.headers()
-            .get(name)
-            .map(|v| v.to_str().expect("ASCII header").to_string())
-    };
-    let content_type = header("content-type").unwrap_or_default();
-    let error_header = header("x-segmint-error");
-    let www_authenticate = header("www-authenticate");
-    Resp {
-        status: r.status().as_u16(),
-        content_type,
-        error_header,
-        www_authenticate,
-        body: r.text().await.expect("body"),
-    }
-}
-
-const COMPAT_ROUTES: [&str; 4] = [
-    "nextId",
-    "nextIdSimple",
-    "nextSegmentId",
-    "nextSegmentIdSimple",
-];
-
-/// Request parameters of a compat route.
-type Params<'a> = Vec<(&'a str, &'a str)>;
-
-/// A compat request, as a GET query string or a POST form body.
-async fn compat(app: &TestApp, route: &str, post: bool, params: &[(&str, &str)]) -> Resp {
-    let encoded = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(params)
-        .finish();
-    let url = format!("{}/tinyid/id/{route}", app.base);
-    let req = if post {
-        app.http
-            .post(url)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(encoded)
-    } else {
-        app.http.get(format!("{url}?{encoded}"))
-    };
-    send(req).await
-}
-
-/// A v1 request with the raw `Authorization` header `auth`, if any.
-async fn v1(app: &TestApp, post: bool, path: &str, auth: Option<HeaderValue>) -> Resp {
-    let url = format!("{}{path}", app.base);
-    let mut req = if post {
-        app.http.post(url)
-    } else {
-        app.http.get(url)
-    };
-    if let Some(auth) = auth {
-        req = req.header("authorization", auth);
-    }
-    send(req).await
-}
-
-fn bearer(token: &str) -> Option<HeaderValue> {
-    Some(HeaderValue::from_str(&format!("Bearer {token}")).unwrap())
-}
+/// The two ways of sending compat parameters that reach the same extractor: a
+/// query string and a form body.
+const GET_AND_FORM: [Via; 2] = [Via::Get, Via::PostForm];
 
 /// The expected refusal of a compat request.
 #[derive(Debug, Clone, Copy)]
@@ -275,8 +202,8 @@ async fn setup() -> Setup {
     let r = compat(
         &app,
         "nextIdSimple",
-        false,
-        &[("bizType", "used"), ("token", &used), ("batchSize", "3")],
+        Via::Get,
+        &tinyid_params("used", &used, Some("3")),
     )
     .await;
     assert_eq!(r.body.split(',').count(), 3, "{r:?}");
@@ -307,6 +234,66 @@ async fn settled(rows: &Rows) -> Vec<String> {
     panic!("rows keep changing with no request: {last:?}");
 }
 
+/// A token no biz has.
+const UNKNOWN_TOKEN: &str = "0123456789abcdef";
+
+/// Counts (`batchSize`, `count`) that are not an integer in 1..=100000.
+const BAD_COUNTS: [&str; 6] = ["0", "-1", "100001", "abc", "", "1.5"];
+
+/// A compat request that must be refused, on every route it applies to.
+struct CompatCase<'a> {
+    /// What is wrong with it.
+    what: String,
+    /// Its parameters.
+    params: Params<'a>,
+    /// How it must be refused.
+    refusal: Refusal<'a>,
+    /// It concerns `batchSize`, which only the ID routes take.
+    ids_only: bool,
+}
+
+impl<'a> CompatCase<'a> {
+    /// A request with `params`, refused on every route.
+    fn new(what: String, params: Params<'a>, refusal: Refusal<'a>) -> CompatCase<'a> {
+        CompatCase {
+            what,
+            params,
+            refusal,
+            ids_only: false,
+        }
+    }
+}
+
+/// A v1 request that must be refused, with the error it must get.
+struct V1Case {
+    /// What is wrong with it.
+    what: String,
+    /// Its path and query.
+    path: String,
+    /// Its raw `Authorization` header, if any.
+    auth: Option<HeaderValue>,
+    /// The HTTP status.
+    status: u16,
+    /// `error.code`.
+    code: &'static str,
+    /// What `error.message` must contain.
+    mentions: String,
+}
+
+impl V1Case {
+    /// A request to `path` refused as 401 `unauthorized` for its `auth`.
+    fn unauthorized(what: String, path: &str, auth: Option<HeaderValue>) -> V1Case {
+        V1Case {
+            what,
+            path: path.to_owned(),
+            auth,
+            status: 401,
+            code: "unauthorized",
+            mentions: String::new(),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compat_bad_requests_change_nothing() {
     let s = setup().await;
@@ -317,79 +304,74 @@ async fn compat_bad_requests_change_nothing() {
     let psql_before = psql_rows(&clusters, &bizs);
     let long = "a".repeat(64);
 
-    // (what, params, refusal, only on the ID routes)
-    let mut cases: Vec<(String, Params, Refusal, bool)> = Vec::new();
+    let mut cases: Vec<CompatCase> = Vec::new();
     for (biz, token) in [("used", s.used.as_str()), ("fresh", s.fresh.as_str())] {
-        cases.push((
-            format!("unknown biz with the token of `{biz}`"),
-            vec![("bizType", "nosuch"), ("token", token)],
-            Refusal::Other("nosuch"),
-            false,
-        ));
-        cases.push((
-            "unknown biz with an unknown token".into(),
-            vec![("bizType", "nosuch"), ("token", "0123456789abcdef")],
-            Refusal::Token,
-            false,
-        ));
-        cases.push((
-            format!("`{biz}` with an unknown token"),
-            vec![("bizType", biz), ("token", "0123456789abcdef")],
-            Refusal::Token,
-            false,
-        ));
-        cases.push((
-            format!("`{biz}` without a token"),
-            vec![("bizType", biz)],
-            Refusal::Token,
-            false,
-        ));
-        cases.push((
-            format!("`{biz}` with an empty token"),
-            vec![("bizType", biz), ("token", "")],
-            Refusal::Token,
-            false,
-        ));
-        cases.push((
-            format!("`{biz}` with the token of `other`"),
-            vec![("bizType", biz), ("token", s.other.as_str())],
-            Refusal::Token,
-            false,
-        ));
-        for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
-            cases.push((
-                format!("`{biz}` with batchSize `{bad}`"),
-                vec![("bizType", biz), ("token", token), ("batchSize", bad)],
-                Refusal::Other("batchSize"),
-                true,
-            ));
+        cases.extend([
+            CompatCase::new(
+                format!("unknown biz with the token of `{biz}`"),
+                tinyid_params("nosuch", token, None),
+                Refusal::Other("nosuch"),
+            ),
+            CompatCase::new(
+                "unknown biz with an unknown token".into(),
+                tinyid_params("nosuch", UNKNOWN_TOKEN, None),
+                Refusal::Token,
+            ),
+            CompatCase::new(
+                format!("`{biz}` with an unknown token"),
+                tinyid_params(biz, UNKNOWN_TOKEN, None),
+                Refusal::Token,
+            ),
+            CompatCase::new(
+                format!("`{biz}` without a token"),
+                vec![("bizType", biz)],
+                Refusal::Token,
+            ),
+            CompatCase::new(
+                format!("`{biz}` with an empty token"),
+                tinyid_params(biz, "", None),
+                Refusal::Token,
+            ),
+            CompatCase::new(
+                format!("`{biz}` with the token of `other`"),
+                tinyid_params(biz, &s.other, None),
+                Refusal::Token,
+            ),
+        ]);
+        for bad in BAD_COUNTS {
+            cases.push(CompatCase {
+                ids_only: true,
+                ..CompatCase::new(
+                    format!("`{biz}` with batchSize `{bad}`"),
+                    tinyid_params(biz, token, Some(bad)),
+                    Refusal::Other("batchSize"),
+                )
+            });
         }
     }
     for name in ["a b", "x;drop", "é", long.as_str(), "", "used'--"] {
-        cases.push((
+        cases.push(CompatCase::new(
             format!("illegal biz name `{name}`"),
-            vec![("bizType", name), ("token", s.used.as_str())],
+            tinyid_params(name, &s.used, None),
             Refusal::Other("biz type"),
-            false,
         ));
     }
-    cases.push((
+    cases.push(CompatCase::new(
         "missing bizType".into(),
         vec![("token", s.used.as_str())],
         Refusal::Other("bizType"),
-        false,
     ));
 
     let mut checked = 0;
-    for (what, params, refusal, ids_only) in &cases {
+    for case in &cases {
         for route in COMPAT_ROUTES {
-            if *ids_only && route.contains("Segment") {
+            if case.ids_only && route.contains("Segment") {
                 continue; // the segment routes take no batchSize
             }
-            for post in [false, true] {
-                let label = format!("{route} {} {what}", if post { "POST" } else { "GET" });
-                let r = compat(&s.app, route, post, params).await;
-                assert_compat_refusal(&r, route, *refusal, &label);
+            for via in GET_AND_FORM {
+                let label = format!("{route} {via:?} {}", case.what);
+                let r = compat(&s.app, route, via, &case.params).await;
+                assert_compat_refusal(&r, route, case.refusal, &label);
                 rows.assert_unchanged(&before, &label).await;
                 checked += 1;
             }
@@ -407,8 +389,8 @@ async fn compat_bad_requests_change_nothing() {
         let r = compat(
             &s.app,
             "nextIdSimple",
-            false,
-            &[("bizType", biz), ("token", token), ("batchSize", "2")],
+            Via::Get,
+            &tinyid_params(biz, token, Some("2")),
         )
         .await;
         assert_eq!(
@@ -428,67 +410,41 @@ async fn v1_bad_requests_change_nothing() {
     let before = settled(&rows).await;
     let psql_before = psql_rows(&clusters, &bizs);
 
-    // (what, path, Authorization, status, code, message must contain)
-    type Case = (
-        String,
-        String,
-        Option<HeaderValue>,
-        u16,
-        &'static str,
-        String,
-    );
-    let mut cases: Vec<Case> = Vec::new();
+    let mut cases: Vec<V1Case> = Vec::new();
     for route in ["ids", "segments"] {
         for (biz, token) in [("used", s.used.as_str()), ("fresh", s.fresh.as_str())] {
             let path = format!("/v1/{route}/{biz}");
-            cases.push((
-                format!("unknown biz with the token of `{biz}`"),
-                format!("/v1/{route}/nosuch"),
-                bearer(token),
-                404,
-                "not_found",
-                "nosuch".into(),
-            ));
-            cases.push((
-                "unknown biz with an unknown token".into(),
-                format!("/v1/{route}/nosuch"),
-                bearer("0123456789abcdef"),
-                401,
-                "unauthorized",
-                String::new(),
-            ));
-            cases.push((
-                "unknown biz without a token".into(),
-                format!("/v1/{route}/nosuch"),
-                None,
-                401,
-                "unauthorized",
-                String::new(),
-            ));
-            cases.push((
-                format!("`{biz}` with an unknown token"),
-                path.clone(),
-                bearer("0123456789abcdef"),
-                401,
-                "unauthorized",
-                String::new(),
-            ));
-            cases.push((
-                format!("`{biz}` without a token"),
-                path.clone(),
-                None,
-                401,
-                "unauthorized",
-                String::new(),
-            ));
-            cases.push((
-                format!("`{biz}` with the token of `other`"),
-                path.clone(),
-                bearer(&s.other),
-                403,
-                "forbidden",
-                biz.into(),
-            ));
+            let unknown = format!("/v1/{route}/nosuch");
+            cases.extend([
+                V1Case {
+                    what: format!("unknown biz with the token of `{biz}`"),
+                    path: unknown.clone(),
+                    auth: bearer(token),
+                    status: 404,
+                    code: "not_found",
+                    mentions: "nosuch".into(),
+                },
+                V1Case::unauthorized(
+                    "unknown biz with an unknown token".into(),
+                    &unknown,
+                    bearer(UNKNOWN_TOKEN),
+                ),
+                V1Case::unauthorized("unknown biz without a token".into(), &unknown, None),
+                V1Case::unauthorized(
+                    format!("`{biz}` with an unknown token"),
+                    &path,
+                    bearer(UNKNOWN_TOKEN),
+                ),
+                V1Case::unauthorized(format!("`{biz}` without a token"), &path, None),
+                V1Case {
+                    what: format!("`{biz}` with the token of `other`"),
+                    path: path.clone(),
+                    auth: bearer(&s.other),
+                    status: 403,
+                    code: "forbidden",
+                    mentions: biz.into(),
+                },
+            ]);
             let malformed = [
                 format!("Basic {token}"),
                 format!("Token {token}"),
@@ -497,33 +453,27 @@ async fn v1_bad_requests_change_nothing() {
                 format!("Bearer {token} extra"),
             ];
             for auth in malformed {
-                cases.push((
+                cases.push(V1Case::unauthorized(
                     format!("`{biz}` with Authorization `{auth}`"),
-                    path.clone(),
+                    &path,
                     Some(HeaderValue::from_str(&auth).unwrap()),
-                    401,
-                    "unauthorized",
-                    String::new(),
                 ));
             }
-            cases.push((
+            cases.push(V1Case::unauthorized(
                 format!("`{biz}` with a non-UTF-8 Authorization"),
-                path.clone(),
+                &path,
                 Some(HeaderValue::from_bytes(b"Bearer \xff\xfe").unwrap()),
-                401,
-                "unauthorized",
-                String::new(),
             ));
             if route == "ids" {
-                for bad in ["0", "-1", "100001", "abc", "", "1.5"] {
-                    cases.push((
-                        format!("`{biz}` with count `{bad}`"),
-                        format!("{path}?count={bad}"),
-                        bearer(token),
-                        400,
-                        "bad_request",
-                        "count".into(),
-                    ));
+                for bad in BAD_COUNTS {
+                    cases.push(V1Case {
+                        what: format!("`{biz}` with count `{bad}`"),
+                        path: format!("{path}?count={bad}"),
+                        auth: bearer(token),
+                        status: 400,
+                        code: "bad_request",
+                        mentions: "count".into(),
+                    });
                 }
             }
         }
@@ -536,26 +486,32 @@ async fn v1_bad_requests_change_nothing() {
             "a%2Fb",
             "used'--",
         ] {
-            cases.push((
-                format!("illegal biz name `{name}`"),
-                format!("/v1/{route}/{name}"),
-                bearer(&s.used),
-                400,
-                "bad_request",
-                "biz type".into(),
-            ));
+            cases.push(V1Case {
+                what: format!("illegal biz name `{name}`"),
+                path: format!("/v1/{route}/{name}"),
+                auth: bearer(&s.used),
+                status: 400,
+                code: "bad_request",
+                mentions: "biz type".into(),
+            });
         }
     }
 
     let mut checked = 0;
-    for (what, path, auth, status, code, needle) in &cases {
+    for case in &cases {
         for post in [false, true] {
-            let label = format!("{} {path}: {what}", if post { "POST" } else { "GET" });
-            let r = v1(&s.app, post, path, auth.clone()).await;
-            let msg = assert_v1_error(&r, *status, code, &label);
+            let label = format!(
+                "{} {}: {}",
+                if post { "POST" } else { "GET" },
+                case.path,
+                case.what
+            );
+            let r = v1(&s.app, post, &case.path, case.auth.clone()).await;
+            let msg = assert_v1_error(&r, case.status, case.code, &label);
             assert!(
-                msg.contains(needle.as_str()),
-                "{label}: `{msg}` should mention `{needle}`"
+                msg.contains(&case.mentions),
+                "{label}: `{msg}` should mention `{}`",
+                case.mentions
             );
             rows.assert_unchanged(&before, &label).await;
             checked += 1;
@@ -585,11 +541,8 @@ async fn v1_bad_requests_change_nothing() {
         }
         // Methods other than GET and POST: 405 naming the allowed ones.
         for method in [Method::PUT, Method::DELETE, Method::PATCH, Method::HEAD] {
-            let r = s
-                .app
-                .http
-                .request(method.clone(), format!("{}/v1/{route}/used", s.app.base))
-                .header("authorization", bearer(&s.used).unwrap())
+            let path = format!("/v1/{route}/used");
+            let r = v1_request(&s.app, method.clone(), &path, bearer(&s.used))
                 .send()
                 .await
                 .unwrap();
@@ -676,8 +629,8 @@ async fn overflow_near_i64_max_is_refused() {
                 rows.assert_unchanged(&before, &path).await;
             }
             for route in COMPAT_ROUTES {
-                for post in [false, true] {
-                    let r = compat(app, route, post, &[("bizType", biz), ("token", &token)]).await;
+                for via in GET_AND_FORM {
+                    let r = compat(app, route, via, &tinyid_params(biz, &token, None)).await;
                     let what = format!("{route} {biz} near i64::MAX");
                     assert_compat_refusal(&r, route, Refusal::Other(biz), &what);
                     rows.assert_unchanged(&before, &what).await;
@@ -706,8 +659,8 @@ async fn overflow_near_i64_max_is_refused() {
     let r = compat(
         &app,
         "nextIdSimple",
-        false,
-        &[("bizType", "ok"), ("token", &ok)],
+        Via::Get,
+        &tinyid_params("ok", &ok, None),
     )
     .await;
     assert!(r.body.parse::<i64>().is_ok(), "`ok` still served: {r:?}");
@@ -772,8 +725,8 @@ async fn overlapping_rows_refuse_only_that_biz() {
             rows.assert_unchanged(&before, &path).await;
         }
         for route in COMPAT_ROUTES {
-            for post in [false, true] {
-                let r = compat(&app, route, post, &[("bizType", biz), ("token", token)]).await;
+            for via in GET_AND_FORM {
+                let r = compat(&app, route, via, &tinyid_params(biz, token, None)).await;
                 let what = format!("{route} {biz} with overlapping rows");
                 assert_compat_refusal(&r, route, Refusal::Other("pg1"), &what);
                 assert_compat_refusal(&r, route, Refusal::Other("pg0"), &what);
@@ -787,8 +740,8 @@ async fn overlapping_rows_refuse_only_that_biz() {
     let r = compat(
         &app,
         "nextId",
-        true,
-        &[("bizType", "fine"), ("token", &fine)],
+        Via::PostForm,
+        &tinyid_params("fine", &fine, None),
     )
     .await;
     assert!(
@@ -799,18 +752,19 @@ async fn overlapping_rows_refuse_only_that_biz() {
     // Once the rows are made disjoint by hand, the biz is served again (after the
     // periodic catalog refresh), from the corrected classes.
     b.psql("UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'lap'");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let ids = loop {
-        let r = v1(&app, false, "/v1/ids/lap?count=30", bearer(&lap)).await;
-        if r.status == 200 {
-            break serde_json::from_value::<Vec<i64>>(r.json()["ids"].clone()).unwrap();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "`lap` still refused after its rows were fixed: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let (app, lap) = (&app, &lap);
+    let ids: Vec<i64> = eventually(
+        Duration::from_secs(10),
+        "`lap` served after its rows were fixed",
+        move || async move {
+            let r = v1(app, false, "/v1/ids/lap?count=30", bearer(lap)).await;
+            match r.status {
+                200 => Ok(serde_json::from_value(r.json()["ids"].clone()).unwrap()),
+                _ => Err(format!("{r:?}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(ids.len(), 30);
     assert!(
         ids.iter().all(|id| id % 4 == 2 || id % 4 == 0),
@@ -833,13 +787,7 @@ async fn unreachable_databases_give_503_and_change_nothing() {
         assert_v1_error(&r, 503, "unavailable", path);
     }
     for route in COMPAT_ROUTES {
-        let r = compat(
-            &app,
-            route,
-            false,
-            &[("bizType", "down"), ("token", &token)],
-        )
-        .await;
+        let r = compat(&app, route, Via::Get, &tinyid_params("down", &token, None)).await;
         assert_compat_refusal(&r, route, Refusal::Other("database"), route);
     }
     a.start_again();
@@ -850,16 +798,22 @@ async fn unreachable_databases_give_503_and_change_nothing() {
         "failed requests reserved nothing"
     );
     // Served again once the back-off (at most 400 ms here) is over.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = v1(&app, false, "/v1/ids/down?count=3", bearer(&token)).await;
-        if r.status == 200 {
-            break;
-        }
-        assert_eq!(r.status, 503, "only unavailable while recovering: {r:?}");
-        assert!(Instant::now() < deadline, "not served again: {r:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (app, token) = (&app, &token);
+    eventually(
+        Duration::from_secs(10),
+        "served again",
+        move || async move {
+            let r = v1(app, false, "/v1/ids/down?count=3", bearer(token)).await;
+            match r.status {
+                200 => Ok(()),
+                _ => {
+                    assert_eq!(r.status, 503, "only unavailable while recovering: {r:?}");
+                    Err(format!("{r:?}"))
+                }
+            }
+        },
+    )
+    .await;
 }
 
 /// A two-database configuration with a dummy URL (nothing listens on port 1).
@@ -870,28 +824,21 @@ fn two_databases(db1_extra: &str) -> String {
     )
 }
 
-/// Runs `segmint --config <toml> migrate`; returns (success, stdout, stderr).
+/// Runs `segmint --config <toml> migrate`; returns (exit code, stdout, stderr).
 fn migrate_with(toml: &str) -> (Option<i32>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("segmint.toml");
-    std::fs::write(&path, toml).unwrap();
-    let mut cmd = Command::new(segmint_bin());
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("SEGMINT_") {
-            cmd.env_remove(k);
-        }
-    }
-    let out = cmd
-        .arg("--config")
-        .arg(&path)
-        .arg("migrate")
-        .output()
-        .expect("run segmint");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let file = config_file(toml);
+    let run = segmint_cli(file.path(), &["migrate"], &[]);
+    (run.code, run.stdout, run.stderr)
+}
+
+/// A configuration file the binary must refuse before touching any database.
+struct ConfigCase {
+    /// What is wrong with it.
+    what: &'static str,
+    /// The file.
+    toml: String,
+    /// What the error must name.
+    names: &'static [&'static str],
 }
 
 #[test]
@@ -909,47 +856,47 @@ fn bad_configuration_is_refused_by_the_binary() {
     );
 
     let cases = [
-        (
-            "overlapping residue classes",
-            two_databases("delta = 2\nremainder = 0"),
-            &["databases[1].remainder", "\"a\""][..],
-        ),
-        (
-            "remainder >= delta",
-            two_databases("delta = 2\nremainder = 2"),
-            &["databases[1].remainder"][..],
-        ),
-        (
-            "overlapping classes of different deltas",
-            two_databases("delta = 4\nremainder = 2"),
-            &["databases[1].remainder"][..],
-        ),
-        (
-            "delta 0",
-            two_databases("delta = 0\nremainder = 0"),
-            &["databases[1].delta"][..],
-        ),
-        (
-            "unknown top-level key",
-            format!(
+        ConfigCase {
+            what: "overlapping residue classes",
+            toml: two_databases("delta = 2\nremainder = 0"),
+            names: &["databases[1].remainder", "\"a\""],
+        },
+        ConfigCase {
+            what: "remainder >= delta",
+            toml: two_databases("delta = 2\nremainder = 2"),
+            names: &["databases[1].remainder"],
+        },
+        ConfigCase {
+            what: "overlapping classes of different deltas",
+            toml: two_databases("delta = 4\nremainder = 2"),
+            names: &["databases[1].remainder"],
+        },
+        ConfigCase {
+            what: "delta 0",
+            toml: two_databases("delta = 0\nremainder = 0"),
+            names: &["databases[1].delta"],
+        },
+        ConfigCase {
+            what: "unknown top-level key",
+            toml: format!(
                 "bogus_key = 1\n{}",
                 two_databases("delta = 2\nremainder = 1")
             ),
-            &["bogus_key"][..],
-        ),
-        (
-            "unknown key in a database",
-            two_databases("delta = 2\nremainder = 1\ncolour = \"red\""),
-            &["colour", "databases"][..],
-        ),
+            names: &["bogus_key"],
+        },
+        ConfigCase {
+            what: "unknown key in a database",
+            toml: two_databases("delta = 2\nremainder = 1\ncolour = \"red\""),
+            names: &["colour", "databases"],
+        },
     ];
-    for (what, toml, needles) in cases {
+    for ConfigCase { what, toml, names } in cases {
         let (code, stdout, stderr) = migrate_with(&toml);
         assert!(
             code.is_some_and(|c| c != 0),
             "{what}: must exit non-zero, got {code:?}: {stderr}"
         );
-        for needle in needles {
+        for needle in names {
             assert!(
                 stderr.contains(needle),
                 "{what}: stderr must name `{needle}`: {stderr}"

@@ -2,37 +2,23 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::cli::{config_file, segmint_cli};
+use common::http::{Via, compat_request, tinyid_params, try_send, v1_request};
 use common::*;
-
-fn write_config(text: &str) -> tempfile::NamedTempFile {
-    let mut f = tempfile::NamedTempFile::new().unwrap();
-    f.write_all(text.as_bytes()).unwrap();
-    f
-}
+use reqwest::Method;
 
 /// Runs `segmint --config FILE args…`; returns (success, stdout, stderr).
 fn segmint(config: &tempfile::NamedTempFile, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(segmint_bin())
-        .arg("--config")
-        .arg(config.path())
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let run = segmint_cli(config.path(), args, &[]);
+    (run.ok(), run.stdout, run.stderr)
 }
 
 #[test]
 fn admin_commands_report_per_database() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
-    let cfg = write_config(&config_toml(&[&a, &b], ""));
+    let cfg = config_file(&config_toml(&[&a, &b], ""));
 
     let (ok, out, err) = segmint(&cfg, &["migrate"]);
     assert!(ok, "{err}");
@@ -118,84 +104,44 @@ fn admin_commands_report_per_database() {
 
 /// SIGTERM stops accepting, lets the in-flight request finish, and exits 0. The
 /// listen address comes from `SEGMINT_BIND`, overriding the file.
-#[test]
-fn sigterm_finishes_in_flight_requests_and_exits_zero() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     let pg = PgCluster::start();
-    let cfg = write_config(&config_toml(
-        &[&pg],
-        "fetch_timeout_ms = 5000\nwait_timeout_ms = 8000",
-    ));
+    let toml = config_toml(&[&pg], "fetch_timeout_ms = 5000\nwait_timeout_ms = 8000");
+    let cfg = config_file(&toml);
     let (ok, _, err) = segmint(&cfg, &["migrate"]);
     assert!(ok, "{err}");
     assert!(segmint(&cfg, &["biz", "add", "slow", "--step", "10"]).0);
     let (_, token, _) = segmint(&cfg, &["token", "add", "--biz", "slow"]);
-    let port = free_port();
-    let mut server = serve_command(cfg.path(), port)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let base = format!("http://127.0.0.1:{port}");
-    let up = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(child_healthy(&mut server, &base, Duration::from_secs(20)));
-    if let Err(e) = up {
-        let _ = server.kill();
-        let out = server.wait_with_output().unwrap();
-        panic!(
-            "{e} (SEGMINT_BIND)\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    let mut server = ServerProcess::start(&toml).await;
 
     // Hold the biz row locked for 2 s: the first request waits on the reservation.
     let locker = pg.psql_background(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'slow' FOR UPDATE; SELECT pg_sleep(2); COMMIT;",
     );
-    std::thread::sleep(Duration::from_millis(300));
-    let url = format!(
-        "{base}/tinyid/id/nextIdSimple?bizType=slow&token={}",
-        token.trim()
-    );
-    let request = std::thread::spawn(move || reqwest::blocking_get(&url));
-    std::thread::sleep(Duration::from_millis(300));
-    let kill = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let remote = server.remote(Duration::from_secs(30));
+    let request = tokio::spawn({
+        let remote = remote.clone();
+        async move {
+            let params = tinyid_params("slow", token.trim(), None);
+            try_send(compat_request(&remote, "nextIdSimple", Via::Get, &params)).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = server.sigterm(Duration::from_secs(30)).await;
 
-    let answer = request.join().unwrap();
-    if answer.is_err() {
-        let out = server.wait_with_output().unwrap();
-        panic!(
-            "in-flight request failed: {answer:?}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let answer = answer.unwrap();
-    assert_eq!(answer, "1", "the in-flight request got its ID");
-    let status = server.wait().unwrap();
+    let answer = request
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("in-flight request failed: {e:?}\n{}", server.log_text()));
+    assert_eq!(answer.body, "1", "the in-flight request got its ID");
     assert_eq!(status.code(), Some(0), "graceful stop exits 0");
     assert!(
-        reqwest::blocking_get(&format!("{base}/healthz")).is_err(),
+        try_send(v1_request(&remote, Method::GET, "/healthz", None))
+            .await
+            .is_err(),
         "no longer accepting"
     );
     drop(locker);
-}
-
-mod reqwest {
-    //! A minimal blocking GET on top of the async client, for the process tests.
-    pub fn blocking_get(url: &str) -> Result<String, String> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let r = ::reqwest::get(url).await.map_err(|e| format!("{e:?}"))?;
-            r.text().await.map_err(|e| e.to_string())
-        })
-    }
 }

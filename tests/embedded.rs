@@ -8,41 +8,28 @@
 mod common;
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{ChildGuard, child_healthy, config_toml_urls, free_port, segmint_bin, serve_command};
+use common::cli::segmint_ok;
+use common::http::{Remote, Via, bearer, compat_request, tinyid_params, try_send, v1_request};
+use common::{ServerProcess, config_toml_urls};
+use reqwest::Method;
+
+/// Admin commands log warnings only, so that their stdout and stderr stay short.
+const QUIET: [(&str, &str); 1] = [("RUST_LOG", "warn")];
 
 /// A scratch directory with a configuration file, its embedded databases migrated,
 /// one biz and a token for it.
 struct Setup {
     dir: tempfile::TempDir,
+    /// The configuration, also in the file `config`.
+    toml: String,
     config: PathBuf,
     biz: String,
     token: String,
-}
-
-/// Runs `segmint --config FILE args…`, asserts success and returns stdout.
-fn segmint(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(segmint_bin())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap_or_else(|e| panic!("run segmint {args:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "segmint {args:?} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 impl Setup {
@@ -66,10 +53,14 @@ impl Setup {
             "fetch_timeout_ms = 5000\nwait_timeout_ms = 10000\ncatalog_refresh_ms = 1000\nadaptive_step = false",
         );
         let config = dir.path().join("segmint.toml");
-        std::fs::write(&config, toml).unwrap();
-        segmint(&config, &["migrate"]);
-        segmint(&config, &["biz", "add", biz, "--step", &step.to_string()]);
-        let token = segmint(&config, &["token", "add", "--biz", biz]);
+        std::fs::write(&config, &toml).unwrap();
+        segmint_ok(&config, &["migrate"], &QUIET);
+        segmint_ok(
+            &config,
+            &["biz", "add", biz, "--step", &step.to_string()],
+            &QUIET,
+        );
+        let token = segmint_ok(&config, &["token", "add", "--biz", biz], &QUIET);
         let token = token
             .strip_suffix('\n')
             .unwrap_or_else(|| panic!("`token add` prints the token on one line: {token:?}"))
@@ -80,6 +71,7 @@ impl Setup {
         );
         Setup {
             dir,
+            toml,
             config,
             biz: biz.to_string(),
             token,
@@ -103,75 +95,10 @@ impl Setup {
         )
         .unwrap_or_else(|e| panic!("read the `{}` row of {name}: {e}", self.biz))
     }
-}
 
-/// One `segmint serve` child process, killed (SIGKILL) when dropped.
-struct Server {
-    child: ChildGuard,
-    base: String,
-    log: PathBuf,
-}
-
-impl Server {
-    /// Starts `segmint serve` on a free port (through `SEGMINT_BIND`), stderr to `log`,
-    /// and waits until `/healthz` answers.
-    async fn start(setup: &Setup, log_name: &str) -> Server {
-        let port = free_port();
-        let log = setup.dir.path().join(log_name);
-        let child = serve_command(&setup.config, port)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(File::create(&log).unwrap())
-            .spawn()
-            .expect("spawn segmint serve");
-        let mut server = Server {
-            child: ChildGuard(child),
-            base: format!("http://127.0.0.1:{port}"),
-            log,
-        };
-        let base = server.base.clone();
-        if let Err(e) = child_healthy(&mut server.child.0, &base, Duration::from_secs(20)).await {
-            panic!("{e}:\n{}", server.log_text());
-        }
-        server
-    }
-
-    fn log_text(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let skip = text.len().saturating_sub(4000);
-        let start = (skip..text.len())
-            .find(|&i| text.is_char_boundary(i))
-            .unwrap_or(text.len());
-        format!("--- {} (tail) ---\n{}", self.log.display(), &text[start..])
-    }
-
-    /// SIGKILL, as a crash would; waits for the process to be gone.
-    fn kill9(&mut self) {
-        self.child.0.kill().expect("SIGKILL segmint serve");
-        let status = self.child.0.wait().unwrap();
-        assert!(
-            status.code().is_none(),
-            "killed by a signal, not an exit: {status}"
-        );
-    }
-
-    /// SIGTERM, then waits (up to `timeout`) for the process to exit.
-    async fn sigterm(&mut self, timeout: Duration) -> ExitStatus {
-        let pid = self.child.0.id().to_string();
-        let kill = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(kill.success(), "kill -TERM {pid}");
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.0.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "segmint serve did not exit within {timeout:?} of SIGTERM:\n{}",
-                self.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    /// `segmint serve` on this setup's configuration, answering on `/healthz`.
+    async fn serve(&self) -> ServerProcess {
+        ServerProcess::start_with_env(&self.toml, &QUIET).await
     }
 }
 
@@ -191,20 +118,15 @@ enum Route {
 /// An HTTP client for one server and one biz.
 #[derive(Clone)]
 struct Client {
-    http: reqwest::Client,
-    base: String,
+    server: Remote,
     biz: String,
     token: String,
 }
 
 impl Client {
-    fn new(server: &Server, setup: &Setup) -> Client {
+    fn new(server: &ServerProcess, setup: &Setup) -> Client {
         Client {
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(20))
-                .build()
-                .unwrap(),
-            base: server.base.clone(),
+            server: server.remote(Duration::from_secs(20)),
             biz: setup.biz.clone(),
             token: setup.token.clone(),
         }
@@ -212,33 +134,36 @@ impl Client {
 
     /// The IDs one request yields (for a segment: every ID in it), or why it failed.
     async fn request(&self, route: Route, n: usize) -> Result<Vec<i64>, String> {
-        let (base, biz, token) = (&self.base, &self.biz, &self.token);
+        let (server, biz, token) = (&self.server, self.biz.as_str(), self.token.as_str());
+        let batch = n.to_string();
         let req = match route {
-            Route::CompatSimple => self.http.get(format!(
-                "{base}/tinyid/id/nextIdSimple?bizType={biz}&token={token}"
-            )),
-            Route::CompatBatch => self.http.get(format!(
-                "{base}/tinyid/id/nextId?bizType={biz}&token={token}&batchSize={n}"
-            )),
-            Route::V1Ids => self
-                .http
-                .get(format!("{base}/v1/ids/{biz}?count={n}"))
-                .bearer_auth(token),
-            Route::V1Segment => self
-                .http
-                .get(format!("{base}/v1/segments/{biz}"))
-                .bearer_auth(token),
+            Route::CompatSimple => compat_request(
+                server,
+                "nextIdSimple",
+                Via::Get,
+                &tinyid_params(biz, token, None),
+            ),
+            Route::CompatBatch => compat_request(
+                server,
+                "nextId",
+                Via::Get,
+                &tinyid_params(biz, token, Some(&batch)),
+            ),
+            Route::V1Ids => v1_request(
+                server,
+                Method::GET,
+                &format!("/v1/ids/{biz}?count={n}"),
+                bearer(token),
+            ),
+            Route::V1Segment => v1_request(
+                server,
+                Method::GET,
+                &format!("/v1/segments/{biz}"),
+                bearer(token),
+            ),
         };
-        let r = req.send().await.map_err(|e| format!("{route:?}: {e}"))?;
-        let status = r.status().as_u16();
-        let error_header = r
-            .headers()
-            .get("x-segmint-error")
-            .map(|v| v.to_str().unwrap_or("?").to_string());
-        let body = r
-            .text()
-            .await
-            .map_err(|e| format!("{route:?}: body: {e}"))?;
+        let r = try_send(req).await.map_err(|e| format!("{route:?}: {e}"))?;
+        let (status, error_header, body) = (r.status, r.error_header, r.body);
         if status != 200 {
             return Err(format!("{route:?}: HTTP {status}: {body}"));
         }
@@ -413,7 +338,7 @@ async fn kill_9_during_traffic_never_reissues() {
     let mut reserved_before: Option<i64> = None;
 
     for round in 0..=KILLS {
-        let mut server = Server::start(&setup, &format!("serve-{round}.log")).await;
+        let mut server = setup.serve().await;
         let client = Client::new(&server, &setup);
         let (stop, killing) = (
             Arc::new(AtomicBool::new(false)),
@@ -457,12 +382,12 @@ async fn kill_9_during_traffic_never_reissues() {
             "round {round}: {} request(s) failed while the server was up, e.g. {:?}\n{}",
             failures.len(),
             &failures[..failures.len().min(5)],
-            server.log_text()
+            server.log_tail()
         );
         assert!(
             issued_before_kill > 0 && ok > TASKS,
             "round {round}: traffic ran ({ok} successful requests, {issued_before_kill} IDs before the kill)\n{}",
-            server.log_text()
+            server.log_tail()
         );
         if !crash {
             tokio::task::block_in_place(|| server.kill9());
@@ -534,10 +459,7 @@ async fn two_processes_share_embedded_files() {
         Route::V1Ids,
     ];
     let setup = Setup::new(&["even.db", "odd.db"], "race", STEP);
-    let servers = [
-        Server::start(&setup, "serve-0.log").await,
-        Server::start(&setup, "serve-1.log").await,
-    ];
+    let servers = [setup.serve().await, setup.serve().await];
     let (stop, never) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicBool::new(false)),
@@ -580,7 +502,7 @@ async fn two_processes_share_embedded_files() {
         failures.extend(out.failures);
     }
     let elapsed = started.elapsed();
-    let logs = format!("{}\n{}", servers[0].log_text(), servers[1].log_text());
+    let logs = format!("{}\n{}", servers[0].log_tail(), servers[1].log_tail());
     println!(
         "{} IDs in {elapsed:?}; IDs per (server, route): {per_route:?}",
         ids.len()
@@ -623,7 +545,7 @@ async fn two_processes_share_embedded_files() {
             status.code(),
             Some(0),
             "server {i} stops cleanly on SIGTERM\n{}",
-            server.log_text()
+            server.log_tail()
         );
     }
     let mut reservations = 0;
@@ -641,7 +563,7 @@ async fn two_processes_share_embedded_files() {
         );
         reservations += version;
     }
-    let list = segmint(&setup.config, &["biz", "list"]);
+    let list = segmint_ok(&setup.config, &["biz", "list"], &QUIET);
     assert_eq!(
         list.lines().filter(|l| l.contains(" race ")).count(),
         2,
@@ -667,14 +589,14 @@ async fn embedded_survives_restart_without_gap_reuse() {
     // (last ID issued, max_id the file recorded) at the previous stop.
     let mut before: Option<(i64, i64)> = None;
     for run in 0..3 {
-        let mut server = Server::start(&setup, &format!("serve-{run}.log")).await;
+        let mut server = setup.serve().await;
         let client = Client::new(&server, &setup);
         let mut ids = Vec::new();
         for _ in 0..30 {
             let got = client
                 .request(Route::CompatSimple, 1)
                 .await
-                .unwrap_or_else(|e| panic!("run {run}: {e}\n{}", server.log_text()));
+                .unwrap_or_else(|e| panic!("run {run}: {e}\n{}", server.log_tail()));
             ids.extend(got);
         }
         assert!(
@@ -698,7 +620,7 @@ async fn embedded_survives_restart_without_gap_reuse() {
             status.code(),
             Some(0),
             "run {run}: graceful stop exits 0\n{}",
-            server.log_text()
+            server.log_tail()
         );
         let (max_id, ..) = setup.row("a.db");
         let last = *ids.last().unwrap();

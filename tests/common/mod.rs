@@ -647,4 +647,7 @@ impl ServerProcess {
     }
 }
 pub mod by_kind;
+pub mod cli;
+pub mod http;
+pub mod stop;
 pub mod tokens;

@@ -1,0 +1,50 @@
+//! Ending a `segmint serve` process: a crash (SIGKILL) or a graceful stop (SIGTERM)
+//! within a bound, and the end of its log to explain a failure.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use super::ServerProcess;
+use super::http::Remote;
+
+/// How much of the log's end [`ServerProcess::log_tail`] shows: enough for the last
+/// errors without burying the assertion's message.
+const TAIL_BYTES: usize = 4000;
+
+impl ServerProcess {
+    /// A client for this server whose requests give up after `timeout`.
+    pub fn remote(&self, timeout: Duration) -> Remote {
+        Remote::new(&self.base, timeout)
+    }
+
+    /// The last [`TAIL_BYTES`] of the log, under a line naming the file.
+    pub fn log_tail(&self) -> String {
+        let text = self.log_text();
+        let skip = text.len().saturating_sub(TAIL_BYTES);
+        let start = (skip..text.len())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(text.len());
+        format!("--- {} (tail) ---\n{}", self.log.display(), &text[start..])
+    }
+
+    /// SIGKILL, as a crash would; waits for the process to be gone.
+    pub fn kill9(&mut self) {
+        self.child.0.kill().expect("SIGKILL segmint serve");
+        let status = self.child.0.wait().expect("wait for segmint serve");
+        assert!(
+            status.code().is_none(),
+            "killed by a signal, not an exit: {status}"
+        );
+    }
+
+    /// SIGTERM; the exit status, which must come within `limit`.
+    pub async fn sigterm(&mut self, limit: Duration) -> ExitStatus {
+        match self.terminate_within(limit).await {
+            Some((_, status)) => status,
+            None => panic!(
+                "segmint serve did not exit within {limit:?} of SIGTERM:\n{}",
+                self.log_tail()
+            ),
+        }
+    }
+}
