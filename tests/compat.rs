@@ -7,79 +7,9 @@ mod common;
 
 use std::collections::HashSet;
 
+use common::http::{Params, Resp, VIAS, Via, bearer, compat, send, tinyid_params, v1};
 use common::*;
 use serde_json::Value;
-
-/// How a compat request carries its parameters.
-#[derive(Debug, Clone, Copy)]
-enum Via {
-    Get,
-    /// POST with the parameters in the query string and an empty body.
-    PostQuery,
-    /// POST with an `application/x-www-form-urlencoded` body.
-    PostForm,
-}
-
-const VIAS: [Via; 3] = [Via::Get, Via::PostQuery, Via::PostForm];
-
-/// What a response looked like.
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    content_type: String,
-    error_header: Option<String>,
-    body: String,
-}
-
-async fn send(req: reqwest::RequestBuilder) -> Resp {
-    let r = req.send().await.expect("request");
-    let header = |name: &str| {
-        r.headers()
-            .get(name)
-            .map(|v| v.to_str().expect("ASCII header").to_string())
-    };
-    let content_type = header("content-type").unwrap_or_default();
-    let error_header = header("x-segmint-error");
-    Resp {
-        status: r.status().as_u16(),
-        content_type,
-        error_header,
-        body: r.text().await.expect("body"),
-    }
-}
-
-/// Request parameters of a compat route.
-type Params<'a> = Vec<(&'a str, &'a str)>;
-
-/// A request to `/tinyid/id/{route}` with `params`.
-async fn compat(app: &TestApp, route: &str, via: Via, params: &[(&str, &str)]) -> Resp {
-    let encoded = form_urlencoded::Serializer::new(String::new())
-        .extend_pairs(params)
-        .finish();
-    let url = format!("{}/tinyid/id/{route}", app.base);
-    let req = match via {
-        Via::Get => app.http.get(format!("{url}?{encoded}")),
-        Via::PostQuery => app.http.post(format!("{url}?{encoded}")),
-        Via::PostForm => app
-            .http
-            .post(url)
-            .header("content-type", "application/x-www-form-urlencoded")
-            .body(encoded),
-    };
-    send(req).await
-}
-
-/// A v1 request with `Authorization: Bearer <token>`.
-async fn v1(app: &TestApp, post: bool, path: &str, token: &str) -> (u16, String) {
-    let url = format!("{}{path}", app.base);
-    let req = if post {
-        app.http.post(url)
-    } else {
-        app.http.get(url)
-    };
-    let r = send(req.bearer_auth(token)).await;
-    (r.status, r.body)
-}
 
 fn join(values: &[i64]) -> String {
     values
@@ -379,17 +309,11 @@ async fn response_shapes_of_every_route() {
     for via in VIAS {
         for (route, simple) in [("nextId", false), ("nextIdSimple", true)] {
             let parse = if simple { simple_ids } else { next_id_ids };
-            let r = compat(&app, route, via, &[("bizType", "shape"), ("token", &tok)]).await;
+            let r = compat(&app, route, via, &tinyid_params("shape", &tok, None)).await;
             let ids = parse(&r);
             assert_eq!(ids.len(), 1, "{route} {via:?} without batchSize: {r:?}");
             fresh(&mut seen, &ids, route);
-            let r = compat(
-                &app,
-                route,
-                via,
-                &[("bizType", "shape"), ("token", &tok), ("batchSize", "7")],
-            )
-            .await;
+            let r = compat(&app, route, via, &tinyid_params("shape", &tok, Some("7"))).await;
             let ids = parse(&r);
             assert_eq!(ids.len(), 7, "{route} {via:?} batchSize=7: {r:?}");
             fresh(&mut seen, &ids, route);
@@ -419,18 +343,20 @@ async fn response_shapes_of_every_route() {
         &app,
         "nextIdSimple",
         Via::Get,
-        &[
-            ("bizType", "shape-big"),
-            ("token", &big_tok),
-            ("batchSize", "100000"),
-        ],
+        &tinyid_params("shape-big", &big_tok, Some("100000")),
     )
     .await;
     let ids = simple_ids(&r);
     assert_eq!(ids.len(), 100_000, "batchSize=100000 must give 100000 IDs");
     let mut big = HashSet::new();
     fresh(&mut big, &ids, "batchSize=100000");
-    let (status, body) = v1(&app, false, "/v1/ids/shape-big?count=100000", &big_tok).await;
+    let Resp { status, body, .. } = v1(
+        &app,
+        false,
+        "/v1/ids/shape-big?count=100000",
+        bearer(&big_tok),
+    )
+    .await;
     assert_eq!(status, 200, "count=100000: {body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     let ids: Vec<i64> = serde_json::from_value(v["ids"].clone()).unwrap();
@@ -447,7 +373,7 @@ async fn response_shapes_of_every_route() {
                 &app,
                 route,
                 via,
-                &[("bizType", "shape-seg"), ("token", &seg_tok)],
+                &tinyid_params("shape-seg", &seg_tok, None),
             )
             .await;
             let seg = if route == "nextSegmentId" {
@@ -506,7 +432,7 @@ async fn response_shapes_of_every_route() {
 
     // The v1 API's shapes.
     for post in [false, true] {
-        let (status, body) = v1(&app, post, "/v1/ids/shape?count=3", &tok).await;
+        let Resp { status, body, .. } = v1(&app, post, "/v1/ids/shape?count=3", bearer(&tok)).await;
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(keys(&v), ["biz", "ids"], "{body}");
@@ -516,7 +442,8 @@ async fn response_shapes_of_every_route() {
         fresh(&mut seen, &ids, "v1 ids");
 
         let before = rows(&clusters, "shape-seg");
-        let (status, body) = v1(&app, post, "/v1/segments/shape-seg", &seg_tok).await;
+        let Resp { status, body, .. } =
+            v1(&app, post, "/v1/segments/shape-seg", bearer(&seg_tok)).await;
         assert_eq!(status, 200, "{body}");
         let v: Value = serde_json::from_str(&body).unwrap();
         assert_eq!(
@@ -561,7 +488,7 @@ async fn segments_align_like_tinyid_on_one_database() {
         "UPDATE tiny_id_info SET max_id = 1000, step = 1000, delta = 3, remainder = 0 WHERE biz_type = 'tiny'",
     );
     let app = spawn_app(cfg).await;
-    let params = [("bizType", "tiny"), ("token", token.as_str())];
+    let params = tinyid_params("tiny", &token, None);
 
     let r = compat(&app, "nextSegmentId", Via::Get, &params).await;
     assert_eq!(
@@ -609,7 +536,7 @@ async fn segments_align_like_tinyid_on_one_database() {
         &app,
         "nextIdSimple",
         Via::PostQuery,
-        &[("bizType", "tiny"), ("token", &token), ("batchSize", "2")],
+        &tinyid_params("tiny", &token, Some("2")),
     )
     .await;
     assert_eq!(
@@ -618,7 +545,7 @@ async fn segments_align_like_tinyid_on_one_database() {
         "the server keeps issuing from its own segment (2000, 3000]"
     );
 
-    let (status, body) = v1(&app, false, "/v1/segments/tiny", &token).await;
+    let Resp { status, body, .. } = v1(&app, false, "/v1/segments/tiny", bearer(&token)).await;
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
@@ -630,7 +557,7 @@ async fn segments_align_like_tinyid_on_one_database() {
         }),
         "v1 segment (4000, 5000]"
     );
-    let (status, body) = v1(&app, false, "/v1/ids/tiny?count=1", &token).await;
+    let Resp { status, body, .. } = v1(&app, false, "/v1/ids/tiny?count=1", bearer(&token)).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(
         serde_json::from_str::<Value>(&body).unwrap()["ids"],
@@ -687,7 +614,7 @@ async fn java_client_consumes(odd: bool, step: i64, segments: usize) {
             &app,
             "nextSegmentIdSimple",
             via,
-            &[("bizType", biz), ("token", &token)],
+            &tinyid_params(biz, &token, None),
         )
         .await;
         let seg = next_segment_simple(&r);
@@ -703,7 +630,7 @@ async fn java_client_consumes(odd: bool, step: i64, segments: usize) {
             &app,
             "nextId",
             Via::Get,
-            &[("bizType", biz), ("token", &token), ("batchSize", "37")],
+            &tinyid_params(biz, &token, Some("37")),
         )
         .await;
         let served = next_id_ids(&r);
@@ -754,6 +681,16 @@ async fn java_client_gets_every_id_of_an_odd_only_biz() {
     java_client_consumes(true, 103, 8).await;
 }
 
+/// A compat request refused with code 6.
+struct OtherCase<'a> {
+    /// What is wrong with it.
+    what: &'static str,
+    /// Its parameters.
+    params: Params<'a>,
+    /// What the message must contain.
+    needle: &'static str,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn error_shapes() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
@@ -766,15 +703,9 @@ async fn error_shapes() {
 
     let token_cases: [(&str, Params); 4] = [
         ("missing token", vec![("bizType", "alpha")]),
-        ("empty token", vec![("bizType", "alpha"), ("token", "")]),
-        (
-            "unknown token",
-            vec![("bizType", "alpha"), ("token", "not-a-token")],
-        ),
-        (
-            "token of another biz",
-            vec![("bizType", "alpha"), ("token", beta.as_str())],
-        ),
+        ("empty token", tinyid_params("alpha", "", None)),
+        ("unknown token", tinyid_params("alpha", "not-a-token", None)),
+        ("token of another biz", tinyid_params("alpha", &beta, None)),
     ];
     for (what, params) in &token_cases {
         for via in VIAS {
@@ -801,24 +732,29 @@ async fn error_shapes() {
     }
 
     // Everything else is code 6 with our message and no `data`.
-    let other_cases: [(&str, Params, &str); 3] = [
-        (
-            "unknown biz",
-            vec![("bizType", "nosuch"), ("token", alpha.as_str())],
-            "nosuch",
-        ),
-        (
-            "missing bizType",
-            vec![("token", alpha.as_str())],
-            "bizType",
-        ),
-        (
-            "bad biz name",
-            vec![("bizType", "a b"), ("token", alpha.as_str())],
-            "biz type",
-        ),
+    let other_cases = [
+        OtherCase {
+            what: "unknown biz",
+            params: tinyid_params("nosuch", &alpha, None),
+            needle: "nosuch",
+        },
+        OtherCase {
+            what: "missing bizType",
+            params: vec![("token", alpha.as_str())],
+            needle: "bizType",
+        },
+        OtherCase {
+            what: "bad biz name",
+            params: tinyid_params("a b", &alpha, None),
+            needle: "biz type",
+        },
     ];
-    for (what, params, needle) in &other_cases {
+    for OtherCase {
+        what,
+        params,
+        needle,
+    } in &other_cases
+    {
         for via in VIAS {
             for route in ["nextId", "nextSegmentId"] {
                 let r = compat(&app, route, via, params).await;
@@ -855,7 +791,7 @@ async fn error_shapes() {
             &app,
             "nextId",
             Via::Get,
-            &[("bizType", "alpha"), ("token", &alpha), ("batchSize", bad)],
+            &tinyid_params("alpha", &alpha, Some(bad)),
         )
         .await;
         let v = parse_json(&r);
@@ -869,7 +805,7 @@ async fn error_shapes() {
             &app,
             "nextIdSimple",
             Via::PostForm,
-            &[("bizType", "alpha"), ("token", &alpha), ("batchSize", bad)],
+            &tinyid_params("alpha", &alpha, Some(bad)),
         )
         .await;
         assert_eq!(r.body, "", "batchSize={bad}: {r:?}");
@@ -890,7 +826,7 @@ async fn error_shapes() {
         &app,
         "nextId",
         Via::Get,
-        &[("bizType", "alpha"), ("token", alpha.as_str())],
+        &tinyid_params("alpha", &alpha, None),
     )
     .await;
     assert_eq!(next_id_ids(&r).len(), 1);

@@ -7,9 +7,9 @@ mod common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::http::{Target, try_v1_ids, v1_ids};
 use common::*;
 use segmint::config::Config;
 use segmint::server::Application;
@@ -40,18 +40,19 @@ async fn start(config: Config) -> Running {
     }
 }
 
+impl Target for Running {
+    fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    fn base(&self) -> &str {
+        &self.base
+    }
+}
+
 impl Running {
     async fn ids(&self, token: &str, n: usize) -> Vec<i64> {
-        let r = self
-            .http
-            .get(format!("{}/v1/ids/{BIZ}?count={n}", self.base))
-            .bearer_auth(token)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
-        let body: serde_json::Value = r.json().await.unwrap();
-        serde_json::from_value(body["ids"].clone()).unwrap()
+        v1_ids(self, BIZ, token, n).await
     }
 
     async fn stop(self) {
@@ -149,53 +150,26 @@ async fn kill_9_loses_at_most_the_cached_segments_and_reuses_none() {
     let toml = config_toml(&[&pg], "preload_percent = 20\nadaptive_step = false");
     let config = Config::from_toml(&toml).unwrap();
     let token = setup_biz(&config, BIZ, 100, false).await;
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &toml).unwrap();
-    let port = free_port();
-    let serve = || {
-        ChildGuard(
-            serve_command(file.path(), port)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let http = reqwest::Client::new();
-    let get_ids = |n: usize| {
-        let (http, token) = (http.clone(), token.clone());
+    // A server just started may not serve yet: ask until it does.
+    let get_ids = |server: &ServerProcess, n: usize| {
+        let (remote, token) = (server.remote(Duration::from_secs(30)), token.clone());
         async move {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            loop {
-                match http
-                    .get(format!("http://127.0.0.1:{port}/v1/ids/{BIZ}?count={n}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                {
-                    Ok(r) if r.status() == 200 => {
-                        let body: serde_json::Value = r.json().await.unwrap();
-                        return serde_json::from_value::<Vec<i64>>(body["ids"].clone()).unwrap();
-                    }
-                    _ => {
-                        assert!(Instant::now() < deadline, "server did not answer");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
-            }
+            eventually(Duration::from_secs(20), "server did not answer", || {
+                try_v1_ids(&remote, BIZ, &token, n)
+            })
+            .await
         }
     };
 
-    let mut server = serve();
-    let first = get_ids(30).await;
+    let mut server = ServerProcess::start(&toml).await;
+    let first = get_ids(&server, 30).await;
     tokio::time::sleep(Duration::from_millis(300)).await; // the prefetch lands
-    server.0.kill().unwrap(); // SIGKILL: no give-back
-    server.0.wait().unwrap();
+    server.kill9(); // SIGKILL: no give-back
     let (max_id, _) = tokio::task::block_in_place(|| row(&pg));
     assert_eq!(max_id, 200, "both cached segments stay reserved");
 
-    let _server = serve();
-    let after = get_ids(5).await;
+    let server = ServerProcess::start(&toml).await;
+    let after = get_ids(&server, 5).await;
     let last = *first.last().unwrap();
     assert!(
         after[0] > last,

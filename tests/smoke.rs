@@ -1,5 +1,6 @@
 mod common;
 
+use common::http::{Via, compat, tinyid_params};
 use common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -14,13 +15,15 @@ async fn serves_ids_from_two_databases() {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(sorted.len(), 150);
-    let (status, body) = app
-        .get(&format!(
-            "/tinyid/id/nextIdSimple?bizType=order&token={token}&batchSize=3"
-        ))
-        .await;
-    assert_eq!(status, 200);
-    assert_eq!(body.split(',').count(), 3, "{body}");
+    let r = compat(
+        &app,
+        "nextIdSimple",
+        Via::Get,
+        &tinyid_params("order", &token, Some("3")),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.split(',').count(), 3, "{}", r.body);
     // A percent-encoded letter in the path is the letter.
     let (status, body) = app.get_v1("/v1/ids/ord%65r?count=2", Some(&token)).await;
     assert_eq!(status, 200, "{body}");
