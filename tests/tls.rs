@@ -8,8 +8,11 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::cli::segmint_cli;
+use common::http::{bearer, send, v1_request};
 use common::tls::*;
 use common::*;
+use reqwest::Method;
 use segmint::config::Config;
 use segmint::store::Store;
 
@@ -262,8 +265,9 @@ async fn no_output_or_log_line_shows_a_database_password() {
     let env = [(VAR, PASSWORD), ("RUST_LOG", "debug")];
     let mut transcript = String::new();
     let mut run = |config: &Path, args: &[&str], succeeds: bool| {
-        let (ok, out) = segmint_with_env(config, args, &env);
-        assert_eq!(ok, succeeds, "segmint {args:?}: {out}");
+        let run = segmint_cli(config, args, &env);
+        let out = format!("{}{}", run.stdout, run.stderr);
+        assert_eq!(run.ok(), succeeds, "segmint {args:?}: {out}");
         transcript.push_str(&out);
         out
     };
@@ -321,40 +325,18 @@ async fn no_output_or_log_line_shows_a_database_password() {
         );
     }
 
-    let port = free_port();
-    let log = dir.path().join("serve.log");
-    let mut server = ChildGuard(
-        serve_command(&config, port)
-            .envs(env)
-            .stdout(std::fs::File::create(dir.path().join("serve.out")).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let base = format!("http://127.0.0.1:{port}");
-    child_healthy(&mut server.0, &base, Duration::from_secs(20))
-        .await
-        .unwrap();
-    let http = reqwest::Client::new();
+    let mut server = ServerProcess::start_with_env(&toml, &env).await;
+    let remote = server.remote(Duration::from_secs(30));
     for path in ["/readyz", "/status", "/metrics", "/v1/ids/order?count=3"] {
-        let body = http
-            .get(format!("{base}{path}"))
-            .bearer_auth(&token)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        transcript.push_str(&body);
+        let r = send(v1_request(&remote, Method::GET, path, bearer(&token))).await;
+        transcript.push_str(&r.body);
     }
     assert!(
         transcript.contains("\"ids\""),
         "the server served IDs: {transcript}"
     );
-    server.terminate();
-    transcript.push_str(&std::fs::read_to_string(&log).unwrap());
-    transcript.push_str(&std::fs::read_to_string(dir.path().join("serve.out")).unwrap());
+    server.sigterm(Duration::from_secs(30)).await;
+    transcript.push_str(&server.log_text());
 
     for secret in [PASSWORD, WRONG] {
         assert!(
