@@ -9,9 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::cli::{config_file, segmint_cli};
-use common::http::{
-    COMPAT_ROUTES, Params, Resp, Via, bearer, compat, tinyid_params, v1, v1_request,
-};
+use common::http::{COMPAT_ROUTES, Params, Resp, Via, bearer, compat, request, tinyid_params, v1};
 use common::*;
 use reqwest::Method;
 use reqwest::header::HeaderValue;
@@ -542,7 +540,7 @@ async fn v1_bad_requests_change_nothing() {
         // Methods other than GET and POST: 405 naming the allowed ones.
         for method in [Method::PUT, Method::DELETE, Method::PATCH, Method::HEAD] {
             let path = format!("/v1/{route}/used");
-            let r = v1_request(&s.app, method.clone(), &path, bearer(&s.used))
+            let r = request(&s.app, method.clone(), &path, bearer(&s.used))
                 .send()
                 .await
                 .unwrap();

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::cli::{config_file, segmint_cli};
-use common::http::{Via, compat_request, tinyid_params, try_send, v1_request};
+use common::http::{Via, compat_request, request, tinyid_params, try_send};
 use common::*;
 use reqwest::Method;
 
@@ -121,7 +121,7 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let remote = server.remote(Duration::from_secs(30));
-    let request = tokio::spawn({
+    let in_flight = tokio::spawn({
         let remote = remote.clone();
         async move {
             let params = tinyid_params("slow", token.trim(), None);
@@ -131,14 +131,14 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = server.sigterm(Duration::from_secs(30)).await;
 
-    let answer = request
+    let answer = in_flight
         .await
         .unwrap()
         .unwrap_or_else(|e| panic!("in-flight request failed: {e:?}\n{}", server.log_text()));
     assert_eq!(answer.body, "1", "the in-flight request got its ID");
     assert_eq!(status.code(), Some(0), "graceful stop exits 0");
     assert!(
-        try_send(v1_request(&remote, Method::GET, "/healthz", None))
+        try_send(request(&remote, Method::GET, "/healthz", None))
             .await
             .is_err(),
         "no longer accepting"

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::cli::segmint_ok;
-use common::http::{Remote, Via, bearer, compat_request, tinyid_params, try_send, v1_request};
+use common::http::{Remote, Via, bearer, compat_request, request, tinyid_params, try_send};
 use common::{ServerProcess, config_toml_urls};
 use reqwest::Method;
 
@@ -149,13 +149,13 @@ impl Client {
                 Via::Get,
                 &tinyid_params(biz, token, Some(&batch)),
             ),
-            Route::V1Ids => v1_request(
+            Route::V1Ids => request(
                 server,
                 Method::GET,
                 &format!("/v1/ids/{biz}?count={n}"),
                 bearer(token),
             ),
-            Route::V1Segment => v1_request(
+            Route::V1Segment => request(
                 server,
                 Method::GET,
                 &format!("/v1/segments/{biz}"),

@@ -9,8 +9,9 @@ use std::collections::HashSet;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::http::{Target, try_v1_ids, v1_ids};
+use common::http::{Remote, request, send, try_v1_ids, v1_ids};
 use common::*;
+use reqwest::Method;
 use segmint::config::Config;
 use segmint::server::Application;
 
@@ -18,8 +19,7 @@ const BIZ: &str = "order";
 
 /// A server in this process that stops gracefully (as on SIGTERM) when told.
 struct Running {
-    base: String,
-    http: reqwest::Client,
+    remote: Remote,
     stop: tokio::sync::oneshot::Sender<()>,
     done: tokio::task::JoinHandle<std::io::Result<()>>,
 }
@@ -28,31 +28,17 @@ async fn start(config: Config) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let app = Application::with_listener(config, listener).await.unwrap();
     let base = format!("http://127.0.0.1:{}", app.port());
+    let remote = Remote::new(&base, Duration::from_secs(30));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let done = tokio::spawn(app.run_until(async {
         let _ = stopped.await;
     }));
-    Running {
-        base,
-        http: reqwest::Client::new(),
-        stop,
-        done,
-    }
-}
-
-impl Target for Running {
-    fn http(&self) -> &reqwest::Client {
-        &self.http
-    }
-
-    fn base(&self) -> &str {
-        &self.base
-    }
+    Running { remote, stop, done }
 }
 
 impl Running {
     async fn ids(&self, token: &str, n: usize) -> Vec<i64> {
-        v1_ids(self, BIZ, token, n).await
+        v1_ids(&self.remote, BIZ, token, n).await
     }
 
     async fn stop(self) {
@@ -104,12 +90,7 @@ async fn a_graceful_restart_continues_after_the_last_issued_id() {
 
     // A stop with nothing issued since the restart gives its whole cache back too.
     let server = start(config).await;
-    let _ = server
-        .http
-        .get(format!("{}/healthz", server.base))
-        .send()
-        .await
-        .unwrap();
+    send(request(&server.remote, Method::GET, "/healthz", None)).await;
     server.stop().await;
     assert_eq!(tokio::task::block_in_place(|| row(&pg)).0, 33);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::cli::segmint_cli;
-use common::http::{bearer, send, v1_request};
+use common::http::{bearer, request, send};
 use common::tls::*;
 use common::*;
 use reqwest::Method;
@@ -328,7 +328,7 @@ async fn no_output_or_log_line_shows_a_database_password() {
     let mut server = ServerProcess::start_with_env(&toml, &env).await;
     let remote = server.remote(Duration::from_secs(30));
     for path in ["/readyz", "/status", "/metrics", "/v1/ids/order?count=3"] {
-        let r = send(v1_request(&remote, Method::GET, path, bearer(&token))).await;
+        let r = send(request(&remote, Method::GET, path, bearer(&token))).await;
         transcript.push_str(&r.body);
     }
     assert!(

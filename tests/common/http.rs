@@ -169,14 +169,14 @@ pub async fn compat(target: &impl Target, route: &str, via: Via, params: &[(&str
     send(compat_request(target, route, via, params)).await
 }
 
-/// `Authorization: Bearer <token>`, as [`v1_request`] takes it.
+/// `Authorization: Bearer <token>`, as [`request`] takes it.
 pub fn bearer(token: &str) -> Option<HeaderValue> {
     Some(HeaderValue::from_str(&format!("Bearer {token}")).unwrap())
 }
 
 /// A request with `method` to `path` (with its query) carrying the raw `Authorization`
 /// header `auth`, if any.
-pub fn v1_request(
+pub fn request(
     target: &impl Target,
     method: Method,
     path: &str,
@@ -191,10 +191,10 @@ pub fn v1_request(
     }
 }
 
-/// Sends [`v1_request`], as a POST when `post`, else as a GET.
+/// Sends [`request`], as a POST when `post`, else as a GET.
 pub async fn v1(target: &impl Target, post: bool, path: &str, auth: Option<HeaderValue>) -> Resp {
     let method = if post { Method::POST } else { Method::GET };
-    send(v1_request(target, method, path, auth)).await
+    send(request(target, method, path, auth)).await
 }
 
 /// `n` IDs of `biz` from `GET /v1/ids/{biz}?count=n`.
@@ -208,7 +208,7 @@ pub async fn try_v1_ids(
     n: usize,
 ) -> Result<Vec<i64>, String> {
     let path = format!("/v1/ids/{biz}?count={n}");
-    let r = try_send(v1_request(target, Method::GET, &path, bearer(token)))
+    let r = try_send(request(target, Method::GET, &path, bearer(token)))
         .await
         .map_err(|e| format!("GET {path}: {e}"))?;
     if r.status != 200 {
