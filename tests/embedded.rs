@@ -18,17 +18,21 @@ use common::http::{Remote, Via, bearer, compat_request, request, tinyid_params, 
 use common::{ServerProcess, config_toml_urls};
 use reqwest::Method;
 
-/// Admin commands log warnings only, so that their stdout and stderr stay short.
+/// Servers and admin commands log warnings only: short logs, quick to scan in a failure.
 const QUIET: [(&str, &str); 1] = [("RUST_LOG", "warn")];
 
 /// A scratch directory with a configuration file, its embedded databases migrated,
 /// one biz and a token for it.
 struct Setup {
+    /// Holds the configuration file and the embedded databases.
     dir: tempfile::TempDir,
-    /// The configuration, also in the file `config`.
+    /// The configuration, as servers are started with it.
     toml: String,
+    /// The file holding `toml`, for the admin commands.
     config: PathBuf,
+    /// The one biz.
     biz: String,
+    /// A token for `biz`.
     token: String,
 }
 
@@ -118,8 +122,11 @@ enum Route {
 /// An HTTP client for one server and one biz.
 #[derive(Clone)]
 struct Client {
+    /// The server, asked with a generous timeout.
     server: Remote,
+    /// The biz asked for.
     biz: String,
+    /// Its token.
     token: String,
 }
 

@@ -19,8 +19,11 @@ const BIZ: &str = "order";
 
 /// A server in this process that stops gracefully (as on SIGTERM) when told.
 struct Running {
+    /// Where it answers.
     remote: Remote,
+    /// Starts the graceful stop.
     stop: tokio::sync::oneshot::Sender<()>,
+    /// Ends when the stop (with its give-back) is over.
     done: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 

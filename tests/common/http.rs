@@ -7,7 +7,7 @@ use reqwest::header::HeaderValue;
 use reqwest::{Method, RequestBuilder};
 use serde_json::Value;
 
-use super::TestApp;
+use super::{ServerProcess, TestApp};
 
 /// A server to send requests to: its address and the client that reaches it.
 pub trait Target {
@@ -46,6 +46,13 @@ impl Remote {
                 .expect("an HTTP client"),
             base: base.to_owned(),
         }
+    }
+}
+
+impl ServerProcess {
+    /// A client for this server whose requests give up after `timeout`.
+    pub fn remote(&self, timeout: Duration) -> Remote {
+        Remote::new(&self.base, timeout)
     }
 }
 

@@ -5,18 +5,12 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 use super::ServerProcess;
-use super::http::Remote;
 
 /// How much of the log's end [`ServerProcess::log_tail`] shows: enough for the last
 /// errors without burying the assertion's message.
 const TAIL_BYTES: usize = 4000;
 
 impl ServerProcess {
-    /// A client for this server whose requests give up after `timeout`.
-    pub fn remote(&self, timeout: Duration) -> Remote {
-        Remote::new(&self.base, timeout)
-    }
-
     /// The last [`TAIL_BYTES`] of the log, under a line naming the file.
     pub fn log_tail(&self) -> String {
         let text = self.log_text();
