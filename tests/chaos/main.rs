@@ -41,7 +41,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use common::{
     ChildGuard, PgCluster, cluster_dir, config_toml_urls, free_port, run_as, segmint_bin,
-    serve_command, setup_biz, wait_healthy,
+    send_signal, serve_command, setup_biz, wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
 use segmint::config::Config;

@@ -63,18 +63,10 @@ impl Server {
     /// SIGTERM, then waits for the graceful stop (SIGKILL after `limit`).
     pub(crate) async fn terminate(&self, limit: Duration) -> Result<ExitStatus, String> {
         let mut child = self.take().ok_or("no process")?;
-        send_signal(child.0.id(), "TERM")?;
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = child.0.try_wait().map_err(|e| e.to_string())? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.0.kill();
-                let _ = child.0.wait();
-                return Err(format!("did not stop within {limit:?} of SIGTERM; killed"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        match child.terminate_within(limit).await? {
+            Some((_, status)) => Ok(status),
+            // Dropping the guard kills it.
+            None => Err(format!("did not stop within {limit:?} of SIGTERM; killed")),
         }
     }
 
@@ -84,20 +76,6 @@ impl Server {
 
     pub(crate) fn log_tail(&self) -> String {
         tail(&self.log, 3000)
-    }
-}
-
-pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<(), String> {
-    // Only ever a positive PID: one process, never a group.
-    assert!(pid > 0);
-    let status = Command::new("kill")
-        .args(["-s", signal, &pid.to_string()])
-        .status()
-        .map_err(|e| format!("run kill: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -s {signal} {pid}: {status}"))
     }
 }
 

@@ -21,7 +21,7 @@ pub use pg::{
 };
 #[allow(unused_imports)]
 pub use process::{
-    ChildGuard, ServerProcess, child_healthy, segmint_bin, serve_command, wait_healthy,
+    ChildGuard, ServerProcess, child_healthy, segmint_bin, send_signal, serve_command, wait_healthy,
 };
 #[allow(unused_imports)]
 pub use wait::eventually;

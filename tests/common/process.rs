@@ -20,12 +20,47 @@ impl Drop for ChildGuard {
 impl ChildGuard {
     /// Sends SIGTERM to this process alone (never a group) and waits for its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
-        let sent = std::process::Command::new("kill")
-            .args(["-s", "TERM", &self.0.id().to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -s TERM {}", self.0.id());
+        send_signal(self.0.id(), "TERM").unwrap();
         self.0.wait().expect("wait for the process").code()
+    }
+
+    /// Sends SIGTERM and waits at most `limit` for the process to exit: how long it
+    /// took and its status, or `None` if it was still running (it is then killed on
+    /// drop).
+    ///
+    /// # Errors
+    /// When the signal cannot be sent or the process cannot be polled.
+    pub async fn terminate_within(
+        &mut self,
+        limit: Duration,
+    ) -> Result<Option<(Duration, ExitStatus)>, String> {
+        send_signal(self.0.id(), "TERM")?;
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.0.try_wait().map_err(|e| e.to_string())? {
+                return Ok(Some((start.elapsed(), status)));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(None)
+    }
+}
+
+/// Sends `signal` (`TERM`, `KILL`, `STOP`, …) to process `pid` alone, never a group.
+///
+/// # Errors
+/// When `kill` cannot run or fails.
+pub fn send_signal(pid: u32, signal: &str) -> Result<(), String> {
+    // Only ever a positive PID: one process, never a group.
+    assert!(pid > 0);
+    let status = Command::new("kill")
+        .args(["-s", signal, &pid.to_string()])
+        .status()
+        .map_err(|e| format!("run kill: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -s {signal} {pid}: {status}"))
     }
 }
 
@@ -138,23 +173,11 @@ impl ServerProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Sends SIGTERM and waits at most `limit` for the process to exit; returns how long
-    /// it took and its status, or `None` if it was still running (it is then killed on
-    /// drop).
+    /// [`ChildGuard::terminate_within`] for the server, which must take the signal.
     pub async fn terminate_within(&mut self, limit: Duration) -> Option<(Duration, ExitStatus)> {
-        let pid = self.child.0.id();
-        let sent = Command::new("kill")
-            .args(["-s", "TERM", &pid.to_string()])
-            .status()
-            .expect("run kill");
-        assert!(sent.success(), "kill -s TERM {pid}");
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(status) = self.child.0.try_wait().expect("poll the server") {
-                return Some((start.elapsed(), status));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        None
+        self.child
+            .terminate_within(limit)
+            .await
+            .unwrap_or_else(|e| panic!("terminate the server: {e}"))
     }
 }
