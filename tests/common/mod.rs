@@ -1,11 +1,13 @@
 //! Test harness, one file per concern: throwaway PostgreSQL clusters ([`pg`]),
 //! segmint servers in this process ([`app`]) and as real processes ([`process`]),
-//! waiting for a condition ([`wait`]), and fixtures of single suites (TLS, operator
-//! routes, tokens, an in-memory store). Everything a test names is re-exported here:
-//! `common::PgCluster`, `common::spawn_app`, …
+//! waiting for a condition ([`wait`]), an in-memory store ([`memory`]), and fixtures
+//! of single suites (TLS, operator routes, tokens). What most tests name is
+//! re-exported here: `common::PgCluster`, `common::spawn_app`, …
 #![allow(dead_code)]
 
 pub mod app;
+pub mod memory;
+pub mod operator;
 pub mod pg;
 pub mod process;
 pub mod tls;
@@ -27,6 +29,4 @@ pub use process::{
 pub use wait::eventually;
 
 pub mod by_kind;
-pub mod memory;
-pub mod operator;
 pub mod tokens;
