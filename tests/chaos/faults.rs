@@ -300,7 +300,7 @@ pub(crate) async fn run_fault(
             let began = Instant::now();
             let mut note = String::new();
             if kind == FaultKind::DbStop {
-                db.blocking("pg_ctl stop -m immediate", Cluster::stop)
+                db.blocking("pg_ctl stop -m immediate", PgCluster::stop)
                     .await?;
             } else {
                 let pid = db.postmaster_pid()?;

@@ -63,18 +63,10 @@ impl Server {
     /// SIGTERM, then waits for the graceful stop (SIGKILL after `limit`).
     pub(crate) async fn terminate(&self, limit: Duration) -> Result<ExitStatus, String> {
         let mut child = self.take().ok_or("no process")?;
-        send_signal(child.0.id(), "TERM")?;
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = child.0.try_wait().map_err(|e| e.to_string())? {
-                return Ok(status);
-            }
-            if Instant::now() > deadline {
-                let _ = child.0.kill();
-                let _ = child.0.wait();
-                return Err(format!("did not stop within {limit:?} of SIGTERM; killed"));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        match child.terminate_within(limit).await? {
+            Some((_, status)) => Ok(status),
+            // Dropping the guard kills it.
+            None => Err(format!("did not stop within {limit:?} of SIGTERM; killed")),
         }
     }
 
@@ -84,20 +76,6 @@ impl Server {
 
     pub(crate) fn log_tail(&self) -> String {
         tail(&self.log, 3000)
-    }
-}
-
-pub(crate) fn send_signal(pid: u32, signal: &str) -> Result<(), String> {
-    // Only ever a positive PID: one process, never a group.
-    assert!(pid > 0);
-    let status = Command::new("kill")
-        .args(["-s", signal, &pid.to_string()])
-        .status()
-        .map_err(|e| format!("run kill: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("kill -s {signal} {pid}: {status}"))
     }
 }
 
@@ -121,10 +99,7 @@ pub(crate) struct Database {
 
 impl Database {
     pub(crate) fn log(&self) -> PathBuf {
-        match &*self.cluster {
-            Cluster::Plain(_) => self.data_dir.parent().unwrap().join("log"),
-            Cluster::Tmpfs(t) => t.log(),
-        }
+        self.cluster.log()
     }
 
     pub(crate) fn postmaster_pid(&self) -> Result<u32, String> {
@@ -141,7 +116,7 @@ impl Database {
     pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         what: &str,
-        op: impl FnOnce(&Cluster) -> T + Send + 'static,
+        op: impl FnOnce(&PgCluster) -> T + Send + 'static,
     ) -> Result<T, String> {
         let cluster = self.cluster.clone();
         let result = tokio::task::spawn_blocking(move || {
@@ -172,7 +147,7 @@ impl Database {
     pub(crate) async fn restart(&self) -> Result<u32, String> {
         let mut last = String::new();
         for attempt in 1..=10 {
-            match self.blocking("pg_ctl start", Cluster::start_again).await {
+            match self.blocking("pg_ctl start", PgCluster::start_again).await {
                 Ok(()) => return Ok(attempt),
                 Err(e) => last = e,
             }
@@ -196,128 +171,36 @@ pub(crate) enum Cluster {
     Tmpfs(TmpfsCluster),
 }
 
-impl Cluster {
-    pub(crate) fn start_again(&self) {
-        match self {
-            Cluster::Plain(c) => c.start_again(),
-            Cluster::Tmpfs(c) => c.start_again(),
-        }
-    }
+/// Either is a harness cluster; the tmpfs one only adds its file system.
+impl std::ops::Deref for Cluster {
+    type Target = PgCluster;
 
-    pub(crate) fn stop(&self) {
+    fn deref(&self) -> &PgCluster {
         match self {
-            Cluster::Plain(c) => c.stop(),
-            Cluster::Tmpfs(c) => c.stop(),
+            Cluster::Plain(c) => c,
+            Cluster::Tmpfs(t) => &t.cluster,
         }
-    }
-
-    pub(crate) fn url(&self) -> String {
-        match self {
-            Cluster::Plain(c) => c.url(),
-            Cluster::Tmpfs(c) => c.url(),
-        }
-    }
-
-    pub(crate) fn psql(&self, sql: &str) -> String {
-        match self {
-            Cluster::Plain(c) => c.psql(sql),
-            Cluster::Tmpfs(c) => c.psql_db("segmint", sql),
-        }
-    }
-
-    pub(crate) fn psql_background(&self, sql: &str) -> ChildGuard {
-        match self {
-            Cluster::Plain(c) => c.psql_background(sql),
-            Cluster::Tmpfs(c) => ChildGuard(
-                c.psql_command("segmint", sql)
-                    .stdout(std::process::Stdio::null())
-                    .spawn()
-                    .expect("spawn psql"),
-            ),
-        }
-    }
-
-    /// `max_id|version|step|delta|remainder` of a biz row.
-    pub(crate) fn row(&self, biz: &str) -> String {
-        self.psql(&format!(
-            "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
-        ))
     }
 }
 
-/// `(uid, gid)` of the `postgres` user when running as root (PostgreSQL refuses root).
-pub(crate) fn postgres_user() -> Option<(u32, u32)> {
-    use std::os::unix::fs::MetadataExt;
-    if std::fs::metadata("/proc/self").ok()?.uid() != 0 {
-        return None;
-    }
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    let line = passwd.lines().find(|l| l.starts_with("postgres:"))?;
-    let f: Vec<&str> = line.split(':').collect();
-    Some((f[2].parse().ok()?, f[3].parse().ok()?))
-}
-
-/// A PostgreSQL program (`initdb`, `pg_ctl`, `psql`) of the newest installed version,
-/// run as `postgres` when the test runs as root.
-pub(crate) fn pg_tool(program: &str) -> Command {
-    use std::os::unix::process::CommandExt;
-    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .map(|d| d.flatten().map(|e| e.path().join("bin")).collect())
-        .unwrap_or_default();
-    versions.sort();
-    let path = versions
-        .into_iter()
-        .rev()
-        .map(|bin| bin.join(program))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| PathBuf::from(program));
-    let mut cmd = Command::new(path);
-    if let Some((uid, gid)) = postgres_user() {
-        cmd.uid(uid).gid(gid);
-    }
-    cmd.env_remove("PGDATA").env("LC_ALL", "C");
-    cmd
-}
-
-pub(crate) fn run_checked(what: &str, cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// A PostgreSQL cluster whose data directory is on a small tmpfs of its own, so that
-/// the disk-full fault fills a real file system. Stopped and unmounted on drop.
+/// A harness cluster whose data directory is on a small tmpfs of its own, so that the
+/// disk-full fault fills a real file system. Stopped and unmounted on drop.
 pub(crate) struct TmpfsCluster {
-    /// On the ordinary disk: the log and the socket, which stay writable while the
-    /// tmpfs is full. Removed after the unmount.
-    pub(crate) dir: tempfile::TempDir,
+    /// Its log and socket are on another file system, writable while the tmpfs is full.
+    pub(crate) cluster: PgCluster,
     /// The tmpfs mount point, holding the data directory and the ballast.
     pub(crate) disk: PathBuf,
-    /// The cluster's loopback port.
-    pub(crate) port: u16,
 }
 
 impl TmpfsCluster {
     /// Mounts the tmpfs (root only; a failure fails the run: the fault is never
-    /// skipped), then `initdb` with 1 MB WAL segments, so that WAL needs new files
-    /// often, and starts the cluster with a `segmint` database.
+    /// skipped), then makes the cluster with 1 MB WAL segments, so that WAL needs new
+    /// files often, keeping little WAL, so that the tmpfs holds it.
     pub(crate) fn start() -> TmpfsCluster {
-        let dir = tempfile::Builder::new()
-            .prefix("segmint-pg-tmpfs-")
-            .tempdir()
-            .unwrap();
-        let owner = postgres_user();
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
-        }
+        let dir = cluster_dir("segmint-pg-tmpfs-");
         let disk = dir.path().join("disk");
         std::fs::create_dir(&disk).unwrap();
-        let (uid, gid) = owner.unwrap_or((0, 0));
+        let (uid, gid) = run_as().unwrap_or((0, 0));
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
             .arg(format!("size={TMPFS_MB}m,mode=0700,uid={uid},gid={gid}"))
@@ -333,97 +216,26 @@ impl TmpfsCluster {
             ),
             Err(e) => panic!("the disk-full fault needs a tmpfs: run mount: {e}"),
         }
-        let cluster = TmpfsCluster {
+        let cluster = PgCluster::init(
             dir,
-            disk,
-            port: free_port(),
-        };
-        run_checked(
-            "initdb",
-            pg_tool("initdb")
-                .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8"])
-                .args(["--wal-segsize=1", "-D"])
-                .arg(cluster.data()),
+            disk.join("data"),
+            &["--wal-segsize=1"],
+            "-c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
         );
-        cluster.start_again();
-        cluster.psql_db("postgres", "CREATE DATABASE segmint");
-        cluster
-    }
-
-    pub(crate) fn data(&self) -> PathBuf {
-        self.disk.join("data")
-    }
-
-    pub(crate) fn log(&self) -> PathBuf {
-        self.dir.path().join("log")
+        TmpfsCluster { cluster, disk }
     }
 
     /// Where the disk-full fault writes its ballast: on the tmpfs, beside the data.
     pub(crate) fn ballast(&self) -> PathBuf {
         self.disk.join("ballast")
     }
-
-    /// As the harness's clusters, with little WAL kept, so that the tmpfs holds it.
-    pub(crate) fn start_again(&self) {
-        let opts = format!(
-            "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 \
-             -c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
-            self.port,
-            self.dir.path().display()
-        );
-        run_checked(
-            "pg_ctl start",
-            pg_tool("pg_ctl")
-                .arg("-D")
-                .arg(self.data())
-                .arg("-l")
-                .arg(self.log())
-                .args(["-o", &opts, "-w", "-t", "30", "start"]),
-        );
-    }
-
-    pub(crate) fn stop(&self) {
-        run_checked(
-            "pg_ctl stop",
-            pg_tool("pg_ctl")
-                .arg("-D")
-                .arg(self.data())
-                .args(["-m", "immediate", "-w", "stop"]),
-        );
-    }
-
-    pub(crate) fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/segmint", self.port)
-    }
-
-    pub(crate) fn psql_command(&self, db: &str, sql: &str) -> Command {
-        let mut cmd = pg_tool("psql");
-        cmd.args(["-X", "-v", "ON_ERROR_STOP=1", "-At", "-h", "127.0.0.1"])
-            .args([
-                "-U",
-                "postgres",
-                "-p",
-                &self.port.to_string(),
-                "-d",
-                db,
-                "-c",
-                sql,
-            ]);
-        cmd
-    }
-
-    pub(crate) fn psql_db(&self, db: &str, sql: &str) -> String {
-        run_checked("psql", &mut self.psql_command(db, sql))
-    }
 }
 
 impl Drop for TmpfsCluster {
+    /// Runs before the cluster's own drop removes its directory, which must not hold
+    /// the mount then.
     fn drop(&mut self) {
-        let _ = pg_tool("pg_ctl")
-            .arg("-D")
-            .arg(self.data())
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
+        self.cluster.halt();
         // The postmaster's last children may hold the mount for a moment.
         for _ in 0..50 {
             let unmounted = Command::new("umount")

@@ -1,0 +1,133 @@
+//! segmint in this process: databases set up through the store, and a server on a
+//! random port with a request method per route a test asks.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use segmint::biz::BizTag;
+use segmint::config::Config;
+use segmint::segment::Residue;
+use segmint::server::Application;
+use segmint::store::Store;
+
+/// Migrates every database and adds `biz` with `step` (odd-only when `odd`), plus a
+/// token for it. Returns the token.
+pub async fn setup_biz(config: &Config, biz: &str, step: i64, odd: bool) -> String {
+    let store = Store::connect(config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    let within = odd.then(|| Residue::new(2, 1).unwrap());
+    let biz = BizTag::parse(biz).unwrap();
+    store.add_biz(&biz, step, 1, within).await.unwrap();
+    store.add_token(&biz, "test").await.unwrap().0
+}
+
+/// Adds a token for `biz` (which must exist).
+pub async fn add_token(config: &Config, biz: &str) -> String {
+    let store = Store::connect(config).unwrap();
+    store
+        .add_token(&BizTag::parse(biz).unwrap(), "test")
+        .await
+        .unwrap()
+        .0
+}
+
+/// A segmint server running in this process on a random port.
+pub struct TestApp {
+    /// `http://127.0.0.1:PORT`, which request paths are appended to.
+    pub base: String,
+    /// One client for every request, with a timeout so that a hung server fails the test.
+    pub http: reqwest::Client,
+    /// The server's state, for what a test checks without a request.
+    pub state: actix_web::web::Data<segmint::server::AppState>,
+    /// Stops the server; shared with the operator address's view of the same server.
+    pub(super) handle: actix_web::dev::ServerHandle,
+}
+
+pub async fn spawn_app(config: Config) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let app = Application::with_listener(config, listener)
+        .await
+        .expect("build app");
+    run_app(app)
+}
+
+/// Runs `app` in this process; the handle serves its `bind` address.
+pub fn run_app(app: Application) -> TestApp {
+    let base = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    let state = app.state();
+    tokio::spawn(app.run_until(std::future::pending()));
+    TestApp {
+        base,
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        state,
+        handle,
+    }
+}
+
+impl TestApp {
+    /// GET `path` (with query) and return status and body text.
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    /// Tinyid's `nextIdSimple` for `biz`: the body and the `X-Segmint-Error` header,
+    /// if any.
+    pub async fn next_id_simple(&self, biz: &str, token: &str) -> (String, Option<String>) {
+        let r = self
+            .http
+            .get(format!(
+                "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
+                self.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        let error = r
+            .headers()
+            .get("x-segmint-error")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (r.text().await.unwrap(), error)
+    }
+
+    /// GET `path` with a bearer token; status and parsed JSON body.
+    pub async fn get_v1(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+        let mut req = self.http.get(format!("{}{path}", self.base));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+    }
+
+    /// `n` IDs through the v1 API; panics on any failure.
+    pub async fn ids(&self, biz: &str, token: &str, n: usize) -> Vec<i64> {
+        let (status, body) = self
+            .get_v1(&format!("/v1/ids/{biz}?count={n}"), Some(token))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        serde_json::from_value(body["ids"].clone()).unwrap()
+    }
+
+    pub async fn stop(&self) {
+        self.handle.stop(true).await;
+    }
+}
+
+/// Shares one value between tasks.
+pub fn shared<T>(v: T) -> Arc<T> {
+    Arc::new(v)
+}
