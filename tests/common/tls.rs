@@ -202,23 +202,3 @@ pub fn assert_sessions_encrypted(cluster: &PgCluster, encrypted: bool) {
         if encrypted { "all" } else { "none" }
     );
 }
-
-/// `segmint --config CONFIG args…` with `env` added; returns (success, stdout + stderr).
-pub fn segmint_with_env(config: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
-    let out = Command::new(super::segmint_bin())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("SEGMINT_CONFIG")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
