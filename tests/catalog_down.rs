@@ -7,30 +7,29 @@ mod common;
 
 use std::time::Duration;
 
-use common::{PgCluster, TestApp, config, eventually, setup_biz, spawn_app};
+use common::http::{Target, Via, bearer, compat, next_id_simple, tinyid_params, v1};
+use common::{PgCluster, config, eventually, setup_biz, spawn_app};
 use segmint::client::{Client, Protocol};
 
 /// A 64-hex-digit token no database knows.
 const UNKNOWN: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 /// HTTP status and `error.code` of `GET /v1/ids/{biz}` with `token`.
-async fn v1(app: &TestApp, biz: &str, token: &str) -> (u16, String) {
-    let (status, body) = app
-        .get_v1(&format!("/v1/ids/{biz}?count=3"), Some(token))
-        .await;
-    let code = body["error"]["code"].as_str().unwrap_or("").to_string();
-    (status, code)
+async fn v1_code(app: &impl Target, biz: &str, token: &str) -> (u16, String) {
+    let r = v1(app, false, &format!("/v1/ids/{biz}?count=3"), bearer(token)).await;
+    let code = r.json()["error"]["code"].as_str().unwrap_or("").to_string();
+    (r.status, code)
 }
 
 /// Tinyid's `code` from `nextId`, and the `X-Segmint-Error` of `nextIdSimple`.
-async fn tinyid(app: &TestApp, biz: &str, token: &str) -> (i64, String) {
-    let (status, body) = app
-        .get(&format!("/tinyid/id/nextId?bizType={biz}&token={token}"))
-        .await;
-    assert_eq!(status, 200, "Tinyid's JSON routes answer 200: {body}");
-    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let header = app.next_id_simple(biz, token).await.1.unwrap_or_default();
-    (body["code"].as_i64().unwrap(), header)
+async fn tinyid(app: &impl Target, biz: &str, token: &str) -> (i64, String) {
+    let r = compat(app, "nextId", Via::Get, &tinyid_params(biz, token, None)).await;
+    assert_eq!(r.status, 200, "Tinyid's JSON routes answer 200: {r:?}");
+    let header = next_id_simple(app, biz, token).await.error_header;
+    (
+        r.json()["code"].as_i64().unwrap(),
+        header.unwrap_or_default(),
+    )
 }
 
 #[tokio::test]
@@ -43,7 +42,7 @@ async fn valid_token_is_unavailable_until_the_database_is_read() {
 
     for t in [token.as_str(), UNKNOWN] {
         assert_eq!(
-            v1(&app, "late", t).await,
+            v1_code(&app, "late", t).await,
             (503, "unavailable".to_string()),
             "no database read yet: nothing is known about the token"
         );
@@ -58,7 +57,7 @@ async fn valid_token_is_unavailable_until_the_database_is_read() {
         Duration::from_secs(15),
         "the valid token served after the database came back",
         move || async move {
-            match v1(app_ref, "late", token_ref).await {
+            match v1_code(app_ref, "late", token_ref).await {
                 (200, _) => Ok(()),
                 (503, body) => Err(format!("503: {body}")),
                 other => panic!("the valid token after the database came back: {other:?}"),
@@ -68,7 +67,7 @@ async fn valid_token_is_unavailable_until_the_database_is_read() {
     .await;
     assert_eq!(tinyid(&app, "late", &token).await.0, 200);
     assert_eq!(
-        v1(&app, "late", UNKNOWN).await,
+        v1_code(&app, "late", UNKNOWN).await,
         (401, "unauthorized".to_string()),
         "once the catalog is read, an unknown token is refused"
     );
@@ -104,7 +103,7 @@ async fn client_moves_on_from_a_server_that_never_read_its_database() {
         );
     }
     assert_eq!(
-        v1(&down, "moves", &token).await.0,
+        v1_code(&down, "moves", &token).await.0,
         503,
         "the first server still cannot vouch for the token"
     );

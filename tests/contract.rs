@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::HashSet;
 use std::time::Instant;
 
 use common::*;
@@ -15,14 +16,25 @@ fn tag(biz: &str) -> BizTag {
     BizTag::parse(biz).unwrap()
 }
 
+/// A store for `config` with every database migrated.
+async fn migrated(config: &segmint::config::Config) -> Store {
+    let store = Store::connect(config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    store
+}
+
+/// How many of `ids` are distinct.
+fn distinct(ids: &[i64]) -> usize {
+    ids.iter().collect::<HashSet<_>>().len()
+}
+
 /// Two databases of `kind`, migrated, with `bizs` added (step 10, plain).
 async fn setup(kind: Kind, bizs: &[&str]) -> (Databases, segmint::config::Config, Store) {
     let dbs = Databases::start(kind, 2);
     let config = dbs.config("");
-    let store = Store::connect(&config).unwrap();
-    for (db, r) in store.migrate().await {
-        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
-    }
+    let store = migrated(&config).await;
     for biz in bizs {
         store.add_biz(&tag(biz), 10, 1, None).await.unwrap();
     }
@@ -68,11 +80,8 @@ async fn reservations_advance_each_row_by_its_step(kind: Kind) {
             "one version bump per reservation"
         );
     }
-    let total = ids.len();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), total, "segments overlap");
-    assert_eq!(total, 12 * 5);
+    assert_eq!(distinct(&ids), ids.len(), "segments overlap");
+    assert_eq!(ids.len(), 12 * 5);
 }
 
 async fn concurrent_reservations_from_two_processes_are_disjoint(kind: Kind) {
@@ -96,12 +105,9 @@ async fn concurrent_reservations_from_two_processes_are_disjoint(kind: Kind) {
             .expect("every reservation succeeds under contention");
         ids.extend(r.range.ids());
     }
-    let total = ids.len();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), total, "overlapping segments");
+    assert_eq!(distinct(&ids), ids.len(), "overlapping segments");
     assert_eq!(
-        total,
+        ids.len(),
         64 * 5,
         "each segment of step 10 on delta 2 holds 5 IDs"
     );
@@ -290,10 +296,7 @@ async fn mixed_kinds_share_a_biz_without_overlap() {
     );
     let urls = [pg.urls()[0].clone(), files.urls()[0].clone()];
     let config = segmint::config::Config::from_toml(&config_toml_urls(&urls, "")).unwrap();
-    let store = Store::connect(&config).unwrap();
-    for (db, r) in store.migrate().await {
-        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
-    }
+    let store = migrated(&config).await;
     store.add_biz(&tag("mixed"), 10, 1, None).await.unwrap();
     let mut ids = Vec::new();
     let mut seen = [false; 2];
@@ -304,9 +307,6 @@ async fn mixed_kinds_share_a_biz_without_overlap() {
         ids.extend(r.range.ids());
     }
     assert_eq!(seen, [true, true], "both kinds serve");
-    let total = ids.len();
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), total);
+    assert_eq!(distinct(&ids), ids.len());
     assert_eq!(pg.version(0, "mixed") + files.version(0, "mixed"), 20);
 }

@@ -4,14 +4,23 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::http::{
+    Resp, Target, Via, bearer, compat, compat_request, next_id_simple, send, tinyid_params, v1,
+    v1_ids,
+};
 use common::*;
+use segmint::server::STOP_LIMIT;
 
 const BIZ: &str = "order";
+
+/// `GET /v1/ids/{biz}` (one ID) with `token`.
+async fn one_id(app: &impl Target, biz: &str, token: &str) -> Resp {
+    v1(app, false, &format!("/v1/ids/{biz}"), bearer(token)).await
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_body_is_refused_and_changes_nothing() {
@@ -21,26 +30,15 @@ async fn an_oversized_body_is_refused_and_changes_nothing() {
     let app = spawn_app(config).await;
     let before = dbs.row(0, BIZ);
     let padding = "x".repeat(64 * 1024);
-    let r = app
-        .http
-        .post(format!("{}/tinyid/id/nextId", app.base))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("bizType={BIZ}&token={token}&pad={padding}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 413);
+    let mut params = tinyid_params(BIZ, &token, None);
+    params.push(("pad", &padding));
+    let r = send(compat_request(&app, "nextId", Via::PostForm, &params)).await;
+    assert_eq!(r.status, 413);
     assert_eq!(dbs.row(0, BIZ), before, "nothing reserved");
     // A small form still works.
-    let r = app
-        .http
-        .post(format!("{}/tinyid/id/nextIdSimple", app.base))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(format!("bizType={BIZ}&token={token}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.text().await.unwrap(), "1");
+    let params = tinyid_params(BIZ, &token, None);
+    let r = compat(&app, "nextIdSimple", Via::PostForm, &params).await;
+    assert_eq!(r.body, "1");
     app.stop().await;
 }
 
@@ -127,8 +125,8 @@ async fn a_stalled_statement_is_cancelled_by_postgresql() {
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(6); COMMIT;",
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (status, _) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(&token)).await;
-    assert_eq!(status, 503, "the row is locked");
+    let r = one_id(&app, BIZ, &token).await;
+    assert_eq!(r.status, 503, "the row is locked");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     // segmint gave up on the client side; the server side gave up too, so no
     // connection of segmint's is left waiting on the lock.
@@ -141,66 +139,27 @@ async fn a_stalled_statement_is_cancelled_by_postgresql() {
     app.stop().await;
 }
 
-#[test]
-fn tokens_never_reach_the_logs() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_never_reach_the_logs() {
     let dbs = Databases::start(Kind::Embedded, 1);
     let toml = config_toml_urls(&dbs.urls(), "");
     let config = segmint::config::Config::from_toml(&toml).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let token = rt.block_on(setup_biz(&config, BIZ, 100, false));
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &toml).unwrap();
-    let port = free_port();
-    let mut server = ChildGuard(
-        serve_command(file.path(), port)
-            .env("RUST_LOG", "debug")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = server.0.stderr.take().unwrap();
-    let log = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-            .join("\n")
-    });
+    let token = setup_biz(&config, BIZ, 100, false).await;
+    let mut server = ServerProcess::start_with_env(&toml, &[("RUST_LOG", "debug")]).await;
+    let remote = server.remote(Duration::from_secs(30));
     let wrong = "f00dfeedf00dfeedf00dfeedf00dfeed";
-    rt.block_on(async {
-        let http = reqwest::Client::new();
-        let base = format!("http://127.0.0.1:{port}");
-        if let Err(e) = child_healthy(&mut server.0, &base, Duration::from_secs(20)).await {
-            panic!("{e}");
+    for t in [token.as_str(), wrong] {
+        let params = tinyid_params(BIZ, t, None);
+        for route in ["nextId", "nextIdSimple", "nextSegmentId"] {
+            compat(&remote, route, Via::Get, &params).await;
         }
-        for t in [token.as_str(), wrong] {
-            for route in ["nextId", "nextIdSimple", "nextSegmentId"] {
-                http.get(format!("{base}/tinyid/id/{route}?bizType={BIZ}&token={t}"))
-                    .send()
-                    .await
-                    .unwrap();
-            }
-            http.post(format!("{base}/tinyid/id/nextId"))
-                .header("content-type", "application/x-www-form-urlencoded")
-                .body(format!("bizType={BIZ}&token={t}"))
-                .send()
-                .await
-                .unwrap();
-            http.get(format!("{base}/v1/ids/{BIZ}"))
-                .bearer_auth(t)
-                .send()
-                .await
-                .unwrap();
-            http.get(format!("{base}/v1/ids/no-such-biz?count=0"))
-                .bearer_auth(t)
-                .send()
-                .await
-                .unwrap();
-        }
-    });
-    assert_eq!(server.terminate(), Some(0));
-    let log = log.join().unwrap();
+        compat(&remote, "nextId", Via::PostForm, &params).await;
+        one_id(&remote, BIZ, t).await;
+        v1(&remote, false, "/v1/ids/no-such-biz?count=0", bearer(t)).await;
+    }
+    let status = server.sigterm(STOP_LIMIT).await;
+    assert_eq!(status.code(), Some(0));
+    let log = server.log_text();
     assert!(
         log.contains("route=\"/tinyid/id/nextId\"") && log.contains("status=401"),
         "the requests were logged at debug level:\n{log}"
@@ -225,13 +184,14 @@ async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds
     let token = setup_biz(&config, BIZ, 100, false).await;
     let pay_token = setup_biz(&config, "pay", 100, false).await;
     let app = spawn_app(config).await;
-    let simple = |token: String, biz: &'static str| {
-        let app = &app;
-        async move { app.next_id_simple(biz, &token).await }
-    };
     for _ in 0..5 {
-        assert_eq!(app.ids(BIZ, &token, 1).await.len(), 1);
-        assert!(simple(token.clone(), BIZ).await.1.is_none());
+        assert_eq!(v1_ids(&app, BIZ, &token, 1).await.len(), 1);
+        assert!(
+            next_id_simple(&app, BIZ, &token)
+                .await
+                .error_header
+                .is_none()
+        );
     }
     let last = token.chars().last().unwrap();
     let changed = format!("{}{}", &token[..63], if last == '0' { '1' } else { '0' });
@@ -242,18 +202,21 @@ async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds
         (&token.to_uppercase(), 401),
         (pay_token.as_str(), 403),
     ] {
-        let (got, body) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(near)).await;
-        assert_eq!(got, status, "{near}: {body}");
-        let (ids, error) = simple(near.to_owned(), BIZ).await;
+        let r = one_id(&app, BIZ, near).await;
+        assert_eq!(r.status, status, "{near}: {r:?}");
+        let r = next_id_simple(&app, BIZ, near).await;
         assert!(
-            ids.is_empty() && error.is_some_and(|e| e.starts_with("5:")),
+            r.body.is_empty() && r.error_header.is_some_and(|e| e.starts_with("5:")),
             "{near}"
         );
     }
-    let (got, _) = app.get_v1("/v1/ids/pay", Some(&token)).await;
-    assert_eq!(got, 403, "the token of `{BIZ}` for `pay`");
+    let r = one_id(&app, "pay", &token).await;
+    assert_eq!(r.status, 403, "the token of `{BIZ}` for `pay`");
     assert!(
-        simple(token.clone(), BIZ).await.1.is_none(),
+        next_id_simple(&app, BIZ, &token)
+            .await
+            .error_header
+            .is_none(),
         "still allowed"
     );
 
@@ -266,11 +229,7 @@ async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds
         Duration::from_secs(10),
         "the deleted token refused",
         move || async move {
-            match app_ref
-                .get_v1(&format!("/v1/ids/{BIZ}"), Some(token_ref))
-                .await
-                .0
-            {
+            match one_id(app_ref, BIZ, token_ref).await.status {
                 200 => Err("it still works".to_owned()),
                 _ => Ok(()),
             }
@@ -278,16 +237,15 @@ async fn a_remembered_token_passes_only_exactly_and_only_while_its_catalog_holds
     )
     .await;
     for _ in 0..5 {
-        let (got, _) = app.get_v1(&format!("/v1/ids/{BIZ}"), Some(&token)).await;
-        assert_eq!(got, 401);
-        let (ids, error) = simple(token.clone(), BIZ).await;
+        assert_eq!(one_id(&app, BIZ, &token).await.status, 401);
+        let r = next_id_simple(&app, BIZ, &token).await;
         assert!(
-            ids.is_empty() && error.is_some(),
+            r.body.is_empty() && r.error_header.is_some(),
             "nextIdSimple after the delete"
         );
     }
     assert_eq!(
-        app.ids("pay", &pay_token, 1).await.len(),
+        v1_ids(&app, "pay", &pay_token, 1).await.len(),
         1,
         "other tokens work"
     );

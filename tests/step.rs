@@ -7,11 +7,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::http::{Via, bearer, compat, get, tinyid_params, v1, v1_ids};
 use common::*;
+use segmint::server::STOP_LIMIT;
 
 const BIZ: &str = "order";
 const ROW_STEP: i64 = 10;
@@ -27,25 +27,11 @@ async fn load(
     let until = Instant::now() + for_how_long;
     let mut handles = Vec::new();
     for _ in 0..tasks {
-        let (http, base, token) = (app.http.clone(), app.base.clone(), token.to_string());
+        let (app, token) = (app.remote(), token.to_string());
         handles.push(tokio::spawn(async move {
             let mut ids = Vec::new();
             while Instant::now() < until {
-                let r = http
-                    .get(format!("{base}/v1/ids/{BIZ}?count={count}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-                let body: serde_json::Value = r.json().await.unwrap();
-                ids.extend(
-                    body["ids"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.as_i64().unwrap()),
-                );
+                ids.extend(v1_ids(&app, BIZ, &token, count).await);
             }
             ids
         }));
@@ -66,8 +52,7 @@ fn assert_unique(ids: &[i64]) {
 
 /// The `/v1/bizs` entry of `biz`.
 async fn biz_report(app: &TestApp, biz: &str) -> serde_json::Value {
-    let (status, body) = app.get_v1("/v1/bizs", None).await;
-    assert_eq!(status, 200, "{body}");
+    let body = bizs(app).await;
     body["bizs"]
         .as_array()
         .unwrap()
@@ -77,10 +62,18 @@ async fn biz_report(app: &TestApp, biz: &str) -> serde_json::Value {
         .clone()
 }
 
+/// `/v1/bizs`: every biz and database as the server sees them.
+async fn bizs(app: &TestApp) -> serde_json::Value {
+    let r = get(app, "/v1/bizs").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
 /// The value of the sample `series` (name with labels) in `/metrics`.
 async fn metric(app: &TestApp, series: &str) -> f64 {
-    let (status, text) = app.get("/metrics").await;
-    assert_eq!(status, 200);
+    let r = get(app, "/metrics").await;
+    assert_eq!(r.status, 200);
+    let text = r.body;
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
@@ -176,10 +169,9 @@ async fn client_segments_report_their_real_step_and_are_counted() {
     // Make the cache's step grow first: client segments keep the row's step anyway.
     load(&app, &token, 2, 20, Duration::from_secs(2)).await;
 
-    let (status, s) = app
-        .get_v1(&format!("/v1/segments/{BIZ}"), Some(&token))
-        .await;
-    assert_eq!(status, 200, "{s}");
+    let r = v1(&app, false, &format!("/v1/segments/{BIZ}"), bearer(&token)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let s = r.json();
     let (current, max) = (
         s["current_id"].as_i64().unwrap(),
         s["max_id"].as_i64().unwrap(),
@@ -189,16 +181,18 @@ async fn client_segments_report_their_real_step_and_are_counted() {
     assert_eq!(s["loading_id"], current + 30, "{s}");
     assert_eq!(s["count"], 50, "{s}");
 
-    let (status, text) = app
-        .get(&format!(
-            "/tinyid/id/nextSegmentIdSimple?bizType={BIZ}&token={token}"
-        ))
-        .await;
-    assert_eq!(status, 200);
-    let f: Vec<i64> = text.split(',').map(|v| v.parse().unwrap()).collect();
+    let r = compat(
+        &app,
+        "nextSegmentIdSimple",
+        Via::Get,
+        &tinyid_params(BIZ, &token, None),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    let f = r.numbers();
     let (current, loading, max) = (f[0], f[1], f[2]);
-    assert_eq!(max - current, 100, "{text}");
-    assert_eq!(loading, current + 30, "{text}");
+    assert_eq!(max - current, 100, "{r:?}");
+    assert_eq!(loading, current + 30, "{r:?}");
 
     assert_eq!(
         metric(&app, &format!("segmint_segment_ids_total{{biz=\"{BIZ}\"}}")).await,
@@ -221,7 +215,7 @@ async fn bizs_and_status_list_every_biz_and_database() {
         "UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'clash'",
     );
     let app = spawn_app(config).await;
-    assert_eq!(app.ids(BIZ, &token, 5).await.len(), 5);
+    assert_eq!(v1_ids(&app, BIZ, &token, 5).await.len(), 5);
 
     let order = biz_report(&app, BIZ).await;
     assert_eq!(order["issued"], 5, "{order}");
@@ -234,8 +228,7 @@ async fn bizs_and_status_list_every_biz_and_database() {
     let why = clash["refused"].as_str().unwrap_or_default();
     assert!(why.contains("pg0") && why.contains("pg1"), "{clash}");
 
-    let (status, body) = app.get_v1("/v1/bizs", None).await;
-    assert_eq!(status, 200);
+    let body = bizs(&app).await;
     let names: Vec<&str> = body["databases"]
         .as_array()
         .unwrap()
@@ -245,8 +238,9 @@ async fn bizs_and_status_list_every_biz_and_database() {
     assert_eq!(names, ["pg0", "pg1"]);
     assert_eq!(body["step_policy"]["target_secs"], 600);
 
-    let (status, html) = app.get("/status").await;
-    assert_eq!(status, 200);
+    let r = get(&app, "/status").await;
+    assert_eq!(r.status, 200);
+    let html = r.body;
     for needle in [
         "<td>order</td>",
         "<td>idle</td>",
@@ -262,52 +256,25 @@ async fn bizs_and_status_list_every_biz_and_database() {
 
 /// Every reservation for the cache is logged with its step and why; consecutive steps
 /// never change by more than a factor of 2.
-#[test]
-fn every_reservation_is_logged_with_its_step_and_reason() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reservation_is_logged_with_its_step_and_reason() {
     let dbs = Databases::start(Kind::Postgres, 1);
     let toml = config_toml_urls(&dbs.urls(), "step_max = 320");
     let config = segmint::config::Config::from_toml(&toml).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let token = rt.block_on(setup_biz(&config, BIZ, ROW_STEP, false));
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), &toml).unwrap();
-    let port = free_port();
-    let mut server = ChildGuard(
-        serve_command(file.path(), port)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let stderr = server.0.stderr.take().unwrap();
-    let lines = std::thread::spawn(move || {
-        BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-            .filter(|l| l.contains("reserved a segment"))
-            .collect::<Vec<String>>()
-    });
-
-    rt.block_on(async {
-        let http = reqwest::Client::new();
-        let base = format!("http://127.0.0.1:{port}");
-        if let Err(e) = child_healthy(&mut server.0, &base, Duration::from_secs(20)).await {
-            panic!("{e}");
-        }
-        let until = Instant::now() + Duration::from_secs(4);
-        while Instant::now() < until {
-            let r = http
-                .get(format!("{base}/v1/ids/{BIZ}?count=20"))
-                .bearer_auth(&token)
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-        }
-    });
-    assert_eq!(server.terminate(), Some(0), "SIGTERM stops the server");
-    let lines = lines.join().unwrap();
+    let token = setup_biz(&config, BIZ, ROW_STEP, false).await;
+    let mut server = ServerProcess::start_with_env(&toml, &[("RUST_LOG", "info")]).await;
+    let remote = server.remote(Duration::from_secs(30));
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        v1_ids(&remote, BIZ, &token, 20).await;
+    }
+    let status = server.sigterm(STOP_LIMIT).await;
+    assert_eq!(status.code(), Some(0), "SIGTERM stops the server");
+    let log = server.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("reserved a segment"))
+        .collect();
 
     let field = |line: &str, name: &str| -> String {
         line.split_whitespace()

@@ -5,6 +5,7 @@ mod common;
 
 use std::collections::HashMap;
 
+use common::http::{Via, bearer, compat, next_id_simple, tinyid_params, v1, v1_ids};
 use common::*;
 use rand::Rng;
 
@@ -35,50 +36,40 @@ async fn client(apps: &[TestApp], token: &str, target: usize, seed: u64) -> Seen
         let op = rng.random_range(0..10);
         let ids: Vec<i64> = match op {
             0..=2 => {
-                let (status, body) = app
-                    .get(&format!(
-                        "/tinyid/id/nextIdSimple?bizType=odd&token={token}"
-                    ))
-                    .await;
-                assert_eq!(status, 200);
-                vec![
-                    body.parse()
-                        .unwrap_or_else(|_| panic!("nextIdSimple answered `{body}`")),
-                ]
+                let r = next_id_simple(app, "odd", token).await;
+                assert_eq!(r.status, 200);
+                let id = r.numbers();
+                assert_eq!(id.len(), 1, "nextIdSimple answered {r:?}");
+                id
             }
             3..=4 => {
-                let n = rng.random_range(2..300);
-                let (status, body) = app
-                    .get(&format!(
-                        "/tinyid/id/nextId?bizType=odd&token={token}&batchSize={n}"
-                    ))
-                    .await;
-                assert_eq!(status, 200);
-                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-                assert_eq!(v["code"], 200, "{body}");
+                let n = rng.random_range(2..300).to_string();
+                let params = tinyid_params("odd", token, Some(&n));
+                let r = compat(app, "nextId", Via::Get, &params).await;
+                assert_eq!(r.status, 200);
+                let v = r.json();
+                assert_eq!(v["code"], 200, "{r:?}");
                 serde_json::from_value(v["data"].clone()).unwrap()
             }
-            5..=7 => app.ids("odd", token, rng.random_range(1..400)).await,
+            5..=7 => v1_ids(app, "odd", token, rng.random_range(1..400)).await,
             8 => {
-                let (status, body) = app
-                    .get(&format!(
-                        "/tinyid/id/nextSegmentIdSimple?bizType=odd&token={token}"
-                    ))
-                    .await;
-                assert_eq!(status, 200);
-                let f: Vec<i64> = body.split(',').map(|x| x.parse().unwrap()).collect();
-                assert_eq!(f.len(), 5, "{body}");
+                let params = tinyid_params("odd", token, None);
+                let r = compat(app, "nextSegmentIdSimple", Via::Get, &params).await;
+                assert_eq!(r.status, 200);
+                let f = r.numbers();
+                assert_eq!(f.len(), 5, "{r:?}");
                 assert!(
                     [1, 3].contains(&f[4]) && f[3] == 4,
-                    "odd biz rows are 1 or 3 mod 4: {body}"
+                    "odd biz rows are 1 or 3 mod 4: {r:?}"
                 );
                 seen.segments += 1;
                 seen.all.extend(segment_ids(f[0], f[2], f[3], f[4]));
                 continue;
             }
             _ => {
-                let (status, body) = app.get_v1("/v1/segments/odd", Some(token)).await;
-                assert_eq!(status, 200, "{body}");
+                let r = v1(app, false, "/v1/segments/odd", bearer(token)).await;
+                assert_eq!(r.status, 200, "{r:?}");
+                let body = r.json();
                 let get = |k: &str| body[k].as_i64().unwrap();
                 let ids = segment_ids(
                     get("current_id"),

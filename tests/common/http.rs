@@ -56,6 +56,16 @@ impl ServerProcess {
     }
 }
 
+impl TestApp {
+    /// This server as a [`Remote`] with the app's client, for a spawned task to own.
+    pub fn remote(&self) -> Remote {
+        Remote {
+            http: self.http.clone(),
+            base: self.base.clone(),
+        }
+    }
+}
+
 impl Target for Remote {
     fn http(&self) -> &reqwest::Client {
         &self.http
@@ -67,7 +77,7 @@ impl Target for Remote {
 }
 
 /// What a response looked like.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Resp {
     /// The status code.
     pub status: u16,
@@ -85,6 +95,18 @@ impl Resp {
     /// The body as JSON; panics when it is not.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
+    }
+
+    /// The body as comma-separated integers, as `nextIdSimple` and
+    /// `nextSegmentIdSimple` answer; panics when it is not.
+    pub fn numbers(&self) -> Vec<i64> {
+        self.body
+            .split(',')
+            .map(|n| {
+                n.parse()
+                    .unwrap_or_else(|e| panic!("`{n}` is not an integer ({e}): {self:?}"))
+            })
+            .collect()
     }
 }
 
@@ -176,6 +198,17 @@ pub async fn compat(target: &impl Target, route: &str, via: Via, params: &[(&str
     send(compat_request(target, route, via, params)).await
 }
 
+/// Tinyid's `nextIdSimple` for one ID of `biz`, asked by GET as Tinyid's clients do.
+pub async fn next_id_simple(target: &impl Target, biz: &str, token: &str) -> Resp {
+    compat(
+        target,
+        "nextIdSimple",
+        Via::Get,
+        &tinyid_params(biz, token, None),
+    )
+    .await
+}
+
 /// `Authorization: Bearer <token>`, as [`request`] takes it.
 pub fn bearer(token: &str) -> Option<HeaderValue> {
     Some(HeaderValue::from_str(&format!("Bearer {token}")).unwrap())
@@ -196,6 +229,11 @@ pub fn request(
         Some(auth) => req.header("authorization", auth),
         None => req,
     }
+}
+
+/// GET `path` (with its query) without credentials: health, metrics, status pages.
+pub async fn get(target: &impl Target, path: &str) -> Resp {
+    send(request(target, Method::GET, path, None)).await
 }
 
 /// Sends [`request`], as a POST when `post`, else as a GET.

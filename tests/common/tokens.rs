@@ -1,14 +1,14 @@
 //! Token lifecycle tests: databases with a configuration file for the `segmint` CLI,
 //! and the answers a token gets on both APIs.
 
-use std::io::Write;
-use std::process::Command;
-
 use segmint::config::Config;
 
-use super::{Databases, Kind, TestApp, config_toml_urls, segmint_bin};
+use super::cli::{config_file, segmint_cli};
+use super::http::{Target, bearer, next_id_simple, v1};
+use super::{Databases, Kind, config_toml_urls};
 
-/// What one `segmint` command did.
+/// What one `segmint` command did, as the token tests read it: [`super::cli::CliRun`]
+/// with the exit reduced to success or failure.
 #[derive(Debug)]
 pub struct CliRun {
     /// Whether it exited 0.
@@ -39,12 +39,10 @@ impl TokenSetup {
         };
         let dbs = Databases::start(kind, n);
         let toml = config_toml_urls(&dbs.urls(), extra);
-        let mut file = tempfile::NamedTempFile::new().unwrap();
-        file.write_all(toml.as_bytes()).unwrap();
         let setup = TokenSetup {
             config: Config::from_toml(&toml).expect("test configuration"),
             dbs,
-            file,
+            file: config_file(&toml),
         };
         setup.ok(&["migrate"]);
         setup.ok(&["biz", "add", "order", "--step", "1000"]);
@@ -53,18 +51,11 @@ impl TokenSetup {
 
     /// Runs `segmint --config FILE args…` with info logs on stderr.
     pub fn cli(&self, args: &[&str]) -> CliRun {
-        let out = Command::new(segmint_bin())
-            .arg("--config")
-            .arg(self.file.path())
-            .args(args)
-            .env_remove("SEGMINT_CONFIG")
-            .env("RUST_LOG", "info")
-            .output()
-            .unwrap();
+        let run = segmint_cli(self.file.path(), args, &[("RUST_LOG", "info")]);
         CliRun {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            ok: run.ok(),
+            stdout: run.stdout,
+            stderr: run.stderr,
         }
     }
 
@@ -106,10 +97,12 @@ impl Answers {
 }
 
 /// Asks for one ID of `order` with `token` on both APIs.
-pub async fn answers(app: &TestApp, token: &str) -> Answers {
+pub async fn answers(app: &impl Target, token: &str) -> Answers {
+    let tinyid = next_id_simple(app, "order", token).await;
+    let v1 = v1(app, false, "/v1/ids/order?count=1", bearer(token)).await;
     Answers {
-        tinyid: app.next_id_simple("order", token).await,
-        v1: app.get_v1("/v1/ids/order?count=1", Some(token)).await,
+        tinyid: (tinyid.body, tinyid.error_header),
+        v1: (v1.status, v1.json()),
     }
 }
 
