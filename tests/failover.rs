@@ -119,15 +119,6 @@ fn start_traffic(
     tasks
 }
 
-/// Polls `done` until it holds; panics after `limit` naming `what`.
-async fn eventually(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn assert_unique(ids: &[i64]) {
     let mut seen = HashSet::with_capacity(ids.len());
     let twice: Vec<i64> = ids
@@ -164,9 +155,12 @@ async fn crash_and_restart_of_one_database_fails_no_request() {
     let tasks = start_traffic(&app, &token, &log, &stop, 4);
 
     eventually(
-        "both databases reserve segments",
         Duration::from_secs(10),
-        || block_in_place(|| a.version(BIZ) > 0 && b.version(BIZ) > 0),
+        "both databases reserve segments",
+        async || match block_in_place(|| (a.version(BIZ), b.version(BIZ))) {
+            (pg0, pg1) if pg0 > 0 && pg1 > 0 => Ok(()),
+            versions => Err(format!("versions {versions:?}")),
+        },
     )
     .await;
 
@@ -175,9 +169,12 @@ async fn crash_and_restart_of_one_database_fails_no_request() {
     let served_at_crash = log.served.load(Ordering::Relaxed);
     // Long enough for pg1's back-off to run out several times, so that fetches pick it.
     eventually(
-        "pg0 reserves 30 segments while pg1 is down",
         Duration::from_secs(15),
-        || block_in_place(|| a.version(BIZ) >= pg0_at_crash + 30),
+        "pg0 reserves 30 segments while pg1 is down",
+        async || match block_in_place(|| a.version(BIZ)) {
+            pg0 if pg0 >= pg0_at_crash + 30 => Ok(()),
+            pg0 => Err(format!("pg0 at version {pg0}, {pg0_at_crash} at the crash")),
+        },
     )
     .await;
     let served_while_down = log.served.load(Ordering::Relaxed) - served_at_crash;
@@ -197,16 +194,23 @@ async fn crash_and_restart_of_one_database_fails_no_request() {
     block_in_place(|| b.start_again());
     let (pg1_max, pg1_version) = block_in_place(|| max_and_version(&b));
     eventually(
-        "pg1 reserves a segment again after its restart and its IDs are issued",
         Duration::from_secs(10),
-        || {
-            block_in_place(|| b.version(BIZ) > pg1_version)
-                && log
-                    .ids
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|&id| id % 2 == 1 && id > pg1_max)
+        "pg1 reserves a segment again after its restart and its IDs are issued",
+        async || {
+            let version = block_in_place(|| b.version(BIZ));
+            let issued = log
+                .ids
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|&id| id % 2 == 1 && id > pg1_max);
+            if version > pg1_version && issued {
+                Ok(())
+            } else {
+                Err(format!(
+                    "pg1 at version {version} ({pg1_version} at its restart), an odd ID above {pg1_max} issued: {issued}"
+                ))
+            }
         },
     )
     .await;
@@ -253,9 +257,14 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
     // to pg0 within the same fetch: each of these requests empties the cache and waits.
     let biz = BizTag::parse(BIZ).unwrap();
     for round in 1..=8 {
-        eventually("pg1's back-off ends", Duration::from_secs(2), || {
-            app.state.store.status()[1].up
-        })
+        eventually(
+            Duration::from_secs(2),
+            "pg1's back-off ends",
+            async || match &app.state.store.status()[1] {
+                pg1 if pg1.up => Ok(()),
+                pg1 => Err(format!("{pg1:?}")),
+            },
+        )
         .await;
         let n = app.state.cache.remaining(&biz) + 1;
         let (status, body) = app
@@ -295,19 +304,26 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
     // request goes on to a newly fetched segment, from either database: how long the
     // cached segments would last at a few IDs per request depends on the step the
     // adaptive sizing chose from the rounds above, and that on the machine's speed.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ids.iter().any(|id| id % 2 == 1) {
-        assert!(
-            Instant::now() < deadline,
-            "pg1 came back but no odd ID was issued within 10 s ({} IDs, pg1 version {}, status {:?})",
-            ids.len(),
-            block_in_place(|| b.version(BIZ)),
-            app.state.store.status()
-        );
-        let cached = app.state.cache.remaining(&biz);
-        let n = usize::try_from(cached + 1).map_or(MAX_BATCH, |n| n.min(MAX_BATCH));
-        ids.extend(app.ids(BIZ, &token, n).await);
-    }
+    eventually(
+        Duration::from_secs(10),
+        "an odd ID is issued once pg1 is back",
+        async || {
+            let cached = app.state.cache.remaining(&biz);
+            let n = usize::try_from(cached + 1).map_or(MAX_BATCH, |n| n.min(MAX_BATCH));
+            ids.extend(app.ids(BIZ, &token, n).await);
+            if ids.iter().any(|id| id % 2 == 1) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} IDs, pg1 version {}, status {:?}",
+                    ids.len(),
+                    block_in_place(|| b.version(BIZ)),
+                    app.state.store.status()
+                ))
+            }
+        },
+    )
+    .await;
     let pg1 = block_in_place(|| b.version(BIZ));
     assert!(
         pg1 > 0,

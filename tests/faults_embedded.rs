@@ -15,9 +15,11 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{ChildGuard, child_healthy, config_toml_urls, free_port, segmint_bin, serve_command};
+use common::{
+    ChildGuard, child_healthy, config_toml_urls, eventually, free_port, segmint_bin, serve_command,
+};
 
 /// IDs per request, as in the report.
 const BATCH: usize = 7;
@@ -311,15 +313,18 @@ async fn survives(
     );
 
     fault_off();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !issued.take(server, &setup.token).await {
-        assert!(
-            Instant::now() < deadline,
-            "no IDs within 20 s after the fault was lifted: {:?}",
-            issued.failures.last()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(20),
+        "IDs once the fault is lifted",
+        async || {
+            if issued.take(server, &setup.token).await {
+                Ok(())
+            } else {
+                Err(format!("{:?}", issued.failures.last()))
+            }
+        },
+    )
+    .await;
     for _ in 0..50 {
         assert!(
             issued.take(server, &setup.token).await,
@@ -421,7 +426,7 @@ async fn write_error_gives_no_duplicate() {
 
 /// Runs `cmd` (a `segmint serve`) expecting it to refuse to start: its exit status and
 /// stderr. Fails if it is still running after 20 s (it serves instead of refusing).
-fn refused(mut cmd: Command) -> (std::process::ExitStatus, String) {
+async fn refused(mut cmd: Command) -> (std::process::ExitStatus, String) {
     let mut child = ChildGuard(
         cmd.env("RUST_LOG", "warn")
             .stdout(Stdio::null())
@@ -429,17 +434,12 @@ fn refused(mut cmd: Command) -> (std::process::ExitStatus, String) {
             .spawn()
             .expect("spawn segmint serve"),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "segmint serve still runs after 20 s: it started instead of refusing"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = eventually(
+        Duration::from_secs(20),
+        "segmint serve exits (it started instead of refusing)",
+        async || child.0.try_wait().unwrap().ok_or_else(|| "running".into()),
+    )
+    .await;
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
     (status, stderr)
@@ -475,7 +475,7 @@ async fn deleted_store_is_refused_until_initialised() {
     assert_eq!(server.child.terminate(), Some(0));
     delete_store(&db);
 
-    let (status, stderr) = refused(serve_command(&setup.config, free_port()));
+    let (status, stderr) = refused(serve_command(&setup.config, free_port())).await;
     assert!(!status.success(), "exit status {status}");
     assert!(
         stderr.contains(&db.display().to_string()) && stderr.contains("not a first start"),
@@ -526,7 +526,7 @@ async fn quick_start_creates_the_store_once() {
     assert!(db.exists(), "the first start creates {}", db.display());
     assert_eq!(server.child.terminate(), Some(0));
     delete_store(&db);
-    let (status, stderr) = refused(serve());
+    let (status, stderr) = refused(serve()).await;
     assert!(
         !status.success() && stderr.contains(&db.display().to_string()),
         "{status}: {stderr}"

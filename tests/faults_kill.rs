@@ -6,11 +6,19 @@
 mod common;
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
 const BIZ: &str = "order";
+
+/// `Ok` once the `SELECT count(*)` `count` is no longer zero on `cluster`.
+fn nonzero(cluster: &PgCluster, count: &str) -> Result<(), String> {
+    match tokio::task::block_in_place(|| cluster.psql(count)).as_str() {
+        "0" => Err("none yet".into()),
+        _ => Ok(()),
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_killed_during_a_reservation_gives_no_ids_from_it() {
@@ -28,11 +36,17 @@ async fn a_database_killed_during_a_reservation_gives_no_ids_from_it() {
     let _lock = cluster.psql_background(&format!(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = '{BIZ}' FOR UPDATE; SELECT pg_sleep(60); COMMIT"
     ));
-    let held = Instant::now() + Duration::from_secs(10);
-    while cluster.psql("SELECT count(*) FROM pg_locks WHERE mode = 'RowShareLock'") == "0" {
-        assert!(Instant::now() < held, "the row lock was not taken");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the row lock is taken",
+        async || {
+            nonzero(
+                &cluster,
+                "SELECT count(*) FROM pg_locks WHERE mode = 'RowShareLock'",
+            )
+        },
+    )
+    .await;
     let before = cluster.row(BIZ);
     // More IDs than the cache holds: the request waits for a reservation.
     let waiting = {
@@ -42,16 +56,17 @@ async fn a_database_killed_during_a_reservation_gives_no_ids_from_it() {
                 .await
         })
     };
-    let blocked = Instant::now() + Duration::from_secs(10);
-    while cluster.psql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
-        == "0"
-    {
-        assert!(
-            Instant::now() < blocked,
-            "no reservation waits on the row lock"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(
+        Duration::from_secs(10),
+        "a reservation waits on the row lock",
+        async || {
+            nonzero(
+                &cluster,
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+            )
+        },
+    )
+    .await;
     tokio::task::block_in_place(|| cluster.stop());
     let (status, body) = waiting.await.unwrap();
     assert_ne!(
@@ -69,27 +84,29 @@ async fn a_database_killed_during_a_reservation_gives_no_ids_from_it() {
         before,
         "the killed reservation never committed"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
     let mut after = 0;
-    while after < 100 {
-        let (status, body) = app
-            .get_v1(&format!("/v1/ids/{BIZ}?count=1"), Some(&token))
-            .await;
-        if status == 200 {
-            let id = body["ids"][0].as_i64().unwrap();
-            assert!(
-                seen.insert(id),
-                "ID {id} issued twice after the database came back"
-            );
-            after += 1;
-        } else {
-            assert!(
-                Instant::now() < deadline,
-                "no ID after the restart: {status} {body}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    eventually(
+        Duration::from_secs(20),
+        "100 IDs after the restart",
+        async || {
+            while after < 100 {
+                let (status, body) = app
+                    .get_v1(&format!("/v1/ids/{BIZ}?count=1"), Some(&token))
+                    .await;
+                if status != 200 {
+                    return Err(format!("{after} so far, then {status} {body}"));
+                }
+                let id = body["ids"][0].as_i64().unwrap();
+                assert!(
+                    seen.insert(id),
+                    "ID {id} issued twice after the database came back"
+                );
+                after += 1;
+            }
+            Ok(())
+        },
+    )
+    .await;
     let max_id: i64 = cluster.row(BIZ).split('|').next().unwrap().parse().unwrap();
     assert!(
         seen.iter().all(|id| *id <= max_id),

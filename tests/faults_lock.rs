@@ -8,7 +8,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -116,15 +116,15 @@ async fn huge_step_keeps_answering_and_stops(kind: Kind) {
 
 /// Waits until `log` contains `text`.
 async fn wait_for_log(log: &Path, text: &str, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    loop {
+    eventually(limit, &format!("`{text}` in the log"), async || {
         let now = std::fs::read_to_string(log).unwrap_or_default();
         if now.contains(text) {
-            return;
+            Ok(())
+        } else {
+            Err(format!("log:\n{now}"))
         }
-        assert!(Instant::now() < deadline, "no `{text}` in the log:\n{now}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ mod common;
 use std::collections::HashSet;
 use std::io::Write;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -57,18 +57,15 @@ async fn until_fenced(
     fenced: bool,
     limit: Duration,
 ) -> serde_json::Value {
-    let deadline = Instant::now() + limit;
-    loop {
+    eventually(limit, &format!("{name} fenced: {fenced}"), async || {
         let db = readyz_database(app, name).await;
         if db["fenced"].is_string() == fenced {
-            return db;
+            Ok(db)
+        } else {
+            Err(db.to_string())
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name} fenced should be {fenced}: {db}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,15 +286,15 @@ async fn reservations_made_while_the_witness_was_down_are_witnessed_once_it_is_b
     let witnessed = format!(
         "SELECT version FROM segmint_witness WHERE database = 'pg0' AND biz_type = '{BIZ}'"
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while dbs.sql(1, &witnessed).parse::<i64>().unwrap_or(0) < version {
-        assert!(
-            Instant::now() < deadline,
-            "pg1 did not get pg0's version {version}: {}",
-            dbs.sql(1, &witnessed)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        &format!("pg1 gets pg0's version {version}"),
+        async || match dbs.sql(1, &witnessed) {
+            got if got.parse::<i64>().unwrap_or(0) >= version => Ok(()),
+            got => Err(format!("pg1 witnessed {got:?}")),
+        },
+    )
+    .await;
     running.stop().await;
 
     dbs.sql(

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::wait::eventually_every;
 use common::*;
 
 /// Random seed of the run: the same requests every time.
@@ -57,30 +58,28 @@ fn run(what: &str, cmd: &mut Command) -> String {
 struct InstallLock(PathBuf);
 
 impl InstallLock {
-    fn acquire(path: PathBuf) -> InstallLock {
-        let deadline = Instant::now() + Duration::from_secs(900);
-        loop {
-            match File::create_new(&path) {
-                Ok(_) => return InstallLock(path),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    // A lock left by a run that was killed mid-install goes stale.
-                    let stale = std::fs::metadata(&path)
-                        .and_then(|m| m.modified())
-                        .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(900));
-                    if stale {
-                        let _ = std::fs::remove_file(&path);
-                        continue;
-                    }
-                    assert!(
-                        Instant::now() < deadline,
-                        "{} is held by another run for too long",
-                        path.display()
-                    );
-                    std::thread::sleep(Duration::from_millis(500));
+    async fn acquire(path: PathBuf) -> InstallLock {
+        // Another run's install takes minutes: twice a second is often enough.
+        eventually_every(
+            Duration::from_millis(500),
+            Duration::from_secs(900),
+            &format!("{} released by another run", path.display()),
+            async || {
+                // A lock left by a run that was killed mid-install goes stale.
+                let stale = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(900));
+                if stale {
+                    let _ = std::fs::remove_file(&path);
                 }
-                Err(e) => panic!("create {}: {e}", path.display()),
-            }
-        }
+                match File::create_new(&path) {
+                    Ok(_) => Ok(InstallLock(path.clone())),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err("held".into()),
+                    Err(e) => panic!("create {}: {e}", path.display()),
+                }
+            },
+        )
+        .await
     }
 }
 
@@ -93,7 +92,7 @@ impl Drop for InstallLock {
 /// The `schemathesis` executable of `target/fuzz-venv`, created with `python3 -m venv`
 /// and filled from `scripts/fuzz-requirements.txt` unless it already holds exactly
 /// those requirements.
-fn schemathesis() -> PathBuf {
+async fn schemathesis() -> PathBuf {
     let requirements = root().join("scripts/fuzz-requirements.txt");
     let wanted = std::fs::read_to_string(&requirements)
         .unwrap_or_else(|e| panic!("read {}: {e}", requirements.display()));
@@ -103,7 +102,7 @@ fn schemathesis() -> PathBuf {
     let exe = venv.join("bin/schemathesis");
     // What the virtualenv was last filled from.
     let stamp = venv.join("segmint-requirements.txt");
-    let _lock = InstallLock::acquire(target.join("fuzz-venv.lock"));
+    let _lock = InstallLock::acquire(target.join("fuzz-venv.lock")).await;
     let installed = |stamp: &Path| std::fs::read_to_string(stamp).is_ok_and(|s| s == wanted);
     if !(exe.is_file() && installed(&stamp)) {
         eprintln!(
@@ -223,7 +222,7 @@ fn run_schemathesis(exe: &Path, base: &str, token: &str) -> (Option<i32>, String
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemathesis_finds_no_server_error_and_no_schema_violation() {
-    let exe = schemathesis();
+    let exe = schemathesis().await;
     let dbs = Databases::start(Kind::Embedded, 1);
     // Generous timeouts: this run is about input handling, and a slow fsync on a busy CI
     // machine must not turn into a 503 (which would fail `not_a_server_error`).

@@ -17,11 +17,16 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use common::wait::eventually_every;
 use common::*;
 use serde_json::Value;
 use tokio::task::{JoinHandle, block_in_place};
 
 const BIZ: &str = "order";
+
+/// How often a Prometheus answer is checked again: it scrapes and evaluates every
+/// second, so a query's answer changes no more often than that.
+const EVALUATION: Duration = Duration::from_millis(500);
 
 /// Every series of the metrics contract: family name, `# TYPE`, and its labels
 /// (histogram buckets add `le`).
@@ -678,8 +683,7 @@ impl Prometheus {
                 .build()
                 .unwrap(),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        eventually(Duration::from_secs(30), "Prometheus ready", async || {
             let ready = prometheus
                 .http
                 .get(format!("{}/-/ready", prometheus.base))
@@ -687,19 +691,16 @@ impl Prometheus {
                 .await
                 .is_ok_and(|r| r.status().is_success());
             if ready {
-                return prometheus;
+                return Ok(());
             }
             // Exited (its port taken, say): say so now, with its log, not in 30 s.
             if let Ok(Some(status)) = prometheus.process.0.try_wait() {
                 panic!("Prometheus exited ({status}):\n{}", prometheus.log());
             }
-            assert!(
-                Instant::now() < deadline,
-                "Prometheus not ready within 30 s:\n{}",
-                prometheus.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            Err(format!("log:\n{}", prometheus.log()))
+        })
+        .await;
+        prometheus
     }
 
     fn log(&self) -> String {
@@ -730,14 +731,20 @@ impl Prometheus {
 
     /// Waits until `expr` returns a series; panics after `limit`.
     async fn wait_for(&self, expr: &str, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.query(expr).await.is_empty() {
-            if Instant::now() > deadline {
-                let targets = self.api("/api/v1/targets", &[]).await;
-                panic!("no result within {limit:?}: {expr}\nscrape targets: {targets}");
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        eventually_every(
+            EVALUATION,
+            limit,
+            &format!("a result of {expr}"),
+            async || {
+                if self.query(expr).await.is_empty() {
+                    let targets = self.api("/api/v1/targets", &[]).await;
+                    Err(format!("scrape targets: {targets}"))
+                } else {
+                    Ok(())
+                }
+            },
+        )
+        .await;
     }
 }
 
@@ -839,15 +846,15 @@ async fn prometheus_evaluates_every_panel_and_alert() {
             "UPDATE tiny_id_info SET max_id = 0, version = 0 WHERE biz_type = '{BIZ}'"
         ))
     });
-    let fenced_by = Instant::now() + Duration::from_secs(15);
-    loop {
+    eventually(Duration::from_secs(15), "pg0 fenced", async || {
         let (_, ready) = app.get_v1("/readyz", None).await;
         if ready["databases"][0]["fenced"].is_string() {
-            break;
+            Ok(())
+        } else {
+            Err(ready.to_string())
         }
-        assert!(Instant::now() < fenced_by, "pg0 is not fenced: {ready}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     println!(
         "{:?}: {served} requests served under load; pg0 fenced; stopping both databases",
         started.elapsed()
@@ -877,46 +884,55 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         )
     }));
     let total = pending.len();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !pending.is_empty() && Instant::now() < deadline {
-        let mut empty = Vec::new();
-        for (what, expr) in pending {
-            if prometheus.query(&expr).await.is_empty() {
-                empty.push((what, expr));
-            } else {
-                println!("{:?}: {what} returns series", started.elapsed());
+    eventually_every(
+        EVALUATION,
+        Duration::from_secs(60),
+        "every query returns series after the databases stopped",
+        async || {
+            let mut empty = Vec::new();
+            for (what, expr) in pending.drain(..) {
+                if prometheus.query(&expr).await.is_empty() {
+                    empty.push((what, expr));
+                } else {
+                    println!("{:?}: {what} returns series", started.elapsed());
+                }
             }
-        }
-        pending = empty;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    assert!(
-        pending.is_empty(),
-        "{} of {total} queries returned nothing for 60 s after the databases stopped: {pending:#?}",
-        pending.len()
-    );
+            pending = empty;
+            if pending.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} of {total} return nothing: {pending:#?}",
+                    pending.len()
+                ))
+            }
+        },
+    )
+    .await;
     println!(
         "{:?}: all {total} panel and alert queries returned series",
         started.elapsed()
     );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let alerts = prometheus.api("/api/v1/alerts", &[]).await;
-        let firing = alerts["alerts"].as_array().unwrap().iter().any(|a| {
-            a["labels"]["alertname"] == "SegmintRunwayLow"
-                && a["labels"]["biz"] == BIZ
-                && a["state"] == "firing"
-        });
-        if firing {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "SegmintRunwayLow not firing for {BIZ} within 60 s: {alerts}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_every(
+        EVALUATION,
+        Duration::from_secs(60),
+        &format!("SegmintRunwayLow firing for {BIZ}"),
+        async || {
+            let alerts = prometheus.api("/api/v1/alerts", &[]).await;
+            let firing = alerts["alerts"].as_array().unwrap().iter().any(|a| {
+                a["labels"]["alertname"] == "SegmintRunwayLow"
+                    && a["labels"]["biz"] == BIZ
+                    && a["state"] == "firing"
+            });
+            if firing {
+                Ok(())
+            } else {
+                Err(alerts.to_string())
+            }
+        },
+    )
+    .await;
     println!("{:?}: SegmintRunwayLow is firing", started.elapsed());
 
     let loaded = prometheus.api("/api/v1/rules", &[]).await;

@@ -6,7 +6,7 @@ mod common;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use segmint::biz::BizTag;
@@ -32,18 +32,23 @@ fn reservations(dbs: &[&PgCluster]) -> i64 {
 /// Waits until `reservations` reaches `n` and the cache holds `cached` IDs.
 async fn settles_at(app: &TestApp, dbs: &[&PgCluster], n: i64, cached: u64) {
     let biz = BizTag::parse(BIZ).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let (got, left) = (reservations(dbs), app.state.cache.remaining(&biz));
-        if got == n && left == cached {
-            return;
-        }
-        assert!(
-            got <= n && Instant::now() < deadline,
-            "expected {n} reservations and {cached} IDs cached, got {got} and {left}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(5),
+        &format!("{n} reservations and {cached} IDs cached"),
+        async || {
+            let (got, left) = (reservations(dbs), app.state.cache.remaining(&biz));
+            assert!(
+                got <= n,
+                "expected {n} reservations and {cached} IDs cached, got {got} and {left}"
+            );
+            if got == n && left == cached {
+                Ok(())
+            } else {
+                Err(format!("{got} and {left}"))
+            }
+        },
+    )
+    .await;
 }
 
 /// Checks that nothing is fetched while the cache holds `cached` IDs.
@@ -187,14 +192,15 @@ async fn burst_behind_one_fetch(
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while blocked_reservations(dbs) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "no reservation reached the locked row"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually(
+        Duration::from_secs(2),
+        "a reservation reaches the locked row",
+        async || match blocked_reservations(dbs) {
+            0 => Err("none blocked".into()),
+            _ => Ok(()),
+        },
+    )
+    .await;
     tokio::time::sleep(QUIET).await;
     let done = requests.iter().filter(|r| r.is_finished()).count();
     assert_eq!(done, 0, "requests answered while no segment could arrive");

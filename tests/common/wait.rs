@@ -9,11 +9,22 @@ const POLL: Duration = Duration::from_millis(20);
 /// Checks `check` until it returns `Ok`, every [`POLL`], for at most `limit`; then
 /// panics naming `what` and the last answer `check` gave (its `Err`). A check may also
 /// panic itself on an answer that must never come.
-pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
+pub async fn eventually<T>(
+    limit: Duration,
+    what: &str,
+    check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    eventually_every(POLL, limit, what, check).await
+}
+
+/// [`eventually`], checking every `every`: for a check that costs too much to run every
+/// [`POLL`] (a Prometheus query), or whose answer changes only that often.
+pub async fn eventually_every<T>(
+    every: Duration,
+    limit: Duration,
+    what: &str,
+    mut check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
     let deadline = Instant::now() + limit;
     loop {
         match check().await {
@@ -21,7 +32,7 @@ where
             Err(last) if Instant::now() >= deadline => {
                 panic!("{what}: not within {limit:?}; last: {last}")
             }
-            Err(_) => tokio::time::sleep(POLL).await,
+            Err(_) => tokio::time::sleep(every).await,
         }
     }
 }
