@@ -1,7 +1,7 @@
 //! Every database down: the server keeps issuing exactly the IDs it has cached, then
 //! answers "unavailable" in both APIs, and serves again once a database is back.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! served IDs and on one never used. Also: overflow near `i64::MAX`, bizs whose rows
 //! overlap across databases, and bad configuration files given to the binary.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

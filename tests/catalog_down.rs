@@ -3,7 +3,7 @@
 //! "invalid token", and work as soon as the database is back; the client library tries
 //! another server instead of giving up.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! The `segmint` binary: admin subcommands, environment overrides, graceful stop.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

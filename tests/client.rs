@@ -3,7 +3,7 @@
 //! between servers without the caller noticing, and issuing exactly the IDs of the
 //! segments it fetched.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;

@@ -3,7 +3,7 @@
 //! alignment rule, a transcription of Tinyid's Java client consuming
 //! `nextSegmentIdSimple`, and the error shapes.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 

@@ -2,7 +2,8 @@
 //! store. Each scenario is a function of the database kind; the macro at the bottom
 //! makes one test per scenario and kind.
 
-mod common;
+use crate::by_kind;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Instant;

@@ -5,7 +5,7 @@
 //! `--config FILE` and `SEGMINT_BIND`; IDs are fetched over HTTP through the
 //! Tinyid-compatible routes and the v1 API alike.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

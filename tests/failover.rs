@@ -2,7 +2,7 @@
 //! crashing, restarting, or being down when the server starts fails no request and
 //! never makes an ID appear twice; a database that comes back is used again.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

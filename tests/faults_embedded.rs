@@ -8,7 +8,7 @@
 //! and the server's file-size limit lowered from outside with `prlimit`, which makes
 //! the kernel refuse writes that grow the write-ahead log (EFBIG).
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};

@@ -3,7 +3,7 @@
 //! at once (`pg_ctl -m immediate`, as a crash): its outcome never reaches segmint, so
 //! its segment must give no IDs, and once the database is back nothing is reissued.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! answering (IDs from the cache, a clear error once the space is exhausted), never
 //! issue a wrapped or repeated ID, and stop on SIGTERM within a bound.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! that saw the row advance nor one started afterwards may reissue an ID; the database
 //! is fenced (on `/readyz`, in `/metrics`) until `segmint db fence` raises its rows.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::Write;

@@ -12,14 +12,14 @@
 //! (no panicked or dead worker). The server's own request counter is checked for 5xx
 //! too, independently of schemathesis.
 
-mod common;
+use crate::common;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::wait::eventually_every;
+use common::eventually_every;
 use common::*;
 
 /// Random seed of the run: the same requests every time.

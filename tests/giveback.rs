@@ -3,7 +3,7 @@
 //! after the last ID issued; when another server reserved in between nothing is given
 //! back; a kill -9 loses at most the cached segments and never reuses one.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;

@@ -4,7 +4,7 @@
 //! that does not grow with the number of bizs, say the cached IDs were wasted, and
 //! once the database is back no ID is issued twice.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! connections, statement timeouts on PostgreSQL, tokens that never reach the logs, and
 //! tokens remembered by the workers only exactly and only while their catalog holds.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -6,7 +6,7 @@
 //! alert expression, and fires `SegmintRunwayLow`; and a real Prometheus scrapes the
 //! operator address with the operator token.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::wait::eventually_every;
+use common::eventually_every;
 use common::*;
 use serde_json::Value;
 use tokio::task::{JoinHandle, block_in_place};

@@ -3,7 +3,7 @@
 //! process and in the real binary. The store is embedded: what is tested here is the
 //! HTTP layer, which is the same for every store.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! preload threshold and before the current one runs out; requests that find the cache
 //! empty share one fetch; a batch wider than a segment spans as many as it needs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The README's quick start, run exactly as written on a fresh copy of the sources:
 //! one command, no database server, and the curl command it prints works.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,4 +1,4 @@
-mod common;
+use crate::common;
 
 use common::http::{Via, compat, tinyid_params};
 use common::*;

@@ -4,7 +4,7 @@
 //! clients report the step they really have. Plus the operators' views of it:
 //! `/v1/bizs`, `/status` and the log line of every reservation.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! each under paused tokio time (the store reads the runtime's clock), so that counts
 //! and times are exact and no test waits in real time.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! not to, and the sessions really are encrypted; no command or log line shows a
 //! database password.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

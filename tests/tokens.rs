@@ -2,7 +2,8 @@
 //! under traffic on both APIs, rotation with a grace period, refused prefixes, a
 //! revocation with a database down, `token list`, and the audit lines.
 
-mod common;
+use crate::by_kind;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -136,7 +137,7 @@ async fn a_revoked_token_is_refused_within_the_refresh(kind: Kind) {
     };
     let (tinyid, v1) = first_refusals(&app, &token, &keep, &unknown).await;
     let (run, revoked) = revoke.await.unwrap();
-    assert!(run.ok, "{}", run.stderr);
+    assert!(run.ok(), "{}", run.stderr);
     let lines = run.stdout.lines().filter(|l| l.contains("revoked token"));
     assert_eq!(
         lines.count(),
@@ -236,7 +237,7 @@ async fn refused_prefixes_change_nothing(kind: Kind) {
     ];
     for (args, says) in cases {
         let run = setup.cli(args);
-        assert!(!run.ok, "{args:?} succeeded: {}", run.stdout);
+        assert!(!run.ok(), "{args:?} succeeded: {}", run.stdout);
         for s in says {
             assert!(run.stderr.contains(s), "{args:?}: {}", run.stderr);
         }
@@ -391,7 +392,7 @@ async fn a_revocation_with_a_database_down_holds() {
 
     setup.dbs.stop(1);
     let run = setup.cli(&["token", "revoke", &prefix(&token)]);
-    assert!(!run.ok, "{}", run.stdout);
+    assert!(!run.ok(), "{}", run.stdout);
     assert!(
         run.stderr.contains("\"pg1\": FAILED") && run.stderr.contains("run the command again"),
         "{}",

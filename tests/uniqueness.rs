@@ -1,7 +1,7 @@
 //! No duplicate, ever: two servers × two databases, many concurrent clients mixing
 //! single IDs, batches and whole segments through both APIs.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

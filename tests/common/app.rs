@@ -5,6 +5,8 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::http;
+
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::segment::Residue;
@@ -72,54 +74,22 @@ pub fn run_app(app: Application) -> TestApp {
 }
 
 impl TestApp {
-    /// GET `path` (with query) and return status and body text.
+    /// GET `path` (with query): status and body text.
     pub async fn get(&self, path: &str) -> (u16, String) {
-        let r = self
-            .http
-            .get(format!("{}{path}", self.base))
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.text().await.unwrap())
+        let r = http::get(self, path).await;
+        (r.status, r.body)
     }
 
-    /// Tinyid's `nextIdSimple` for `biz`: the body and the `X-Segmint-Error` header,
-    /// if any.
-    pub async fn next_id_simple(&self, biz: &str, token: &str) -> (String, Option<String>) {
-        let r = self
-            .http
-            .get(format!(
-                "{}/tinyid/id/nextIdSimple?bizType={biz}&token={token}",
-                self.base
-            ))
-            .send()
-            .await
-            .unwrap();
-        let error = r
-            .headers()
-            .get("x-segmint-error")
-            .map(|v| v.to_str().unwrap().to_owned());
-        (r.text().await.unwrap(), error)
-    }
-
-    /// GET `path` with a bearer token; status and parsed JSON body.
+    /// GET `path` with a bearer token: status and the body as JSON (`null` when it is
+    /// not JSON).
     pub async fn get_v1(&self, path: &str, token: Option<&str>) -> (u16, serde_json::Value) {
-        let mut req = self.http.get(format!("{}{path}", self.base));
-        if let Some(t) = token {
-            req = req.bearer_auth(t);
-        }
-        let r = req.send().await.unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(serde_json::Value::Null))
+        let r = http::v1(self, false, path, token.and_then(http::bearer)).await;
+        (r.status, serde_json::from_str(&r.body).unwrap_or_default())
     }
 
     /// `n` IDs through the v1 API; panics on any failure.
     pub async fn ids(&self, biz: &str, token: &str, n: usize) -> Vec<i64> {
-        let (status, body) = self
-            .get_v1(&format!("/v1/ids/{biz}?count={n}"), Some(token))
-            .await;
-        assert_eq!(status, 200, "{body}");
-        serde_json::from_value(body["ids"].clone()).unwrap()
+        http::v1_ids(self, biz, token, n).await
     }
 
     pub async fn stop(&self) {

@@ -1,19 +1,25 @@
 //! Test harness, one file per concern: throwaway PostgreSQL clusters ([`pg`]),
-//! segmint servers in this process ([`app`]) and as real processes ([`process`]),
+//! segmint servers in this process ([`app`]) and as real processes ([`process`],
+//! stopped by [`stop`]), requests to either ([`http`]), admin commands ([`cli`]),
 //! waiting for a condition ([`wait`]), an in-memory store ([`memory`]), and fixtures
-//! of single suites (TLS, operator routes, tokens). What most tests name is
-//! re-exported here: `common::PgCluster`, `common::spawn_app`, …
+//! of single suites (TLS, operator routes, tokens, tests run on both stores). What
+//! most tests name is re-exported here: `common::PgCluster`, `common::spawn_app`, …
 #![allow(dead_code)]
 
 pub mod app;
+pub mod by_kind;
+pub mod cli;
+pub mod http;
 pub mod memory;
 pub mod operator;
 pub mod pg;
 pub mod process;
+pub mod stop;
 pub mod tls;
+pub mod tokens;
 pub mod wait;
 
-// Not every test binary uses every helper.
+// The chaos run's binary includes this harness too and uses only part of it.
 #[allow(unused_imports)]
 pub use app::{TestApp, add_token, run_app, setup_biz, shared, spawn_app};
 #[allow(unused_imports)]
@@ -26,10 +32,4 @@ pub use process::{
     ChildGuard, ServerProcess, child_healthy, segmint_bin, send_signal, serve_command, wait_healthy,
 };
 #[allow(unused_imports)]
-pub use wait::eventually;
-
-pub mod by_kind;
-pub mod cli;
-pub mod http;
-pub mod stop;
-pub mod tokens;
+pub use wait::{eventually, eventually_every};

@@ -3,21 +3,9 @@
 
 use segmint::config::Config;
 
-use super::cli::{config_file, segmint_cli};
+use super::cli::{CliRun, config_file, segmint_cli};
 use super::http::{Target, bearer, next_id_simple, v1};
 use super::{Databases, Kind, config_toml_urls};
-
-/// What one `segmint` command did, as the token tests read it: [`super::cli::CliRun`]
-/// with the exit reduced to success or failure.
-#[derive(Debug)]
-pub struct CliRun {
-    /// Whether it exited 0.
-    pub ok: bool,
-    /// What it printed on stdout (a new token, report lines, a list).
-    pub stdout: String,
-    /// What it printed on stderr (errors, logs, the audit lines).
-    pub stderr: String,
-}
 
 /// Databases of one kind (two PostgreSQL servers, or one embedded file), migrated,
 /// with the biz `order`, and a configuration file shared by the CLI and servers.
@@ -51,18 +39,13 @@ impl TokenSetup {
 
     /// Runs `segmint --config FILE args…` with info logs on stderr.
     pub fn cli(&self, args: &[&str]) -> CliRun {
-        let run = segmint_cli(self.file.path(), args, &[("RUST_LOG", "info")]);
-        CliRun {
-            ok: run.ok(),
-            stdout: run.stdout,
-            stderr: run.stderr,
-        }
+        segmint_cli(self.file.path(), args, &[("RUST_LOG", "info")])
     }
 
     /// As [`TokenSetup::cli`], for a command that must succeed.
     pub fn ok(&self, args: &[&str]) -> CliRun {
         let run = self.cli(args);
-        assert!(run.ok, "segmint {args:?} failed:\n{}", run.stderr);
+        assert!(run.ok(), "segmint {args:?} failed:\n{}", run.stderr);
         run
     }
 

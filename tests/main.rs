@@ -1,0 +1,36 @@
+//! segmint's integration tests, one module per concern, built as one test binary: one
+//! link of segmint and its dependencies instead of one per file (measured: a rebuild
+//! after a library edit 3–8× faster, 0.4 GB of test binaries instead of 5 GB). nextest
+//! still runs every test in its own process. The chaos run (`tests/chaos/`) stays a
+//! binary of its own, built in release by `scripts/chaos`.
+
+mod common;
+
+mod all_down;
+mod bad_input;
+mod catalog_down;
+mod cli;
+mod client;
+mod compat;
+mod contract;
+mod docs;
+mod embedded;
+mod failover;
+mod faults_embedded;
+mod faults_kill;
+mod faults_lock;
+mod faults_time;
+mod fuzz;
+mod giveback;
+mod giveback_dead_db;
+mod hardening;
+mod observability;
+mod operator;
+mod preload;
+mod quickstart;
+mod smoke;
+mod step;
+mod timing;
+mod tls;
+mod tokens;
+mod uniqueness;
