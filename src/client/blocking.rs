@@ -12,7 +12,7 @@
 //! let id = orders.next_id().unwrap();
 //! ```
 
-use super::{Biz, Client, ClientBuilder, ClientError};
+use super::{Biz, BizStats, Client, ClientBuilder, ClientError, CloseSummary};
 
 /// A [`Client`] that blocks instead of awaiting. Do not call it from async code:
 /// waiting for a segment blocks the thread.
@@ -39,6 +39,12 @@ impl BlockingClient {
             biz: self.client.biz(biz)?,
             runtime: self.runtime.handle().clone(),
         })
+    }
+
+    /// Closes the client and gives its unissued IDs back, as [`Client::close`]; blocks
+    /// for at most the close timeout.
+    pub fn close(&self) -> CloseSummary {
+        self.runtime.block_on(self.client.close())
     }
 }
 
@@ -109,6 +115,11 @@ impl BlockingBiz {
             self.runtime.block_on(self.biz.refill())?;
         }
         Ok(ids)
+    }
+
+    /// Fetches, waits and the newest segment's step so far.
+    pub fn stats(&self) -> BizStats {
+        self.biz.stats()
     }
 
     /// The async handle, for [`Biz::record_segments`] and the like.

@@ -1,4 +1,5 @@
-//! Fetching segments from the servers: in turn, skipping those backing off.
+//! Fetching segments from the servers, in turn, skipping those backing off; and
+//! giving the unissued rest back to the server that handed it out.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -9,11 +10,17 @@ use super::{ClientBuilder, ClientError, Protocol};
 use crate::backoff::{Backoff, Failures};
 use crate::segment::{Residue, SegmentRange};
 
+/// The header that names the client on fetches and give-backs.
+pub(super) const CLIENT_HEADER: &str = "x-segmint-client";
+
 pub(super) struct Servers {
     servers: Vec<Server>,
     http: reqwest::Client,
     token: String,
     protocol: Protocol,
+    /// Sent as `X-Segmint-Client`, so that a server gives back only its own segments
+    /// to the client that holds them.
+    client_id: String,
     /// Where the next fetch starts, so that fetches spread over the servers.
     turn: AtomicUsize,
     /// How long a failed server is tried last.
@@ -26,9 +33,36 @@ struct Server {
     health: Mutex<Failures>,
 }
 
+/// A segment and where it came from: what a give-back must name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Fetched {
+    pub range: SegmentRange,
+    /// Index of the server that handed it out.
+    pub server: usize,
+    /// The database and the row's version after the reservation; absent over
+    /// Tinyid's protocol, whose segments cannot be given back.
+    pub origin: Option<(String, i64)>,
+}
+
+/// One segment a closing client still holds, as the give-back route takes it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(super) struct Returned {
+    pub database: String,
+    pub version: i64,
+    /// The last ID issued from it; `None` when none was.
+    pub last_issued: Option<i64>,
+}
+
+/// What one server answered to a give-back.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+pub(super) struct GivenBack {
+    pub given_back: u64,
+    pub wasted: u64,
+}
+
 /// What one server answered.
 enum Answer {
-    Segment(SegmentRange),
+    Segment(SegmentRange, Option<(String, i64)>),
     /// Permanent for this request: do not try elsewhere.
     Refused(ClientError),
     /// The server failed; try another.
@@ -36,7 +70,11 @@ enum Answer {
 }
 
 impl Servers {
-    pub(super) fn new(settings: &ClientBuilder, token: String) -> Result<Servers, ClientError> {
+    pub(super) fn new(
+        settings: &ClientBuilder,
+        token: String,
+        client_id: String,
+    ) -> Result<Servers, ClientError> {
         let mut servers = Vec::new();
         for url in &settings.servers {
             let base = url.trim_end_matches('/').to_string();
@@ -62,6 +100,7 @@ impl Servers {
             servers,
             http,
             token,
+            client_id,
             protocol: settings.protocol,
             turn: AtomicUsize::new(0),
             backoff: Backoff {
@@ -71,9 +110,14 @@ impl Servers {
         })
     }
 
-    /// One segment of `biz` from the first server, in turn, that gives one. Servers
-    /// backing off are tried last, so that a fetch still succeeds if they are back.
-    pub(super) async fn fetch(&self, biz: &str) -> Result<SegmentRange, ClientError> {
+    pub(super) fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// One segment of `biz` from the first server, in turn, that gives one, of about
+    /// `step` (the server bounds it) or of the row's step. Servers backing off are
+    /// tried last, so that a fetch still succeeds if they are back.
+    pub(super) async fn fetch(&self, biz: &str, step: Option<i64>) -> Result<Fetched, ClientError> {
         let n = self.servers.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
@@ -84,10 +128,14 @@ impl Servers {
         let mut reasons = Vec::new();
         for i in order {
             let server = &self.servers[i];
-            match self.ask(server, biz).await {
-                Answer::Segment(range) => {
+            match self.ask(server, biz, step).await {
+                Answer::Segment(range, origin) => {
                     *server.health.lock() = Failures::default();
-                    return Ok(range);
+                    return Ok(Fetched {
+                        range,
+                        server: i,
+                        origin,
+                    });
                 }
                 Answer::Refused(e) => return Err(e),
                 Answer::Failed(reason) => {
@@ -103,12 +151,50 @@ impl Servers {
         })
     }
 
-    async fn ask(&self, server: &Server, biz: &str) -> Answer {
+    /// Gives `segments` of `biz` back to server `server`.
+    ///
+    /// # Errors
+    /// Why the server did not answer with a give-back summary.
+    pub(super) async fn give_back(
+        &self,
+        server: usize,
+        biz: &str,
+        segments: &[Returned],
+    ) -> Result<GivenBack, String> {
+        let Some(server) = self.servers.get(server) else {
+            return Err(format!("no server {server}"));
+        };
+        let body = serde_json::json!({ "client": self.client_id, "segments": segments });
+        let response = self
+            .http
+            .post(format!("{}/v1/segments/{biz}/return", server.base))
+            .bearer_auth(&self.token)
+            .header(CLIENT_HEADER, &self.client_id)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| without_url(&e))?;
+        let status = response.status();
+        let body = response.text().await.map_err(|e| without_url(&e))?;
+        if !status.is_success() {
+            return Err(format!("{}: HTTP {status}: {}", server.base, error_message(&body)));
+        }
+        serde_json::from_str(&body).map_err(|e| format!("{}: not a give-back answer ({e}): {body}", server.base))
+    }
+
+    async fn ask(&self, server: &Server, biz: &str, step: Option<i64>) -> Answer {
         let request = match self.protocol {
-            Protocol::V1 => self
-                .http
-                .get(format!("{}/v1/segments/{biz}", server.base))
-                .bearer_auth(&self.token),
+            Protocol::V1 => {
+                let request = self
+                    .http
+                    .get(format!("{}/v1/segments/{biz}", server.base))
+                    .bearer_auth(&self.token)
+                    .header(CLIENT_HEADER, &self.client_id);
+                match step {
+                    Some(step) => request.query(&[("step", step)]),
+                    None => request,
+                }
+            }
             Protocol::Tinyid => self
                 .http
                 .get(format!("{}/tinyid/id/nextSegmentIdSimple", server.base))
@@ -156,11 +242,11 @@ impl Servers {
                         Answer::Failed(e)
                     };
                 }
-                _ => parse_tinyid(&body),
+                _ => parse_tinyid(&body).map(|range| (range, None)),
             },
         };
         match parsed {
-            Ok(range) => Answer::Segment(range),
+            Ok((range, origin)) => Answer::Segment(range, origin),
             Err(reason) => Answer::Refused(ClientError::InvalidSegment {
                 biz: biz.to_string(),
                 server: server.base.clone(),
@@ -203,8 +289,9 @@ fn segment(current: i64, max: i64, delta: i64, remainder: i64) -> Result<Segment
     SegmentRange::after(current, step, residue).map_err(|e| e.to_string())
 }
 
-/// segmint's `/v1/segments` answer.
-fn parse_v1(body: &str) -> Result<SegmentRange, String> {
+/// segmint's `/v1/segments` answer: the segment, and its database and version when
+/// the server reports them (servers before give-back did not).
+fn parse_v1(body: &str) -> Result<(SegmentRange, Option<(String, i64)>), String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("not JSON ({e}): {body}"))?;
     let field = |name: &str| {
@@ -212,12 +299,17 @@ fn parse_v1(body: &str) -> Result<SegmentRange, String> {
             .as_i64()
             .ok_or_else(|| format!("no integer `{name}` in {body}"))
     };
-    segment(
+    let range = segment(
         field("current_id")?,
         field("max_id")?,
         field("delta")?,
         field("remainder")?,
-    )
+    )?;
+    let origin = v["database"]
+        .as_str()
+        .zip(v["version"].as_i64())
+        .map(|(db, version)| (db.to_string(), version));
+    Ok((range, origin))
 }
 
 /// Tinyid's `currentId,loadingId,maxId,delta,remainder`.
@@ -245,8 +337,19 @@ mod tests {
         )
         .unwrap();
         let tinyid = parse_tinyid("100,102,110,2,1").unwrap();
-        assert_eq!(v1, tinyid);
+        assert_eq!(v1, (tinyid, None));
+        let v1 = v1.0;
         assert_eq!(v1.ids().collect::<Vec<_>>(), [101, 103, 105, 107, 109]);
+    }
+
+    #[test]
+    fn a_v1_answer_names_its_database_and_version() {
+        let (range, origin) = parse_v1(
+            r#"{"biz":"a","database":"pg1","version":7,"current_id":0,"max_id":10,"step":10,"delta":1,"remainder":0}"#,
+        )
+        .unwrap();
+        assert_eq!(range.len(), 10);
+        assert_eq!(origin, Some(("pg1".to_string(), 7)));
     }
 
     #[test]

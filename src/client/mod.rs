@@ -19,25 +19,36 @@
 //! the next segment is normally ready before the current one runs out; callers only
 //! wait when both are used up, and then for one fetch shared by all of them. Fetches
 //! go to the servers in turn; a server that fails or times out is skipped for a
-//! back-off period that doubles per failure. Dropping the last handle of a client
-//! stops its background fetches.
+//! back-off period that doubles per failure.
+//!
+//! Segments are sized to the client's own consumption (see [`sizing`]): each fetch
+//! asks for a segment that lasts [`ClientBuilder::segment_target`] at the biz's peak
+//! rate in this client, growing at most ×2 per fetch; the server bounds the hint.
+//! [`Client::close`] stops the fetches and gives the unissued rest of every segment
+//! back to the server that handed it out (see [`close`]). Dropping the last handle
+//! without closing stops the background fetches and gives nothing back.
 //!
 //! The client speaks segmint's `GET /v1/segments/{biz}` (the default) or Tinyid's
 //! `nextSegmentIdSimple` ([`Protocol::Tinyid`]), so it also works against a Tinyid
 //! server. [`blocking::BlockingClient`] wraps it for code without an async runtime.
 
 pub mod blocking;
+mod close;
 mod fetch;
+mod sizing;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::watch;
 
-use crate::segment::{Chain, SegmentRange, Take};
-use fetch::Servers;
+use crate::segment::{Chain, MAX_SEGMENT_IDS, SegmentRange, Take};
+pub use close::CloseSummary;
+use fetch::{Fetched, Servers};
+use sizing::Sizing;
 
 /// Which HTTP protocol the client uses to fetch segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -76,6 +87,9 @@ pub enum ClientError {
     /// The fetch the caller waited for did not finish in time.
     #[error("no segment for biz `{biz}` arrived within {waited:?}")]
     Timeout { biz: String, waited: Duration },
+    /// [`Client::close`] was called: the client issues no more IDs.
+    #[error("the client is closed: no more IDs of biz `{biz}`")]
+    Closed { biz: String },
 }
 
 /// Settings of a [`Client`].
@@ -89,6 +103,8 @@ pub struct ClientBuilder {
     wait_timeout: Duration,
     backoff_initial: Duration,
     backoff_max: Duration,
+    segment_target: Duration,
+    close_timeout: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -102,6 +118,8 @@ impl Default for ClientBuilder {
             wait_timeout: Duration::from_secs(10),
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(10),
+            segment_target: Duration::from_secs(600),
+            close_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -153,6 +171,19 @@ impl ClientBuilder {
         self
     }
 
+    /// How long a segment should last at the biz's peak rate in this client (10
+    /// minutes): the size asked for at each fetch, within the server's bounds.
+    pub fn segment_target(mut self, target: Duration) -> Self {
+        self.segment_target = target;
+        self
+    }
+
+    /// Longest [`Client::close`] waits for the servers to take segments back (3 s).
+    pub fn close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
     /// Builds the client. Must be called within a Tokio runtime, which runs its
     /// background fetches.
     ///
@@ -184,13 +215,21 @@ impl ClientBuilder {
                 "backoff: max must be at least initial".into(),
             ));
         }
-        let servers = Arc::new(Servers::new(&self, token)?);
+        if self.segment_target.is_zero() {
+            return Err(ClientError::Config(
+                "segment_target: must be above zero".into(),
+            ));
+        }
+        let servers = Arc::new(Servers::new(&self, token, close::client_id())?);
         Ok(Client {
             inner: Arc::new(Inner {
                 servers,
                 runtime,
                 prefetch_percent: self.prefetch_percent,
                 wait_timeout: self.wait_timeout,
+                segment_target: self.segment_target,
+                close_timeout: self.close_timeout,
+                closed: Arc::new(AtomicBool::new(false)),
                 bizs: RwLock::new(HashMap::new()),
             }),
         })
@@ -208,6 +247,10 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     prefetch_percent: u8,
     wait_timeout: Duration,
+    segment_target: Duration,
+    close_timeout: Duration,
+    /// Set once by [`Client::close`]; shared with every biz's cache.
+    closed: Arc<AtomicBool>,
     bizs: RwLock<HashMap<String, Arc<Cache>>>,
 }
 
@@ -226,14 +269,19 @@ struct Cache {
     biz: String,
     chain: Chain,
     slow: Mutex<Slow>,
-    /// Bumped when a fetch completes; waiting callers watch it.
+    /// Bumped when a fetch completes or the client closes; waiting callers watch it.
     fetched: watch::Sender<u64>,
+    /// The client's closed flag: read under `slow`'s lock before anything is fetched
+    /// or installed, so that nothing enters the cache once close has sealed it.
+    closed: Arc<AtomicBool>,
 }
 
-#[derive(Default)]
+/// Plain mutex: held only to read or update the fields, never across an await.
 struct Slow {
+    /// The segment the chain issues from, as fetched: what close gives back.
+    current: Option<Fetched>,
     /// A fetched segment waiting for the current one to run out.
-    next: Option<SegmentRange>,
+    next: Option<Fetched>,
     /// The fetch in flight.
     task: Option<tokio::task::AbortHandle>,
     /// Why the last fetch failed, for the callers that waited for it.
@@ -242,6 +290,71 @@ struct Slow {
     installed: Vec<SegmentRange>,
     /// Whether to remember installed segments (tests and audits).
     record: bool,
+    /// The consumption that sizes the next segment.
+    sizing: Sizing,
+    /// What [`Biz::stats`] reports.
+    stats: BizStats,
+}
+
+/// How one biz of a client has fared, for tuning and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BizStats {
+    /// Segments fetched.
+    pub fetches: u64,
+    /// Times a caller had to wait for a segment (each wait counts once per caller).
+    pub waits: u64,
+    /// The step of the newest segment fetched.
+    pub last_step: Option<i64>,
+}
+
+impl Slow {
+    fn new(segment_target: Duration) -> Slow {
+        Slow {
+            current: None,
+            next: None,
+            task: None,
+            last_error: None,
+            installed: Vec::new(),
+            record: false,
+            sizing: Sizing::new(segment_target),
+            stats: BizStats::default(),
+        }
+    }
+}
+
+impl Cache {
+    /// Makes `fetched` the current segment if the chain's segment `generation` is
+    /// used up; else hands it back.
+    fn install(
+        &self,
+        slow: &mut Slow,
+        generation: u32,
+        fetched: Fetched,
+        prefetch_percent: u8,
+    ) -> Result<(), Fetched> {
+        let used_up = self.chain.len();
+        if !self
+            .chain
+            .advance(generation, &fetched.range, prefetch_percent)
+        {
+            return Err(fetched);
+        }
+        slow.sizing.finished(used_up);
+        if slow.record {
+            slow.installed.push(fetched.range);
+        }
+        slow.current = Some(fetched);
+        Ok(())
+    }
+
+    /// An error for callers once the client is closed.
+    fn closed_error(&self) -> Option<ClientError> {
+        self.closed
+            .load(Ordering::Acquire)
+            .then(|| ClientError::Closed {
+                biz: self.biz.clone(),
+            })
+    }
 }
 
 impl Client {
@@ -272,8 +385,9 @@ impl Client {
                 Arc::new(Cache {
                     biz: biz.to_string(),
                     chain: Chain::new(),
-                    slow: Mutex::new(Slow::default()),
+                    slow: Mutex::new(Slow::new(self.inner.segment_target)),
                     fetched: watch::Sender::new(0),
+                    closed: self.inner.closed.clone(),
                 })
             })
             .clone();
@@ -385,7 +499,12 @@ impl Biz {
                 .lock()
                 .next
                 .as_ref()
-                .map_or(0, SegmentRange::len)
+                .map_or(0, |n| n.range.len())
+    }
+
+    /// Fetches, waits and the newest segment's step so far.
+    pub fn stats(&self) -> BizStats {
+        self.cache.slow.lock().stats
     }
 
     /// Starts recording the segments this handle's biz installs, for audits and tests:
@@ -408,10 +527,23 @@ impl Biz {
     }
 
     fn spawn_fetch(&self, slow: &mut Slow) {
+        if self.cache.closed.load(Ordering::Acquire) {
+            return;
+        }
+        let newest = slow.next.as_ref().or(slow.current.as_ref());
+        let step = slow
+            .sizing
+            .hint(
+                Instant::now(),
+                self.cache.chain.used(),
+                newest.map(|f| &f.range),
+            )
+            .filter(|_| self.client.servers.protocol() == Protocol::V1);
         let fetch = fetch_into(
             self.client.servers.clone(),
             self.cache.clone(),
             self.client.prefetch_percent,
+            step,
         );
         slow.last_error = None;
         slow.task = Some(self.client.runtime.spawn(fetch).abort_handle());
@@ -425,6 +557,9 @@ impl Biz {
         loop {
             let mut fetched = {
                 let mut slow = self.cache.slow.lock();
+                if let Some(e) = self.cache.closed_error() {
+                    return Err(e);
+                }
                 let chain = &self.cache.chain;
                 if chain.remaining() > 0 {
                     return Ok(());
@@ -432,7 +567,13 @@ impl Biz {
                 let generation = chain.generation();
                 chain.close(generation);
                 if let Some(next) = slow.next.take() {
-                    self.install(&mut slow, generation, next);
+                    // Not used up (a concurrent caller installed one): keep it for later.
+                    if let Err(next) =
+                        self.cache
+                            .install(&mut slow, generation, next, self.client.prefetch_percent)
+                    {
+                        slow.next = Some(next);
+                    }
                     return Ok(());
                 }
                 if slow.task.is_none() {
@@ -441,6 +582,7 @@ impl Biz {
                     }
                     self.spawn_fetch(&mut slow);
                 }
+                slow.stats.waits += 1;
                 self.cache.fetched.subscribe()
             };
             let left = deadline.saturating_duration_since(Instant::now());
@@ -454,38 +596,39 @@ impl Biz {
         }
     }
 
-    fn install(&self, slow: &mut Slow, generation: u32, range: SegmentRange) {
-        if self
-            .cache
-            .chain
-            .advance(generation, &range, self.client.prefetch_percent)
-            && slow.record
-        {
-            slow.installed.push(range);
-        }
-    }
 }
 
-/// Fetches one segment for `cache` and hands it over: installed at once if the chain
-/// is used up, else kept as the next one.
-async fn fetch_into(servers: Arc<Servers>, cache: Arc<Cache>, prefetch_percent: u8) {
-    let result = servers.fetch(&cache.biz).await;
+/// Fetches one segment for `cache` (of about `step` IDs when given) and hands it over:
+/// installed at once if the chain is used up, else kept as the next one. A segment
+/// that arrives after close is dropped: wasted, never issued.
+async fn fetch_into(
+    servers: Arc<Servers>,
+    cache: Arc<Cache>,
+    prefetch_percent: u8,
+    step: Option<i64>,
+) {
+    let result = servers.fetch(&cache.biz, step).await;
     {
         let mut slow = cache.slow.lock();
         slow.task = None;
         match result {
-            Ok(range) if cache.chain.remaining() == 0 && slow.next.is_none() => {
-                let generation = cache.chain.generation();
-                cache.chain.close(generation);
-                if cache.chain.advance(generation, &range, prefetch_percent) {
-                    if slow.record {
-                        slow.installed.push(range);
-                    }
+            Ok(_) if cache.closed.load(Ordering::Acquire) => {}
+            Ok(fetched) => {
+                slow.stats.fetches += 1;
+                slow.stats.last_step = Some(fetched.range.step());
+                let fetched = if cache.chain.remaining() == 0 && slow.next.is_none() {
+                    let generation = cache.chain.generation();
+                    cache.chain.close(generation);
+                    cache
+                        .install(&mut slow, generation, fetched, prefetch_percent)
+                        .err()
                 } else {
-                    slow.next = Some(range);
+                    Some(fetched)
+                };
+                if fetched.is_some() {
+                    slow.next = fetched;
                 }
             }
-            Ok(range) => slow.next = Some(range),
             Err(e) => {
                 tracing::warn!(biz = %cache.biz, error = %e, "segment fetch failed");
                 slow.last_error = Some(e);
