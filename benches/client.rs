@@ -7,7 +7,8 @@
 //!
 //! A segmint server runs in this process on an embedded database with segments of ten
 //! million IDs, so the measured path is the cached one (a fetch every ten million IDs,
-//! in the background).
+//! in the background). Then the sustained run ([`sustained`]): a real server process,
+//! a biz at the default step 1000, and a client that sizes its own segments.
 //!
 //! Every routine returns a plain integer (`unwrap_or(-1)` on the client's `Result`):
 //! criterion reads the returned value back through a volatile load per word, which
@@ -18,10 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use segmint::client::blocking::{BlockingBiz, BlockingClient};
 
 mod common;
+mod sustained;
 use common::{bench_app, embedded_config, on_threads};
 
 /// A server in a runtime of its own, a client of it, and the handle of biz `bench`.
@@ -125,4 +127,15 @@ criterion_group! {
         .measurement_time(Duration::from_secs(3));
     targets = bench
 }
-criterion_main!(benches);
+/// criterion's groups, then the sustained run unless a name filter excludes it.
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if filters.is_empty() || filters.iter().any(|f| "sustained".contains(f.as_str())) {
+        sustained::run();
+    }
+}
