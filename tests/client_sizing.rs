@@ -99,12 +99,14 @@ async fn a_closed_client_gives_back_and_the_next_continues_at_k_plus_1() {
     // Past the prefetch point: a second segment is held, untouched.
     let ids = take(&biz, 300).await;
     assert_eq!(ids[..3], [1, 2, 3]);
-    eventually(Duration::from_secs(5), "the next segment arrives", async || {
-        match biz.cached() {
+    eventually(
+        Duration::from_secs(5),
+        "the next segment arrives",
+        async || match biz.cached() {
             n if n > 700 => Ok(n),
             n => Err(format!("{n} cached")),
-        }
-    })
+        },
+    )
     .await;
     let cached = biz.cached();
     let summary = a.close().await;

@@ -9,6 +9,7 @@
 //! `SEGMINT_BENCH_SUSTAINED_SECS` sets the length of each client run (10 s; 1.5 s
 //! under `--test`, as `scripts/test` runs the benches once).
 
+use std::cell::Cell;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,20 +87,22 @@ fn measure(threads: usize, length: Duration, op: impl Fn(&dyn Fn() -> bool) + Sy
         for _ in 0..threads {
             s.spawn(|| {
                 let start = Instant::now();
-                let (mut n, mut at_one) = (0u64, None);
-                let count = || {
-                    n += CHECK_EVERY;
+                let (n, at_one) = (Cell::new(0u64), Cell::new(None));
+                // Counts the blocks of CHECK_EVERY started, each after a look at the clock.
+                op(&|| {
                     let elapsed = start.elapsed();
-                    if at_one.is_none() && elapsed >= Duration::from_secs(1) {
-                        at_one = Some(n);
+                    if at_one.get().is_none() && elapsed >= Duration::from_secs(1) {
+                        at_one.set(Some(n.get()));
                     }
-                    elapsed < length
-                };
-                let count = std::cell::RefCell::new(count);
-                op(&|| (count.borrow_mut())());
-                drop(count);
+                    let go = elapsed < length;
+                    if go {
+                        n.set(n.get() + CHECK_EVERY);
+                    }
+                    go
+                });
+                let n = n.get();
                 total.fetch_add(n, Ordering::Relaxed);
-                after_first.fetch_add(n - at_one.unwrap_or(n), Ordering::Relaxed);
+                after_first.fetch_add(n - at_one.get().unwrap_or(n), Ordering::Relaxed);
             });
         }
     });
@@ -111,7 +114,11 @@ fn rates((total, after): (u64, u64), length: Duration) -> (f64, f64) {
     let rest = length.saturating_sub(Duration::from_secs(1)).as_secs_f64();
     (
         total as f64 / length.as_secs_f64(),
-        if rest > 0.0 { after as f64 / rest } else { f64::NAN },
+        if rest > 0.0 {
+            after as f64 / rest
+        } else {
+            f64::NAN
+        },
     )
 }
 

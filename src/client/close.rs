@@ -56,7 +56,13 @@ fn seal(chain: &Chain, segment: &Fetched) -> (Option<i64>, u64) {
     let len = range.len().min(MAX_SEGMENT_IDS);
     // Offsets taken here; others may take some in between, below the last of ours.
     let mut mine = Vec::new();
-    while let (Take::Ids { first: at, count, .. }, _) = chain.take(MAX_TAKE) {
+    while let (
+        Take::Ids {
+            first: at, count, ..
+        },
+        _,
+    ) = chain.take(MAX_TAKE)
+    {
         mine.push((((at - first) / delta) as u64, count));
     }
     // Issued: everything below the run of our takes that reaches the end.
@@ -68,9 +74,7 @@ fn seal(chain: &Chain, segment: &Fetched) -> (Option<i64>, u64) {
             break;
         }
     }
-    let last = end
-        .checked_sub(1)
-        .map(|k| first + k as i64 * delta);
+    let last = end.checked_sub(1).map(|k| first + k as i64 * delta);
     (last, range.len() - end)
 }
 
@@ -211,8 +215,10 @@ mod tests {
     fn client_ids_are_distinct_and_well_formed() {
         let ids: std::collections::HashSet<String> = (0..1000).map(|_| client_id()).collect();
         assert_eq!(ids.len(), 1000);
-        assert!(ids.iter().all(|id| id.len() == 32
-            && id.bytes().all(|b| b.is_ascii_hexdigit())));
+        assert!(
+            ids.iter()
+                .all(|id| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        );
     }
 
     #[test]
@@ -258,7 +264,10 @@ mod tests {
             let (last, unissued) = seal(&chain, &f);
             let issued: Vec<i64> = takers.into_iter().flat_map(|t| t.join().unwrap()).collect();
             let bound = last.unwrap_or(0);
-            assert!(issued.iter().all(|&id| id <= bound), "an ID above {bound} was issued");
+            assert!(
+                issued.iter().all(|&id| id <= bound),
+                "an ID above {bound} was issued"
+            );
             assert_eq!(unissued, (200_000 - bound) as u64);
         }
     }

@@ -177,9 +177,14 @@ impl Servers {
         let status = response.status();
         let body = response.text().await.map_err(|e| without_url(&e))?;
         if !status.is_success() {
-            return Err(format!("{}: HTTP {status}: {}", server.base, error_message(&body)));
+            return Err(format!(
+                "{}: HTTP {status}: {}",
+                server.base,
+                error_message(&body)
+            ));
         }
-        serde_json::from_str(&body).map_err(|e| format!("{}: not a give-back answer ({e}): {body}", server.base))
+        serde_json::from_str(&body)
+            .map_err(|e| format!("{}: not a give-back answer ({e}): {body}", server.base))
     }
 
     async fn ask(&self, server: &Server, biz: &str, step: Option<i64>) -> Answer {

@@ -568,10 +568,12 @@ impl Biz {
                 chain.close(generation);
                 if let Some(next) = slow.next.take() {
                     // Not used up (a concurrent caller installed one): keep it for later.
-                    if let Err(next) =
-                        self.cache
-                            .install(&mut slow, generation, next, self.client.prefetch_percent)
-                    {
+                    if let Err(next) = self.cache.install(
+                        &mut slow,
+                        generation,
+                        next,
+                        self.client.prefetch_percent,
+                    ) {
                         slow.next = Some(next);
                     }
                     return Ok(());
@@ -595,7 +597,6 @@ impl Biz {
             waited = true;
         }
     }
-
 }
 
 /// Fetches one segment for `cache` (of about `step` IDs when given) and hands it over:
