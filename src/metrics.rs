@@ -518,7 +518,9 @@ impl Metrics {
         self.client_given_back
             .with_label_values(&[&*label])
             .inc_by(given);
-        self.client_wasted.with_label_values(&[&*label]).inc_by(wasted);
+        self.client_wasted
+            .with_label_values(&[&*label])
+            .inc_by(wasted);
     }
 
     /// Handles for the database `name`.

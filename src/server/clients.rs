@@ -4,8 +4,8 @@
 
 use futures_util::future::join_all;
 
-use super::handed_out::{Claim, ClientId, Returned};
 use super::AppState;
+use super::handed_out::{Claim, ClientId, Returned};
 use crate::biz::BizTag;
 use crate::cache::GIVE_BACK_LIMIT;
 use crate::segment::plan_give_back;
@@ -122,7 +122,10 @@ impl AppState {
                 .map(|plan| self.store.give_back(biz, plan, deadline, client.as_str())),
         )
         .await;
-        let cached = held.iter().map(|h| h.remaining).fold(0, u64::saturating_add);
+        let cached = held
+            .iter()
+            .map(|h| h.remaining)
+            .fold(0, u64::saturating_add);
         let given = backs.into_iter().fold(0, u64::saturating_add).min(cached);
         let wasted = wasted.saturating_add(cached - given);
         self.store.metrics().client_gave_back(biz, given, wasted);

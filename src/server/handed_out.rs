@@ -292,7 +292,13 @@ mod tests {
     fn the_oldest_is_forgotten_at_capacity() {
         let mut h = HandedOut::new(3);
         for version in 1..=5 {
-            h.record(&biz(), 0, version, range(version * 10, 10, 1, 0), client('a'));
+            h.record(
+                &biz(),
+                0,
+                version,
+                range(version * 10, 10, 1, 0),
+                client('a'),
+            );
         }
         assert_eq!(h.len(), 3);
         for (version, known) in [(1, false), (2, false), (3, true), (4, true), (5, true)] {
@@ -301,7 +307,13 @@ mod tests {
         }
         // Claimed records leave the eviction order too: the next ones fill up again.
         for version in 6..=8 {
-            h.record(&biz(), 0, version, range(version * 10, 10, 1, 0), client('a'));
+            h.record(
+                &biz(),
+                0,
+                version,
+                range(version * 10, 10, 1, 0),
+                client('a'),
+            );
         }
         assert_eq!((h.len(), h.order.len()), (3, 3));
     }

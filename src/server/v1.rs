@@ -10,10 +10,10 @@ use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::json;
 
-use super::error::ApiError;
-use super::observe::Observer;
 use super::clients::GiveBackRequest;
+use super::error::ApiError;
 use super::handed_out::ClientId;
+use super::observe::Observer;
 use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 

@@ -314,7 +314,9 @@ impl Store {
             return (i, Ok(Attempt::Contended));
         };
         let started = now();
-        let result = self.call(i, self.attempt(i, biz, request, known, trip)).await;
+        let result = self
+            .call(i, self.attempt(i, biz, request, known, trip))
+            .await;
         let took = now().saturating_duration_since(started);
         let db = &self.dbs[i].metrics;
         db.observe(took);
