@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::http::{Resp, bearer, get, request, send};
+use common::http::{Resp, bearer, get, metric, request, send};
 use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -88,16 +88,6 @@ fn row(dbs: &Databases, i: usize) -> (i64, i64) {
     let r = dbs.row(i, BIZ);
     let f: Vec<i64> = r.split('|').take(2).map(|v| v.parse().unwrap()).collect();
     (f[0], f[1])
-}
-
-/// The value of the series `series` (name and labels, as exported).
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let text = get(app, "/metrics").await.body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 /// One database of `kind` with [`BIZ`] at `step` (odd-only when `odd`), `step_max` at

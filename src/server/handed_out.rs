@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn the_oldest_is_forgotten_at_capacity() {
         let mut h = HandedOut::new(3);
-        for version in 1..=5 {
+        let record = |h: &mut HandedOut, version: i64| {
             h.record(
                 &biz(),
                 0,
@@ -299,6 +299,9 @@ mod tests {
                 range(version * 10, 10, 1, 0),
                 client('a'),
             );
+        };
+        for version in 1..=5 {
+            record(&mut h, version);
         }
         assert_eq!(h.len(), 3);
         for (version, known) in [(1, false), (2, false), (3, true), (4, true), (5, true)] {
@@ -307,13 +310,7 @@ mod tests {
         }
         // Claimed records leave the eviction order too: the next ones fill up again.
         for version in 6..=8 {
-            h.record(
-                &biz(),
-                0,
-                version,
-                range(version * 10, 10, 1, 0),
-                client('a'),
-            );
+            record(&mut h, version);
         }
         assert_eq!((h.len(), h.order.len()), (3, 3));
     }
