@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use crate::biz::BizTag;
 use crate::metrics::BizStats;
 use crate::rate::{RateTracker, runway, runway_duration};
-use crate::segment::{DoubleBuffer, GiveBack, Held, SegmentRange, plan_give_back};
+use crate::segment::{DoubleBuffer, Held, SegmentRange, plan_give_back};
 use crate::step::{StepHint, StepReason};
 use crate::store::{Reservation, Store, StoreError};
 
@@ -193,7 +193,7 @@ impl Cache {
             futures_util::future::join_all(
                 plan_give_back(held)
                     .into_iter()
-                    .map(|plan| self.give_back_one(&b.biz, plan, deadline)),
+                    .map(|plan| self.store.give_back(&b.biz, plan, deadline, "server")),
             )
         }))
         .await;
@@ -211,58 +211,6 @@ impl Cache {
             wasted = wasted.saturating_add(cached - back);
         }
         (given, wasted)
-    }
-
-    /// Carries out one give-back by `deadline`; returns the IDs given back.
-    async fn give_back_one(
-        &self,
-        biz: &BizTag,
-        plan: GiveBack,
-        deadline: tokio::time::Instant,
-    ) -> u64 {
-        let name = &self.store.database_names()[plan.database];
-        if !self.store.is_live(plan.database) {
-            tracing::warn!(biz = %biz, database = %name, ids = plan.ids, "not giving back: the database is backing off after failures or fenced; the IDs are wasted");
-            return 0;
-        }
-        let give_back = || {
-            self.store.give_back(
-                plan.database,
-                biz,
-                plan.version,
-                plan.max_id,
-                plan.new_max_id,
-            )
-        };
-        // Once more on an error: a pooled connection may have died with a database
-        // restart. The compare-and-set makes a repeat harmless.
-        let attempts = async {
-            match give_back().await {
-                Err(_) => give_back().await,
-                done => done,
-            }
-        };
-        match tokio::time::timeout_at(deadline, attempts).await {
-            Ok(Ok(true)) => {
-                tracing::info!(biz = %biz, database = %name, ids = plan.ids, max_id = plan.new_max_id, "gave back unissued IDs");
-                plan.ids
-            }
-            Ok(Ok(false)) => {
-                tracing::info!(biz = %biz, database = %name, "not giving back: reserved by another since");
-                0
-            }
-            Ok(Err(e)) => {
-                tracing::warn!(biz = %biz, database = %name, error = %e, ids = plan.ids, "could not give back unissued IDs; they are wasted");
-                0
-            }
-            Err(_) => {
-                // Counted as wasted even if the update still lands: it moves the row
-                // down to the last ID issued, never below, and nothing is issued here
-                // any more.
-                tracing::warn!(biz = %biz, database = %name, ids = plan.ids, limit = ?GIVE_BACK_LIMIT, "no answer to the give-back in time; the IDs are wasted");
-                0
-            }
-        }
     }
 
     /// IDs of `biz` issuable without a fetch.

@@ -117,6 +117,10 @@ impl BizStats {
     }
 }
 
+/// The reasons a client's asked step can have (see `StepPolicy::bound_asked`).
+const CLIENT_STEP_REASONS: [StepReason; 3] =
+    [StepReason::Minimum, StepReason::Target, StepReason::Maximum];
+
 /// Every metric segmint exports, in its own registry.
 pub struct Metrics {
     registry: Registry,
@@ -135,6 +139,10 @@ pub struct Metrics {
     step_choices: IntCounterVec,
     given_back: IntCounterVec,
     wasted: IntCounterVec,
+    client_step: IntGaugeVec,
+    client_steps: IntCounterVec,
+    client_given_back: IntCounterVec,
+    client_wasted: IntCounterVec,
     database_up: IntGaugeVec,
     database_fenced: IntGaugeVec,
     fetches: IntCounterVec,
@@ -294,6 +302,48 @@ impl Metrics {
                     biz,
                 ),
             ),
+            client_step: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_client_segment_step",
+                        "Step of the last segment handed to a client that asked for a size \
+                         (0 before the first; `_other` bizs share it)",
+                    ),
+                    biz,
+                ),
+            ),
+            client_steps: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_client_steps_total",
+                        "Segments handed to clients that asked for a size, by how the ask \
+                         was bounded",
+                    ),
+                    &["biz", "reason"],
+                ),
+            ),
+            client_given_back: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_client_ids_given_back_total",
+                        "Unissued IDs clients gave back that returned to the databases",
+                    ),
+                    biz,
+                ),
+            ),
+            client_wasted: registered(
+                &r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_client_ids_wasted_total",
+                        "Unissued IDs clients gave back that could not return (never reissued)",
+                    ),
+                    biz,
+                ),
+            ),
             database_up: registered(
                 &r,
                 IntGaugeVec::new(
@@ -396,6 +446,8 @@ impl Metrics {
             &self.segment_ids,
             &self.given_back,
             &self.wasted,
+            &self.client_given_back,
+            &self.client_wasted,
         ] {
             counter.with_label_values(&[label]);
         }
@@ -403,6 +455,11 @@ impl Metrics {
             self.step_choices
                 .with_label_values(&[label, reason.as_str()]);
         }
+        for reason in CLIENT_STEP_REASONS {
+            self.client_steps
+                .with_label_values(&[label, reason.as_str()]);
+        }
+        self.client_step.with_label_values(&[label]);
     }
 
     /// The counter of IDs issued from the cache for `biz`, to keep and bump.
@@ -442,6 +499,28 @@ impl Metrics {
         self.wasted
             .with_label_values(&[&*self.biz_label(biz)])
             .inc_by(n);
+    }
+
+    /// Records a segment of step `step` handed to a client of `biz` that asked for a
+    /// size, bounded for `reason`.
+    pub fn client_step_chosen(&self, biz: &BizTag, step: i64, reason: StepReason) {
+        let label = self.biz_label(biz);
+        self.client_step.with_label_values(&[&*label]).set(step);
+        self.client_steps
+            .with_label_values(&[&*label, reason.as_str()])
+            .inc();
+    }
+
+    /// Counts the IDs of `biz` a client gave back: `given` returned to the databases,
+    /// `wasted` not.
+    pub fn client_gave_back(&self, biz: &BizTag, given: u64, wasted: u64) {
+        let label = self.biz_label(biz);
+        self.client_given_back
+            .with_label_values(&[&*label])
+            .inc_by(given);
+        self.client_wasted
+            .with_label_values(&[&*label])
+            .inc_by(wasted);
     }
 
     /// Handles for the database `name`.
@@ -593,6 +672,12 @@ mod tests {
             "segmint_segment_ids_total{biz=\"order\"} 0",
             "segmint_ids_given_back_total{biz=\"order\"} 0",
             "segmint_ids_wasted_total{biz=\"order\"} 0",
+            "segmint_client_segment_step{biz=\"order\"} 0",
+            "segmint_client_ids_given_back_total{biz=\"order\"} 0",
+            "segmint_client_ids_wasted_total{biz=\"order\"} 0",
+            "segmint_client_steps_total{biz=\"order\",reason=\"minimum\"} 0",
+            "segmint_client_steps_total{biz=\"order\",reason=\"target\"} 0",
+            "segmint_client_steps_total{biz=\"order\",reason=\"maximum\"} 0",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }

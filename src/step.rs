@@ -85,6 +85,17 @@ pub struct StepHint {
     pub previous: Option<i64>,
 }
 
+/// What the step of a reservation is based on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StepRequest {
+    /// The row's own step, as Tinyid does.
+    Row,
+    /// Chosen by the [`StepPolicy`] from what the server's cache observed.
+    Adaptive(StepHint),
+    /// Asked by a client that measured its own rate, bounded by the policy.
+    Asked(i64),
+}
+
 /// A chosen step and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepChoice {
@@ -160,20 +171,68 @@ impl StepPolicy {
         hint: Option<StepHint>,
         room: i64,
     ) -> StepChoice {
-        let choice = self.choose(row_step, delta, hint);
-        if choice.step > room && room > row_step {
-            StepChoice {
-                step: room,
-                reason: StepReason::Maximum,
-            }
-        } else if choice.step > room && choice.step > row_step {
+        fit(self.choose(row_step, delta, hint), row_step, room)
+    }
+
+    /// The step for `request` from a row with step `row_step`, class modulus `delta`
+    /// and `room` IDs left below `i64::MAX`.
+    pub fn for_request(
+        &self,
+        row_step: i64,
+        delta: i64,
+        request: StepRequest,
+        room: i64,
+    ) -> StepChoice {
+        match request {
+            StepRequest::Row => self.choose_within(row_step, delta, None, room),
+            StepRequest::Adaptive(hint) => self.choose_within(row_step, delta, Some(hint), room),
+            StepRequest::Asked(asked) => self.bound_asked(row_step, asked, room),
+        }
+    }
+
+    /// The step of a segment a client asked to be `asked` IDs wide, from a row with
+    /// step `row_step` and `room` IDs left below `i64::MAX`: at least the row's step,
+    /// at most [`StepPolicy::max`] (unless the row's step is larger), and shrunk to the
+    /// room as [`StepPolicy::choose_within`] does. The client measured its own rate:
+    /// the server only keeps the ask within bounds, and ignores `adaptive`, which is
+    /// about its own cache.
+    pub fn bound_asked(&self, row_step: i64, asked: i64, room: i64) -> StepChoice {
+        let choice = if asked <= row_step || self.max <= row_step {
             StepChoice {
                 step: row_step,
                 reason: StepReason::Minimum,
             }
+        } else if asked > self.max {
+            StepChoice {
+                step: self.max,
+                reason: StepReason::Maximum,
+            }
         } else {
-            choice
+            StepChoice {
+                step: asked,
+                reason: StepReason::Target,
+            }
+        };
+        fit(choice, row_step, room)
+    }
+}
+
+/// `choice` for a row with step `row_step` and only `room` IDs left below `i64::MAX`:
+/// a step wider than the room shrinks to fit, down to the row's step, which itself is
+/// never shrunk (past it, overflow is an error).
+fn fit(choice: StepChoice, row_step: i64, room: i64) -> StepChoice {
+    if choice.step > room && room > row_step {
+        StepChoice {
+            step: room,
+            reason: StepReason::Maximum,
         }
+    } else if choice.step > room && choice.step > row_step {
+        StepChoice {
+            step: row_step,
+            reason: StepReason::Minimum,
+        }
+    } else {
+        choice
     }
 }
 
@@ -275,7 +334,49 @@ mod tests {
         );
     }
 
+    #[test]
+    fn an_asked_step_is_kept_within_the_row_step_and_the_maximum() {
+        let p = StepPolicy {
+            max: 50_000,
+            adaptive: false,
+            ..policy()
+        };
+        let c = p.bound_asked(1000, 20_000, i64::MAX);
+        assert_eq!((c.step, c.reason), (20_000, StepReason::Target));
+        let c = p.bound_asked(1000, 10_000_000, i64::MAX);
+        assert_eq!((c.step, c.reason), (50_000, StepReason::Maximum));
+        let c = p.bound_asked(1000, 10, i64::MAX);
+        assert_eq!((c.step, c.reason), (1000, StepReason::Minimum));
+        // A row wider than the maximum keeps its own step.
+        let c = p.bound_asked(80_000, 10_000_000, i64::MAX);
+        assert_eq!((c.step, c.reason), (80_000, StepReason::Minimum));
+        // Near the top the ask shrinks to the room, never below the row's step.
+        let c = p.bound_asked(1000, 40_000, 5_000);
+        assert_eq!((c.step, c.reason), (5_000, StepReason::Maximum));
+        let c = p.bound_asked(1000, 40_000, 500);
+        assert_eq!((c.step, c.reason), (1000, StepReason::Minimum));
+    }
+
     proptest! {
+        #[test]
+        fn an_asked_step_respects_every_bound(
+            row in prop_oneof![Just(1i64), Just(i64::MAX), 1i64..=i64::MAX],
+            asked in prop_oneof![Just(1i64), Just(i64::MAX), 1i64..=i64::MAX],
+            max in prop_oneof![Just(1i64), Just(i64::MAX), 1i64..=i64::MAX],
+            room in prop_oneof![Just(0i64), Just(i64::MAX), 0i64..=i64::MAX],
+        ) {
+            let p = StepPolicy { max, ..policy() };
+            let c = p.bound_asked(row, asked, room);
+            prop_assert!(c.step >= row, "{c:?} below the row's step {row}");
+            prop_assert!(c.step <= max.max(row), "{c:?} above the maximum {max}");
+            if row <= room {
+                prop_assert!(c.step <= room, "{c:?} beyond room {room}");
+            }
+            if asked >= row && asked <= max && asked <= room {
+                prop_assert_eq!(c.step, asked);
+            }
+        }
+
         #[test]
         fn choice_respects_every_bound(
             row in 1i64..10_000_000,

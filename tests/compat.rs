@@ -458,7 +458,8 @@ async fn response_shapes_of_every_route() {
                 "loading_id",
                 "max_id",
                 "remainder",
-                "step"
+                "step",
+                "version"
             ],
             "{body}"
         );
@@ -469,6 +470,7 @@ async fn response_shapes_of_every_route() {
         let after = rows(&clusters, "shape-seg");
         assert_eq!(int("max_id"), after[db].max_id, "{body}");
         assert_eq!(after[db].version, before[db].version + 1, "{body}");
+        assert_eq!(int("version"), after[db].version, "{body}");
         assert_eq!(int("step"), 100, "{body}");
         assert_eq!(int("delta"), 2, "{body}");
         assert_eq!(int("current_id"), int("max_id") - 100, "{body}");
@@ -553,7 +555,7 @@ async fn segments_align_like_tinyid_on_one_database() {
         serde_json::json!({
             "biz": "tiny", "database": "pg0", "current_id": 4000, "max_id": 5000,
             "step": 1000, "delta": 3, "remainder": 0, "first_id": 4002, "count": 333,
-            "loading_id": 4200
+            "loading_id": 4200, "version": 4
         }),
         "v1 segment (4000, 5000]"
     );

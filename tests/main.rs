@@ -11,6 +11,7 @@ mod bad_input;
 mod catalog_down;
 mod cli;
 mod client;
+mod client_segments;
 mod client_sizing;
 mod compat;
 mod contract;

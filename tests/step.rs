@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::http::{Via, bearer, compat, get, tinyid_params, v1, v1_ids};
+use common::http::{Via, bearer, compat, get, metric, tinyid_params, v1, v1_ids};
 use common::*;
 use segmint::server::STOP_LIMIT;
 
@@ -67,18 +67,6 @@ async fn bizs(app: &TestApp) -> serde_json::Value {
     let r = get(app, "/v1/bizs").await;
     assert_eq!(r.status, 200, "{r:?}");
     r.json()
-}
-
-/// The value of the sample `series` (name with labels) in `/metrics`.
-async fn metric(app: &TestApp, series: &str) -> f64 {
-    let r = get(app, "/metrics").await;
-    assert_eq!(r.status, 200);
-    let text = r.body;
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-        .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

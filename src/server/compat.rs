@@ -130,7 +130,7 @@ async fn serve(
             text(join(ids.iter()))
         }
         Route::Segment => {
-            let s = segment_id(state, state.segment_for_client(&biz).await?);
+            let s = segment_id(state, state.segment_for_client(&biz, None, None).await?);
             HttpResponse::Ok().json(Envelope {
                 data: Some(s),
                 code: 200,
@@ -138,7 +138,7 @@ async fn serve(
             })
         }
         Route::SegmentSimple => {
-            let s = segment_id(state, state.segment_for_client(&biz).await?);
+            let s = segment_id(state, state.segment_for_client(&biz, None, None).await?);
             text(join(
                 [s.current_id, s.loading_id, s.max_id, s.delta, s.remainder].iter(),
             ))

@@ -1,8 +1,10 @@
 //! The actix-web application: Tinyid-compatible routes, the v1 JSON API, health.
 
 mod auth;
+mod clients;
 mod compat;
 mod error;
+mod handed_out;
 mod observe;
 mod openapi;
 mod operator;
@@ -22,6 +24,7 @@ use smallvec::SmallVec;
 
 pub use auth::authorize;
 pub use error::ApiError;
+pub use handed_out::{ClientId, HANDED_OUT_CAPACITY, HandedOut};
 use observe::{InFlight, Observer};
 
 use crate::cache::{Cache, GIVE_BACK_LIMIT};
@@ -34,22 +37,9 @@ pub struct AppState {
     pub cache: Arc<Cache>,
     /// Reported in Tinyid's `loadingId` for segments handed to clients.
     pub preload_percent: u8,
-}
-
-impl AppState {
-    /// Reserves a segment of `biz` to hand to a client, with the row's own step (the
-    /// client sizes its own cache), and counts its IDs.
-    ///
-    /// # Errors
-    /// The [`StoreError`] of the reservation.
-    pub async fn segment_for_client(
-        &self,
-        biz: &crate::biz::BizTag,
-    ) -> Result<crate::store::Reservation, StoreError> {
-        let r = self.store.reserve(biz, None, None).await?;
-        self.store.metrics().segment_handed_out(biz, r.range.len());
-        Ok(r)
-    }
+    /// Segments handed to identified clients, for their give-back. Plain mutex: held
+    /// for a map operation, never across an await.
+    pub handed_out: parking_lot::Mutex<HandedOut>,
 }
 
 /// Why the server could not start.
@@ -204,6 +194,7 @@ impl Application {
             store,
             cache,
             preload_percent: config.preload_percent,
+            handed_out: parking_lot::Mutex::new(HandedOut::new(HANDED_OUT_CAPACITY)),
         });
         let observer = Observer {
             in_flight: InFlight::default(),

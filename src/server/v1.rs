@@ -6,10 +6,13 @@ use std::future::Future;
 use actix_web::dev::HttpServiceFactory;
 use actix_web::http::Method;
 use actix_web::http::header::{self, AUTHORIZATION};
+use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::json;
 
+use super::clients::GiveBackRequest;
 use super::error::ApiError;
+use super::handed_out::ClientId;
 use super::observe::Observer;
 use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
@@ -21,8 +24,16 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
             "/v1/segments",
             "/v1/segments/{biz}",
             segment,
-        ));
+        ))
+        .service(
+            observer
+                .resource("/v1/segments/{biz}/return")
+                .route(web::post().to(give_back)),
+        );
 }
+
+/// The header a client library identifies itself with.
+const CLIENT_HEADER: &str = "x-segmint-client";
 
 /// `/healthz`, served on every address.
 pub(super) fn health(cfg: &mut web::ServiceConfig, observer: &Observer) {
@@ -134,10 +145,51 @@ struct Ids<'a> {
     ids: &'a [i64],
 }
 
+/// The `step` parameter: a client's size hint, a positive decimal integer that fits
+/// an i64, if given.
+///
+/// # Errors
+/// 400 naming `step` for anything else.
+fn asked_step(value: Option<&str>) -> Result<Option<i64>, ApiError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    value
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| value.parse::<i64>().ok())
+        .flatten()
+        .filter(|&n| n > 0)
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "`step` must be a positive whole number of at most {}, got `{}`",
+                i64::MAX,
+                value.chars().take(32).collect::<String>()
+            ))
+        })
+}
+
+/// The client's id from [`CLIENT_HEADER`], if sent.
+///
+/// # Errors
+/// 400 naming the header when it is not a valid id.
+fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
+    let Some(value) = req.headers().get(CLIENT_HEADER) else {
+        return Ok(None);
+    };
+    let bad = |why: String| ApiError::BadRequest(format!("`X-Segmint-Client`: {why}"));
+    let value = visible_ascii(value.as_bytes())
+        .ok_or_else(|| bad("the header must be visible ASCII".into()))?;
+    ClientId::parse(value).map(Some).map_err(bad)
+}
+
 async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let state = app_state(&req)?;
+    let asked = asked_step(Params::from_query(&req).get("step"))?;
+    let client = client_id(&req)?;
     let biz = authorized(state, &req).await?;
-    let reservation = state.segment_for_client(&biz).await?;
+    let reservation = state.segment_for_client(&biz, asked, client).await?;
     let range = reservation.range;
     Ok(HttpResponse::Ok().json(json!({
         "biz": biz.as_str(),
@@ -150,6 +202,34 @@ async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         "first_id": range.first_id(),
         "count": range.len(),
         "loading_id": range.loading_id(state.preload_percent),
+        "version": reservation.version,
+    })))
+}
+
+/// `POST /v1/segments/{biz}/return`: a client gives back the segments it holds.
+async fn give_back(req: HttpRequest, body: Bytes) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let request: GiveBackRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "the body must be {{\"client\": …, \"segments\": [{{\"database\", \"version\", \"last_issued\"}}]}}: {e}"
+        ))
+    })?;
+    let client = ClientId::parse(&request.client)
+        .map_err(|why| ApiError::BadRequest(format!("`client`: {why}")))?;
+    if client_id(&req)?.is_some_and(|header| header != client) {
+        return Err(ApiError::BadRequest(
+            "`X-Segmint-Client` and the body's `client` differ".into(),
+        ));
+    }
+    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
+    authorize(&state.store, bearer(&req)?, &biz).await?;
+    let done = state
+        .give_back_for_client(&biz, &client, &request.segments)
+        .await;
+    Ok(HttpResponse::Ok().json(json!({
+        "biz": biz.as_str(),
+        "given_back": done.given_back,
+        "wasted": done.wasted,
     })))
 }
 

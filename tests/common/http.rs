@@ -268,3 +268,16 @@ pub async fn v1_ids(target: &impl Target, biz: &str, token: &str, n: usize) -> V
         .await
         .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The value of the sample `series` (name with labels) in `/metrics`; panics when the
+/// series is missing.
+pub async fn metric(target: &impl Target, series: &str) -> f64 {
+    let r = get(target, "/metrics").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let text = r.body;
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{series} missing from\n{text}"))
+        .parse()
+        .unwrap()
+}

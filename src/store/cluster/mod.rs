@@ -1,10 +1,12 @@
 //! Reservations over N independent databases. This file holds the [`Store`] and its
 //! construction; the rest is split by concern: `reserve` (reservation, hedging,
 //! witnesses of reservations), `health` (back-off, fencing, status), `refresh` (catalog
-//! refresh and its evidence checks), `admin` (migrations, bizs, raising a database) and
-//! `tokens` (token administration and last uses).
+//! refresh and its evidence checks), `give_back` (returning unissued IDs), `admin`
+//! (migrations, bizs, raising a database) and `tokens` (token administration and last
+//! uses).
 
 mod admin;
+mod give_back;
 mod health;
 mod refresh;
 mod reserve;
@@ -98,7 +100,7 @@ pub struct Store {
     /// Database names by index, for catalog messages.
     names: Vec<String>,
     timing: Timing,
-    /// How the step of segments reserved with a [`StepHint`] is chosen.
+    /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
     /// Moving average of successful reservation times, in microseconds.
@@ -203,7 +205,7 @@ impl Store {
         &self.metrics
     }
 
-    /// How segments reserved with a [`StepHint`] are sized.
+    /// How segments are sized.
     pub fn step_policy(&self) -> StepPolicy {
         self.policy
     }

@@ -10,7 +10,7 @@ use super::{Store, now};
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
 use crate::segment::{Residue, SegmentRange};
-use crate::step::{StepHint, StepReason};
+use crate::step::{StepHint, StepReason, StepRequest};
 use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
 use crate::store::{BizRow, DbError, StoreError};
@@ -79,8 +79,23 @@ enum Attempt {
 }
 
 impl Store {
+    /// Reserves the next segment of `biz` as [`Store::reserve_for`] does: with the
+    /// row's own step, or with a `hint`, the step the policy chooses from it.
+    ///
+    /// # Errors
+    /// As [`Store::reserve_for`].
+    pub async fn reserve(
+        &self,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        runway: Option<Duration>,
+    ) -> Result<Reservation, StoreError> {
+        let request = hint.map_or(StepRequest::Row, StepRequest::Adaptive);
+        self.reserve_for(biz, request, runway).await
+    }
+
     /// Reserves the next segment of `biz` on a random live database, advancing its row
-    /// by its own step, or with a `hint`, by the step the [`StepPolicy`] chooses.
+    /// by the step the [`StepPolicy`](crate::step::StepPolicy) gives `request`.
     /// `runway`: how long the caller's cache lasts without this segment, if known; a
     /// stalled database is then hedged in time for the segment to arrive before the
     /// cache runs dry (see [`Store::hedge_delay`]).
@@ -88,10 +103,10 @@ impl Store {
     /// # Errors
     /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
     /// would overflow, or no database could be reached.
-    pub async fn reserve(
+    pub async fn reserve_for(
         &self,
         biz: &BizTag,
-        hint: Option<StepHint>,
+        request: StepRequest,
         runway: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
@@ -110,7 +125,7 @@ impl Store {
         let reserved = loop {
             let hedge = self.hedge_delay(runway);
             match self
-                .reserve_pass(biz, hint, &entry.classes, deadline, hedge)
+                .reserve_pass(biz, request, &entry.classes, deadline, hedge)
                 .await
             {
                 Err(StoreError::Contention(_)) if now() < deadline => {
@@ -174,7 +189,7 @@ impl Store {
     async fn reserve_pass(
         &self,
         biz: &BizTag,
-        hint: Option<StepHint>,
+        request: StepRequest,
         known: &[(usize, Residue)],
         deadline: Instant,
         hedge: Option<Duration>,
@@ -192,7 +207,7 @@ impl Store {
             if running.is_empty() {
                 let Some(i) = queue.next() else { break };
                 tried.push(i);
-                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
+                running.push(self.attempt_on(i, biz, request, known, deadline, &trips[i]));
             }
             let outcome = match hedge {
                 Some(hedge) if queue.len() > 0 => {
@@ -207,7 +222,7 @@ impl Store {
                             {
                                 tracing::debug!(biz = %biz, database = %self.dbs[i].name, "hedging a stalled reservation");
                                 tried.push(i);
-                                running.push(self.attempt_on(i, biz, hint, known, deadline, &trips[i]));
+                                running.push(self.attempt_on(i, biz, request, known, deadline, &trips[i]));
                             }
                             continue;
                         }
@@ -284,7 +299,7 @@ impl Store {
         &self,
         i: usize,
         biz: &BizTag,
-        hint: Option<StepHint>,
+        request: StepRequest,
         known: &[(usize, Residue)],
         deadline: Instant,
         trip: &RoundTrip,
@@ -299,7 +314,9 @@ impl Store {
             return (i, Ok(Attempt::Contended));
         };
         let started = now();
-        let result = self.call(i, self.attempt(i, biz, hint, known, trip)).await;
+        let result = self
+            .call(i, self.attempt(i, biz, request, known, trip))
+            .await;
         let took = now().saturating_duration_since(started);
         let db = &self.dbs[i].metrics;
         db.observe(took);
@@ -328,7 +345,7 @@ impl Store {
         &self,
         i: usize,
         biz: &BizTag,
-        hint: Option<StepHint>,
+        request: StepRequest,
         known: &[(usize, Residue)],
         trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
@@ -358,7 +375,7 @@ impl Store {
             let room = i64::MAX.saturating_sub(row.max_id);
             let choice = self
                 .policy
-                .choose_within(row.step, residue.delta(), hint, room);
+                .for_request(row.step, residue.delta(), request, room);
             let step = choice.step;
             if step < residue.delta() {
                 return Ok(refuse(format!(
@@ -432,32 +449,5 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(residue),
         }
-    }
-
-    /// Moves the row of `biz` on database `i` back from `max_id` to `new_max_id` if its
-    /// version is still `version`, i.e. if the segments above `new_max_id` were this
-    /// process's last reservations and nobody reserved since. Returns whether it did;
-    /// the version moves on either way nobody can reserve from the old state.
-    ///
-    /// # Errors
-    /// [`DbError`] when the database fails.
-    pub async fn give_back(
-        &self,
-        i: usize,
-        biz: &BizTag,
-        version: i64,
-        max_id: i64,
-        new_max_id: i64,
-    ) -> Result<bool, DbError> {
-        debug_assert!(new_max_id <= max_id);
-        let updated = self
-            .call(
-                i,
-                self.dbs[i]
-                    .store
-                    .advance(biz.as_str(), version, max_id, new_max_id),
-            )
-            .await?;
-        Ok(updated.is_some())
     }
 }
