@@ -13,6 +13,9 @@ use crate::step::{StepHint, StepPolicy};
 /// Samples closer than this add nothing to a rate over a minute, and would grow the
 /// tracker's history by one per fetch when segments are small and fetches frequent.
 const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+/// Fetches sampled however close together: a burst from a standing start fetches
+/// every millisecond at first, and its segments grow only once its rate is seen.
+const SAMPLE_FIRST: u32 = 64;
 
 /// The consumption of one biz in one client.
 #[derive(Debug, Clone)]
@@ -22,6 +25,8 @@ pub(super) struct Sizing {
     finished: u64,
     /// When the tracker was last sampled.
     sampled: Option<Instant>,
+    /// Samples taken, up to [`SAMPLE_FIRST`].
+    samples: u32,
     /// How long a segment should last at the peak rate.
     target: Duration,
 }
@@ -32,6 +37,7 @@ impl Sizing {
             rates: RateTracker::new(),
             finished: 0,
             sampled: None,
+            samples: 0,
             target,
         }
     }
@@ -50,12 +56,14 @@ impl Sizing {
         used: u64,
         previous: Option<&SegmentRange>,
     ) -> Option<i64> {
-        if self
-            .sampled
-            .is_none_or(|t| now.saturating_duration_since(t) >= SAMPLE_EVERY)
+        if self.samples < SAMPLE_FIRST
+            || self
+                .sampled
+                .is_none_or(|t| now.saturating_duration_since(t) >= SAMPLE_EVERY)
         {
             self.rates.record(now, self.finished.saturating_add(used));
             self.sampled = Some(now);
+            self.samples = self.samples.saturating_add(1);
         }
         let previous = previous?;
         let delta = previous.residue().delta();
@@ -108,6 +116,16 @@ mod tests {
         assert_eq!(steps[..4], [2000, 4000, 8000, 16_000]);
         assert!(steps.windows(2).all(|w| w[1] <= 2 * w[0]), "{steps:?}");
         assert_eq!(*steps.last().unwrap(), 1 << 31, "{steps:?}");
+    }
+
+    #[test]
+    fn a_burst_from_a_standing_start_grows_from_its_second_fetch() {
+        let mut s = Sizing::new(Duration::from_secs(600));
+        let t = Instant::now();
+        s.hint(t, 0, None);
+        // The first segment's prefetch point, a millisecond later.
+        let step = s.hint(t + Duration::from_millis(1), 200, Some(&segment(1000)));
+        assert_eq!(step, Some(2000));
     }
 
     #[test]
