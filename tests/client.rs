@@ -177,8 +177,13 @@ async fn the_client_issues_exactly_the_ids_of_its_segments() {
     let config = dbs.config("");
     let token = setup_biz(&config, BIZ, 64, true).await;
     let app = spawn_app(config).await;
-    let port: u16 = app.base.rsplit(':').next().unwrap().parse().unwrap();
-    let c = client(&[port], &token);
+    // Segments meant to last a millisecond stay at the row's step: many switches.
+    let c = Client::builder()
+        .servers([app.base.clone()])
+        .token(&token)
+        .segment_target(Duration::from_millis(1))
+        .build()
+        .unwrap();
     let biz = c.biz(BIZ).unwrap();
     biz.record_segments();
 
