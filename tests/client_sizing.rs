@@ -125,6 +125,23 @@ async fn a_closed_client_gives_back_and_the_next_continues_at_k_plus_1() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_gives_back_the_segment_of_a_fetch_in_flight_too() {
+    let (_dbs, app, token) = server("").await;
+    let a = client(&app, &token);
+    // The 201st ID is the prefetch point: the next segment's fetch starts, and close
+    // comes at once, most likely before its answer.
+    take(&a.biz(BIZ).unwrap(), 201).await;
+    let summary = a.close().await;
+    // The rest of the first segment and all of the second (its size is the client's
+    // choice): nothing wasted, and the next client goes on at 202.
+    assert!(summary.given_back >= 799 + 1000, "{summary:?}");
+    assert_eq!(summary.wasted, 0, "{summary:?}");
+    let b = client(&app, &token);
+    assert_eq!(b.next_id(BIZ).await.unwrap(), 202);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reservation_in_between_keeps_the_rest_wasted_and_nothing_is_issued_twice() {
     let (_dbs, app, token) = server("").await;
     let a = client(&app, &token);

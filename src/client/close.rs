@@ -87,6 +87,25 @@ struct Batch {
 }
 
 impl Cache {
+    /// Waits until `deadline` for the fetch in flight, if any: the server reserves its
+    /// segment whether or not the client reads the answer, and a reservation the
+    /// client never saw moves the row's version past every segment it holds.
+    async fn settle(&self, deadline: Instant) {
+        loop {
+            let mut fetched = {
+                let slow = self.slow.lock();
+                if slow.task.is_none() {
+                    return;
+                }
+                self.fetched.subscribe()
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if tokio::time::timeout(left, fetched.changed()).await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Stops fetching and seals the chain; the segments held, with their last issued
     /// ID and unissued count. Called once, by close, after the closed flag is set.
     fn seal(&self) -> Vec<(Fetched, Option<i64>, u64)> {
@@ -124,7 +143,11 @@ impl Client {
         if self.inner.closed.swap(true, Ordering::AcqRel) {
             return summary;
         }
+        let deadline = Instant::now() + self.inner.close_timeout;
         let caches: Vec<_> = self.inner.bizs.read().values().cloned().collect();
+        for cache in &caches {
+            cache.settle(deadline).await;
+        }
         let mut batches: HashMap<(String, usize), Batch> = HashMap::new();
         for cache in caches {
             for (fetched, last_issued, ids) in cache.seal() {
@@ -151,7 +174,6 @@ impl Client {
                 batch.ids += ids;
             }
         }
-        let deadline = Instant::now() + self.inner.close_timeout;
         let mut sends = tokio::task::JoinSet::new();
         for batch in batches.into_values() {
             let servers = self.inner.servers.clone();

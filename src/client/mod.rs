@@ -601,7 +601,7 @@ impl Biz {
 
 /// Fetches one segment for `cache` (of about `step` IDs when given) and hands it over:
 /// installed at once if the chain is used up, else kept as the next one. A segment
-/// that arrives after close is dropped: wasted, never issued.
+/// that arrives after close is only kept, for close to give back.
 async fn fetch_into(
     servers: Arc<Servers>,
     cache: Arc<Cache>,
@@ -613,7 +613,12 @@ async fn fetch_into(
         let mut slow = cache.slow.lock();
         slow.task = None;
         match result {
-            Ok(_) if cache.closed.load(Ordering::Acquire) => {}
+            // Reserved for this client all the same: kept for close to give back.
+            Ok(fetched) if cache.closed.load(Ordering::Acquire) => {
+                if slow.next.is_none() {
+                    slow.next = Some(fetched);
+                }
+            }
             Ok(fetched) => {
                 slow.stats.fetches += 1;
                 slow.stats.last_step = Some(fetched.range.step());
