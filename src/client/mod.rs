@@ -38,7 +38,10 @@ mod fetch;
 mod sizing;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -449,12 +452,20 @@ impl Biz {
     /// # Errors
     /// [`ClientError`] when the cache is empty and no segment could be fetched.
     #[inline]
-    pub async fn next_id(&self) -> Result<i64, ClientError> {
+    pub fn next_id(&self) -> NextId<'_> {
+        NextId {
+            biz: self,
+            slow: None,
+        }
+    }
+
+    /// [`Biz::next_id`] once the cache ran out.
+    async fn next_id_after_refill(&self) -> Result<i64, ClientError> {
         loop {
+            self.refill().await?;
             if let Some(id) = self.try_next_id() {
                 return Ok(id);
             }
-            self.refill().await?;
         }
     }
 
@@ -596,6 +607,35 @@ impl Biz {
             }
             waited = true;
         }
+    }
+}
+
+/// The future of [`Biz::next_id`]: a plain type whose first poll is the cache's fast
+/// path, inlined into the caller; the waiting path is boxed, as it is taken about once
+/// per segment. (An `async fn` would build its whole state machine, waiting path
+/// included, on every call.)
+pub struct NextId<'a> {
+    biz: &'a Biz,
+    /// The wait for a segment, once the cache ran out.
+    slow: Option<Pin<Box<dyn Future<Output = Result<i64, ClientError>> + Send + 'a>>>,
+}
+
+impl Future for NextId<'_> {
+    type Output = Result<i64, ClientError>;
+
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let biz = self.biz;
+        let slow = match &mut self.slow {
+            Some(slow) => slow,
+            None => {
+                if let Some(id) = biz.try_next_id() {
+                    return Poll::Ready(Ok(id));
+                }
+                self.slow.insert(Box::pin(biz.next_id_after_refill()))
+            }
+        };
+        slow.as_mut().poll(cx)
     }
 }
 
