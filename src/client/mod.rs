@@ -41,8 +41,8 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, RwLock};
@@ -617,8 +617,11 @@ impl Biz {
 pub struct NextId<'a> {
     biz: &'a Biz,
     /// The wait for a segment, once the cache ran out.
-    slow: Option<Pin<Box<dyn Future<Output = Result<i64, ClientError>> + Send + 'a>>>,
+    slow: Option<Waiting<'a>>,
 }
+
+/// The boxed wait of [`NextId`].
+type Waiting<'a> = Pin<Box<dyn Future<Output = Result<i64, ClientError>> + Send + 'a>>;
 
 impl Future for NextId<'_> {
     type Output = Result<i64, ClientError>;
