@@ -21,11 +21,11 @@
 //! go to the servers in turn; a server that fails or times out is skipped for a
 //! back-off period that doubles per failure.
 //!
-//! Segments are sized to the client's own consumption (see [`sizing`]): each fetch
+//! Segments are sized to the client's own consumption (`sizing.rs`): each fetch
 //! asks for a segment that lasts [`ClientBuilder::segment_target`] at the biz's peak
 //! rate in this client, growing at most ×2 per fetch; the server bounds the hint.
 //! [`Client::close`] stops the fetches and gives the unissued rest of every segment
-//! back to the server that handed it out (see [`close`]). Dropping the last handle
+//! back to the server that handed it out (`close.rs`). Dropping the last handle
 //! without closing stops the background fetches and gives nothing back.
 //!
 //! The client speaks segmint's `GET /v1/segments/{biz}` (the default) or Tinyid's
