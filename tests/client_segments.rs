@@ -3,6 +3,7 @@
 //! of a closed client (`POST /v1/segments/{biz}/return`), which returns only what
 //! provably nobody reserved after, and wastes the rest; the client metrics.
 
+use crate::by_kind;
 use crate::common;
 
 use common::http::{Resp, bearer, get, metric, request, send};
@@ -205,9 +206,8 @@ async fn near_the_top_a_hint_shrinks_to_the_room_and_never_wraps() {
     assert_eq!(row(&dbs, 0), before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_closed_client_lets_the_next_continue_after_its_last_id() {
-    let (dbs, app, token) = one_database(Kind::Postgres, 1000, false).await;
+async fn a_closed_client_lets_the_next_continue_after_its_last_id(kind: Kind) {
+    let (dbs, app, token) = one_database(kind, 1000, false).await;
     let s = segment(&app, &token, Some("5000"), Some(ALICE)).await;
     let (count, version) = (int(&s, "count"), int(&s, "version"));
     assert_eq!((count, int(&s, "first_id")), (5000, 1));
@@ -261,9 +261,8 @@ async fn on_two_databases_the_give_back_moves_the_segments_own_row() {
     assert_eq!(int(&next, "first_id"), nth_id(&s, k + 1), "{next}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_a_reservation_in_between_nothing_is_given_back_and_no_id_twice() {
-    let (dbs, app, token) = one_database(Kind::Postgres, 1000, false).await;
+async fn after_a_reservation_in_between_nothing_is_given_back_and_no_id_twice(kind: Kind) {
+    let (dbs, app, token) = one_database(kind, 1000, false).await;
     let a = segment(&app, &token, Some("4000"), Some(ALICE)).await;
     let b = segment(&app, &token, None, Some(BOB)).await;
     let after_b = row(&dbs, 0);
@@ -406,3 +405,8 @@ async fn a_malformed_give_back_is_refused_and_changes_nothing() {
     // The record survived: the well-formed give-back still works.
     assert_eq!(give_back(&app, &token, ALICE, &s, 0).await, (1000, 0));
 }
+
+by_kind!(
+    a_closed_client_lets_the_next_continue_after_its_last_id,
+    after_a_reservation_in_between_nothing_is_given_back_and_no_id_twice,
+);

@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use crate::biz::BizTag;
 use crate::segment::{Held, SegmentRange};
 
-/// Segments remembered at most: about 3 MiB, far more than clients hold at once.
+/// Segments remembered at most: some 20 MiB at worst, far more segments than clients
+/// hold at once.
 pub const HANDED_OUT_CAPACITY: usize = 65_536;
 
 /// The `X-Segmint-Client` header's value: 16 to 64 characters of `[0-9A-Za-z_-]`,
