@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use segmint::client::blocking::BlockingClient;
-use segmint::client::{Biz, Client, ClientError};
+use segmint::client::{Biz, Client, ClientError, Protocol};
 
 const BIZ: &str = "order";
 
@@ -90,6 +90,27 @@ async fn a_client_at_full_speed_grows_its_segments_up_to_step_max() {
     // Callers wait while segments are shorter than a fetch: the first few fetches of
     // the ramp, not one per segment.
     assert!(stats.waits <= 20, "{stats:?}; {steps:?}");
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tinyids_protocol_segments_keep_the_row_step() {
+    let (_dbs, app, token) = server("").await;
+    let c = Client::builder()
+        .servers([app.base.clone()])
+        .token(&token)
+        .protocol(Protocol::Tinyid)
+        .build()
+        .unwrap();
+    let biz = c.biz(BIZ).unwrap();
+    biz.record_segments();
+    take(&biz, 50_000).await;
+    let steps: Vec<i64> = biz.segments().iter().map(|s| s.step()).collect();
+    assert!(steps.len() >= 50, "{} segments", steps.len());
+    assert!(steps.iter().all(|&s| s == 1000), "{steps:?}");
+    // Nothing to give back either: Tinyid's answer names no version.
+    let summary = c.close().await;
+    assert_eq!(summary.given_back, 0, "{summary:?}");
     app.stop().await;
 }
 
