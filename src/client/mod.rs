@@ -578,7 +578,7 @@ impl Biz {
                 let generation = chain.generation();
                 chain.close(generation);
                 if let Some(next) = slow.next.take() {
-                    // Not used up (a concurrent caller installed one): keep it for later.
+                    // Cannot fail (used up, under the lock), but a segment is never dropped.
                     if let Err(next) = self.cache.install(
                         &mut slow,
                         generation,
@@ -614,6 +614,7 @@ impl Biz {
 /// path, inlined into the caller; the waiting path is boxed, as it is taken about once
 /// per segment. (An `async fn` would build its whole state machine, waiting path
 /// included, on every call.)
+#[must_use = "futures do nothing unless awaited"]
 pub struct NextId<'a> {
     biz: &'a Biz,
     /// The wait for a segment, once the cache ran out.
