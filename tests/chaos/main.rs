@@ -362,6 +362,9 @@ async fn run(ctx: &Arc<Ctx>, secs: u64, seed: u64, setup_secs: f64) -> Run {
                 .request_timeout(REQUEST_TIMEOUT)
                 .wait_timeout(Duration::from_secs(5))
                 .backoff(Duration::from_millis(100), Duration::from_secs(1))
+                // Segments that last about 50 ms at the worker's rate: the clients keep
+                // fetching often enough to run into every fault.
+                .segment_target(Duration::from_millis(50))
                 .build()
                 .unwrap();
             let handle = client.biz(biz.name()).unwrap();
