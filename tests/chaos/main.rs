@@ -56,6 +56,8 @@ use workers::*;
 /// Width of every segment: 100 IDs of `chaos` per database, 50 of `odd`, so that the
 /// servers' caches and the segment routes reserve segments all the time.
 const STEP: i64 = 300;
+/// The servers' `step_max`: the widest segment a client's ask gets.
+const STEP_MAX: i64 = 3000;
 const SERVERS: usize = 3;
 const DATABASES: usize = 3;
 /// Longest a worker waits for one answer before it counts the server as failed.
@@ -234,9 +236,10 @@ async fn set_up() -> Arc<Ctx> {
             .collect()
     });
     let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
-    // Fixed steps: segments stay small and are reserved all the time.
-    let extra = "adaptive_step = false";
-    let config = || Config::from_toml(&config_toml_urls(&urls, extra)).expect("configuration");
+    // Fixed steps for the servers' own segments: they stay small and are reserved all
+    // the time; clients ask for theirs, within `step_max`.
+    let extra = format!("adaptive_step = false\nstep_max = {STEP_MAX}");
+    let config = || Config::from_toml(&config_toml_urls(&urls, &extra)).expect("configuration");
     let tokens = [
         setup_biz(&config(), Biz::Chaos.name(), STEP, false).await,
         setup_biz(&config(), Biz::Odd.name(), STEP, true).await,
@@ -246,7 +249,7 @@ async fn set_up() -> Arc<Ctx> {
         .tempdir()
         .unwrap();
     let config_file = dir.path().join("segmint.toml");
-    std::fs::write(&config_file, config_toml_urls(&urls, extra)).unwrap();
+    std::fs::write(&config_file, config_toml_urls(&urls, &extra)).unwrap();
     let databases: Vec<Database> = clusters
         .iter()
         .enumerate()

@@ -112,7 +112,7 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
                 delta: range.residue().delta(),
                 remainder: range.residue().remainder(),
             };
-            if let Err(e) = check_segment(biz, &seg, None)
+            if let Err(e) = check_segment(biz, &seg, None, STEP..=STEP_MAX)
                 && problems.len() < 5
             {
                 problems.push(format!("{seg:?}: {e}"));
@@ -351,7 +351,7 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
     let _ = writeln!(
         w,
         "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3; pg{DISK_DB} on a {TMPFS_MB} MB tmpfs), {SERVERS} `segmint serve` processes using all three \
-         (fetch timeout 1 s, wait timeout 3 s, back-off 0.1–0.4 s, adaptive step off); bizs `chaos` (step {STEP}: \
+         (fetch timeout 1 s, wait timeout 3 s, back-off 0.1–0.4 s, adaptive step off, clients' asks capped at step {STEP_MAX}); bizs `chaos` (step {STEP}: \
          segments of 100 IDs) and `odd` (`--odd`, step {STEP}: 50 IDs, classes 1, 3, 5 mod 6); {} workers, 2 s request timeout.",
         run.outcomes.len()
     );

@@ -426,7 +426,7 @@ pub(crate) async fn http_worker(
                 stats.success(&ctx, started, ids.len() as u64);
             }
             Ok(Answer::Segment { seg, database }) => {
-                if let Err(e) = check_segment(op.biz, &seg, database.as_deref()) {
+                if let Err(e) = check_segment(op.biz, &seg, database.as_deref(), STEP..=STEP) {
                     stats.violation(&ctx, format!("{op:?}: {e}: {seg:?}"));
                 }
                 ledger.add_segment(op.biz, &seg, source);
@@ -449,10 +449,18 @@ pub(crate) async fn http_worker(
     }
 }
 
-/// A segment's class must be the class of the database it came from.
-pub(crate) fn check_segment(biz: Biz, seg: &Seg, database: Option<&str>) -> Result<(), String> {
-    if seg.max - seg.current != STEP {
-        return Err(format!("step {} instead of {STEP}", seg.max - seg.current));
+/// A segment's class must be the class of the database it came from, and its step
+/// within `steps` (the row's step, or up to the servers' `step_max` for a client that
+/// asks for the size of its segments).
+pub(crate) fn check_segment(
+    biz: Biz,
+    seg: &Seg,
+    database: Option<&str>,
+    steps: std::ops::RangeInclusive<i64>,
+) -> Result<(), String> {
+    let step = seg.max - seg.current;
+    if !steps.contains(&step) {
+        return Err(format!("step {step} outside {steps:?}"));
     }
     if seg.delta != biz.modulus() {
         return Err(format!("delta {} instead of {}", seg.delta, biz.modulus()));
