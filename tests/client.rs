@@ -5,7 +5,6 @@
 
 use crate::common;
 
-use std::collections::HashSet;
 use std::net::TcpListener;
 use std::time::Duration;
 
@@ -36,13 +35,6 @@ fn client(ports: &[u16], token: &str) -> Client {
         .backoff(Duration::from_millis(100), Duration::from_millis(400))
         .build()
         .unwrap()
-}
-
-fn assert_unique(ids: &[i64]) {
-    let mut seen = HashSet::with_capacity(ids.len());
-    for id in ids {
-        assert!(seen.insert(*id), "ID {id} issued twice");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,6 @@
 
 use crate::common;
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -20,13 +19,6 @@ fn client(app: &TestApp, token: &str) -> Client {
         .token(token)
         .build()
         .unwrap()
-}
-
-fn assert_unique(ids: &[i64]) {
-    let mut seen = HashSet::with_capacity(ids.len());
-    for id in ids {
-        assert!(seen.insert(*id), "ID {id} issued twice");
-    }
 }
 
 /// A server on one PostgreSQL database with `BIZ` at step 1000; its token.

@@ -4,7 +4,6 @@
 
 use crate::common;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -117,21 +116,6 @@ fn start_traffic(
         }
     }));
     tasks
-}
-
-fn assert_unique(ids: &[i64]) {
-    let mut seen = HashSet::with_capacity(ids.len());
-    let twice: Vec<i64> = ids
-        .iter()
-        .copied()
-        .filter(|&id| !seen.insert(id))
-        .take(10)
-        .collect();
-    assert!(
-        twice.is_empty(),
-        "{} IDs issued, and these (at least) were issued twice: {twice:?}",
-        ids.len()
-    );
 }
 
 /// `max_id` and `version` of the biz row.

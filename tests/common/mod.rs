@@ -10,6 +10,7 @@ pub mod app;
 pub mod by_kind;
 pub mod cli;
 pub mod http;
+pub mod ids;
 pub mod memory;
 pub mod operator;
 pub mod pg;
@@ -22,6 +23,8 @@ pub mod wait;
 // The chaos run's binary includes this harness too and uses only part of it.
 #[allow(unused_imports)]
 pub use app::{TestApp, add_token, run_app, setup_biz, shared, spawn_app};
+#[allow(unused_imports)]
+pub use ids::assert_unique;
 #[allow(unused_imports)]
 pub use pg::{
     Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_urls,
