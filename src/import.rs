@@ -336,7 +336,10 @@ mod tests {
     fn tinyid_rows_keep_their_max_id_step_and_class() {
         let rows = parse(Source::Tinyid, TINYID).unwrap();
         assert_eq!(rows.len(), 2);
-        assert_eq!((rows[0].max_id, rows[0].step, rows[0].within), (2001, 1000, None));
+        assert_eq!(
+            (rows[0].max_id, rows[0].step, rows[0].within),
+            (2001, 1000, None)
+        );
         assert_eq!(rows[1].within, Some(Residue::new(2, 1).unwrap()));
         assert_eq!(rows[1].line, 3);
     }
@@ -347,7 +350,10 @@ mod tests {
             order\t100\t10\t2\t0\norder\t130\t20\t2\t1\n";
         let rows = parse(Source::Tinyid, text).unwrap();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].max_id, rows[0].step, rows[0].within), (130, 20, None));
+        assert_eq!(
+            (rows[0].max_id, rows[0].step, rows[0].within),
+            (130, 20, None)
+        );
     }
 
     #[test]
@@ -374,11 +380,18 @@ mod tests {
     fn errors_name_the_line_and_column() {
         let text = "biz_tag\tmax_id\tstep\na\t1\t10\nb\tlots\t10\n";
         let e = parse(Source::Leaf, text).unwrap_err();
-        assert_eq!(e.to_string(), "line 3, column 2 (max_id): `lots` is not a whole number in the range of a bigint");
+        assert_eq!(
+            e.to_string(),
+            "line 3, column 2 (max_id): `lots` is not a whole number in the range of a bigint"
+        );
         let e = parse(Source::Leaf, "biz_tag\tmax_id\tstep\na\t1\n").unwrap_err();
         assert_eq!(e.to_string(), "line 2: has 2 fields, the header has 3");
         let e = parse(Source::Leaf, "biz_tag\tmax_id\tstep\tcolour\n").unwrap_err();
-        assert!(e.to_string().starts_with("line 1, column 4 (colour): unknown column"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 1, column 4 (colour): unknown column"),
+            "{e}"
+        );
         let e = parse(Source::Tinyid, "biz_type\tmax_id\tstep\n").unwrap_err();
         assert!(e.message.contains("lacks column `delta`"), "{e}");
         let e = parse(Source::Leaf, "biz_tag\tmax_id\tstep\nno space\t1\t10\n").unwrap_err();

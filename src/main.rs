@@ -346,10 +346,10 @@ async fn migrate(store: &Store) -> Result {
 
 async fn import(store: &Store, source: Source, file: &ImportFile) -> Result {
     let path = file.file.display();
-    let text = std::fs::read_to_string(&file.file)
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
-    let imports =
-        segmint::import::parse(source, &text).map_err(|e| format!("{path}: {e}; nothing changed"))?;
+    let text =
+        std::fs::read_to_string(&file.file).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let imports = segmint::import::parse(source, &text)
+        .map_err(|e| format!("{path}: {e}; nothing changed"))?;
     let report = store.import(&imports, file.dry_run).await?;
     for line in &report.lines {
         println!("{line}");

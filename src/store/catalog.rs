@@ -301,7 +301,7 @@ mod tests {
             delta,
             remainder,
             version: 0,
-        description: String::new(),
+            description: String::new(),
         }
     }
 

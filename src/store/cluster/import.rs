@@ -45,7 +45,12 @@ impl Store {
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
         let mut existing = Vec::with_capacity(self.dbs.len());
-        for (result, name) in self.on_all(|db| db.bizs()).await.into_iter().zip(&self.names) {
+        for (result, name) in self
+            .on_all(|db| db.bizs())
+            .await
+            .into_iter()
+            .zip(&self.names)
+        {
             existing.push(result.map_err(|e| {
                 StoreError::Refused(format!(
                     "database \"{name}\" is unreachable ({e}); nothing changed"
@@ -145,7 +150,6 @@ impl Store {
         }
         Ok(report)
     }
-
 }
 
 /// The error of a write that failed midway, after the lines of what was done.
