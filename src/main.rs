@@ -390,7 +390,7 @@ async fn list_bizs(store: &Store) -> Result {
                         r.delta,
                         r.remainder,
                         r.version,
-                        r.description.escape_debug()
+                        one_line(&r.description)
                     );
                 }
             }
@@ -404,6 +404,22 @@ async fn list_bizs(store: &Store) -> Result {
         return Err(format!("{failed} database(s) could not be read").into());
     }
     Ok(())
+}
+
+/// `text` on one line of a table: tabs, line breaks and backslashes escaped as
+/// `mysql --batch` escapes them.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 async fn list_tokens(store: &Store) -> Result {

@@ -168,6 +168,7 @@ order\t4400\t1000\t2\t1
 even\t100\t1000\t1\t0
 ahead\t5000\t1000\t1\t0
 fresh\t7000\t100\t2\t1
+huge\t9223372036854775000\t1000\t1\t0
 ";
     let run = import(&cfg, "tinyid", export, false);
     assert!(!run.ok(), "a refusal fails the command: {run:?}");
@@ -180,11 +181,12 @@ fresh\t7000\t100\t2\t1
         "\"pg0\": biz `ahead`: refused: another database refuses it",
         "\"pg0\": biz `fresh`: created: IDs ≡ 1 mod 4 above 7000, step 100",
         "\"pg1\": biz `fresh`: created: IDs ≡ 3 mod 4 above 7000, step 100",
+        "\"pg0\": biz `huge`: refused: max_id 9223372036854775000 + step 1000 exceeds",
     ] {
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
     assert!(
-        run.stderr.contains("refused 2 biz(s): even, ahead"),
+        run.stderr.contains("refused 3 biz(s): even, ahead, huge"),
         "{}",
         run.stderr
     );

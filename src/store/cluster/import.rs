@@ -183,6 +183,14 @@ fn plan(
             class.delta()
         ));
     }
+    if import.max_id.checked_add(import.step).is_none() {
+        return Err(format!(
+            "max_id {} + step {} exceeds {}: the biz could not reserve a segment (IDs never wrap)",
+            import.max_id,
+            import.step,
+            i64::MAX
+        ));
+    }
     let Some(row) = row else {
         return Ok(Plan::Create(BizRow {
             biz_type: import.biz.to_string(),
