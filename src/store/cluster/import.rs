@@ -4,7 +4,8 @@
 use super::Store;
 use super::admin::audit;
 use crate::import::Import;
-use crate::store::{BizRow, StoreError};
+use crate::segment::Residue;
+use crate::store::{BizRow, DbError, StoreError};
 
 /// What an import did (or, in a dry run, would do): one line per biz and database.
 #[derive(Debug, Default)]
@@ -153,12 +154,7 @@ impl Store {
 }
 
 /// The error of a write that failed midway, after the lines of what was done.
-fn failed_midway(
-    report: &mut ImportReport,
-    name: &str,
-    biz: &str,
-    e: crate::store::DbError,
-) -> StoreError {
+fn failed_midway(report: &mut ImportReport, name: &str, biz: &str, e: DbError) -> StoreError {
     report.lines.push(format!(
         "\"{name}\": biz `{biz}`: FAILED: {e}; run the import again"
     ));
@@ -166,11 +162,7 @@ fn failed_midway(
 }
 
 /// What importing `import` means for one database of class `residue` holding `row`.
-fn plan(
-    import: &Import,
-    residue: crate::segment::Residue,
-    row: Option<&BizRow>,
-) -> Result<Plan, String> {
+fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan, String> {
     let class = match import.within {
         Some(within) => residue.restrict(within),
         None => Ok(residue),
