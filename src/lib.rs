@@ -9,6 +9,7 @@
 //!   hashing.
 //! - [`cache`]: the ID cache: per-biz double buffers fed by background fetches.
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
+//! - [`import`]: parsing Tinyid's and Leaf's table exports for `segmint import`; pure.
 //! - [`backoff`]: the back-off after failures, for databases and servers alike; pure.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
@@ -25,6 +26,8 @@ pub mod cache;
 pub mod client;
 #[cfg(feature = "server")]
 pub mod config;
+#[cfg(feature = "server")]
+pub mod import;
 #[cfg(feature = "server")]
 pub mod metrics;
 pub mod rate;

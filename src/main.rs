@@ -7,6 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
 use segmint::config::Config;
+use segmint::import::Source;
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::{HASH_PREFIX, OpenMode, Store, unix_now};
@@ -53,6 +54,27 @@ enum AdminCommand {
     /// Manage databases.
     #[command(subcommand)]
     Db(DbCommand),
+    /// Import the bizs of Tinyid or Leaf, so that each issues above every ID the old
+    /// system could have issued. Safe to run twice.
+    #[command(subcommand)]
+    Import(ImportCommand),
+}
+
+#[derive(Subcommand)]
+enum ImportCommand {
+    /// Rows of Tinyid's `tiny_id_info`, as `mysql --batch` exports them.
+    Tinyid(ImportFile),
+    /// Rows of Leaf's `leaf_alloc`, as `mysql --batch` exports them.
+    Leaf(ImportFile),
+}
+
+#[derive(Args)]
+struct ImportFile {
+    /// The export: a header line of column names, then tab-separated rows.
+    file: PathBuf,
+    /// Show what the import would do, and change nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 #[derive(Subcommand)]
@@ -95,6 +117,9 @@ struct BizAdd {
     /// Issue even IDs only.
     #[arg(long)]
     even: bool,
+    /// A note on the biz, shown by `biz list`.
+    #[arg(long, default_value = "")]
+    description: String,
 }
 
 #[derive(Subcommand)]
@@ -236,7 +261,10 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                     _ => None,
                 };
                 let biz = BizTag::parse(&add.name)?;
-                for line in store.add_biz(&biz, add.step, add.start, within).await? {
+                for line in store
+                    .add_described_biz(&biz, add.step, add.start, within, &add.description)
+                    .await?
+                {
                     println!("{line}");
                 }
                 Ok(())
@@ -282,6 +310,12 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 }
             }
             AdminCommand::Token(TokenCommand::List) => list_tokens(&store).await,
+            AdminCommand::Import(ImportCommand::Tinyid(file)) => {
+                import(&store, Source::Tinyid, &file).await
+            }
+            AdminCommand::Import(ImportCommand::Leaf(file)) => {
+                import(&store, Source::Leaf, &file).await
+            }
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
                 for line in store.raise_database(&name, above).await? {
                     println!("{line}");
@@ -310,9 +344,36 @@ async fn migrate(store: &Store) -> Result {
     Ok(())
 }
 
+async fn import(store: &Store, source: Source, file: &ImportFile) -> Result {
+    let path = file.file.display();
+    let text =
+        std::fs::read_to_string(&file.file).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let imports = segmint::import::parse(source, &text)
+        .map_err(|e| format!("{path}: {e}; nothing changed"))?;
+    let report = store.import(&imports, file.dry_run).await?;
+    for line in &report.lines {
+        println!("{line}");
+    }
+    let done = match (file.dry_run, report.changes) {
+        (true, _) => "dry run: nothing changed",
+        (false, 0) => "nothing to change: every biz is imported already",
+        (false, _) => "imported",
+    };
+    println!("{} biz(s) in {path}: {done}", imports.len());
+    match report.refused.is_empty() {
+        true => Ok(()),
+        false => Err(format!(
+            "refused {} biz(s): {}; the others were imported",
+            report.refused.len(),
+            report.refused.join(", ")
+        )
+        .into()),
+    }
+}
+
 async fn list_bizs(store: &Store) -> Result {
     println!(
-        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10}",
+        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} DESCRIPTION",
         "DATABASE", "BIZ", "MAX_ID", "STEP", "DELTA", "REMAINDER", "VERSION"
     );
     let mut failed = 0;
@@ -321,8 +382,15 @@ async fn list_bizs(store: &Store) -> Result {
             Ok(rows) => {
                 for r in rows {
                     println!(
-                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10}",
-                        db, r.biz_type, r.max_id, r.step, r.delta, r.remainder, r.version
+                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {}",
+                        db,
+                        r.biz_type,
+                        r.max_id,
+                        r.step,
+                        r.delta,
+                        r.remainder,
+                        r.version,
+                        one_line(&r.description)
                     );
                 }
             }
@@ -336,6 +404,22 @@ async fn list_bizs(store: &Store) -> Result {
         return Err(format!("{failed} database(s) could not be read").into());
     }
     Ok(())
+}
+
+/// `text` on one line of a table: tabs, line breaks and backslashes escaped as
+/// `mysql --batch` escapes them.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 async fn list_tokens(store: &Store) -> Result {

@@ -301,6 +301,7 @@ mod tests {
             delta,
             remainder,
             version: 0,
+            description: String::new(),
         }
     }
 

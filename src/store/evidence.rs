@@ -166,6 +166,7 @@ mod tests {
             delta: 1,
             remainder: 0,
             version,
+            description: String::new(),
         }
     }
 

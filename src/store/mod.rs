@@ -15,6 +15,7 @@ pub mod tls;
 use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
+pub use cluster::import::ImportReport;
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
 pub use evidence::{Mark, Witness};
@@ -36,6 +37,8 @@ pub struct BizRow {
     pub delta: i64,
     pub remainder: i64,
     pub version: i64,
+    /// The operator's note on the biz (Leaf's `description`); empty when none.
+    pub description: String,
 }
 
 /// One `tiny_id_token` row. Times are unix seconds.

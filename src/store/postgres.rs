@@ -23,12 +23,18 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "token_lifecycle",
         include_str!("../../sql/postgres/0003_token_lifecycle.sql"),
     ),
+    (
+        4,
+        "description",
+        include_str!("../../sql/postgres/0004_description.sql"),
+    ),
 ];
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
 
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
+const BIZ_COLUMNS: &str =
+    "biz_type, begin_id, max_id, step, delta, remainder, version, description";
 
 /// One PostgreSQL database.
 pub struct PgStore {
@@ -112,6 +118,7 @@ fn biz_row(row: &Row) -> BizRow {
         delta: row.get(4),
         remainder: row.get(5),
         version: row.get(6),
+        description: row.get(7),
     }
 }
 
@@ -283,9 +290,9 @@ impl SegmentStore for PgStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (biz_type) DO NOTHING",
-                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version],
+                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (biz_type) DO NOTHING",
+                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description],
             )
             .await
             .map_err(db_error)?;

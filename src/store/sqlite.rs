@@ -35,9 +35,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "token_lifecycle",
         include_str!("../../sql/sqlite/0003_token_lifecycle.sql"),
     ),
+    (
+        4,
+        "description",
+        include_str!("../../sql/sqlite/0004_description.sql"),
+    ),
 ];
 
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version";
+const BIZ_COLUMNS: &str =
+    "biz_type, begin_id, max_id, step, delta, remainder, version, description";
 
 /// One SQLite file.
 pub struct SqliteStore {
@@ -228,6 +234,7 @@ fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
         delta: row.get(4)?,
         remainder: row.get(5)?,
         version: row.get(6)?,
+        description: row.get(7)?,
     })
 }
 
@@ -348,9 +355,9 @@ impl SegmentStore for SqliteStore {
         self.with(move |c| {
             let n = write(c, |tx| {
                 tx.execute(
-                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (biz_type) DO NOTHING",
-                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version],
+                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (biz_type) DO NOTHING",
+                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description],
                 )
             })?;
             Ok(n == 1)

@@ -54,6 +54,7 @@ impl MemoryStore {
                 delta: residue.delta(),
                 remainder: residue.remainder(),
                 version: 0,
+                description: String::new(),
             },
         );
         store

@@ -92,6 +92,21 @@ impl Store {
         start: i64,
         within: Option<Residue>,
     ) -> Result<Vec<String>, StoreError> {
+        self.add_described_biz(biz, step, start, within, "").await
+    }
+
+    /// [`Store::add_biz`] with a description stored in every row.
+    ///
+    /// # Errors
+    /// As [`Store::add_biz`].
+    pub async fn add_described_biz(
+        &self,
+        biz: &BizTag,
+        step: i64,
+        start: i64,
+        within: Option<Residue>,
+        description: &str,
+    ) -> Result<Vec<String>, StoreError> {
         if step < 1 {
             return Err(StoreError::Refused(format!(
                 "step must be at least 1, got {step}"
@@ -148,6 +163,7 @@ impl Store {
                 delta: class.delta(),
                 remainder: class.remainder(),
                 version: 0,
+                description: description.to_string(),
             });
         }
         let mut report = Vec::with_capacity(rows.len());

@@ -8,6 +8,7 @@
 mod admin;
 mod give_back;
 mod health;
+pub(super) mod import;
 mod refresh;
 mod reserve;
 pub(super) mod tokens;

@@ -1,0 +1,212 @@
+//! `segmint import`: bizs of Tinyid or Leaf set up so that each keeps issuing above
+//! every ID the old system could have issued.
+
+use super::Store;
+use super::admin::audit;
+use crate::import::Import;
+use crate::segment::Residue;
+use crate::store::{BizRow, DbError, StoreError};
+
+/// What an import did (or, in a dry run, would do): one line per biz and database.
+#[derive(Debug, Default)]
+pub struct ImportReport {
+    /// One line per biz and database: created, raised, unchanged or refused (and why).
+    pub lines: Vec<String>,
+    /// The bizs refused; the others were imported.
+    pub refused: Vec<String>,
+    /// How many rows were (or would be) created or raised.
+    pub changes: usize,
+}
+
+/// One database's part of importing one biz.
+enum Plan {
+    /// The biz is missing here: insert this row.
+    Create(BizRow),
+    /// The row is below the old system's `max_id`: raise it there.
+    Raise(BizRow),
+    /// The row is already where the import would put it.
+    Unchanged(i64),
+}
+
+impl Store {
+    /// Imports `imports` (see [`crate::import::parse`]) into every database: a missing
+    /// row is created with the old `max_id` (its first ID is above it), in the database's
+    /// class narrowed to the biz's old class; a row below the old `max_id` is raised to
+    /// it; a row already there is left alone. A biz whose row on some database has
+    /// another class or a higher `max_id` is refused on every database. With `dry_run`,
+    /// nothing is written.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database cannot be read (nothing is changed then)
+    /// or a write fails midway (the message lists what was done before it; running the
+    /// import again completes it).
+    pub async fn import(
+        &self,
+        imports: &[Import],
+        dry_run: bool,
+    ) -> Result<ImportReport, StoreError> {
+        let mut existing = Vec::with_capacity(self.dbs.len());
+        for (result, name) in self
+            .on_all(|db| db.bizs())
+            .await
+            .into_iter()
+            .zip(&self.names)
+        {
+            existing.push(result.map_err(|e| {
+                StoreError::Refused(format!(
+                    "database \"{name}\" is unreachable ({e}); nothing changed"
+                ))
+            })?);
+        }
+        let would = if dry_run { "would be " } else { "" };
+        let mut report = ImportReport::default();
+        for import in imports {
+            let biz = import.biz.as_str();
+            let plans: Vec<Result<Plan, String>> = self
+                .dbs
+                .iter()
+                .zip(&existing)
+                .map(|(db, rows)| plan(import, db.residue, rows.iter().find(|r| r.biz_type == biz)))
+                .collect();
+            if plans.iter().any(Result::is_err) {
+                for (name, plan) in self.names.iter().zip(&plans) {
+                    let why = match plan {
+                        Err(why) => why.clone(),
+                        Ok(_) => "another database refuses it".into(),
+                    };
+                    report
+                        .lines
+                        .push(format!("\"{name}\": biz `{biz}`: refused: {why}"));
+                }
+                report.refused.push(biz.to_string());
+                continue;
+            }
+            let mut changed = Vec::new();
+            for (i, plan) in plans.into_iter().flatten().enumerate() {
+                let name = &self.names[i];
+                let line = match plan {
+                    Plan::Unchanged(max_id) => {
+                        format!("\"{name}\": biz `{biz}`: unchanged (max_id {max_id})")
+                    }
+                    Plan::Create(row) => {
+                        report.changes += 1;
+                        let written = match dry_run {
+                            true => true,
+                            false => self
+                                .call(i, self.dbs[i].store.insert_biz(&row))
+                                .await
+                                .map_err(|e| failed_midway(&mut report, name, biz, e))?,
+                        };
+                        if written {
+                            changed.push(name.as_str());
+                        }
+                        match written {
+                            true => format!(
+                                "\"{name}\": biz `{biz}`: {would}created: IDs ≡ {} mod {} above {}, step {}",
+                                row.remainder, row.delta, row.max_id, row.step
+                            ),
+                            false => format!(
+                                "\"{name}\": biz `{biz}`: appeared meanwhile; left as it is: run the import again"
+                            ),
+                        }
+                    }
+                    Plan::Raise(row) => {
+                        report.changes += 1;
+                        let written = match dry_run {
+                            true => true,
+                            false => self
+                                .call(
+                                    i,
+                                    self.dbs[i].store.raise(
+                                        biz,
+                                        row.version,
+                                        row.max_id,
+                                        row.version + 1,
+                                        import.max_id,
+                                    ),
+                                )
+                                .await
+                                .map_err(|e| failed_midway(&mut report, name, biz, e))?
+                                .is_some(),
+                        };
+                        if written {
+                            changed.push(name.as_str());
+                        }
+                        match written {
+                            true => format!(
+                                "\"{name}\": biz `{biz}`: {would}raised: max_id {} to {}",
+                                row.max_id, import.max_id
+                            ),
+                            false => format!(
+                                "\"{name}\": biz `{biz}`: changed meanwhile; left as it is: run the import again"
+                            ),
+                        }
+                    }
+                };
+                report.lines.push(line);
+            }
+            if !dry_run {
+                audit("import", biz, "", &changed);
+            }
+        }
+        Ok(report)
+    }
+}
+
+/// The error of a write that failed midway, after the lines of what was done.
+fn failed_midway(report: &mut ImportReport, name: &str, biz: &str, e: DbError) -> StoreError {
+    report.lines.push(format!(
+        "\"{name}\": biz `{biz}`: FAILED: {e}; run the import again"
+    ));
+    StoreError::Refused(report.lines.join("\n"))
+}
+
+/// What importing `import` means for one database of class `residue` holding `row`.
+fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan, String> {
+    let class = match import.within {
+        Some(within) => residue.restrict(within),
+        None => Ok(residue),
+    }
+    .map_err(|e| e.to_string())?;
+    if import.step < class.delta() {
+        return Err(format!(
+            "step {} is smaller than the biz's delta {} here: a segment could hold no ID",
+            import.step,
+            class.delta()
+        ));
+    }
+    if import.max_id.checked_add(import.step).is_none() {
+        return Err(format!(
+            "max_id {} + step {} exceeds {}: the biz could not reserve a segment (IDs never wrap)",
+            import.max_id,
+            import.step,
+            i64::MAX
+        ));
+    }
+    let Some(row) = row else {
+        return Ok(Plan::Create(BizRow {
+            biz_type: import.biz.to_string(),
+            begin_id: import.max_id,
+            max_id: import.max_id,
+            step: import.step,
+            delta: class.delta(),
+            remainder: class.remainder(),
+            version: 0,
+            description: import.description.clone(),
+        }));
+    };
+    if (row.delta, row.remainder) != (class.delta(), class.remainder()) {
+        return Err(format!(
+            "its row has IDs ≡ {} mod {}, the import needs {class}",
+            row.remainder, row.delta
+        ));
+    }
+    match row.max_id.cmp(&import.max_id) {
+        std::cmp::Ordering::Greater => Err(format!(
+            "its row's max_id {} is above the import's {}: the file is older than the row, or names another sequence",
+            row.max_id, import.max_id
+        )),
+        std::cmp::Ordering::Equal => Ok(Plan::Unchanged(row.max_id)),
+        std::cmp::Ordering::Less => Ok(Plan::Raise(row.clone())),
+    }
+}
