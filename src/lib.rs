@@ -10,6 +10,7 @@
 //! - [`cache`]: the ID cache: per-biz double buffers fed by background fetches.
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
 //! - [`backoff`]: the back-off after failures, for databases and servers alike; pure.
+//! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard; pure.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`client`]: the client library, issuing IDs locally from fetched segments.
@@ -31,6 +32,7 @@ pub mod rate;
 pub mod segment;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod snowflake;
 pub mod step;
 #[cfg(feature = "server")]
 pub mod store;
