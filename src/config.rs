@@ -13,8 +13,10 @@ use crate::biz::{TokenDigest, token_digest};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
+mod leaf;
 mod libpq;
 
+pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
 
 /// Default configuration file, relative to the working directory.
@@ -63,6 +65,7 @@ struct RawSettings {
     operator_bind: Option<String>,
     operator_token: Option<Secret>,
     operator_token_file: Option<std::path::PathBuf>,
+    leaf: leaf::RawLeaf,
     databases: Vec<RawDatabase>,
 }
 
@@ -89,6 +92,7 @@ impl Default for RawSettings {
             operator_bind: None,
             operator_token: None,
             operator_token_file: None,
+            leaf: leaf::RawLeaf::default(),
             databases: Vec::new(),
         }
     }
@@ -176,6 +180,8 @@ pub struct Config {
     pub operator_bind: Option<String>,
     /// The token the operator routes require; `None`: they answer anyone.
     pub operator_token: Option<OperatorToken>,
+    /// Leaf's routes: whether, where and for which bizs they are served.
+    pub leaf: LeafConfig,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -501,6 +507,9 @@ impl RawSettings {
             }
         }
         let operator_token = self.operator_token()?;
+        let mut taken = vec![("bind", self.bind.as_str())];
+        taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
+        let leaf = self.leaf.validate(&taken)?;
         let preload_percent = u8::try_from(self.preload_percent)
             .ok()
             .filter(|p| *p <= 100)
@@ -620,6 +629,7 @@ impl RawSettings {
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             operator_bind: self.operator_bind,
             operator_token,
+            leaf,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

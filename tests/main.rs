@@ -26,6 +26,7 @@ mod fuzz;
 mod giveback;
 mod giveback_dead_db;
 mod hardening;
+mod leaf;
 mod observability;
 mod operator;
 mod preload;
