@@ -41,16 +41,16 @@ pub enum SnowflakeError {
     Negative,
     #[error("worker ID {0} is above {MAX_WORKER_ID}")]
     WorkerId(u32),
-    #[error(
-        "the clock is {by} ms behind the last timestamp issued; no ID until it has caught up"
-    )]
+    #[error("the clock is {by} ms behind the last timestamp issued; no ID until it has caught up")]
     ClockBehind {
         /// Milliseconds between the clock and the last timestamp issued.
         by: i64,
     },
     #[error("the clock ({now_ms} ms) is before the epoch ({epoch_ms} ms)")]
     BeforeEpoch { now_ms: i64, epoch_ms: i64 },
-    #[error("the clock ({now_ms} ms) is beyond the 41 bits of time after the epoch ({epoch_ms} ms)")]
+    #[error(
+        "the clock ({now_ms} ms) is beyond the 41 bits of time after the epoch ({epoch_ms} ms)"
+    )]
     TimeExhausted { now_ms: i64, epoch_ms: i64 },
 }
 
@@ -112,6 +112,46 @@ pub trait Pause {
     fn pause_ms(&mut self, ms: u64);
     /// The sequence a new millisecond starts at, below [`SEQUENCE_START_BOUND`].
     fn sequence_start(&mut self) -> u16;
+}
+
+/// Real waiting: a sleep for a backward step, a spin for the next millisecond (as
+/// Leaf's `tilNextMillis`), and sequence starts from a xorshift generator, which is as
+/// random as Leaf's `java.util.Random` needs to be (the low bits vary; nothing secret).
+#[derive(Debug, Clone)]
+pub struct SystemPause {
+    /// The xorshift64 state; never 0.
+    state: u64,
+}
+
+impl Default for SystemPause {
+    fn default() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        SystemPause {
+            state: u64::from(nanos) | 1,
+        }
+    }
+}
+
+impl Pause for SystemPause {
+    fn pause_ms(&mut self, ms: u64) {
+        if ms == 0 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+        }
+    }
+
+    fn sequence_start(&mut self) -> u16 {
+        let mut x = self.state;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.state = x;
+        // Below 100: the conversion cannot fail.
+        u16::try_from(x % u64::from(SEQUENCE_START_BOUND)).unwrap_or(0)
+    }
 }
 
 /// Issues the snowflake IDs of one worker ID, as Leaf's `SnowflakeIDGenImpl.get`:
@@ -427,6 +467,19 @@ mod tests {
             g.next_id(&mut pause),
             Err(SnowflakeError::TimeExhausted { .. })
         ));
+    }
+
+    #[test]
+    fn the_system_pause_starts_sequences_below_the_bound_and_varies() {
+        let mut pause = SystemPause::default();
+        let starts: std::collections::HashSet<u16> =
+            (0..1000).map(|_| pause.sequence_start()).collect();
+        assert!(starts.iter().all(|s| *s < SEQUENCE_START_BOUND));
+        assert!(starts.len() > 50, "{starts:?}");
+        assert!(
+            starts.iter().any(|s| s % 2 == 1),
+            "low bits not always even"
+        );
     }
 
     proptest! {

@@ -37,10 +37,7 @@ async fn leaf_routes_are_off_by_default() {
     let config = config(&[&pg], "");
     let token = setup_biz(&config, "order", 100, false).await;
     let app = spawn_app(config).await;
-    for path in [
-        "/api/segment/get/order",
-        "/decodeSnowflakeId?snowflakeId=1",
-    ] {
+    for path in ["/api/segment/get/order", "/decodeSnowflakeId?snowflakeId=1"] {
         assert_eq!(get(&app, path).await.status, 404, "{path}");
     }
     // The v1 decode route is part of the v1 API, behind its token, whatever `[leaf]` says.

@@ -54,8 +54,8 @@ impl RawLeaf {
     pub(super) fn validate(self, others: &[(&str, &str)]) -> Result<LeafConfig, ConfigError> {
         let mut bizs = Vec::with_capacity(self.bizs.len());
         for (i, biz) in self.bizs.iter().enumerate() {
-            let tag =
-                BizTag::parse(biz).map_err(|e| invalid(format!("leaf.bizs[{i}]"), e.to_string()))?;
+            let tag = BizTag::parse(biz)
+                .map_err(|e| invalid(format!("leaf.bizs[{i}]"), e.to_string()))?;
             if !bizs.contains(&tag) {
                 bizs.push(tag);
             }
