@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, invalid, socket_addr};
+use super::{ConfigError, collide, invalid, socket_addr};
 use crate::biz::BizTag;
 use crate::snowflake::LEAF_EPOCH_MS;
 
@@ -72,14 +72,11 @@ impl RawLeaf {
         if let Some(bind) = &self.bind {
             let address = socket_addr("leaf.bind", bind)?;
             for (key, other) in others {
+                // The others are checked before: one that does not parse is not reached.
                 let Ok(other) = socket_addr(key, other) else {
                     continue;
                 };
-                // Port 0 picks a free port for each address, so two of them never collide.
-                let shared_ip = address.ip() == other.ip()
-                    || address.ip().is_unspecified()
-                    || other.ip().is_unspecified();
-                if address.port() == other.port() && address.port() != 0 && shared_ip {
+                if collide(address, other) {
                     return Err(invalid(
                         "leaf.bind",
                         format!(
