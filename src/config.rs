@@ -13,8 +13,10 @@ use crate::biz::{TokenDigest, token_digest};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
+mod leaf;
 mod libpq;
 
+pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
 
 /// Default configuration file, relative to the working directory.
@@ -63,6 +65,9 @@ struct RawSettings {
     operator_bind: Option<String>,
     operator_token: Option<Secret>,
     operator_token_file: Option<std::path::PathBuf>,
+    /// Optional in a file read alone, as every key of `[leaf]` has its default.
+    #[serde(default)]
+    leaf: leaf::RawLeaf,
     databases: Vec<RawDatabase>,
 }
 
@@ -89,6 +94,7 @@ impl Default for RawSettings {
             operator_bind: None,
             operator_token: None,
             operator_token_file: None,
+            leaf: leaf::RawLeaf::default(),
             databases: Vec::new(),
         }
     }
@@ -176,6 +182,8 @@ pub struct Config {
     pub operator_bind: Option<String>,
     /// The token the operator routes require; `None`: they answer anyone.
     pub operator_token: Option<OperatorToken>,
+    /// Leaf's routes: whether, where and for which bizs they are served.
+    pub leaf: LeafConfig,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -459,6 +467,13 @@ fn socket_addr(key: &str, value: &str) -> Result<std::net::SocketAddr, ConfigErr
     })
 }
 
+/// Whether listening on `a` and `b` would take the same port of an interface. Port 0
+/// picks a free port for each address, so two of them never collide.
+fn collide(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    let shared_ip = a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified();
+    a.port() == b.port() && a.port() != 0 && shared_ip
+}
+
 impl RawSettings {
     /// The operator token, from `operator_token` or read from `operator_token_file`
     /// (its trailing line break trimmed, as secrets files are written). Neither the
@@ -485,22 +500,20 @@ impl RawSettings {
 
     fn validate(self) -> Result<Config, ConfigError> {
         let bind = socket_addr("bind", &self.bind)?;
-        if let Some(operator_bind) = &self.operator_bind {
-            let operator = socket_addr("operator_bind", operator_bind)?;
-            // Port 0 picks a free port for each address, so two of them never collide.
-            let shared_ip = operator.ip() == bind.ip()
-                || operator.ip().is_unspecified()
-                || bind.ip().is_unspecified();
-            if operator.port() == bind.port() && operator.port() != 0 && shared_ip {
-                return Err(invalid(
-                    "operator_bind",
-                    format!(
-                        "`{operator_bind}` is the address of `bind`; name another port or interface, or leave operator_bind unset to serve the operator routes on `bind`"
-                    ),
-                ));
-            }
+        if let Some(operator_bind) = &self.operator_bind
+            && collide(socket_addr("operator_bind", operator_bind)?, bind)
+        {
+            return Err(invalid(
+                "operator_bind",
+                format!(
+                    "`{operator_bind}` is the address of `bind`; name another port or interface, or leave operator_bind unset to serve the operator routes on `bind`"
+                ),
+            ));
         }
         let operator_token = self.operator_token()?;
+        let mut taken = vec![("bind", self.bind.as_str())];
+        taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
+        let leaf = self.leaf.validate(&taken)?;
         let preload_percent = u8::try_from(self.preload_percent)
             .ok()
             .filter(|p| *p <= 100)
@@ -620,6 +633,7 @@ impl RawSettings {
             keep_alive: Duration::from_millis(self.keep_alive_ms),
             operator_bind: self.operator_bind,
             operator_token,
+            leaf,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

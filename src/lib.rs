@@ -11,6 +11,7 @@
 //! - [`server`]: the actix-web application (Tinyid-compatible routes, v1 API, status).
 //! - [`import`]: parsing Tinyid's and Leaf's table exports for `segmint import`; pure.
 //! - [`backoff`]: the back-off after failures, for databases and servers alike; pure.
+//! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard; pure.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`client`]: the client library, issuing IDs locally from fetched segments.
@@ -34,6 +35,7 @@ pub mod rate;
 pub mod segment;
 #[cfg(feature = "server")]
 pub mod server;
+pub mod snowflake;
 pub mod step;
 #[cfg(feature = "server")]
 pub mod store;

@@ -5,6 +5,7 @@ mod clients;
 mod compat;
 mod error;
 mod handed_out;
+mod leaf;
 mod observe;
 mod openapi;
 mod operator;
@@ -28,7 +29,7 @@ pub use handed_out::{ClientId, HANDED_OUT_CAPACITY, HandedOut};
 use observe::{InFlight, Observer};
 
 use crate::cache::{Cache, GIVE_BACK_LIMIT};
-use crate::config::{Config, OperatorToken};
+use crate::config::{Config, LeafConfig, OperatorToken};
 use crate::store::{OpenMode, Store, StoreError};
 
 /// What every handler shares.
@@ -40,6 +41,8 @@ pub struct AppState {
     /// Segments handed to identified clients, for their give-back. Plain mutex: held
     /// for a map operation, never across an await.
     pub handed_out: parking_lot::Mutex<HandedOut>,
+    /// Whether and for which bizs Leaf's routes answer, and the snowflake epoch.
+    pub leaf: LeafConfig,
 }
 
 /// Why the server could not start.
@@ -47,7 +50,7 @@ pub struct AppState {
 pub enum StartupError {
     #[error("cannot listen on {bind} (`{key}`): {source}")]
     Bind {
-        /// The configuration key of the address: `bind` or `operator_bind`.
+        /// The configuration key of the address: `bind`, `operator_bind` or `leaf.bind`.
         key: &'static str,
         /// The address.
         bind: String,
@@ -78,6 +81,8 @@ enum Serves {
     Public,
     /// The operator routes and `/healthz`: `operator_bind`.
     Operator,
+    /// Leaf's routes and `/healthz`: `leaf.bind`.
+    Leaf,
 }
 
 impl Routes {
@@ -93,24 +98,32 @@ impl Routes {
             .app_data(web::PayloadConfig::new(self.max_body));
         // Routes are matched in this order: the ID routes first, the dynamic `{biz}`
         // patterns (regular expressions) after the constant ones.
-        if serves != Serves::Operator {
+        let leaf = &self.state.leaf;
+        let public = matches!(serves, Serves::Everything | Serves::Public);
+        if public {
             cfg.configure(|cfg| compat::routes(cfg, observer))
-                .configure(|cfg| v1::routes(cfg, observer));
+                .configure(|cfg| v1::routes(cfg, observer))
+                .configure(|cfg| leaf::v1_routes(cfg, observer));
+        }
+        // Leaf's routes take no token: served only when enabled, on `leaf.bind` alone
+        // when that is set.
+        if leaf.enabled && (serves == Serves::Leaf || public && leaf.bind.is_none()) {
+            cfg.configure(|cfg| leaf::routes(cfg, observer));
         }
         v1::health(cfg, observer);
-        if serves != Serves::Public {
+        if matches!(serves, Serves::Everything | Serves::Operator) {
             status::routes(cfg, observer, self.operator_token.as_ref());
         }
-        if serves != Serves::Operator {
+        if public {
             openapi::routes(cfg, observer);
         }
         cfg.default_service(web::to(not_found).wrap(observer.route(observe::UNMATCHED)));
     }
 }
 
-/// The server of `operator_bind`.
-struct OperatorServer {
-    /// The port it listens on (the one chosen when `operator_bind` says port 0).
+/// The server of `operator_bind` or `leaf.bind`.
+struct SideServer {
+    /// The port it listens on (the one chosen when the address says port 0).
     port: u16,
     server: Server,
 }
@@ -121,7 +134,10 @@ pub struct Application {
     server: Server,
     /// Serves the operator routes on their own address, when `operator_bind` is set;
     /// stopped with `server`.
-    operator: Option<OperatorServer>,
+    operator: Option<SideServer>,
+    /// Serves Leaf's routes on their own address, when `leaf.bind` is set and they are
+    /// enabled; stopped with `server`.
+    leaf: Option<SideServer>,
     /// What the workers serve; also the state and the in-flight count (for the
     /// graceful stop) the application reads itself.
     routes: Routes,
@@ -195,6 +211,7 @@ impl Application {
             cache,
             preload_percent: config.preload_percent,
             handed_out: parking_lot::Mutex::new(HandedOut::new(HANDED_OUT_CAPACITY)),
+            leaf: config.leaf.clone(),
         });
         let observer = Observer {
             in_flight: InFlight::default(),
@@ -213,6 +230,13 @@ impl Application {
                 Some((local_port("operator_bind", bind, &listener)?, listener))
             }
         };
+        let leaf = match config.leaf.bind.as_deref().filter(|_| config.leaf.enabled) {
+            None => None,
+            Some(address) => {
+                let listener = bind("leaf.bind", address)?;
+                Some((local_port("leaf.bind", address, &listener)?, listener))
+            }
+        };
         let serves = match operator {
             None => Serves::Everything,
             Some(_) => Serves::Public,
@@ -224,12 +248,21 @@ impl Application {
                 // Operators' requests are few: one worker serves them, beside the
                 // workers of the ID routes rather than among them.
                 let server = serve(&config, &routes, Serves::Operator, 1, listener)?;
-                Some(OperatorServer { port, server })
+                Some(SideServer { port, server })
+            }
+        };
+        let leaf = match leaf {
+            None => None,
+            Some((port, listener)) => {
+                let server = serve(&config, &routes, Serves::Leaf, config.workers, listener)?;
+                Some(SideServer { port, server })
             }
         };
         tracing::info!(
             port,
             operator_port = operator.as_ref().map(|o| o.port),
+            leaf_port = leaf.as_ref().map(|l| l.port),
+            leaf_routes = config.leaf.enabled,
             operator_token = config.operator_token.is_some(),
             databases = ?config.databases,
             "segmint listening"
@@ -238,6 +271,7 @@ impl Application {
             port,
             server,
             operator,
+            leaf,
             routes,
             _refresher: refresher,
             _sampler: sampler,
@@ -253,8 +287,13 @@ impl Application {
         self.operator.as_ref().map(|o| o.port)
     }
 
+    /// The port of `leaf.bind`, when Leaf's routes have their own address.
+    pub fn leaf_port(&self) -> Option<u16> {
+        self.leaf.as_ref().map(|l| l.port)
+    }
+
     /// Stops the server from elsewhere (graceful unless told otherwise); the operator
-    /// address, if any, stops with it.
+    /// and Leaf addresses, if any, stop with it.
     pub fn handle(&self) -> ServerHandle {
         self.server.handle()
     }
@@ -284,13 +323,15 @@ impl Application {
         let Application {
             server,
             operator,
+            leaf,
             routes,
             _refresher,
             _sampler,
             ..
         } = self;
+        let sides: Vec<Server> = operator.into_iter().chain(leaf).map(|s| s.server).collect();
         let handles: Vec<ServerHandle> = std::iter::once(server.handle())
-            .chain(operator.as_ref().map(|o| o.server.handle()))
+            .chain(sides.iter().map(Server::handle))
             .collect();
         let in_flight = routes.observer.in_flight.clone();
         let (stopping, stop_requested) = tokio::sync::oneshot::channel::<()>();
@@ -309,20 +350,20 @@ impl Application {
             join_all(handles.iter().map(|handle| handle.stop(true))).await;
         }));
         let served = async move {
-            let Some(operator) = operator else {
+            if sides.is_empty() {
                 return server.await;
-            };
-            // A server runs while it is polled: both are, until both have stopped.
-            let operator_handle = operator.server.handle();
+            }
+            // A server runs while it is polled: all are, until all have stopped.
+            let side_handles: Vec<ServerHandle> = sides.iter().map(Server::handle).collect();
             let public = async move {
                 let result = server.await;
-                // Stopped through the public handle, or failed: the operator
-                // address goes with it.
-                operator_handle.stop(true).await;
+                // Stopped through the public handle, or failed: the other addresses
+                // go with it.
+                join_all(side_handles.iter().map(|handle| handle.stop(true))).await;
                 result
             };
-            let (public, operator) = join(public, operator.server).await;
-            public.and(operator)
+            let (public, sides) = join(public, join_all(sides)).await;
+            sides.into_iter().fold(public, std::io::Result::and)
         };
         let workers_limit = DRAIN_TIMEOUT + WORKER_STOP_GRACE;
         let result = tokio::select! {
@@ -393,6 +434,7 @@ fn serve(
 ) -> Result<Server, StartupError> {
     let key = match serves {
         Serves::Operator => "operator_bind",
+        Serves::Leaf => "leaf.bind",
         Serves::Everything | Serves::Public => "bind",
     };
     let address = listener

@@ -1,0 +1,175 @@
+//! Leaf's routes, for Leaf callers switching unchanged: `/api/segment/get/{key}` (one ID
+//! as a plain decimal body) and `/decodeSnowflakeId`. Leaf sends no token, so these are
+//! served only when `[leaf] enabled`, and the segment route only for `[leaf] bizs`.
+//! The v1 decode route, with the v1 API's token, lives here too.
+
+use std::time::{Duration, UNIX_EPOCH};
+
+use actix_web::http::StatusCode;
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
+use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::observe::Observer;
+use super::v1::bearer;
+use super::{Params, app_state, authorize};
+use crate::biz::BizTag;
+use crate::snowflake::{self, Decoded};
+use crate::store::StoreError;
+
+/// Leaf's routes. Leaf maps them for every method (`@RequestMapping` without one).
+pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(
+        observer
+            .resource("/api/segment/get/{key}")
+            .route(web::route().to(segment)),
+    )
+    .service(
+        observer
+            .resource("/decodeSnowflakeId")
+            .route(web::route().to(decode_leaf)),
+    );
+}
+
+/// The v1 decode route: `GET /v1/snowflake/{biz}/decode/{id}` with a token of `biz`.
+pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(
+        observer
+            .resource("/v1/snowflake/{biz}/decode/{id}")
+            .route(web::get().to(decode_v1)),
+    );
+}
+
+/// What Spring writes for a `String` answer: Leaf's exact content type.
+static LEAF_TEXT: HeaderValue = HeaderValue::from_static("text/plain;charset=UTF-8");
+
+/// A short plain-text answer with `status`, as Leaf callers read them.
+fn plain(status: StatusCode, body: String) -> HttpResponse {
+    HttpResponse::build(status)
+        .insert_header((CONTENT_TYPE, LEAF_TEXT.clone()))
+        .body(body)
+}
+
+/// `/api/segment/get/{key}`: one ID of `key` as a decimal body. Errors are a non-2xx
+/// status with a one-line body: 400 for a malformed key, 404 for a key not served here
+/// (not in `[leaf] bizs`, or no such biz), 503 while no database can serve it.
+async fn segment(req: HttpRequest) -> HttpResponse {
+    let key = req.match_info().get("key").unwrap_or_default();
+    let state = match app_state(&req) {
+        Ok(state) => state,
+        Err(e) => return plain(e.status_code(), e.to_string()),
+    };
+    let Ok(biz) = BizTag::parse(key) else {
+        return plain(
+            StatusCode::BAD_REQUEST,
+            "key must be 1 to 63 characters of letters, digits, '_', '-' or '.'".into(),
+        );
+    };
+    if !state.leaf.serves(&biz) {
+        return not_served(&biz);
+    }
+    match state.cache.next_ids(&biz, 1).await {
+        Ok(ids) => match ids.first() {
+            Some(id) => plain(StatusCode::OK, id.to_string()),
+            None => plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no ID for key `{biz}`"),
+            ),
+        },
+        Err(StoreError::NotFound(_)) => not_served(&biz),
+        Err(e) => {
+            let e = ApiError::from(e);
+            plain(e.status_code(), e.to_string())
+        }
+    }
+}
+
+/// The one answer for a key the Leaf routes do not serve, whether or not the biz exists:
+/// the allow-list does not tell which bizs there are.
+fn not_served(biz: &BizTag) -> HttpResponse {
+    plain(
+        StatusCode::NOT_FOUND,
+        format!("key `{biz}` is not served here"),
+    )
+}
+
+/// `/decodeSnowflakeId?snowflakeId=N`: Leaf's JSON, every value a string, `timestamp`
+/// as `ms(yyyy-MM-dd HH:mm:ss.SSS)` (in UTC). A missing or malformed value gets 400
+/// with Leaf's `errorMsg` key, where Leaf answers 200.
+async fn decode_leaf(req: HttpRequest) -> HttpResponse {
+    let state = match app_state(&req) {
+        Ok(state) => state,
+        Err(e) => return e.error_response(),
+    };
+    let params = Params::from_query(&req);
+    let decoded = params
+        .get("snowflakeId")
+        .ok_or_else(|| "snowflakeId is required".to_owned())
+        .and_then(|value| parse_and_decode(value, state.leaf.epoch_ms));
+    match decoded {
+        Ok(d) => HttpResponse::Ok().json(json!({
+            "timestamp": format!("{}({})", d.timestamp_ms, leaf_time(d.timestamp_ms)),
+            "workerId": d.worker_id.to_string(),
+            "sequenceId": d.sequence.to_string(),
+        })),
+        Err(message) => HttpResponse::BadRequest().json(json!({ "errorMsg": message })),
+    }
+}
+
+/// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers.
+async fn decode_v1(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
+    let value = req.match_info().get("id").unwrap_or_default();
+    let d = parse_and_decode(value, state.leaf.epoch_ms).map_err(ApiError::BadRequest)?;
+    authorize(&state.store, bearer(&req)?, &biz).await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "id": value.parse::<i64>().unwrap_or_default(),
+        "timestamp_ms": d.timestamp_ms,
+        "time": format!("{}Z", leaf_time(d.timestamp_ms).replacen(' ', "T", 1)),
+        "worker_id": d.worker_id,
+        "sequence": d.sequence,
+    })))
+}
+
+/// Parses `value` as a snowflake ID (a non-negative decimal `i64`) and decodes it.
+fn parse_and_decode(value: &str, epoch_ms: i64) -> Result<Decoded, String> {
+    let shown: String = value.chars().take(32).collect();
+    let id = value
+        .parse::<i64>()
+        .map_err(|_| format!("snowflakeId must be a decimal integer, got `{shown}`"))?;
+    snowflake::decode(id, epoch_ms).map_err(|e| format!("snowflakeId `{shown}`: {e}"))
+}
+
+/// `ms` as Leaf's `yyyy-MM-dd HH:mm:ss.SSS`, in UTC. Decoded timestamps are at or
+/// after a non-negative epoch and at most 2^41 ms beyond it: inside what the formatter
+/// holds (years up to 9999).
+fn leaf_time(ms: i64) -> String {
+    let since = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_millis(UNIX_EPOCH + since)
+        .to_string()
+        .replacen('T', " ", 1)
+        .trim_end_matches('Z')
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_shown_as_leaf_shows_them() {
+        // Leaf's own example, 1567733700834, shown at UTC+8 as 2019-09-06 09:35:00.834.
+        assert_eq!(leaf_time(1_567_733_700_834), "2019-09-06 01:35:00.834");
+        assert_eq!(leaf_time(0), "1970-01-01 00:00:00.000");
+    }
+
+    #[test]
+    fn malformed_values_are_refused_clearly() {
+        for bad in ["", "abc", "1.5", "-1", "99999999999999999999"] {
+            let e = parse_and_decode(bad, snowflake::LEAF_EPOCH_MS).unwrap_err();
+            assert!(e.contains("snowflakeId"), "{bad}: {e}");
+        }
+    }
+}
