@@ -12,7 +12,8 @@ use std::time::Duration;
 /// How the step of the cache's segments is chosen (from the configuration).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepPolicy {
-    /// False: every segment uses the biz row's step, as Tinyid does.
+    /// False: every segment of the server's cache uses the biz row's step, as Tinyid
+    /// does (a client's asked step is bounded by [`StepPolicy::bound_asked`] either way).
     pub adaptive: bool,
     /// How long a segment should last at the peak rate.
     pub target: Duration,
