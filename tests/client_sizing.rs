@@ -220,3 +220,36 @@ async fn after_close_nothing_is_issued_and_closing_again_is_harmless() {
     assert_eq!(ids, [11, 12, 13, 14, 15]);
     app.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_close_after_its_server_was_killed_wastes_the_rest_and_reissues_none() {
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let token = setup_biz(&dbs.config(""), BIZ, 1000, false).await;
+    let toml = config_toml_urls(&dbs.urls(), "");
+    let mut first = ServerProcess::start(&toml).await;
+    let a = Client::builder()
+        .servers([first.base.clone()])
+        .token(token.as_str())
+        .build()
+        .unwrap();
+    let mut all = take(&a.biz(BIZ).unwrap(), 100).await;
+    // The server that handed the segment out dies with its record of it.
+    first.kill9();
+    let summary = a.close().await;
+    assert_eq!(summary.given_back, 0, "{summary:?}");
+    assert_eq!(summary.wasted, 900, "{summary:?}");
+    assert!(!summary.errors.is_empty(), "{summary:?}");
+    // A new server process on the same database: nothing of a's segment comes back.
+    let second = ServerProcess::start(&toml).await;
+    let b = Client::builder()
+        .servers([second.base.clone()])
+        .token(token.as_str())
+        .build()
+        .unwrap();
+    all.extend(take(&b.biz(BIZ).unwrap(), 3000).await);
+    assert_unique(&all);
+    assert!(
+        all[100..].iter().all(|&id| id > 1000),
+        "an ID of the killed server's client segment was reissued"
+    );
+}
