@@ -507,16 +507,7 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
         "Back in time (a database's biz rows restored from a backup): {}.\n",
         restores.len()
     );
-    for f in restores {
-        let _ = writeln!(
-            w,
-            "- t = {:.1}–{:.1} s, pg{}: {}",
-            f.start,
-            f.end,
-            f.target,
-            f.note.replace('\n', " ")
-        );
-    }
+    fault_lines(w, &restores);
     let fills: Vec<&FaultRecord> = faults
         .iter()
         .filter(|f| f.kind == FaultKind::DiskFull)
@@ -532,16 +523,7 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
         outcomes.iter().filter(|o| o.reinitialized).count(),
         outcomes.iter().filter(|o| o.restarted).count(),
     );
-    for f in fills {
-        let _ = writeln!(
-            w,
-            "- t = {:.1}–{:.1} s, pg{}: {}",
-            f.start,
-            f.end,
-            f.target,
-            f.note.replace('\n', " ")
-        );
-    }
+    fault_lines(w, &fills);
     let _ = writeln!(w, "\n<details><summary>Fault timeline</summary>\n");
     let _ = writeln!(
         w,
@@ -579,5 +561,20 @@ pub(crate) fn keep(ctx: &Ctx, report: &str, out: &Path) {
     }
     for db in &ctx.databases {
         let _ = std::fs::copy(db.log(), out.join(format!("pg{}.log", db.index)));
+    }
+}
+
+/// One line per fault of `faults`: when, which database, and its note.
+fn fault_lines(w: &mut String, faults: &[&FaultRecord]) {
+    use std::fmt::Write as _;
+    for f in faults {
+        let _ = writeln!(
+            w,
+            "- t = {:.1}–{:.1} s, pg{}: {}",
+            f.start,
+            f.end,
+            f.target,
+            f.note.replace('\n', " ")
+        );
     }
 }
