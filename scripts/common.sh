@@ -79,3 +79,15 @@ ensure_prometheus() {
         have_prometheus || die "prometheus was installed but prometheus or promtool is still missing"
     fi
 }
+
+# Debian's libfaketime: the snowflake tests step a server's clock with it.
+FAKETIME_LIB=/usr/lib/$(uname -m)-linux-gnu/faketime/libfaketime.so.1
+
+ensure_faketime() {
+    if [ ! -e "$FAKETIME_LIB" ]; then
+        say "libfaketime not found; installing Debian's faketime"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends faketime
+        [ -e "$FAKETIME_LIB" ] || die "faketime was installed but $FAKETIME_LIB is still missing"
+    fi
+}

@@ -15,9 +15,11 @@ use crate::step::StepPolicy;
 
 mod leaf;
 mod libpq;
+mod snowflake;
 
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
+pub use snowflake::SnowflakeConfig;
 
 /// Default configuration file, relative to the working directory.
 pub const DEFAULT_PATH: &str = "config/default.toml";
@@ -68,6 +70,9 @@ struct RawSettings {
     /// Optional in a file read alone, as every key of `[leaf]` has its default.
     #[serde(default)]
     leaf: leaf::RawLeaf,
+    /// Optional, as every key of `[snowflake]` has its default.
+    #[serde(default)]
+    snowflake: snowflake::RawSnowflake,
     databases: Vec<RawDatabase>,
 }
 
@@ -95,6 +100,7 @@ impl Default for RawSettings {
             operator_token: None,
             operator_token_file: None,
             leaf: leaf::RawLeaf::default(),
+            snowflake: snowflake::RawSnowflake::default(),
             databases: Vec::new(),
         }
     }
@@ -184,6 +190,8 @@ pub struct Config {
     pub operator_token: Option<OperatorToken>,
     /// Leaf's routes: whether, where and for which bizs they are served.
     pub leaf: LeafConfig,
+    /// Snowflake IDs: whether, for which bizs, and the timing of worker-ID leases.
+    pub snowflake: SnowflakeConfig,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -514,6 +522,7 @@ impl RawSettings {
         let mut taken = vec![("bind", self.bind.as_str())];
         taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
         let leaf = self.leaf.validate(&taken)?;
+        let snowflake = self.snowflake.validate()?;
         let preload_percent = u8::try_from(self.preload_percent)
             .ok()
             .filter(|p| *p <= 100)
@@ -634,6 +643,7 @@ impl RawSettings {
             operator_bind: self.operator_bind,
             operator_token,
             leaf,
+            snowflake,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

@@ -12,6 +12,8 @@
 //! - [`import`]: parsing Tinyid's and Leaf's table exports for `segmint import`; pure.
 //! - [`backoff`]: the back-off after failures, for databases and servers alike; pure.
 //! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard; pure.
+//! - [`worker`]: this server's snowflake worker ID, leased from the databases, and the
+//!   rules that keep its IDs unique across holders.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`client`]: the client library, issuing IDs locally from fetched segments.
@@ -41,3 +43,5 @@ pub mod step;
 pub mod store;
 #[cfg(feature = "server")]
 pub mod telemetry;
+#[cfg(feature = "server")]
+pub mod worker;

@@ -171,7 +171,7 @@ pub struct Generator<C> {
 }
 
 impl<C: Clock> Generator<C> {
-    /// A generator for `worker_id` whose IDs never go below `last_ms` (the last
+    /// A generator for `worker_id` whose IDs are all above `last_ms` (the last
     /// timestamp recorded for that worker ID, or `i64::MIN` when none is).
     ///
     /// # Errors
@@ -191,7 +191,9 @@ impl<C: Clock> Generator<C> {
             epoch_ms,
             worker_id,
             last_ms,
-            sequence: 0,
+            // The recorded millisecond may have been used up by an earlier holder:
+            // the first ID is in a later one.
+            sequence: MAX_SEQUENCE,
         })
     }
 

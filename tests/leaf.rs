@@ -6,6 +6,7 @@ use crate::common;
 
 use std::collections::HashSet;
 use std::net::TcpListener;
+use std::time::Duration;
 
 use common::http::{Remote, Resp, get, send};
 use common::*;
@@ -167,4 +168,61 @@ async fn leaf_bind_serves_the_leaf_routes_alone() {
     assert_eq!(get(&leaf, "/v1/ids/order").await.status, 404);
     assert_eq!(public.ids("order", &token, 1).await, vec![2]);
     assert_eq!(get(&leaf, "/healthz").await.status, 200);
+}
+
+/// `/api/snowflake/get/{key}` answers one snowflake ID as Leaf's plain decimal body,
+/// decoded by Leaf's formula to the worker ID leased here: 503 with `Retry-After` while
+/// the new lease waits out earlier holders, 404 for a key not in both `[leaf] bizs`
+/// and `[snowflake] bizs`, and nothing at all while `[snowflake]` is off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snowflake_ids_answer_as_leaf_does() {
+    let pg = PgCluster::start();
+    let leaf = r#"leaf = { enabled = true, bizs = ["order", "user"] }"#;
+    setup_biz(&config(&[&pg], leaf), "order", 10, false).await;
+    let off = spawn_app(config(&[&pg], leaf)).await;
+    let r = get(&off, "/api/snowflake/get/order").await;
+    assert_plain(&r, 404);
+    off.stop().await;
+    let snowflake = r#"snowflake = { enabled = true, bizs = ["order", "audit"], lease_ms = 600, renew_ms = 150 }"#;
+    let app = spawn_app(config(&[&pg], &format!("{leaf}\n{snowflake}"))).await;
+    let waiting = get(&app, "/api/snowflake/get/order").await;
+    assert_plain(&waiting, 503);
+    assert_eq!(waiting.retry_after.as_deref(), Some("1"), "{waiting:?}");
+    let first = eventually(Duration::from_secs(10), "a snowflake ID", async || {
+        let r = get(&app, "/api/snowflake/get/order").await;
+        if r.status == 200 {
+            Ok(r)
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    assert_plain(&first, 200);
+    let mut last: i64 = first.body.parse().expect("a decimal body");
+    for _ in 0..50 {
+        let r = get(&app, "/api/snowflake/get/order").await;
+        assert_plain(&r, 200);
+        let id: i64 = r.body.parse().expect("a decimal body");
+        assert!(id > last, "{id} after {last}");
+        let (origin_timestamp, worker_id, _) = (
+            (id >> 22) + 1288834974657,
+            (id >> 12) ^ (id >> 22 << 10),
+            id ^ (id >> 12 << 12),
+        );
+        assert_eq!(worker_id, 0, "the one database's lowest worker ID");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        assert!(
+            (now - origin_timestamp).abs() < 5_000,
+            "{origin_timestamp} vs {now}"
+        );
+        last = id;
+    }
+    // In [leaf] bizs only, in [snowflake] bizs only, in neither: the same 404.
+    for key in ["user", "audit", "nobody"] {
+        assert_plain(&get(&app, &format!("/api/snowflake/get/{key}")).await, 404);
+    }
+    assert_plain(&get(&app, "/api/snowflake/get/a%20b").await, 400);
 }

@@ -33,6 +33,7 @@ mod operator;
 mod preload;
 mod quickstart;
 mod smoke;
+mod snowflake;
 mod step;
 mod timing;
 mod tls;

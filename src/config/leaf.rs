@@ -1,31 +1,17 @@
-//! The `[leaf]` table: whether Leaf's routes are served, for which bizs, where, and the
-//! snowflake epoch.
+//! The `[leaf]` table: whether Leaf's routes are served, for which bizs and where.
 
 use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, collide, invalid, socket_addr};
 use crate::biz::BizTag;
-use crate::snowflake::LEAF_EPOCH_MS;
 
 /// `[leaf]` as written.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawLeaf {
     enabled: bool,
     bizs: Vec<String>,
-    epoch_ms: i64,
     bind: Option<String>,
-}
-
-impl Default for RawLeaf {
-    fn default() -> Self {
-        RawLeaf {
-            enabled: false,
-            bizs: Vec::new(),
-            epoch_ms: LEAF_EPOCH_MS,
-            bind: None,
-        }
-    }
 }
 
 /// Leaf's routes (`/api/segment/get/{key}`, `/decodeSnowflakeId`): they take no token,
@@ -36,8 +22,6 @@ pub struct LeafConfig {
     pub enabled: bool,
     /// The bizs `/api/segment/get/{key}` may serve; empty: none (the decode route only).
     pub bizs: Vec<BizTag>,
-    /// Unix milliseconds at which snowflake timestamps start (Leaf's `twepoch`).
-    pub epoch_ms: i64,
     /// Where Leaf's routes are served instead of `bind`; `None`: on `bind`.
     pub bind: Option<String>,
 }
@@ -60,15 +44,6 @@ impl RawLeaf {
                 bizs.push(tag);
             }
         }
-        let now_ms = crate::snowflake::Clock::now_ms(&mut crate::snowflake::SystemClock);
-        if !(0..now_ms).contains(&self.epoch_ms) {
-            return Err(invalid(
-                "leaf.epoch_ms",
-                format!(
-                    "must be Unix milliseconds between 0 and now ({now_ms}); Leaf's default is {LEAF_EPOCH_MS}"
-                ),
-            ));
-        }
         if let Some(bind) = &self.bind {
             let address = socket_addr("leaf.bind", bind)?;
             for (key, other) in others {
@@ -89,7 +64,6 @@ impl RawLeaf {
         Ok(LeafConfig {
             enabled: self.enabled,
             bizs,
-            epoch_ms: self.epoch_ms,
             bind: self.bind,
         })
     }
@@ -110,25 +84,23 @@ mod tests {
     }
 
     #[test]
-    fn off_by_default_with_leafs_epoch() {
+    fn off_by_default() {
         let leaf = load("").unwrap().leaf;
         assert!(!leaf.enabled);
         assert!(leaf.bizs.is_empty());
-        assert_eq!(leaf.epoch_ms, 1_288_834_974_657);
         assert_eq!(leaf.bind, None);
     }
 
     #[test]
-    fn bizs_epoch_and_bind_are_read() {
+    fn bizs_and_bind_are_read() {
         let leaf = load(
-            "[leaf]\nenabled = true\nbizs = [\"order\", \"user\", \"order\"]\nepoch_ms = 1000\nbind = \"127.0.0.1:8080\"",
+            "[leaf]\nenabled = true\nbizs = [\"order\", \"user\", \"order\"]\nbind = \"127.0.0.1:8080\"",
         )
         .unwrap()
         .leaf;
         assert!(leaf.enabled);
         let bizs: Vec<&str> = leaf.bizs.iter().map(|b| b.as_str()).collect();
         assert_eq!(bizs, ["order", "user"]);
-        assert_eq!(leaf.epoch_ms, 1000);
         assert_eq!(leaf.bind.as_deref(), Some("127.0.0.1:8080"));
     }
 
@@ -136,8 +108,7 @@ mod tests {
     fn bad_values_name_their_key() {
         for (text, key) in [
             ("[leaf]\nbizs = [\"ok\", \"no spaces\"]", "`leaf.bizs[1]`"),
-            ("[leaf]\nepoch_ms = -1", "`leaf.epoch_ms`"),
-            ("[leaf]\nepoch_ms = 99999999999999", "`leaf.epoch_ms`"),
+            ("[leaf]\nepoch_ms = 1000", "epoch_ms"),
             ("[leaf]\nbind = \"nowhere\"", "`leaf.bind`"),
             ("[leaf]\nbind = \"127.0.0.1:9999\"", "`leaf.bind`"),
             ("[leaf]\nenabled = \"yes\"", "leaf.enabled"),

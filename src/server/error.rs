@@ -1,12 +1,21 @@
 //! HTTP errors: one enum, mapped to a status and a JSON body for the v1 API and to
 //! Tinyid's `code`/`message` shape for the compatible routes.
 
+use std::time::Duration;
+
 use actix_web::http::StatusCode;
+use actix_web::http::header::RETRY_AFTER;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::json;
 
 use crate::biz::InputError;
 use crate::store::StoreError;
+use crate::worker::IssueError;
+
+/// A `Retry-After` value: whole seconds, at least 1.
+pub(super) fn retry_after_secs(wait: Duration) -> String {
+    wait.as_secs_f64().ceil().max(1.0).to_string()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -18,6 +27,8 @@ pub enum ApiError {
     Forbidden(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Snowflake(#[from] IssueError),
 }
 
 impl From<InputError> for ApiError {
@@ -42,6 +53,12 @@ impl ApiError {
                 StoreError::Contention(_) => "contention",
                 StoreError::Unavailable(_) => "unavailable",
                 StoreError::Refused(_) => "bad_request",
+            },
+            ApiError::Snowflake(e) => match e {
+                IssueError::NotServed(_) => "not_found",
+                IssueError::NoWorkerId(_) => "no_worker_id",
+                IssueError::ClockBehind { .. } => "clock_behind",
+                IssueError::Clock(_) => "clock_out_of_range",
             },
         }
     }
@@ -81,6 +98,13 @@ impl ResponseError for ApiError {
                 }
                 StoreError::Refused(_) => StatusCode::BAD_REQUEST,
             },
+            ApiError::Snowflake(e) => match e {
+                IssueError::NotServed(_) => StatusCode::NOT_FOUND,
+                IssueError::NoWorkerId(_) | IssueError::ClockBehind { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
+                IssueError::Clock(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            },
         }
     }
 
@@ -88,6 +112,11 @@ impl ResponseError for ApiError {
         let mut response = HttpResponse::build(self.status_code());
         if let ApiError::Unauthorized(_) = self {
             response.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        if let ApiError::Snowflake(e) = self
+            && let Some(wait) = e.retry_after()
+        {
+            response.insert_header((RETRY_AFTER, retry_after_secs(wait)));
         }
         response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
     }
@@ -141,6 +170,22 @@ mod tests {
             (StoreError::Contention(s()).into(), 503, "contention"),
             (StoreError::Unavailable(s()).into(), 503, "unavailable"),
             (StoreError::Refused(s()).into(), 400, "bad_request"),
+            (
+                IssueError::NotServed(crate::biz::BizTag::parse("a").unwrap()).into(),
+                404,
+                "not_found",
+            ),
+            (IssueError::NoWorkerId(s()).into(), 503, "no_worker_id"),
+            (
+                IssueError::ClockBehind { by: 9 }.into(),
+                503,
+                "clock_behind",
+            ),
+            (
+                IssueError::Clock(crate::snowflake::SnowflakeError::Negative).into(),
+                500,
+                "clock_out_of_range",
+            ),
         ];
         for (error, status, code) in cases {
             assert_eq!(

@@ -1,19 +1,19 @@
-//! Leaf's routes, for Leaf callers switching unchanged: `/api/segment/get/{key}` (one ID
-//! as a plain decimal body) and `/decodeSnowflakeId`. Leaf sends no token, so these are
-//! served only when `[leaf] enabled`, and the segment route only for `[leaf] bizs`.
-//! The v1 decode route, with the v1 API's token, lives here too.
+//! Leaf's routes, for Leaf callers switching unchanged: `/api/segment/get/{key}` and
+//! `/api/snowflake/get/{key}` (one ID as a plain decimal body) and `/decodeSnowflakeId`.
+//! Leaf sends no token, so these are served only when `[leaf] enabled`, and the ID
+//! routes only for `[leaf] bizs` (snowflake IDs also only for `[snowflake] bizs`).
 
 use std::time::{Duration, UNIX_EPOCH};
 
 use actix_web::http::StatusCode;
-use actix_web::http::header::{CONTENT_TYPE, HeaderValue};
+use actix_web::http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde_json::json;
 
-use super::error::ApiError;
+use super::AppState;
+use super::error::{ApiError, retry_after_secs};
 use super::observe::Observer;
-use super::v1::bearer;
-use super::{Params, app_state, authorize};
+use super::{Params, app_state};
 use crate::biz::BizTag;
 use crate::snowflake::{self, Decoded};
 use crate::store::StoreError;
@@ -27,17 +27,13 @@ pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     )
     .service(
         observer
+            .resource("/api/snowflake/get/{key}")
+            .route(web::route().to(snowflake_id)),
+    )
+    .service(
+        observer
             .resource("/decodeSnowflakeId")
             .route(web::route().to(decode_leaf)),
-    );
-}
-
-/// The v1 decode route: `GET /v1/snowflake/{biz}/decode/{id}` with a token of `biz`.
-pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
-    cfg.service(
-        observer
-            .resource("/v1/snowflake/{biz}/decode/{id}")
-            .route(web::get().to(decode_v1)),
     );
 }
 
@@ -55,21 +51,52 @@ fn plain(status: StatusCode, body: String) -> HttpResponse {
 /// status with a one-line body: 400 for a malformed key, 404 for a key not served here
 /// (not in `[leaf] bizs`, or no such biz), 503 while no database can serve it.
 async fn segment(req: HttpRequest) -> HttpResponse {
-    let key = req.match_info().get("key").unwrap_or_default();
-    let state = match app_state(&req) {
-        Ok(state) => state,
-        Err(e) => return plain(e.status_code(), e.to_string()),
+    let (state, biz) = match served_key(&req) {
+        Ok(served) => served,
+        Err(refused) => return *refused,
     };
-    let Ok(biz) = BizTag::parse(key) else {
-        return plain(
-            StatusCode::BAD_REQUEST,
-            "key must be 1 to 63 characters of letters, digits, '_', '-' or '.'".into(),
-        );
+    match state.cache.next_ids(&biz, 1).await {
+        Err(StoreError::NotFound(_)) => not_served(&biz),
+        ids => answer(&biz, ids.map_err(ApiError::from)),
+    }
+}
+
+/// `/api/snowflake/get/{key}`: one snowflake ID as a decimal body, from this server's
+/// leased worker ID. 404 for a key not in both `[leaf] bizs` and `[snowflake] bizs`;
+/// 503 (with `Retry-After`) while no worker ID is held or the clock is behind.
+async fn snowflake_id(req: HttpRequest) -> HttpResponse {
+    let (state, biz) = match served_key(&req) {
+        Ok(served) => served,
+        Err(refused) => return *refused,
     };
-    if !state.leaf.serves(&biz) {
+    if !state.snowflake.serves(&biz) {
         return not_served(&biz);
     }
-    match state.cache.next_ids(&biz, 1).await {
+    answer(
+        &biz,
+        state.snowflake.next_ids(&biz, 1).map_err(ApiError::from),
+    )
+}
+
+/// The key of a Leaf ID route, if Leaf's routes serve it; else the answer refusing it.
+fn served_key(req: &HttpRequest) -> Result<(&AppState, BizTag), Box<HttpResponse>> {
+    let key = req.match_info().get("key").unwrap_or_default();
+    let state = app_state(req).map_err(|e| Box::new(plain(e.status_code(), e.to_string())))?;
+    let Ok(biz) = BizTag::parse(key) else {
+        return Err(Box::new(plain(
+            StatusCode::BAD_REQUEST,
+            "key must be 1 to 63 characters of letters, digits, '_', '-' or '.'".into(),
+        )));
+    };
+    if !state.leaf.serves(&biz) {
+        return Err(Box::new(not_served(&biz)));
+    }
+    Ok((state, biz))
+}
+
+/// The one ID as Leaf's plain body, or the error as a short plain body.
+fn answer(biz: &BizTag, ids: Result<Vec<i64>, ApiError>) -> HttpResponse {
+    match ids {
         Ok(ids) => match ids.first() {
             Some(id) => plain(StatusCode::OK, id.to_string()),
             None => plain(
@@ -77,10 +104,15 @@ async fn segment(req: HttpRequest) -> HttpResponse {
                 format!("no ID for key `{biz}`"),
             ),
         },
-        Err(StoreError::NotFound(_)) => not_served(&biz),
         Err(e) => {
-            let e = ApiError::from(e);
-            plain(e.status_code(), e.to_string())
+            let mut response = plain(e.status_code(), e.to_string());
+            if let ApiError::Snowflake(issue) = &e
+                && let Some(wait) = issue.retry_after()
+                && let Ok(value) = HeaderValue::from_str(&retry_after_secs(wait))
+            {
+                response.headers_mut().insert(RETRY_AFTER, value);
+            }
+            response
         }
     }
 }
@@ -106,7 +138,7 @@ async fn decode_leaf(req: HttpRequest) -> HttpResponse {
     let decoded = params
         .get("snowflakeId")
         .ok_or_else(|| "snowflakeId is required".to_owned())
-        .and_then(|value| parse_and_decode(value, state.leaf.epoch_ms));
+        .and_then(|value| parse_and_decode(value, state.snowflake.epoch_ms()));
     match decoded {
         Ok(d) => HttpResponse::Ok().json(json!({
             "timestamp": format!("{}({})", d.timestamp_ms, leaf_time(d.timestamp_ms)),
@@ -117,24 +149,8 @@ async fn decode_leaf(req: HttpRequest) -> HttpResponse {
     }
 }
 
-/// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers.
-async fn decode_v1(req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    let state = app_state(&req)?;
-    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
-    let value = req.match_info().get("id").unwrap_or_default();
-    let d = parse_and_decode(value, state.leaf.epoch_ms).map_err(ApiError::BadRequest)?;
-    authorize(&state.store, bearer(&req)?, &biz).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "id": value.parse::<i64>().unwrap_or_default(),
-        "timestamp_ms": d.timestamp_ms,
-        "time": format!("{}Z", leaf_time(d.timestamp_ms).replacen(' ', "T", 1)),
-        "worker_id": d.worker_id,
-        "sequence": d.sequence,
-    })))
-}
-
 /// Parses `value` as a snowflake ID (a non-negative decimal `i64`) and decodes it.
-fn parse_and_decode(value: &str, epoch_ms: i64) -> Result<Decoded, String> {
+pub(super) fn parse_and_decode(value: &str, epoch_ms: i64) -> Result<Decoded, String> {
     let shown: String = value.chars().take(32).collect();
     let id = value
         .parse::<i64>()
@@ -145,7 +161,7 @@ fn parse_and_decode(value: &str, epoch_ms: i64) -> Result<Decoded, String> {
 /// `ms` as Leaf's `yyyy-MM-dd HH:mm:ss.SSS`, in UTC. Decoded timestamps are at or
 /// after a non-negative epoch and at most 2^41 ms beyond it: inside what the formatter
 /// holds (years up to 9999).
-fn leaf_time(ms: i64) -> String {
+pub(super) fn leaf_time(ms: i64) -> String {
     let since = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
     humantime::format_rfc3339_millis(UNIX_EPOCH + since)
         .to_string()

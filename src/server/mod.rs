@@ -9,6 +9,7 @@ mod leaf;
 mod observe;
 mod openapi;
 mod operator;
+mod snowflake;
 mod status;
 mod v1;
 
@@ -31,6 +32,7 @@ use observe::{InFlight, Observer};
 use crate::cache::{Cache, GIVE_BACK_LIMIT};
 use crate::config::{Config, LeafConfig, OperatorToken};
 use crate::store::{OpenMode, Store, StoreError};
+use crate::worker::Worker;
 
 /// What every handler shares.
 pub struct AppState {
@@ -41,8 +43,10 @@ pub struct AppState {
     /// Segments handed to identified clients, for their give-back. Plain mutex: held
     /// for a map operation, never across an await.
     pub handed_out: parking_lot::Mutex<HandedOut>,
-    /// Whether and for which bizs Leaf's routes answer, and the snowflake epoch.
+    /// Whether and for which bizs Leaf's routes answer.
     pub leaf: LeafConfig,
+    /// This server's snowflake worker: its leased worker ID and the IDs it issues.
+    pub snowflake: Arc<Worker>,
 }
 
 /// Why the server could not start.
@@ -103,7 +107,7 @@ impl Routes {
         if public {
             cfg.configure(|cfg| compat::routes(cfg, observer))
                 .configure(|cfg| v1::routes(cfg, observer))
-                .configure(|cfg| leaf::v1_routes(cfg, observer));
+                .configure(|cfg| snowflake::v1_routes(cfg, observer));
         }
         // Leaf's routes take no token: served only when enabled, on `leaf.bind` alone
         // when that is set.
@@ -145,6 +149,9 @@ pub struct Application {
     _refresher: AbortOnDrop,
     /// Stops the sampling of issue rates likewise.
     _sampler: AbortOnDrop,
+    /// Leases and renews the snowflake worker ID, when snowflake IDs are enabled;
+    /// stopped before the lease is released.
+    leaser: Option<AbortOnDrop>,
 }
 
 impl Application {
@@ -206,12 +213,19 @@ impl Application {
             config.wait_timeout,
         ));
         let sampler = AbortOnDrop(tokio::spawn(sample_periodically(cache.clone())));
+        let worker = Arc::new(Worker::new(store.clone(), config.snowflake.clone()));
+        // Only a server that issues snowflake IDs leases a worker ID.
+        let leaser = config
+            .snowflake
+            .enabled
+            .then(|| AbortOnDrop(tokio::spawn(worker.clone().run())));
         let state = web::Data::new(AppState {
             store,
             cache,
             preload_percent: config.preload_percent,
             handed_out: parking_lot::Mutex::new(HandedOut::new(HANDED_OUT_CAPACITY)),
             leaf: config.leaf.clone(),
+            snowflake: worker,
         });
         let observer = Observer {
             in_flight: InFlight::default(),
@@ -275,6 +289,7 @@ impl Application {
             routes,
             _refresher: refresher,
             _sampler: sampler,
+            leaser,
         })
     }
 
@@ -327,6 +342,7 @@ impl Application {
             routes,
             _refresher,
             _sampler,
+            leaser,
             ..
         } = self;
         let sides: Vec<Server> = operator.into_iter().chain(leaf).map(|s| s.server).collect();
@@ -382,7 +398,10 @@ impl Application {
             }
         };
         drop(stopper);
-        // Nothing is served any more: give the caches' unissued IDs back where safe.
+        // Nothing is served any more: free the worker ID for the next holder, and
+        // give the caches' unissued IDs back where safe.
+        drop(leaser);
+        routes.state.snowflake.release().await;
         let (given, wasted) = routes.state.cache.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
 pub use cluster::import::ImportReport;
+pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
 pub use evidence::{Mark, Witness};
@@ -39,6 +40,42 @@ pub struct BizRow {
     pub version: i64,
     /// The operator's note on the biz (Leaf's `description`); empty when none.
     pub description: String,
+}
+
+/// One `segmint_worker_lease` row: a snowflake worker ID and who holds it, with the
+/// database's clock when the row was read or written. Times are Unix milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// The worker ID (0 to 1023).
+    pub worker_id: u16,
+    /// The process that holds (or last held) it.
+    pub holder: String,
+    /// Grows with every take, renewal and release: the compare-and-set of the lease.
+    pub version: i64,
+    /// When the lease runs out, by the database's clock.
+    pub expires_ms: i64,
+    /// The last timestamp the holder had issued at its last renewal.
+    pub last_ms: i64,
+    /// The highest timestamp the holder may issue; a later holder issues only above it.
+    pub bound_ms: i64,
+    /// The database's clock when the statement ran.
+    pub db_now_ms: i64,
+}
+
+/// A renewal or release of a held lease: a compare-and-set on holder and version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    pub worker_id: u16,
+    pub holder: String,
+    /// The version the holder last wrote.
+    pub version: i64,
+    /// The new expiry, counted from the database's clock now; negative releases the
+    /// lease (free once the grace period after that expiry has passed).
+    pub expires_in_ms: i64,
+    /// The last timestamp issued so far (the row's `last_ms` only grows).
+    pub last_ms: i64,
+    /// The highest timestamp the holder will issue until its next renewal (only grows).
+    pub bound_ms: i64,
 }
 
 /// One `tiny_id_token` row. Times are unix seconds.
@@ -129,6 +166,22 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// Records that each token (lower-case hash) was in use at the time given; a row's
     /// last use only moves forward.
     async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError>;
+    /// Every worker-ID lease row.
+    async fn leases(&self) -> Result<Vec<LeaseRow>, DbError>;
+    /// Takes the lease of `worker_id` for `holder` until `lease_ms` from the database's
+    /// clock now, if no row exists or the row's lease ran out more than `grace_ms` ago.
+    /// Returns the row (with the earlier holder's `last_ms` and `bound_ms`), or `None`
+    /// when the lease is held.
+    async fn take_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        lease_ms: i64,
+        grace_ms: i64,
+    ) -> Result<Option<LeaseRow>, DbError>;
+    /// Renews or releases a held lease; `None` when the row is no longer the holder's
+    /// at that version (another process took it, or the database went back in time).
+    async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError>;
 }
 
 /// Why a reservation or an admin operation failed, across all databases.

@@ -8,7 +8,7 @@ use tokio_postgres::Row;
 
 use crate::config::PgTarget;
 
-use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
+use super::{BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, TokenRow, Witness};
 
 /// Schema migrations, applied in order, each once per database.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -28,7 +28,16 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "description",
         include_str!("../../sql/postgres/0004_description.sql"),
     ),
+    (
+        5,
+        "worker_lease",
+        include_str!("../../sql/postgres/0005_worker_lease.sql"),
+    ),
 ];
+
+/// The database's clock in Unix milliseconds: the time of the statement's execution,
+/// not of its transaction's start.
+const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
@@ -119,6 +128,19 @@ fn biz_row(row: &Row) -> BizRow {
         remainder: row.get(5),
         version: row.get(6),
         description: row.get(7),
+    }
+}
+
+fn lease_row(row: &Row) -> LeaseRow {
+    LeaseRow {
+        // The column's CHECK keeps it within 0..=1023.
+        worker_id: u16::try_from(row.get::<_, i32>(0)).unwrap_or(u16::MAX),
+        holder: row.get(1),
+        version: row.get(2),
+        expires_ms: row.get(3),
+        last_ms: row.get(4),
+        bound_ms: row.get(5),
+        db_now_ms: row.get(6),
     }
 }
 
@@ -388,5 +410,79 @@ impl SegmentStore for PgStore {
             tx.execute(&stmt, &[hash, at]).await.map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}
+                     FROM segmint_worker_lease ORDER BY worker_id"
+                ),
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows.iter().map(lease_row).collect())
+    }
+
+    async fn take_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        lease_ms: i64,
+        grace_ms: i64,
+    ) -> Result<Option<LeaseRow>, DbError> {
+        let client = self.client().await?;
+        // The new expiry is `now + lease_ms`, so `excluded.expires_ms - lease_ms` is the
+        // database's clock: the row is taken only when its lease ran out more than the
+        // grace period ago. The earlier holder's last_ms and bound_ms stay, for the new
+        // holder to issue above them. One statement: the row lock decides a race.
+        let row = client
+            .query_opt(
+                &format!(
+                    "INSERT INTO segmint_worker_lease AS l
+                         (worker_id, holder, version, expires_ms, last_ms, bound_ms)
+                     VALUES ($1, $2, 1, {NOW_MS} + $3, 0, 0)
+                     ON CONFLICT (worker_id) DO UPDATE SET
+                         holder = excluded.holder, version = l.version + 1,
+                         expires_ms = excluded.expires_ms, update_time = now()
+                     WHERE l.expires_ms + $4 < excluded.expires_ms - $3
+                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
+                               expires_ms - $3"
+                ),
+                &[&i32::from(worker_id), &holder, &lease_ms, &grace_ms],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(row.as_ref().map(lease_row))
+    }
+
+    async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "UPDATE segmint_worker_lease SET version = version + 1,
+                         expires_ms = {NOW_MS} + $4,
+                         last_ms = GREATEST(last_ms, $5), bound_ms = GREATEST(bound_ms, $6),
+                         update_time = now()
+                     WHERE worker_id = $1 AND holder = $2 AND version = $3
+                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
+                               expires_ms - $4"
+                ),
+                &[
+                    &i32::from(renewal.worker_id),
+                    &renewal.holder,
+                    &renewal.version,
+                    &renewal.expires_in_ms,
+                    &renewal.last_ms,
+                    &renewal.bound_ms,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(row.as_ref().map(lease_row))
     }
 }

@@ -20,7 +20,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
 
-use super::{BizRow, DbError, Mark, SegmentStore, TokenRow, Witness};
+use super::{BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, TokenRow, Witness};
 
 /// Schema migrations, applied in order, each once per file.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -40,7 +40,18 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "description",
         include_str!("../../sql/sqlite/0004_description.sql"),
     ),
+    (
+        5,
+        "worker_lease",
+        include_str!("../../sql/sqlite/0005_worker_lease.sql"),
+    ),
 ];
+
+/// The database's clock in Unix milliseconds (`julianday('now')` has millisecond
+/// precision and is fixed for the duration of one statement).
+const NOW_MS: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+const LEASE_COLUMNS: &str = "worker_id, holder, version, expires_ms, last_ms, bound_ms";
 
 const BIZ_COLUMNS: &str =
     "biz_type, begin_id, max_id, step, delta, remainder, version, description";
@@ -223,6 +234,19 @@ fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
         Ok(done)
     })
     .map_err(sql_error)
+}
+
+fn lease_row(row: &Row) -> rusqlite::Result<LeaseRow> {
+    Ok(LeaseRow {
+        // The column's CHECK keeps it within 0..=1023.
+        worker_id: u16::try_from(row.get::<_, i64>(0)?).unwrap_or(u16::MAX),
+        holder: row.get(1)?,
+        version: row.get(2)?,
+        expires_ms: row.get(3)?,
+        last_ms: row.get(4)?,
+        bound_ms: row.get(5)?,
+        db_now_ms: row.get(6)?,
+    })
 }
 
 fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
@@ -449,6 +473,74 @@ impl SegmentStore for SqliteStore {
                     stmt.execute(params![hash, at])?;
                 }
                 Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {
+        self.with(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {LEASE_COLUMNS}, {NOW_MS} FROM segmint_worker_lease ORDER BY worker_id"
+            ))?
+            .query_map([], lease_row)?
+            .collect()
+        })
+        .await
+    }
+
+    async fn take_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        lease_ms: i64,
+        grace_ms: i64,
+    ) -> Result<Option<LeaseRow>, DbError> {
+        let holder = holder.to_owned();
+        // As on PostgreSQL: `excluded.expires_ms - lease_ms` is the database's clock.
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.prepare_cached(&format!(
+                    "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS})
+                     VALUES (?1, ?2, 1, {NOW_MS} + ?3, 0, 0)
+                     ON CONFLICT (worker_id) DO UPDATE SET
+                         holder = excluded.holder,
+                         version = segmint_worker_lease.version + 1,
+                         expires_ms = excluded.expires_ms, update_time = CURRENT_TIMESTAMP
+                     WHERE segmint_worker_lease.expires_ms + ?4 < excluded.expires_ms - ?3
+                     RETURNING {LEASE_COLUMNS}, expires_ms - ?3"
+                ))?
+                .query_row(params![worker_id, holder, lease_ms, grace_ms], lease_row)
+                .optional()
+            })
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
+        let r = renewal.clone();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.prepare_cached(&format!(
+                    "UPDATE segmint_worker_lease SET version = version + 1,
+                         expires_ms = {NOW_MS} + ?4,
+                         last_ms = max(last_ms, ?5), bound_ms = max(bound_ms, ?6),
+                         update_time = CURRENT_TIMESTAMP
+                     WHERE worker_id = ?1 AND holder = ?2 AND version = ?3
+                     RETURNING {LEASE_COLUMNS}, expires_ms - ?4"
+                ))?
+                .query_row(
+                    params![
+                        r.worker_id,
+                        r.holder,
+                        r.version,
+                        r.expires_in_ms,
+                        r.last_ms,
+                        r.bound_ms
+                    ],
+                    lease_row,
+                )
+                .optional()
             })
         })
         .await

@@ -87,6 +87,8 @@ pub struct Resp {
     pub error_header: Option<String>,
     /// `WWW-Authenticate`, which every 401 carries.
     pub www_authenticate: Option<String>,
+    /// `Retry-After`, which a 503 carries when the wait is known.
+    pub retry_after: Option<String>,
     /// The body as text.
     pub body: String,
 }
@@ -124,11 +126,13 @@ pub async fn try_send(req: RequestBuilder) -> Result<Resp, reqwest::Error> {
     let content_type = header("content-type").unwrap_or_default();
     let error_header = header("x-segmint-error");
     let www_authenticate = header("www-authenticate");
+    let retry_after = header("retry-after");
     Ok(Resp {
         status: r.status().as_u16(),
         content_type,
         error_header,
         www_authenticate,
+        retry_after,
         body: r.text().await?,
     })
 }

@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
-use segmint::store::{BizRow, DbError, SegmentStore, Store, Timing, TokenRow, Witness};
+use segmint::store::{
+    BizRow, DbError, LeaseRenewal, LeaseRow, SegmentStore, Store, Timing, TokenRow, Witness,
+};
 
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
 /// to a [`Store`].
@@ -260,11 +262,30 @@ impl SegmentStore for MemoryStore {
     async fn touch_tokens(&self, _uses: &[(String, i64)]) -> Result<(), DbError> {
         Err(untested("touch_tokens"))
     }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {
+        Err(untested("leases"))
+    }
+
+    async fn take_lease(
+        &self,
+        _worker_id: u16,
+        _holder: &str,
+        _lease_ms: i64,
+        _grace_ms: i64,
+    ) -> Result<Option<LeaseRow>, DbError> {
+        Err(untested("take_lease"))
+    }
+
+    async fn renew_lease(&self, _renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
+        Err(untested("renew_lease"))
+    }
 }
 
-/// Tokens are no timing concern: the in-memory store keeps none, and says so.
+/// Tokens and worker-ID leases are no timing concern of reservations: the in-memory
+/// store keeps neither, and says so.
 fn untested(method: &str) -> DbError {
     DbError(format!(
-        "the in-memory store does not keep tokens ({method})"
+        "the in-memory store keeps no tokens or leases ({method})"
     ))
 }

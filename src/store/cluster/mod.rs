@@ -9,6 +9,7 @@ mod admin;
 mod give_back;
 mod health;
 pub(super) mod import;
+pub(super) mod lease;
 mod refresh;
 mod reserve;
 pub(super) mod tokens;

@@ -1,0 +1,63 @@
+//! The v1 snowflake routes: `/v1/snowflake/{biz}?count=N` issues IDs from this server's
+//! leased worker ID, `/v1/snowflake/{biz}/decode/{id}` shows an ID's parts. Both take
+//! the v1 API's token of `biz`.
+
+use actix_web::{HttpRequest, HttpResponse, web};
+use serde_json::json;
+
+use super::error::ApiError;
+use super::leaf::{leaf_time, parse_and_decode};
+use super::observe::Observer;
+use super::v1::bearer;
+use super::{Params, app_state, authorize};
+use crate::biz::{BatchSize, BizTag};
+
+pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
+    cfg.service(
+        observer
+            .resource("/v1/snowflake/{biz}")
+            .route(web::get().to(issue))
+            .route(web::post().to(issue)),
+    )
+    .service(
+        observer
+            .resource("/v1/snowflake/{biz}/decode/{id}")
+            .route(web::get().to(decode)),
+    );
+}
+
+/// `/v1/snowflake/{biz}?count=N`: `count` (default 1, at most the v1 batch limit)
+/// snowflake IDs, increasing, with the worker ID that issued them.
+async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let params = Params::from_query(&req);
+    let count = BatchSize::parse("count", params.get("count"))?;
+    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
+    authorize(&state.store, bearer(&req)?, &biz).await?;
+    let ids = state.snowflake.next_ids(&biz, count.get())?;
+    let worker_id = ids
+        .first()
+        .and_then(|&id| crate::snowflake::decode(id, state.snowflake.epoch_ms()).ok())
+        .map(|d| d.worker_id);
+    Ok(HttpResponse::Ok().json(json!({
+        "biz": biz.as_str(),
+        "worker_id": worker_id,
+        "ids": ids,
+    })))
+}
+
+/// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers.
+async fn decode(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
+    let value = req.match_info().get("id").unwrap_or_default();
+    let d = parse_and_decode(value, state.snowflake.epoch_ms()).map_err(ApiError::BadRequest)?;
+    authorize(&state.store, bearer(&req)?, &biz).await?;
+    Ok(HttpResponse::Ok().json(json!({
+        "id": value.parse::<i64>().unwrap_or_default(),
+        "timestamp_ms": d.timestamp_ms,
+        "time": format!("{}Z", leaf_time(d.timestamp_ms).replacen(' ', "T", 1)),
+        "worker_id": d.worker_id,
+        "sequence": d.sequence,
+    })))
+}

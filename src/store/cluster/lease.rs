@@ -1,0 +1,177 @@
+//! Snowflake worker-ID leases: which database may lease which worker ID, taking one on
+//! a random live database, renewing and releasing it.
+//!
+//! A database leases only the worker IDs of its own residue class (`w % delta ==
+//! remainder`): the configured classes are pairwise disjoint, so two databases can never
+//! lease one worker ID, and no database needs to know about the others.
+
+use std::time::Duration;
+
+use rand::seq::SliceRandom;
+
+use super::Store;
+use crate::metrics::FetchOutcome;
+use crate::snowflake::MAX_WORKER_ID;
+use crate::store::{DbError, LeaseRenewal, LeaseRow, StoreError};
+
+/// How many worker IDs there are (0 to 1023).
+pub const WORKER_IDS: u16 = MAX_WORKER_ID + 1;
+
+/// Lost races on one database before the next database is tried.
+const TAKES_PER_DATABASE: usize = 8;
+
+/// A worker ID leased from one database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Index of the database holding the lease row.
+    pub database: usize,
+    /// The leased worker ID.
+    pub worker_id: u16,
+    /// Who holds it: this process.
+    pub holder: String,
+    /// The row's version as last written by this holder.
+    pub version: i64,
+    /// Every timestamp at or below this may have been issued with this worker ID by an
+    /// earlier holder (its recorded last timestamp and bound): issue only above it.
+    pub floor_ms: i64,
+    /// When the lease runs out, by the database's clock.
+    pub expires_ms: i64,
+}
+
+impl Lease {
+    fn from_row(database: usize, row: &LeaseRow) -> Lease {
+        Lease {
+            database,
+            worker_id: row.worker_id,
+            holder: row.holder.clone(),
+            version: row.version,
+            floor_ms: row.last_ms.max(row.bound_ms),
+            expires_ms: row.expires_ms,
+        }
+    }
+}
+
+/// Milliseconds of `d`, saturating.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// The worker IDs database `i` may lease: those of its residue class.
+    pub fn worker_ids_of(&self, i: usize) -> Vec<u16> {
+        let residue = self.dbs[i].residue;
+        (0..WORKER_IDS)
+            .filter(|&w| residue.contains(i64::from(w)))
+            .collect()
+    }
+
+    /// The name of database `i`.
+    pub fn database_name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Takes a free worker ID for `holder` on a random live database, lowest first: one
+    /// with no lease row, or whose lease ran out more than `grace` ago (by that
+    /// database's clock). A database that fails is backed off and the next is tried.
+    ///
+    /// # Errors
+    /// [`StoreError::Unavailable`] when no live database has a free worker ID or
+    /// answers.
+    pub async fn take_lease(
+        &self,
+        holder: &str,
+        lease: Duration,
+        grace: Duration,
+    ) -> Result<Lease, StoreError> {
+        let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        order.shuffle(&mut rand::rng());
+        let mut why = Vec::new();
+        for i in order {
+            match self.take_on(i, holder, millis(lease), millis(grace)).await {
+                Ok(Some(lease)) => return Ok(lease),
+                Ok(None) => why.push(format!(
+                    "\"{}\": every worker ID of its class is leased",
+                    self.names[i]
+                )),
+                Err(e) => why.push(format!("\"{}\": {e}", self.names[i])),
+            }
+        }
+        if why.is_empty() {
+            why.push(self.last_errors());
+        }
+        Err(StoreError::Unavailable(format!(
+            "no worker ID could be leased: {}",
+            why.join("; ")
+        )))
+    }
+
+    /// Tries the free worker IDs of database `i`, lowest first.
+    async fn take_on(
+        &self,
+        i: usize,
+        holder: &str,
+        lease_ms: i64,
+        grace_ms: i64,
+    ) -> Result<Option<Lease>, DbError> {
+        let db = &self.dbs[i];
+        let rows = self.call(i, db.store.leases()).await?;
+        let free = self.worker_ids_of(i).into_iter().filter(|w| {
+            rows.iter()
+                .find(|r| r.worker_id == *w)
+                .is_none_or(|r| r.expires_ms.saturating_add(grace_ms) < r.db_now_ms)
+        });
+        for w in free.take(TAKES_PER_DATABASE) {
+            let taken = self
+                .call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
+                .await?;
+            match taken {
+                Some(row) => {
+                    db.metrics.outcome(FetchOutcome::Ok);
+                    return Ok(Some(Lease::from_row(i, &row)));
+                }
+                // Taken by another process since the read: the next one.
+                None => db.metrics.outcome(FetchOutcome::Conflict),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Renews `lease` until `lease_for` from its database's clock now, recording
+    /// `last_ms` and `bound_ms`; a negative `lease_for_ms` releases it. Returns the
+    /// renewed lease, or `None` when it is no longer this holder's (taken by another
+    /// process, or its database went back in time).
+    ///
+    /// # Errors
+    /// [`DbError`] when the database fails or does not answer in time (it is backed
+    /// off); whether the renewal landed is then unknown.
+    pub async fn renew_lease(
+        &self,
+        lease: &Lease,
+        lease_for_ms: i64,
+        last_ms: i64,
+        bound_ms: i64,
+    ) -> Result<Option<Lease>, DbError> {
+        let renewal = LeaseRenewal {
+            worker_id: lease.worker_id,
+            holder: lease.holder.clone(),
+            version: lease.version,
+            expires_in_ms: lease_for_ms,
+            last_ms,
+            bound_ms,
+        };
+        let i = lease.database;
+        let row = self
+            .call(i, self.dbs[i].store.renew_lease(&renewal))
+            .await?;
+        Ok(row.map(|row| Lease {
+            floor_ms: lease.floor_ms,
+            ..Lease::from_row(i, &row)
+        }))
+    }
+
+    /// Every lease row of every database, for status pages and tests.
+    pub async fn list_leases(&self) -> Vec<(String, Result<Vec<LeaseRow>, DbError>)> {
+        let results = self.on_all(|db| db.leases()).await;
+        self.names.iter().cloned().zip(results).collect()
+    }
+}

@@ -1,0 +1,468 @@
+//! This server's snowflake worker: a worker ID leased from the databases, kept renewed,
+//! and IDs issued only while that cannot repeat one.
+//!
+//! Three rules make a worker ID's IDs unique across its holders, whatever their clocks:
+//! - **Bound.** Every renewal records `bound_ms` (the holder's clock plus the lease) in
+//!   the lease row before the holder issues up to it; the holder never issues a
+//!   timestamp above the bound it recorded, and a later holder never issues one at or
+//!   below the row's bound.
+//! - **Deadline.** A holder stops issuing `lease` after it sent its last successful
+//!   renewal (less a margin), by its monotonic clock, checked after the ID's timestamp
+//!   was read: a process frozen by SIGSTOP past its lease issues nothing after SIGCONT.
+//! - **Waiting out.** Another process can take the worker ID only a grace period after
+//!   the lease ran out by the database's clock, and then issues its first ID only
+//!   `lease` after taking it: by then every earlier holder has stopped, even one whose
+//!   database was restored from a backup (its renewals fail from then on).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use prometheus::IntCounter;
+
+use crate::biz::BizTag;
+use crate::config::SnowflakeConfig;
+use crate::metrics::SnowflakeMetrics;
+use crate::snowflake::{Clock, Generator, Pause, SnowflakeError, SystemClock, SystemPause};
+use crate::store::{Lease, Store};
+
+/// Why no snowflake ID was issued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IssueError {
+    #[error("snowflake IDs are not served for biz `{0}`")]
+    NotServed(BizTag),
+    #[error("no worker ID is leased yet: {0}")]
+    NoWorkerId(String),
+    #[error(
+        "the clock is {by} ms behind the last timestamp issued; no snowflake ID until it has caught up"
+    )]
+    ClockBehind {
+        /// Milliseconds to wait.
+        by: i64,
+    },
+    #[error("{0}")]
+    Clock(SnowflakeError),
+}
+
+impl IssueError {
+    /// How long a caller should wait before asking again, when known.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            IssueError::NoWorkerId(_) => Some(Duration::from_secs(1)),
+            IssueError::ClockBehind { by } => {
+                Some(Duration::from_millis(u64::try_from(*by).unwrap_or(0)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// A [`Pause`] that counts the backward clock steps it waited out.
+struct Counting {
+    inner: SystemPause,
+    waited: u64,
+}
+
+impl Pause for Counting {
+    fn pause_ms(&mut self, ms: u64) {
+        // The generator pauses 0 ms to spin to the next millisecond, more only to
+        // wait out a clock that went back.
+        if ms > 0 {
+            self.waited += 1;
+        }
+        self.inner.pause_ms(ms);
+    }
+
+    fn sequence_start(&mut self) -> u16 {
+        self.inner.sequence_start()
+    }
+}
+
+/// A lease this server issues with.
+struct Active {
+    lease: Lease,
+    generator: Generator<SystemClock>,
+    pause: Counting,
+    /// Nothing is issued once the monotonic clock reaches this: the lease may have
+    /// run out.
+    deadline: Instant,
+    /// The bound recorded in the lease row: nothing is issued above it.
+    bound_ms: i64,
+    /// Whether the clock being behind was logged, so that a stretch of refusals logs
+    /// once.
+    behind_logged: bool,
+}
+
+enum State {
+    /// No worker ID: none leased yet, or the lease was lost or lapsed.
+    Idle,
+    /// Leased; waiting out earlier holders until `until` before the first ID.
+    Waiting {
+        lease: Lease,
+        until: Instant,
+        deadline: Instant,
+    },
+    Active(Box<Active>),
+    /// Released at shutdown: nothing more is issued.
+    Stopped,
+}
+
+/// What the renewal loop needs to know of the state, read under the lock.
+enum Phase {
+    Idle,
+    Holding { lease: Lease, last_ms: i64 },
+    Stopped,
+}
+
+/// This server's snowflake worker.
+pub struct Worker {
+    store: Arc<Store>,
+    config: SnowflakeConfig,
+    /// This process, as written in the lease rows.
+    holder: String,
+    /// Plain mutex: held to issue a batch or update the state, never across an await.
+    state: Mutex<State>,
+    metrics: SnowflakeMetrics,
+    /// The IDs counter of every configured biz.
+    issued: HashMap<BizTag, IntCounter>,
+}
+
+impl Worker {
+    /// A worker with no lease yet; [`Worker::run`] leases and renews.
+    pub fn new(store: Arc<Store>, config: SnowflakeConfig) -> Worker {
+        let metrics = store.metrics().snowflake().clone();
+        let issued = config
+            .bizs
+            .iter()
+            .map(|b| (b.clone(), metrics.ids_counter(b)))
+            .collect();
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        let holder = format!(
+            "{host}:{}:{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
+        Worker {
+            store,
+            config,
+            holder,
+            state: Mutex::new(State::Idle),
+            metrics,
+            issued,
+        }
+    }
+
+    /// Whether `biz` gets snowflake IDs here.
+    pub fn serves(&self, biz: &BizTag) -> bool {
+        self.config.serves(biz)
+    }
+
+    /// The snowflake epoch (Unix milliseconds).
+    pub fn epoch_ms(&self) -> i64 {
+        self.config.epoch_ms
+    }
+
+    /// The worker ID this server issues with, if it does.
+    pub fn worker_id(&self) -> Option<u16> {
+        match &*self.state.lock() {
+            State::Active(a) => Some(a.lease.worker_id),
+            _ => None,
+        }
+    }
+
+    /// `n` snowflake IDs of `biz`, increasing.
+    ///
+    /// # Errors
+    /// [`IssueError`] when `biz` is not served, no worker ID is held or its lease may
+    /// have run out, or the clock is behind; no ID of a failed batch is issued.
+    pub fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, IssueError> {
+        let counter = self
+            .issued
+            .get(biz)
+            .filter(|_| self.config.enabled)
+            .ok_or_else(|| IssueError::NotServed(biz.clone()))?;
+        let mut state = self.state.lock();
+        let active = match &mut *state {
+            State::Active(a) => a,
+            State::Waiting { until, .. } => {
+                let left = until.saturating_duration_since(Instant::now());
+                return Err(IssueError::NoWorkerId(format!(
+                    "worker ID leased, waiting {} ms more for earlier holders to stop",
+                    left.as_millis()
+                )));
+            }
+            State::Idle => {
+                return Err(IssueError::NoWorkerId(
+                    "no database has leased one to this server".into(),
+                ));
+            }
+            State::Stopped => return Err(IssueError::NoWorkerId("the server is stopping".into())),
+        };
+        let mut ids = Vec::with_capacity(n);
+        let issued = (0..n).try_for_each(|_| {
+            let id = active.next_id()?;
+            ids.push(id);
+            Ok(())
+        });
+        let waited = std::mem::take(&mut active.pause.waited);
+        if waited > 0 {
+            self.metrics.clock_back("waited", waited);
+        }
+        match issued {
+            Ok(()) => {
+                active.behind_logged = false;
+                counter.inc_by(ids.len() as u64);
+                Ok(ids)
+            }
+            Err(e) => {
+                if let IssueError::ClockBehind { by } = e {
+                    self.metrics.clock_back("refused", 1);
+                    if !std::mem::replace(&mut active.behind_logged, true) {
+                        tracing::error!(
+                            by_ms = by,
+                            worker_id = active.lease.worker_id,
+                            "the clock went back; no snowflake ID until it has caught up"
+                        );
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Leases a worker ID and keeps it renewed, until aborted. Never returns.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let pause = self.step().await;
+            tokio::time::sleep(pause).await;
+        }
+    }
+
+    /// One round of the lease loop; returns how long to wait before the next.
+    async fn step(&self) -> Duration {
+        let phase = match &*self.state.lock() {
+            State::Idle => Phase::Idle,
+            State::Stopped => Phase::Stopped,
+            State::Waiting { lease, .. } => Phase::Holding {
+                lease: lease.clone(),
+                last_ms: lease.floor_ms,
+            },
+            State::Active(a) => Phase::Holding {
+                lease: a.lease.clone(),
+                last_ms: a.generator.last_ms(),
+            },
+        };
+        match phase {
+            Phase::Stopped => Duration::from_secs(3600),
+            Phase::Idle => self.take().await,
+            Phase::Holding { lease, last_ms } => self.renew(&lease, last_ms).await,
+        }
+    }
+
+    /// The lease's length in milliseconds.
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// When a lease renewed (or taken) at `sent` must stop being used: before it can
+    /// have run out by the database's clock, with a tenth of it to spare for clocks
+    /// that run at slightly different rates.
+    fn deadline(&self, sent: Instant) -> Instant {
+        sent + self.config.lease - self.config.lease / 10
+    }
+
+    async fn take(&self) -> Duration {
+        let sent = Instant::now();
+        match self
+            .store
+            .take_lease(&self.holder, self.config.lease, self.config.grace)
+            .await
+        {
+            Ok(lease) => {
+                self.metrics.acquisition("ok");
+                tracing::info!(
+                    worker_id = lease.worker_id,
+                    database = self.store.database_name(lease.database),
+                    floor_ms = lease.floor_ms,
+                    wait_ms = self.lease_ms(),
+                    "leased a snowflake worker ID; waiting out earlier holders before the first ID"
+                );
+                self.metrics.set_lease(Some(lease.worker_id), "waiting");
+                let mut state = self.state.lock();
+                if matches!(*state, State::Idle) {
+                    *state = State::Waiting {
+                        lease,
+                        until: sent + self.config.lease,
+                        deadline: self.deadline(sent),
+                    };
+                }
+                self.config.renew.min(self.config.lease)
+            }
+            Err(e) => {
+                self.metrics.acquisition("failed");
+                tracing::warn!(error = %e, "cannot lease a snowflake worker ID; trying again");
+                self.config.renew
+            }
+        }
+    }
+
+    async fn renew(&self, lease: &Lease, last_ms: i64) -> Duration {
+        let sent = Instant::now();
+        let bound_ms = SystemClock.now_ms().saturating_add(self.lease_ms());
+        let renewed = self
+            .store
+            .renew_lease(lease, self.lease_ms(), last_ms, bound_ms)
+            .await;
+        let mut state = self.state.lock();
+        // The state may have moved on while the renewal ran (stopped, or lapsed).
+        let same = |l: &Lease| l.worker_id == lease.worker_id && l.version == lease.version;
+        let current_deadline = match &*state {
+            State::Waiting {
+                lease: l, deadline, ..
+            } if same(l) => *deadline,
+            State::Active(a) if same(&a.lease) => a.deadline,
+            _ => return self.config.renew,
+        };
+        match renewed {
+            Ok(Some(renewed)) => {
+                self.metrics.renewal("ok");
+                let deadline = self.deadline(sent);
+                let next = match std::mem::replace(&mut *state, State::Idle) {
+                    State::Waiting { until, .. } if Instant::now() < until => {
+                        *state = State::Waiting {
+                            lease: renewed,
+                            until,
+                            deadline,
+                        };
+                        until.saturating_duration_since(Instant::now())
+                    }
+                    State::Waiting { .. } => {
+                        match Generator::new(
+                            SystemClock,
+                            self.config.epoch_ms,
+                            u32::from(renewed.worker_id),
+                            renewed.floor_ms,
+                        ) {
+                            Ok(generator) => {
+                                tracing::info!(
+                                    worker_id = renewed.worker_id,
+                                    "issuing snowflake IDs"
+                                );
+                                self.metrics.set_lease(Some(renewed.worker_id), "active");
+                                *state = State::Active(Box::new(Active {
+                                    lease: renewed,
+                                    generator,
+                                    pause: Counting {
+                                        inner: SystemPause::default(),
+                                        waited: 0,
+                                    },
+                                    deadline,
+                                    bound_ms,
+                                    behind_logged: false,
+                                }));
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "cannot issue with the leased worker ID");
+                            }
+                        }
+                        Duration::ZERO
+                    }
+                    State::Active(mut a) => {
+                        a.lease = renewed;
+                        a.deadline = deadline;
+                        a.bound_ms = a.bound_ms.max(bound_ms);
+                        *state = State::Active(a);
+                        Duration::ZERO
+                    }
+                    other => {
+                        *state = other;
+                        Duration::ZERO
+                    }
+                };
+                next.min(self.config.renew).max(Duration::from_millis(1))
+            }
+            Ok(None) => {
+                self.metrics.renewal("lost");
+                self.metrics.set_lease(None, "none");
+                tracing::error!(
+                    worker_id = lease.worker_id,
+                    "the snowflake worker ID's lease is no longer this server's (taken over, or its database went back in time); stopped issuing with it"
+                );
+                *state = State::Idle;
+                Duration::ZERO
+            }
+            Err(e) => {
+                self.metrics.renewal("failed");
+                if Instant::now() >= current_deadline {
+                    self.metrics.set_lease(None, "none");
+                    tracing::error!(worker_id = lease.worker_id, error = %e, "could not renew the snowflake worker ID's lease in time; stopped issuing with it");
+                    *state = State::Idle;
+                    Duration::ZERO
+                } else {
+                    tracing::warn!(worker_id = lease.worker_id, error = %e, "could not renew the snowflake worker ID's lease; trying again");
+                    // Retried sooner than the usual renewal: the deadline approaches.
+                    self.config.renew / 4
+                }
+            }
+        }
+    }
+
+    /// Stops issuing and releases the lease, recording the last timestamp issued, so
+    /// that the worker ID is free at once. Bounded by the store's fetch timeout.
+    pub async fn release(&self) {
+        let held = match std::mem::replace(&mut *self.state.lock(), State::Stopped) {
+            State::Active(a) => Some((a.lease.clone(), a.generator.last_ms(), a.bound_ms)),
+            State::Waiting { lease, .. } => Some((lease.clone(), lease.floor_ms, lease.floor_ms)),
+            State::Idle | State::Stopped => None,
+        };
+        self.metrics.set_lease(None, "none");
+        let Some((lease, last_ms, bound_ms)) = held else {
+            return;
+        };
+        let grace_ms = i64::try_from(self.config.grace.as_millis()).unwrap_or(i64::MAX);
+        match self
+            .store
+            .renew_lease(&lease, -grace_ms.saturating_add(1), last_ms, bound_ms)
+            .await
+        {
+            Ok(Some(_)) => {
+                tracing::info!(
+                    worker_id = lease.worker_id,
+                    last_ms,
+                    "released the snowflake worker ID"
+                );
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(worker_id = lease.worker_id, error = %e, "could not release the snowflake worker ID; it is free once its lease and grace period have run out");
+            }
+        }
+    }
+}
+
+impl Active {
+    /// One ID, checked against the lease after its timestamp was read.
+    fn next_id(&mut self) -> Result<i64, IssueError> {
+        let id = self
+            .generator
+            .next_id(&mut self.pause)
+            .map_err(|e| match e {
+                SnowflakeError::ClockBehind { by } => IssueError::ClockBehind { by },
+                e => IssueError::Clock(e),
+            })?;
+        if Instant::now() >= self.deadline {
+            return Err(IssueError::NoWorkerId(
+                "the worker ID's lease was not renewed in time".into(),
+            ));
+        }
+        if self.generator.last_ms() > self.bound_ms {
+            return Err(IssueError::NoWorkerId(
+                "the worker ID's lease was not renewed in time (the clock passed its recorded bound)".into(),
+            ));
+        }
+        Ok(id)
+    }
+}

@@ -1,0 +1,608 @@
+//! Snowflake IDs with worker IDs leased from the databases, tested on real processes:
+//! three servers sharing two PostgreSQL databases, a server frozen by SIGSTOP past its
+//! lease, a database stopped under a lease, and clocks stepped back with Debian's
+//! `faketime` (also across a restart). The lease rows themselves are tested against
+//! both stores.
+
+use crate::by_kind;
+use crate::common;
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::cli::{config_file, segmint_ok};
+use common::http::{Remote, Resp, Target, bearer, metric, v1};
+use common::*;
+use segmint::config::Config;
+use segmint::store::Store;
+
+/// Leases short enough for a test: a new holder waits 600 ms before its first ID.
+const FAST_LEASES: &str = r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 600, renew_ms = 150, grace_ms = 300 }"#;
+
+/// Leaf's decoding, as `LeafMonitorController.decodeSnowflakeId` writes it:
+/// (timestamp, worker ID, sequence).
+fn leaf_decode(id: i64) -> (i64, i64, i64) {
+    let timestamp = (id >> 22) + 1288834974657;
+    let worker_id = (id >> 12) ^ (id >> 22 << 10);
+    let sequence = id ^ (id >> 12 << 12);
+    (timestamp, worker_id, sequence)
+}
+
+fn worker_of(id: i64) -> i64 {
+    leaf_decode(id).1
+}
+
+/// Databases with the biz `order`, a token for it, and the configuration file that
+/// the CLI and the server processes read.
+struct Setup {
+    dbs: Databases,
+    toml: String,
+    /// The configuration file, kept for the life of the test.
+    _file: tempfile::NamedTempFile,
+    token: String,
+}
+
+impl Setup {
+    fn start(n: usize, extra: &str) -> Setup {
+        let dbs = Databases::start(Kind::Postgres, n);
+        let toml = config_toml_urls(&dbs.urls(), extra);
+        let file = config_file(&toml);
+        segmint_ok(file.path(), &["migrate"], &[]);
+        segmint_ok(file.path(), &["biz", "add", "order", "--step", "1000"], &[]);
+        let token = segmint_ok(file.path(), &["token", "add", "--biz", "order"], &[])
+            .trim()
+            .to_owned();
+        Setup {
+            dbs,
+            toml,
+            _file: file,
+            token,
+        }
+    }
+
+    async fn server(&self) -> ServerProcess {
+        ServerProcess::start(&self.toml).await
+    }
+
+    /// The worker IDs leased in database `i`, with their holders.
+    fn leases(&self, i: usize) -> String {
+        self.dbs.sql(
+            i,
+            "SELECT worker_id || ':' || holder FROM segmint_worker_lease ORDER BY worker_id",
+        )
+    }
+}
+
+/// `count` snowflake IDs of `order` from `/v1/snowflake/order`, or the answer.
+async fn try_snowflakes(target: &impl Target, token: &str, count: usize) -> Result<Vec<i64>, Resp> {
+    let r = v1(
+        target,
+        false,
+        &format!("/v1/snowflake/order?count={count}"),
+        bearer(token),
+    )
+    .await;
+    if r.status != 200 {
+        return Err(r);
+    }
+    Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids"))
+}
+
+/// Waits until `target` issues snowflake IDs (its lease is active); the first batch.
+async fn first_snowflakes(target: &impl Target, token: &str) -> Vec<i64> {
+    eventually(
+        Duration::from_secs(15),
+        "the server issues snowflake IDs",
+        async || {
+            try_snowflakes(target, token, 10)
+                .await
+                .map_err(|r| format!("{r:?}"))
+        },
+    )
+    .await
+}
+
+fn assert_increasing(ids: &[i64], what: &str) {
+    for pair in ids.windows(2) {
+        assert!(pair[0] < pair[1], "{what}: {} then {}", pair[0], pair[1]);
+    }
+}
+
+/// Three servers share two databases and issue more than 1,000,000 snowflake IDs at
+/// once: no duplicate, three distinct worker IDs, each leased in the database whose
+/// class holds it, each server's IDs increasing, every ID decoded by Leaf's formula
+/// to its server's worker ID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_on_two_databases_issue_a_million_unique_ids() {
+    let setup = Setup::start(2, FAST_LEASES);
+    let servers = [
+        setup.server().await,
+        setup.server().await,
+        setup.server().await,
+    ];
+    let remotes: Vec<Remote> = servers
+        .iter()
+        .map(|s| s.remote(Duration::from_secs(30)))
+        .collect();
+    let batches = 7;
+    let batch = 50_000;
+    let runs = remotes.iter().map(|remote| {
+        let token = setup.token.clone();
+        async move {
+            let mut ids = first_snowflakes(remote, &token).await;
+            for _ in 0..batches {
+                ids.extend(
+                    try_snowflakes(remote, &token, batch)
+                        .await
+                        .unwrap_or_else(|r| panic!("{r:?}")),
+                );
+            }
+            ids
+        }
+    });
+    let per_server = futures_util::future::join_all(runs).await;
+    let mut all = Vec::new();
+    let mut workers = HashSet::new();
+    for (i, ids) in per_server.iter().enumerate() {
+        assert_increasing(ids, &format!("server {i}"));
+        let own: HashSet<i64> = ids.iter().map(|&id| worker_of(id)).collect();
+        assert_eq!(
+            own.len(),
+            1,
+            "server {i} issued with one worker ID: {own:?}"
+        );
+        workers.extend(own);
+        all.extend_from_slice(ids);
+    }
+    assert!(all.len() >= 1_000_000, "{} IDs", all.len());
+    assert_unique(&all);
+    assert_eq!(workers.len(), 3, "distinct worker IDs: {workers:?}");
+    // Each database leased only the worker IDs of its class (i mod 2).
+    for i in 0..2 {
+        let leased = setup.leases(i);
+        for line in leased.lines() {
+            let w: i64 = line.split(':').next().unwrap().parse().unwrap();
+            assert_eq!(
+                w % 2,
+                i as i64,
+                "database {i} leased worker ID {w}: {leased}"
+            );
+        }
+    }
+    let leased: usize = (0..2).map(|i| setup.leases(i).lines().count()).sum();
+    assert_eq!(leased, 3, "one lease row per server");
+    // The decode route agrees with Leaf's formula.
+    let id = all[all.len() / 2];
+    let r = v1(
+        &remotes[0],
+        false,
+        &format!("/v1/snowflake/order/decode/{id}"),
+        bearer(&setup.token),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let body = r.json();
+    let (timestamp, worker, sequence) = leaf_decode(id);
+    assert_eq!(body["timestamp_ms"], timestamp, "{body}");
+    assert_eq!(body["worker_id"], worker, "{body}");
+    assert_eq!(body["sequence"], sequence, "{body}");
+}
+
+/// A server frozen by SIGSTOP past its lease loses its worker ID to another server,
+/// and after SIGCONT issues nothing more with it: it answers 503 until it has leased
+/// another worker ID and waited out earlier holders, then issues with that one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_frozen_past_its_lease_never_issues_with_it_again() {
+    let setup = Setup::start(1, FAST_LEASES);
+    let frozen = setup.server().await;
+    let frozen_remote = frozen.remote(Duration::from_secs(5));
+    let mut all = first_snowflakes(&frozen_remote, &setup.token).await;
+    let old_worker = worker_of(all[0]);
+    all.extend(
+        try_snowflakes(&frozen_remote, &setup.token, 1000)
+            .await
+            .unwrap(),
+    );
+    send_signal(frozen.child.0.id(), "STOP").unwrap();
+    // Past the lease (600 ms) and the grace period (300 ms) by the database's clock.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let taker_process = setup.server().await;
+    let taker = taker_process.remote(Duration::from_secs(5));
+    let taken = first_snowflakes(&taker, &setup.token).await;
+    assert_eq!(
+        worker_of(taken[0]),
+        old_worker,
+        "the lowest free worker ID is the frozen server's"
+    );
+    all.extend(taken);
+    send_signal(frozen.child.0.id(), "CONT").unwrap();
+    let resumed = Instant::now();
+    let mut refused = 0;
+    let mut after = Vec::new();
+    // Ask the thawed server at once and until it issues again, while the taker issues.
+    while resumed.elapsed() < Duration::from_secs(10) {
+        all.extend(try_snowflakes(&taker, &setup.token, 100).await.unwrap());
+        match try_snowflakes(&frozen_remote, &setup.token, 100).await {
+            Ok(ids) => {
+                after.extend(ids);
+                if after.len() > 1000 {
+                    break;
+                }
+            }
+            Err(r) => {
+                assert_eq!(r.status, 503, "{r:?}");
+                assert!(r.retry_after.is_some(), "{r:?}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "the thawed server refused at first");
+    assert!(
+        !after.is_empty(),
+        "the thawed server issues again with a new worker ID"
+    );
+    for id in &after {
+        assert_ne!(
+            worker_of(*id),
+            old_worker,
+            "issued {id} with the lost worker ID"
+        );
+    }
+    all.extend(after);
+    assert_unique(&all);
+    // It found the lease taken at its next renewal, or (when the freeze caught a
+    // renewal in flight) saw that renewal time out past its deadline: either way it
+    // stopped issuing with the worker ID, and says so.
+    let mut stopped = 0.0;
+    for outcome in ["lost", "failed"] {
+        stopped += metric(
+            &frozen_remote,
+            &format!("segmint_snowflake_lease_renewals_total{{outcome=\"{outcome}\"}}"),
+        )
+        .await;
+    }
+    assert!(stopped >= 1.0, "counted: {stopped}");
+    assert!(
+        frozen.log_text().contains("stopped issuing with it"),
+        "{}",
+        frozen.log_text()
+    );
+}
+
+/// The database holding a server's lease stops: the server issues until its lease
+/// would run out, then leases a worker ID from the other database (the other class);
+/// no duplicate, and the first database coming back changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_down_under_a_lease_moves_the_server_to_the_other_database() {
+    let setup = Setup::start(2, FAST_LEASES);
+    let server = setup.server().await;
+    let remote = server.remote(Duration::from_secs(5));
+    let mut all = first_snowflakes(&remote, &setup.token).await;
+    let first = worker_of(all[0]);
+    let db = usize::try_from(first % 2).unwrap();
+    setup.dbs.stop(db);
+    let stopped = Instant::now();
+    let moved = eventually(
+        Duration::from_secs(15),
+        "IDs with a worker ID of the other database",
+        async || match try_snowflakes(&remote, &setup.token, 100).await {
+            Ok(ids) => {
+                all.extend_from_slice(&ids);
+                let last = worker_of(*ids.last().unwrap());
+                if last % 2 != first % 2 {
+                    return Ok(last);
+                }
+                Err(format!("still worker ID {last}"))
+            }
+            Err(r) if r.status == 503 => Err(format!("{r:?}")),
+            Err(r) => panic!("{r:?}"),
+        },
+    )
+    .await;
+    // The old worker ID stops within its lease of the last renewal.
+    let old_after: Vec<i64> = all
+        .iter()
+        .copied()
+        .filter(|&id| worker_of(id) == first)
+        .collect();
+    assert!(!old_after.is_empty());
+    assert!(
+        stopped.elapsed() > Duration::from_millis(400),
+        "moved only once the lease ran out"
+    );
+    setup.dbs.start_again(db);
+    for _ in 0..20 {
+        let ids = try_snowflakes(&remote, &setup.token, 500).await.unwrap();
+        assert!(ids.iter().all(|&id| worker_of(id) == moved), "{ids:?}");
+        all.extend(ids);
+    }
+    assert_unique(&all);
+    let failed = metric(
+        &remote,
+        "segmint_snowflake_lease_renewals_total{outcome=\"failed\"}",
+    )
+    .await;
+    assert!(failed >= 1.0, "failed renewals are counted: {failed}");
+}
+
+/// libfaketime, installed by `scripts/test` (Debian's `faketime`).
+fn faketime_lib() -> PathBuf {
+    let lib = PathBuf::from(format!(
+        "/usr/lib/{}-linux-gnu/faketime/libfaketime.so.1",
+        std::env::consts::ARCH
+    ));
+    assert!(
+        lib.exists(),
+        "{} is missing: install Debian's faketime (scripts/test does)",
+        lib.display()
+    );
+    lib
+}
+
+/// A server whose wall clock is shifted by the offset in a file the test rewrites
+/// (`+0`, `-0.004`, `-3` seconds); its monotonic clock stays true, so timers work.
+struct ShiftedClock {
+    file: tempfile::NamedTempFile,
+}
+
+impl ShiftedClock {
+    fn new(offset: &str) -> ShiftedClock {
+        let clock = ShiftedClock {
+            file: tempfile::NamedTempFile::new().unwrap(),
+        };
+        clock.set(offset);
+        clock
+    }
+
+    fn set(&self, offset: &str) {
+        std::fs::write(self.file.path(), format!("{offset}\n")).unwrap();
+    }
+
+    fn env(&self, lib: &Path) -> Vec<(String, String)> {
+        vec![
+            ("LD_PRELOAD".into(), lib.display().to_string()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".into(),
+                self.file.path().display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".into(), "1".into()),
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ]
+    }
+
+    async fn server(&self, setup: &Setup) -> ServerProcess {
+        let env = self.env(&faketime_lib());
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        ServerProcess::start_with_env(&setup.toml, &env).await
+    }
+}
+
+/// The clock steps back by 4 ms (waited out: IDs keep increasing) and by 3 s (503
+/// with `Retry-After`, a log line and the clock-back metric until the clock has
+/// caught up; then IDs above every earlier one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_steps_back_are_waited_out_or_refused_until_caught_up() {
+    let setup = Setup::start(1, FAST_LEASES);
+    let clock = ShiftedClock::new("+0");
+    let process = clock.server(&setup).await;
+    let server = process.remote(Duration::from_secs(5));
+    let mut all = first_snowflakes(&server, &setup.token).await;
+    all.extend(try_snowflakes(&server, &setup.token, 100).await.unwrap());
+    clock.set("-0.004");
+    for _ in 0..20 {
+        all.extend(try_snowflakes(&server, &setup.token, 50).await.unwrap());
+    }
+    assert_increasing(&all, "across a 4 ms step back");
+    let before_big = *all.last().unwrap();
+    clock.set("-3.004");
+    let r = try_snowflakes(&server, &setup.token, 1).await.unwrap_err();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], "clock_behind", "{r:?}");
+    let wait: u64 = r.retry_after.as_deref().unwrap().parse().unwrap();
+    assert!((2..=4).contains(&wait), "Retry-After {wait}");
+    let refused = metric(
+        &server,
+        "segmint_snowflake_clock_back_total{outcome=\"refused\"}",
+    )
+    .await;
+    assert!(refused >= 1.0, "{refused}");
+    let caught_up = eventually(
+        Duration::from_secs(8),
+        "IDs again once the clock caught up",
+        async || {
+            try_snowflakes(&server, &setup.token, 10)
+                .await
+                .map_err(|r| format!("{r:?}"))
+        },
+    )
+    .await;
+    assert!(
+        caught_up[0] > before_big,
+        "{} after {before_big}",
+        caught_up[0]
+    );
+    all.extend(caught_up);
+    assert_increasing(&all, "across a 3 s step back");
+    assert!(process.log_text().contains("the clock went back"));
+}
+
+/// A server stopped and started again with its clock 5 s behind gets its worker ID
+/// back, and issues nothing at or below what was recorded for it: 503 until its
+/// clock has passed the recorded bound, then IDs above every earlier one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_with_the_clock_behind_waits_for_the_recorded_timestamp() {
+    let setup = Setup::start(1, FAST_LEASES);
+    let clock = ShiftedClock::new("+0");
+    let mut server = clock.server(&setup).await;
+    let remote = server.remote(Duration::from_secs(5));
+    let mut before = first_snowflakes(&remote, &setup.token).await;
+    before.extend(try_snowflakes(&remote, &setup.token, 1000).await.unwrap());
+    server.terminate_within(Duration::from_secs(10)).await;
+    assert!(
+        server
+            .log_text()
+            .contains("released the snowflake worker ID")
+    );
+    clock.set("-5");
+    let restarted_process = clock.server(&setup).await;
+    let restarted = restarted_process.remote(Duration::from_secs(5));
+    let started = Instant::now();
+    let mut behind = 0;
+    let after = eventually(
+        Duration::from_secs(15),
+        "IDs once the clock passed the recorded bound",
+        async || match try_snowflakes(&restarted, &setup.token, 10).await {
+            Ok(ids) => Ok(ids),
+            Err(r) => {
+                assert_eq!(r.status, 503, "{r:?}");
+                if r.json()["error"]["code"] == "clock_behind" {
+                    behind += 1;
+                }
+                Err(format!("{r:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(behind > 0, "refused while the clock was behind");
+    assert!(
+        started.elapsed() > Duration::from_secs(4),
+        "issued after {:?}, with the clock 5 s behind",
+        started.elapsed()
+    );
+    assert_eq!(
+        worker_of(after[0]),
+        worker_of(before[0]),
+        "the same worker ID"
+    );
+    assert!(
+        after[0] > *before.last().unwrap(),
+        "{} after {}",
+        after[0],
+        before.last().unwrap()
+    );
+}
+
+/// The lease rows against a real database: a store of two databases leases only the
+/// worker IDs of each one's class; a lease is taken again only a grace period after
+/// it ran out, with the earlier holder's bound as the new holder's floor; renewals are
+/// compare-and-set on holder and version, and last/bound only grow.
+async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
+    let n = match kind {
+        Kind::Postgres => 2,
+        Kind::Embedded => 1,
+    };
+    let dbs = Databases::start(kind, n);
+    let config: Config = dbs.config("");
+    let store = Store::connect(&config).unwrap();
+    for (name, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let lease = Duration::from_millis(300);
+    let grace = Duration::from_millis(1000);
+    let mut taken = Vec::new();
+    for h in 0..6 {
+        let l = store
+            .take_lease(&format!("h{h}"), lease, grace)
+            .await
+            .unwrap();
+        assert_eq!(
+            i64::from(l.worker_id) % i64::try_from(n).unwrap(),
+            i64::try_from(l.database).unwrap(),
+            "{l:?}"
+        );
+        assert_eq!(l.floor_ms, 0, "a new row has no earlier holder: {l:?}");
+        taken.push(l);
+    }
+    let distinct: HashSet<(usize, u16)> = taken.iter().map(|l| (l.database, l.worker_id)).collect();
+    assert_eq!(distinct.len(), 6);
+    // The first lease of a database is its class's lowest worker ID.
+    let first = taken[0].clone();
+    assert_eq!(usize::from(first.worker_id), first.database, "{first:?}");
+    // Renewals: a stale version or another holder loses; last and bound only grow.
+    let renewed = store
+        .renew_lease(&first, 300, 1_000, 5_000)
+        .await
+        .unwrap()
+        .expect("the holder renews");
+    assert!(renewed.version > first.version);
+    assert!(
+        store
+            .renew_lease(&first, 300, 1, 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let mut stranger = renewed.clone();
+    stranger.holder = "stranger".into();
+    assert!(
+        store
+            .renew_lease(&stranger, 300, 1, 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let lower = store
+        .renew_lease(&renewed, 300, 10, 20)
+        .await
+        .unwrap()
+        .unwrap();
+    let rows = store.list_leases().await;
+    let row = rows[first.database]
+        .1
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|r| r.worker_id == first.worker_id)
+        .unwrap()
+        .clone();
+    assert_eq!((row.last_ms, row.bound_ms), (1_000, 5_000), "{row:?}");
+    assert_eq!(row.version, lower.version);
+    // Run out, but within the grace period: none of them is taken again.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let within_grace = take_on(&store, first.database, "late", lease, grace).await;
+    assert!(
+        !distinct.contains(&(within_grace.database, within_grace.worker_id)),
+        "{within_grace:?} was still in its grace period"
+    );
+    // Past the grace period: the lowest worker ID is free again, with the earlier
+    // holder's bound as the floor.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let reused = take_on(&store, first.database, "again", lease, grace).await;
+    assert_eq!(reused.worker_id, first.worker_id, "{reused:?}");
+    assert_eq!(
+        reused.floor_ms, 5_000,
+        "the earlier holder's bound: {reused:?}"
+    );
+    // A released lease is free at once, and keeps what its holder recorded.
+    store
+        .renew_lease(&reused, -1001, 7_000, 8_000)
+        .await
+        .unwrap()
+        .expect("the holder releases");
+    let next = take_on(&store, first.database, "after-release", lease, grace).await;
+    assert_eq!(next.worker_id, first.worker_id, "{next:?}");
+    assert_eq!(next.floor_ms, 8_000, "{next:?}");
+}
+
+/// A lease taken on database `db`: takes (and keeps) leases until one lands there.
+async fn take_on(
+    store: &Store,
+    db: usize,
+    holder: &str,
+    lease: Duration,
+    grace: Duration,
+) -> segmint::store::Lease {
+    for i in 0..40 {
+        let l = store
+            .take_lease(&format!("{holder}{i}"), lease, grace)
+            .await
+            .unwrap();
+        if l.database == db {
+            return l;
+        }
+    }
+    panic!("no lease on database {db} in 40 takes");
+}
+
+by_kind!(leases_follow_classes_grace_and_compare_and_set);
