@@ -27,6 +27,7 @@ import sys
 THROUGHPUT_RUNS = [
     ("segmint-nextIdSimple", "Tinyid route, token in the query, 1 ID per request"),
     ("segmint-v1", "JSON API, `Authorization: Bearer`, 1 ID per request"),
+    ("segmint-snowflake", "JSON API, 1 snowflake ID per request (`/v1/snowflake`), no segment"),
     ("segmint-v1-batch", "JSON API, 1000 IDs per request"),
     ("segmint-healthz", "the HTTP framework's ceiling: a constant 200, no ID"),
     ("pg-nextval", "`SELECT nextval('s')`, prepared, one ID per transaction"),
@@ -36,7 +37,8 @@ THROUGHPUT_RUNS = [
 ]
 # The runs measured in alternating rounds (NAME.round-1.json, NAME.round-2.json, …): the
 # report shows the median round of each, by requests/s, and lists every round.
-ROUND_RUNS = ("segmint-nextIdSimple", "segmint-v1", "segmint-healthz", "redis-incr")
+ROUND_RUNS = ("segmint-nextIdSimple", "segmint-v1", "segmint-snowflake", "segmint-healthz",
+              "redis-incr")
 LATENCY_RUNS = [
     ("latency-undisturbed", "undisturbed"),
     ("latency-stalled", "one database stalled"),
@@ -222,7 +224,9 @@ def server_side(directory, name):
     fetches = {}
     for labels, inc in metrics_delta(before, after, "segmint_segment_fetches_total"):
         fetches.setdefault(labels.get("database", "?"), {})[labels.get("outcome", "?")] = int(inc)
-    issued = sum(inc for _, inc in metrics_delta(before, after, "segmint_ids_issued_total"))
+    # IDs from the cache and snowflake IDs alike.
+    issued = sum(inc for name in ("segmint_ids_issued_total", "segmint_snowflake_ids_total")
+                 for _, inc in metrics_delta(before, after, name))
     waits = sum(inc for _, inc in metrics_delta(before, after, "segmint_cache_waits_total"))
     return {"ids_issued": int(issued), "cache_waits": int(waits), "responses": responses,
             "segment_fetches": fetches,
@@ -675,6 +679,11 @@ def report(args):
          ratio(peak, get("segmint-healthz", "rps"))),
         ("segmint /v1/ids (1 ID) ÷ segmint /healthz, requests/s: the median rows",
          ratio(get("segmint-v1", "rps"), get("segmint-healthz", "rps"))),
+        ("segmint /v1/snowflake ÷ segmint /v1/ids (1 ID each), requests/s: within each round",
+         paired("segmint-snowflake", "segmint-v1")),
+        ("server CPU per request: segmint /v1/snowflake ÷ segmint /v1/ids",
+         ratio(get("segmint-snowflake", "server_cpu", "us_per_request"),
+               get("segmint-v1", "server_cpu", "us_per_request"))),
         ("segmint nextIdSimple ÷ PostgreSQL nextval, IDs/s", ratio(peak, get("pg-nextval", "rps"))),
         ("segmint nextIdSimple ÷ PostgreSQL hot-row UPDATE, IDs/s", ratio(peak, get("pg-hot-row", "rps"))),
         ("segmint batch of 1000 ÷ segmint nextIdSimple, IDs/s",
@@ -705,6 +714,7 @@ def report(args):
         ("nextIdSimple ÷ Redis INCR", round_ratios(runs, "segmint-nextIdSimple", "redis-incr")),
         ("nextIdSimple ÷ /healthz", round_ratios(runs, "segmint-nextIdSimple", "segmint-healthz")),
         ("/v1/ids ÷ /healthz", round_ratios(runs, "segmint-v1", "segmint-healthz")),
+        ("/v1/snowflake ÷ /v1/ids", round_ratios(runs, "segmint-snowflake", "segmint-v1")),
         ("/healthz ÷ Redis INCR", round_ratios(runs, "segmint-healthz", "redis-incr")),
     ]
 
@@ -784,7 +794,7 @@ def render(args, info, runs, ratio_rows, context, per_round, bound, crit, proble
       "loopback; the segmint runs follow a warm-up.")
     rounds = max((len(runs.get(n, {}).get("rounds", [])) for n in ROUND_RUNS), default=0)
     w(f"- **Alternating rounds.** The runs the request-rate targets compare (segmint nextIdSimple, "
-      f"/v1/ids with 1 ID, /healthz, and Redis INCR) run in {rounds} rounds, the four one after "
+      f"/v1/ids with 1 ID, /v1/snowflake, /healthz, and Redis INCR) run in {rounds} rounds, one after "
       "another in each round, so that a slow stretch of the machine falls on all of them rather "
       "than on one. Each of their rows below is the round with the median requests/s (every "
       "figure of the row from that round); every round's rate is listed under the table. The "

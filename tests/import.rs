@@ -95,7 +95,35 @@ async fn leaf_import_keeps_the_description(kind: Kind) {
     let dbs = Databases::start(kind, 1);
     let cfg = config_file(&config_toml_urls(&dbs.urls(), ""));
     segmint_ok(cfg.path(), &["migrate"], &[]);
+    // A row that exists already, below Leaf's max_id and without a description: the
+    // import raises it and gives it Leaf's description.
+    segmint_ok(
+        cfg.path(),
+        &[
+            "biz",
+            "add",
+            "leaf-segment-test",
+            "--step",
+            "2000",
+            "--start",
+            "1",
+        ],
+        &[],
+    );
 
+    let dry = import(&cfg, "leaf", LEAF, true);
+    assert!(
+        dry.stdout.contains("description would be set (was \"\")"),
+        "{dry:?}"
+    );
+    assert_eq!(
+        dbs.sql(
+            0,
+            "SELECT description FROM tiny_id_info WHERE biz_type = 'leaf-segment-test'"
+        ),
+        "",
+        "a dry run changes nothing"
+    );
     let run = import(&cfg, "leaf", LEAF, false);
     assert!(run.ok(), "{run:?}");
     assert_eq!(
@@ -104,6 +132,18 @@ async fn leaf_import_keeps_the_description(kind: Kind) {
             "SELECT description FROM tiny_id_info WHERE biz_type = 'invoice'"
         ),
         "invoices\tEU \\ UK"
+    );
+    assert_eq!(
+        dbs.sql(
+            0,
+            "SELECT description FROM tiny_id_info WHERE biz_type = 'leaf-segment-test'"
+        ),
+        "Test leaf Segment Mode Get Id"
+    );
+    let again = import(&cfg, "leaf", LEAF, false);
+    assert!(
+        again.ok() && again.stdout.contains("nothing to change"),
+        "{again:?}"
     );
     let list = segmint_ok(cfg.path(), &["biz", "list"], &[]);
     assert!(

@@ -24,6 +24,9 @@ use tokio::task::{JoinHandle, block_in_place};
 
 const BIZ: &str = "order";
 
+/// Snowflake IDs for [`BIZ`], so that their series are part of what is checked.
+const SNOWFLAKE: &str = r#"snowflake = { enabled = true, bizs = ["order"] }"#;
+
 /// How often a Prometheus answer is checked again: it scrapes and evaluates every
 /// second, so a query's answer changes no more often than that.
 const EVALUATION: Duration = Duration::from_millis(500);
@@ -63,6 +66,24 @@ const CONTRACT: &[(&str, &str, &[&str])] = &[
         "histogram",
         &["route"],
     ),
+    ("segmint_snowflake_lease_state", "gauge", &["state"]),
+    ("segmint_snowflake_worker_id", "gauge", &[]),
+    (
+        "segmint_snowflake_lease_renewals_total",
+        "counter",
+        &["outcome"],
+    ),
+    (
+        "segmint_snowflake_lease_acquisitions_total",
+        "counter",
+        &["outcome"],
+    ),
+    (
+        "segmint_snowflake_clock_back_total",
+        "counter",
+        &["outcome"],
+    ),
+    ("segmint_snowflake_ids_total", "counter", &["biz"]),
     ("segmint_build_info", "gauge", &["version"]),
     ("process_cpu_seconds_total", "counter", &[]),
     ("process_resident_memory_bytes", "gauge", &[]),
@@ -365,7 +386,7 @@ fn rules_for_test() -> (String, Vec<String>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promtool_accepts_metrics_and_rules() {
     let pg = PgCluster::start();
-    let config = config(&[&pg], "");
+    let config = config(&[&pg], SNOWFLAKE);
     let token = setup_biz(&config, BIZ, 100, false).await;
     let app = spawn_app(config).await;
 
@@ -568,7 +589,7 @@ async fn promtool_accepts_metrics_and_rules() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_server_exports_every_series_the_dashboard_and_rules_name() {
     let pg = PgCluster::start();
-    let config = config(&[&pg], "");
+    let config = config(&[&pg], SNOWFLAKE);
     setup_biz(&config, BIZ, 100, false).await;
     let app = spawn_app(config).await;
 
@@ -622,6 +643,23 @@ async fn a_fresh_server_exports_every_series_the_dashboard_and_rules_name() {
         ),
         0.0
     );
+    assert_eq!(value(&samples, "segmint_snowflake_ids_total", &biz), 0.0);
+    for outcome in ["ok", "failed", "lost"] {
+        let labels = [("outcome", outcome)];
+        assert_eq!(
+            value(&samples, "segmint_snowflake_lease_renewals_total", &labels),
+            0.0,
+            "{outcome}"
+        );
+    }
+    for outcome in ["waited", "refused"] {
+        let labels = [("outcome", outcome)];
+        assert_eq!(
+            value(&samples, "segmint_snowflake_clock_back_total", &labels),
+            0.0,
+            "{outcome}"
+        );
+    }
 }
 
 /// A Prometheus server scraping one segmint server every second, killed on drop.
@@ -820,7 +858,7 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     let (a, b) = (PgCluster::start(), PgCluster::start());
     // Segments of 10 IDs, at most 20: far below the recommendation at any real rate, and
     // a cache that empties at once when the databases go.
-    let config = config(&[&a, &b], "step_max = 20");
+    let config = config(&[&a, &b], &format!("step_max = 20\n{SNOWFLAKE}"));
     let token = setup_biz(&config, BIZ, 10, false).await;
     let app = shared(spawn_app(config).await);
     let (rules, alert_names) = rules_for_test();
@@ -855,8 +893,22 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         }
     })
     .await;
+    // Every worker-ID lease row moves on behind segmint's back, as a restore or a
+    // takeover would: the server's next renewal finds its lease gone, which
+    // SegmintSnowflakeLeaseLost needs.
+    block_in_place(|| {
+        for db in [&a, &b] {
+            db.psql("UPDATE segmint_worker_lease SET version = version + 1000");
+        }
+    });
+    prometheus
+        .wait_for(
+            "segmint_snowflake_lease_renewals_total{outcome=\"lost\"} > 0",
+            Duration::from_secs(30),
+        )
+        .await;
     println!(
-        "{:?}: {served} requests served under load; pg0 fenced; stopping both databases",
+        "{:?}: {served} requests served under load; pg0 fenced; a lease lost; stopping both databases",
         started.elapsed()
     );
     block_in_place(|| {

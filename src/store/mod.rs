@@ -147,6 +147,9 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
     /// Inserts a biz row; `false` when the biz already exists.
     async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError>;
+    /// Sets the description of `biz`'s row (no effect on its IDs or version); `false`
+    /// when the row does not exist.
+    async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError>;
     /// Every token row.
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError>;
     /// Grants the token with this hash the use of `biz`, until `expires` if given.

@@ -321,6 +321,18 @@ impl SegmentStore for PgStore {
         Ok(n == 1)
     }
 
+    async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE tiny_id_info SET description = $2, update_time = now() WHERE biz_type = $1",
+                &[&biz, &description],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         let client = self.client().await?;
         let rows = client

@@ -389,6 +389,21 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
+    async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {
+        let (biz, description) = (biz.to_owned(), description.to_owned());
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "UPDATE tiny_id_info SET description = ?2, update_time = CURRENT_TIMESTAMP
+                     WHERE biz_type = ?1",
+                    params![biz, description],
+                )
+            })
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         self.with(|c| {
             c.prepare_cached(

@@ -263,6 +263,10 @@ impl SegmentStore for MemoryStore {
         Err(untested("touch_tokens"))
     }
 
+    async fn describe(&self, _biz: &str, _description: &str) -> Result<bool, DbError> {
+        Err(untested("describe"))
+    }
+
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {
         Err(untested("leases"))
     }
@@ -282,10 +286,10 @@ impl SegmentStore for MemoryStore {
     }
 }
 
-/// Tokens and worker-ID leases are no timing concern of reservations: the in-memory
-/// store keeps neither, and says so.
+/// Tokens, descriptions and worker-ID leases are no timing concern of reservations:
+/// the in-memory store keeps none of them, and says so.
 fn untested(method: &str) -> DbError {
     DbError(format!(
-        "the in-memory store keeps no tokens or leases ({method})"
+        "the in-memory store keeps no tokens, descriptions or leases ({method})"
     ))
 }

@@ -25,7 +25,7 @@ enum Plan {
     /// The row is below the old system's `max_id`: raise it there.
     Raise(BizRow),
     /// The row is already where the import would put it.
-    Unchanged(i64),
+    Unchanged(BizRow),
 }
 
 impl Store {
@@ -84,9 +84,19 @@ impl Store {
             let mut changed = Vec::new();
             for (i, plan) in plans.into_iter().flatten().enumerate() {
                 let name = &self.names[i];
-                let line = match plan {
-                    Plan::Unchanged(max_id) => {
-                        format!("\"{name}\": biz `{biz}`: unchanged (max_id {max_id})")
+                // A row that exists takes the old system's description too, when it has one.
+                let describe = match &plan {
+                    Plan::Raise(row) | Plan::Unchanged(row)
+                        if !import.description.is_empty()
+                            && row.description != import.description =>
+                    {
+                        Some(row.description.clone())
+                    }
+                    _ => None,
+                };
+                let mut line = match plan {
+                    Plan::Unchanged(row) => {
+                        format!("\"{name}\": biz `{biz}`: unchanged (max_id {})", row.max_id)
                     }
                     Plan::Create(row) => {
                         report.changes += 1;
@@ -143,6 +153,18 @@ impl Store {
                         }
                     }
                 };
+                if let Some(old) = describe {
+                    report.changes += 1;
+                    if !dry_run {
+                        self.call(i, self.dbs[i].store.describe(biz, &import.description))
+                            .await
+                            .map_err(|e| failed_midway(&mut report, name, biz, e))?;
+                        if !changed.contains(&name.as_str()) {
+                            changed.push(name.as_str());
+                        }
+                    }
+                    line.push_str(&format!("; description {would}set (was {old:?})"));
+                }
                 report.lines.push(line);
             }
             if !dry_run {
@@ -206,7 +228,7 @@ fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan,
             "its row's max_id {} is above the import's {}: the file is older than the row, or names another sequence",
             row.max_id, import.max_id
         )),
-        std::cmp::Ordering::Equal => Ok(Plan::Unchanged(row.max_id)),
+        std::cmp::Ordering::Equal => Ok(Plan::Unchanged(row.clone())),
         std::cmp::Ordering::Less => Ok(Plan::Raise(row.clone())),
     }
 }

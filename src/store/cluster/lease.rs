@@ -10,7 +10,6 @@ use std::time::Duration;
 use rand::seq::SliceRandom;
 
 use super::Store;
-use crate::metrics::FetchOutcome;
 use crate::snowflake::MAX_WORKER_ID;
 use crate::store::{DbError, LeaseRenewal, LeaseRow, StoreError};
 
@@ -124,13 +123,9 @@ impl Store {
             let taken = self
                 .call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
                 .await?;
-            match taken {
-                Some(row) => {
-                    db.metrics.outcome(FetchOutcome::Ok);
-                    return Ok(Some(Lease::from_row(i, &row)));
-                }
-                // Taken by another process since the read: the next one.
-                None => db.metrics.outcome(FetchOutcome::Conflict),
+            // None: taken by another process since the read; the next one.
+            if let Some(row) = taken {
+                return Ok(Some(Lease::from_row(i, &row)));
             }
         }
         Ok(None)
