@@ -173,12 +173,12 @@ impl Worker {
         }
     }
 
-    /// `n` snowflake IDs of `biz`, increasing.
+    /// `n` snowflake IDs of `biz`, increasing, and the worker ID they carry.
     ///
     /// # Errors
     /// [`IssueError`] when `biz` is not served, no worker ID is held or its lease may
     /// have run out, or the clock is behind; no ID of a failed batch is issued.
-    pub fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, IssueError> {
+    pub fn next_ids(&self, biz: &BizTag, n: usize) -> Result<(u16, Vec<i64>), IssueError> {
         let counter = self
             .issued
             .get(biz)
@@ -215,7 +215,7 @@ impl Worker {
             Ok(()) => {
                 active.behind_logged = false;
                 counter.inc_by(ids.len() as u64);
-                Ok(ids)
+                Ok((active.lease.worker_id, ids))
             }
             Err(e) => {
                 if let IssueError::ClockBehind { by } = e {

@@ -74,7 +74,11 @@ async fn snowflake_id(req: HttpRequest) -> HttpResponse {
     }
     answer(
         &biz,
-        state.snowflake.next_ids(&biz, 1).map_err(ApiError::from),
+        state
+            .snowflake
+            .next_ids(&biz, 1)
+            .map(|(_, ids)| ids)
+            .map_err(ApiError::from),
     )
 }
 

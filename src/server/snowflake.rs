@@ -34,16 +34,20 @@ async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     authorize(&state.store, bearer(&req)?, &biz).await?;
-    let ids = state.snowflake.next_ids(&biz, count.get())?;
-    let worker_id = ids
-        .first()
-        .and_then(|&id| crate::snowflake::decode(id, state.snowflake.epoch_ms()).ok())
-        .map(|d| d.worker_id);
-    Ok(HttpResponse::Ok().json(json!({
-        "biz": biz.as_str(),
-        "worker_id": worker_id,
-        "ids": ids,
-    })))
+    let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get())?;
+    Ok(HttpResponse::Ok().json(SnowflakeIds {
+        biz: biz.as_str(),
+        worker_id,
+        ids: &ids,
+    }))
+}
+
+/// `{"biz": …, "worker_id": …, "ids": […]}`, serialized straight from the slice.
+#[derive(serde::Serialize)]
+struct SnowflakeIds<'a> {
+    biz: &'a str,
+    worker_id: u16,
+    ids: &'a [i64],
 }
 
 /// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers.
