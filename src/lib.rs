@@ -14,6 +14,7 @@
 //! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard; pure.
 //! - [`worker`]: this server's snowflake worker ID, leased from the databases, and the
 //!   rules that keep its IDs unique across holders.
+//! - [`shape`]: a biz's ID order (sequential, shuffled, opaque) and format; pure.
 //! - [`rate`] and [`step`]: issue rates and the step sized from them; pure.
 //! - [`metrics`]: the Prometheus metrics.
 //! - [`client`]: the client library, issuing IDs locally from fetched segments.
@@ -37,6 +38,8 @@ pub mod rate;
 pub mod segment;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
+pub mod shape;
 pub mod snowflake;
 pub mod step;
 #[cfg(feature = "server")]

@@ -435,7 +435,12 @@ impl Worker {
                     "released the snowflake worker ID"
                 );
             }
-            Ok(None) => {}
+            Ok(None) => {
+                tracing::warn!(
+                    worker_id = lease.worker_id,
+                    "not releasing the snowflake worker ID: it is no longer this server's"
+                );
+            }
             Err(e) => {
                 tracing::warn!(worker_id = lease.worker_id, error = %e, "could not release the snowflake worker ID; it is free once its lease and grace period have run out");
             }

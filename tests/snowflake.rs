@@ -574,9 +574,21 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
         reused.floor_ms, 5_000,
         "the earlier holder's bound: {reused:?}"
     );
-    // A released lease is free at once, and keeps what its holder recorded.
+    // A release needs the holder, not the version (a renewal whose answer was lost
+    // moved it on); a released lease is free at once and keeps what was recorded.
+    let mut stranger = reused.clone();
+    stranger.holder = "stranger".into();
+    assert!(
+        store
+            .renew_lease(&stranger, -1001, 1, 1)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let mut stale = reused.clone();
+    stale.version -= 1;
     store
-        .renew_lease(&reused, -1001, 7_000, 8_000)
+        .renew_lease(&stale, -1001, 7_000, 8_000)
         .await
         .unwrap()
         .expect("the holder releases");

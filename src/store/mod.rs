@@ -184,6 +184,9 @@ pub trait SegmentStore: Send + Sync + 'static {
     ) -> Result<Option<LeaseRow>, DbError>;
     /// Renews or releases a held lease; `None` when the row is no longer the holder's
     /// at that version (another process took it, or the database went back in time).
+    /// A release (negative `expires_in_ms`) needs the holder only, not the version: a
+    /// renewal whose answer was lost may have moved the version on, and freeing a row
+    /// this process still holds is safe at any version.
     async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError>;
 }
 

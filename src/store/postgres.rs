@@ -456,13 +456,13 @@ impl SegmentStore for PgStore {
                 &format!(
                     "INSERT INTO segmint_worker_lease AS l
                          (worker_id, holder, version, expires_ms, last_ms, bound_ms)
-                     VALUES ($1, $2, 1, {NOW_MS} + $3, 0, 0)
+                     VALUES ($1::integer, $2::text, 1, {NOW_MS} + $3::bigint, 0, 0)
                      ON CONFLICT (worker_id) DO UPDATE SET
                          holder = excluded.holder, version = l.version + 1,
                          expires_ms = excluded.expires_ms, update_time = now()
-                     WHERE l.expires_ms + $4 < excluded.expires_ms - $3
+                     WHERE l.expires_ms + $4::bigint < excluded.expires_ms - $3::bigint
                      RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
-                               expires_ms - $3"
+                               expires_ms - $3::bigint"
                 ),
                 &[&i32::from(worker_id), &holder, &lease_ms, &grace_ms],
             )
@@ -477,12 +477,13 @@ impl SegmentStore for PgStore {
             .query_opt(
                 &format!(
                     "UPDATE segmint_worker_lease SET version = version + 1,
-                         expires_ms = {NOW_MS} + $4,
-                         last_ms = GREATEST(last_ms, $5), bound_ms = GREATEST(bound_ms, $6),
+                         expires_ms = {NOW_MS} + $4::bigint,
+                         last_ms = GREATEST(last_ms, $5::bigint), bound_ms = GREATEST(bound_ms, $6::bigint),
                          update_time = now()
-                     WHERE worker_id = $1 AND holder = $2 AND version = $3
+                     WHERE worker_id = $1::integer AND holder = $2::text
+                       AND (version = $3::bigint OR $4::bigint < 0)
                      RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
-                               expires_ms - $4"
+                               expires_ms - $4::bigint"
                 ),
                 &[
                     &i32::from(renewal.worker_id),

@@ -541,7 +541,7 @@ impl SegmentStore for SqliteStore {
                          expires_ms = {NOW_MS} + ?4,
                          last_ms = max(last_ms, ?5), bound_ms = max(bound_ms, ?6),
                          update_time = CURRENT_TIMESTAMP
-                     WHERE worker_id = ?1 AND holder = ?2 AND version = ?3
+                     WHERE worker_id = ?1 AND holder = ?2 AND (version = ?3 OR ?4 < 0)
                      RETURNING {LEASE_COLUMNS}, expires_ms - ?4"
                 ))?
                 .query_row(
