@@ -14,7 +14,8 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::AcqRel;
 use std::time::Duration;
 
 use actix_web::App;
@@ -23,6 +24,8 @@ use actix_web::dev::{Service, ServiceResponse};
 use actix_web::test::{TestRequest, call_service, init_service};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::cache::Cache;
+use segmint::segment::Residue;
+use segmint::shape::{Base, BizShape, Format, IdOrder, Ordering};
 use segmint::snowflake::{Generator, LEAF_EPOCH_MS, SystemClock, SystemPause};
 use segmint::store::Store;
 
@@ -50,7 +53,7 @@ fn bench(c: &mut Criterion) {
     let mut single = c.benchmark_group("issue_one");
     single.throughput(Throughput::Elements(1));
     single.bench_function("atomic_fetch_add_into_vec", |b| {
-        b.iter(|| black_box(vec![counter.fetch_add(1, Ordering::AcqRel)]))
+        b.iter(|| black_box(vec![counter.fetch_add(1, AcqRel)]))
     });
     single.bench_function("cache_next_ids_1", |b| {
         b.to_async(&rt)
@@ -65,7 +68,7 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| {
             on_threads(2, iters, |n| {
                 for _ in 0..n {
-                    black_box(vec![counter.fetch_add(1, Ordering::AcqRel)]);
+                    black_box(vec![counter.fetch_add(1, AcqRel)]);
                 }
             })
         })
@@ -87,7 +90,7 @@ fn bench(c: &mut Criterion) {
     batch.throughput(Throughput::Elements(1000));
     batch.bench_function("atomic_fetch_add_1000_into_vec", |b| {
         b.iter(|| {
-            let first = counter.fetch_add(1000, Ordering::AcqRel);
+            let first = counter.fetch_add(1000, AcqRel);
             black_box((first..first + 1000).collect::<Vec<u64>>())
         })
     });
@@ -96,6 +99,66 @@ fn bench(c: &mut Criterion) {
             .iter(|| async { black_box(cache.next_ids(&biz, 1000).await.ok()) })
     });
     batch.finish();
+
+    // The same issuance with each order applied, as the server applies it after
+    // taking IDs from the cache (the sequential order is the plain path): one ID per
+    // call, as most requests ask, and 1000.
+    for n in [1usize, 1000] {
+        let mut ordered = c.benchmark_group(format!("issue_{n}_ordered"));
+        ordered.throughput(Throughput::Elements(n as u64));
+        for (name, order) in [
+            ("sequential", IdOrder::Sequential),
+            ("shuffled", IdOrder::Shuffled { block: 1_000_000 }),
+            (
+                "opaque_i63",
+                IdOrder::Opaque {
+                    domain: i64::MAX as u64,
+                },
+            ),
+            ("opaque_js", IdOrder::Opaque { domain: 1 << 53 }),
+        ] {
+            let shape = BizShape {
+                ordering: Ordering::new(
+                    order,
+                    0x5eed_0000_0000_0000_1234_5678_9abc_def0,
+                    Residue::ALL,
+                ),
+                format: Format::default(),
+                as_string: false,
+            };
+            ordered.bench_function(name, |b| {
+                b.to_async(&rt).iter(|| async {
+                    let mut ids = cache.next_ids(&biz, n).await.unwrap_or_default();
+                    black_box(shape.order_ids(&mut ids).ok());
+                    black_box(ids)
+                })
+            });
+        }
+        ordered.finish();
+    }
+}
+
+/// Writing one ID: the plain decimal string the v1 API writes for `?as=string`, against
+/// a prefix with zero padding, base 62, and a check character.
+fn formats(c: &mut Criterion) {
+    let mut group = c.benchmark_group("format_one");
+    group.throughput(Throughput::Elements(1));
+    let id = 108_678_123_i64;
+    group.bench_function("to_string", |b| {
+        b.iter(|| black_box(black_box(id).to_string()))
+    });
+    for (name, format) in [
+        ("prefix_width_12", Format::new("sms_", 12, Base::Ten, false)),
+        ("base62", Format::new("", 0, Base::SixtyTwo, false)),
+        ("base10_damm", Format::new("", 12, Base::Ten, true)),
+        ("base36_luhn", Format::new("o-", 8, Base::ThirtySix, true)),
+    ] {
+        let format = format.expect("a valid format");
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(format.encode(black_box(id)).ok()))
+        });
+    }
+    group.finish();
 }
 
 /// Snowflake IDs in process: one worker ID's generator behind a mutex, as a server
@@ -111,7 +174,7 @@ fn snowflake(c: &mut Criterion) {
     let mut group = c.benchmark_group("snowflake_one");
     group.throughput(Throughput::Elements(1));
     group.bench_function("atomic_fetch_add", |b| {
-        b.iter(|| black_box(counter.fetch_add(1, Ordering::AcqRel)))
+        b.iter(|| black_box(counter.fetch_add(1, AcqRel)))
     });
     group.bench_function("generator_next_id", |b| {
         b.iter(|| black_box(generator.lock().next_id(&mut pause).ok()))
@@ -189,6 +252,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = bench, snowflake, requests
+    targets = bench, formats, snowflake, requests
 }
 criterion_main!(benches);

@@ -10,7 +10,7 @@ use segmint::config::Config;
 use segmint::import::Source;
 use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::{HASH_PREFIX, OpenMode, Store, unix_now};
+use segmint::store::{HASH_PREFIX, OpenMode, ShapeRow, Store, unix_now};
 
 #[derive(Parser)]
 #[command(
@@ -54,6 +54,9 @@ enum AdminCommand {
     /// Manage databases.
     #[command(subcommand)]
     Db(DbCommand),
+    /// Work with issued IDs.
+    #[command(subcommand)]
+    Id(IdCommand),
     /// Import the bizs of Tinyid or Leaf, so that each issues above every ID the old
     /// system could have issued. Safe to run twice.
     #[command(subcommand)]
@@ -120,6 +123,80 @@ struct BizAdd {
     /// A note on the biz, shown by `biz list`.
     #[arg(long, default_value = "")]
     description: String,
+    /// The order IDs are issued in: sequential; shuffled (a keyed order within each
+    /// step's worth of IDs); opaque (a keyed bijection of the whole domain). Fixed once
+    /// the biz exists.
+    #[arg(long, default_value = "sequential")]
+    order: String,
+    /// Opaque IDs stay below this: i63 (every positive ID), js (2^53, exact in
+    /// JavaScript), digits:N (N decimal digits).
+    #[arg(long, default_value = "i63")]
+    domain: String,
+    /// Written before every ID by the v1 API (letters, digits, '_', '-'; at most 16).
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Digits of every ID, zero-padded; an ID that needs more is an error. 0: as many
+    /// as needed.
+    #[arg(long, default_value_t = 0)]
+    width: u32,
+    /// The base of the digits: 10, 36 (0-9a-z) or 62 (0-9A-Za-z).
+    #[arg(long, default_value_t = 10)]
+    base: u32,
+    /// Append a check character (Damm in base 10, Luhn mod N in 36 and 62).
+    #[arg(long)]
+    check: bool,
+    /// Have the v1 API write the IDs as JSON strings (IDs above 2^53 lose precision in
+    /// JavaScript); formatted IDs always are.
+    #[arg(long)]
+    ids_as_strings: bool,
+}
+
+impl BizAdd {
+    /// The shape row these flags describe (key, block and restriction filled in by the
+    /// store); `None` for a sequential biz written as plain numbers.
+    fn shape(&self) -> std::result::Result<Option<ShapeRow>, String> {
+        let domain =
+            segmint::shape::parse_domain(&self.domain).map_err(|e| format!("--domain: {e}"))?;
+        let order = segmint::shape::parse_order(&self.order, 1, domain)
+            .map_err(|e| format!("--order: {e}"))?;
+        let base = segmint::shape::Base::from_radix(self.base)
+            .ok_or_else(|| format!("--base: must be 10, 36 or 62, got {}", self.base))?;
+        let format = segmint::shape::Format::new(&self.prefix, self.width, base, self.check)
+            .map_err(|e| match e {
+                segmint::shape::FormatError::Width(_) => format!("--width: {e}"),
+                e => format!("--prefix: {e}"),
+            })?;
+        if order == segmint::shape::IdOrder::Sequential && format.is_plain() && !self.ids_as_strings
+        {
+            return Ok(None);
+        }
+        Ok(Some(ShapeRow {
+            biz_type: String::new(),
+            id_order: segmint::shape::order_name(order).to_owned(),
+            block: 1,
+            domain: i64::try_from(domain).unwrap_or(i64::MAX),
+            within_delta: 1,
+            within_remainder: 0,
+            key: String::new(),
+            prefix: self.prefix.clone(),
+            width: i32::try_from(self.width).unwrap_or(0),
+            base: i32::try_from(self.base).unwrap_or(10),
+            check_char: self.check,
+            as_string: self.ids_as_strings,
+        }))
+    }
+}
+
+#[derive(Subcommand)]
+enum IdCommand {
+    /// What an issued ID stands for: its sequential value (undoing the biz's format and
+    /// order) and the database whose class it came from.
+    Decode {
+        /// The biz.
+        biz: String,
+        /// The ID as issued: a number, or a formatted ID (`sms_000108678123`).
+        id: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -261,8 +338,9 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                     _ => None,
                 };
                 let biz = BizTag::parse(&add.name)?;
+                let shape = add.shape().map_err(|e| format!("{e}; nothing changed"))?;
                 for line in store
-                    .add_described_biz(&biz, add.step, add.start, within, &add.description)
+                    .add_shaped_biz(&biz, add.step, add.start, within, &add.description, shape)
                     .await?
                 {
                     println!("{line}");
@@ -315,6 +393,11 @@ fn admin(config: Config, command: AdminCommand) -> Result {
             }
             AdminCommand::Import(ImportCommand::Leaf(file)) => {
                 import(&store, Source::Leaf, &file).await
+            }
+            AdminCommand::Id(IdCommand::Decode { biz, id }) => {
+                let biz = BizTag::parse(&biz)?;
+                println!("{}", store.decode_id(&biz, &id).await?);
+                Ok(())
             }
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
                 for line in store.raise_database(&name, above).await? {

@@ -32,6 +32,7 @@ mod observability;
 mod operator;
 mod preload;
 mod quickstart;
+mod shapes;
 mod smoke;
 mod snowflake;
 mod step;

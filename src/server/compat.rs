@@ -118,7 +118,7 @@ async fn serve(
     authorize(&state.store, params.get("token"), &biz).await?;
     Ok(match route {
         Route::Ids => {
-            let ids = state.cache.next_ids(&biz, batch.get()).await?;
+            let (ids, _) = state.ordered_ids(&biz, batch.get()).await?;
             HttpResponse::Ok().json(Envelope {
                 data: Some(ids),
                 code: 200,
@@ -126,10 +126,11 @@ async fn serve(
             })
         }
         Route::IdsSimple => {
-            let ids = state.cache.next_ids(&biz, batch.get()).await?;
+            let (ids, _) = state.ordered_ids(&biz, batch.get()).await?;
             text(join(ids.iter()))
         }
         Route::Segment => {
+            state.check_segments(&biz).await?;
             let s = segment_id(state, state.segment_for_client(&biz, None, None).await?);
             HttpResponse::Ok().json(Envelope {
                 data: Some(s),
@@ -138,6 +139,7 @@ async fn serve(
             })
         }
         Route::SegmentSimple => {
+            state.check_segments(&biz).await?;
             let s = segment_id(state, state.segment_for_client(&biz, None, None).await?);
             text(join(
                 [s.current_id, s.loading_id, s.max_id, s.delta, s.remainder].iter(),

@@ -29,6 +29,9 @@ pub enum ApiError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Snowflake(#[from] IssueError),
+    /// The request cannot be served for this biz as it is (409): `code` says why.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
 }
 
 impl From<InputError> for ApiError {
@@ -54,6 +57,7 @@ impl ApiError {
                 StoreError::Unavailable(_) => "unavailable",
                 StoreError::Refused(_) => "bad_request",
             },
+            ApiError::Conflict { code, .. } => code,
             ApiError::Snowflake(e) => match e {
                 IssueError::NotServed(_) => "not_found",
                 IssueError::NoWorkerId(_) => "no_worker_id",
@@ -98,6 +102,7 @@ impl ResponseError for ApiError {
                 }
                 StoreError::Refused(_) => StatusCode::BAD_REQUEST,
             },
+            ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Snowflake(e) => match e {
                 IssueError::NotServed(_) => StatusCode::NOT_FOUND,
                 IssueError::NoWorkerId(_) | IssueError::ClockBehind { .. } => {
@@ -176,6 +181,14 @@ mod tests {
                 "not_found",
             ),
             (IssueError::NoWorkerId(s()).into(), 503, "no_worker_id"),
+            (
+                ApiError::Conflict {
+                    code: "segments_unavailable",
+                    message: s(),
+                },
+                409,
+                "segments_unavailable",
+            ),
             (
                 IssueError::ClockBehind { by: 9 }.into(),
                 503,

@@ -55,9 +55,9 @@ async fn segment(req: HttpRequest) -> HttpResponse {
         Ok(served) => served,
         Err(refused) => return *refused,
     };
-    match state.cache.next_ids(&biz, 1).await {
-        Err(StoreError::NotFound(_)) => not_served(&biz),
-        ids => answer(&biz, ids.map_err(ApiError::from)),
+    match state.ordered_ids(&biz, 1).await {
+        Err(ApiError::Store(StoreError::NotFound(_))) => not_served(&biz),
+        ids => answer(&biz, ids.map(|(ids, _)| ids)),
     }
 }
 

@@ -9,6 +9,7 @@ mod leaf;
 mod observe;
 mod openapi;
 mod operator;
+mod shaped;
 mod snowflake;
 mod status;
 mod v1;

@@ -130,12 +130,51 @@ async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let state = app_state(&req)?;
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
+    let as_strings = match params.get("as") {
+        None => None,
+        Some("string") => Some(true),
+        Some("number") => Some(false),
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "`as` must be `string` or `number`, got `{}`",
+                other.chars().take(32).collect::<String>()
+            )));
+        }
+    };
     let biz = authorized(state, &req).await?;
-    let ids = state.cache.next_ids(&biz, count.get()).await?;
-    Ok(HttpResponse::Ok().json(Ids {
-        biz: biz.as_str(),
-        ids: &ids,
-    }))
+    // Refused before any ID is taken: a bad request changes nothing.
+    if as_strings == Some(false)
+        && state
+            .shape_of(&biz)
+            .await?
+            .is_some_and(|s| !s.format.is_plain())
+    {
+        return Err(ApiError::BadRequest(format!(
+            "biz `{biz}` has a format: its IDs are strings, `as=number` cannot be served"
+        )));
+    }
+    let (ids, shape) = state.ordered_ids(&biz, count.get()).await?;
+    let format = shape.as_ref().map(|s| &s.format);
+    let formatted = format.is_some_and(|f| !f.is_plain());
+    let strings = formatted || as_strings.unwrap_or(shape.as_ref().is_some_and(|s| s.as_string));
+    if !strings {
+        return Ok(HttpResponse::Ok().json(Ids {
+            biz: biz.as_str(),
+            ids: &ids,
+        }));
+    }
+    let written = ids
+        .iter()
+        .map(|&id| match format {
+            Some(f) => f.encode(id),
+            None => Ok(id.to_string()),
+        })
+        .collect::<Result<Vec<String>, _>>()
+        .map_err(|e| ApiError::Conflict {
+            code: "id_space_exhausted",
+            message: format!("biz `{biz}`: {e}"),
+        })?;
+    Ok(HttpResponse::Ok().json(json!({ "biz": biz.as_str(), "ids": written })))
 }
 
 /// `{"biz": …, "ids": […]}`, serialized straight from the slice.
@@ -189,6 +228,7 @@ async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let asked = asked_step(Params::from_query(&req).get("step"))?;
     let client = client_id(&req)?;
     let biz = authorized(state, &req).await?;
+    state.check_segments(&biz).await?;
     let reservation = state.segment_for_client(&biz, asked, client).await?;
     let range = reservation.range;
     Ok(HttpResponse::Ok().json(json!({

@@ -64,8 +64,16 @@ impl Base {
         }
     }
 
+    /// The value of the digit `c`, if it is one of this base.
     fn value(self, c: u8) -> Option<u32> {
-        self.digits().iter().position(|&d| d == c).map(|v| v as u32)
+        let v = match (self, c) {
+            (_, b'0'..=b'9') => c - b'0',
+            (Base::ThirtySix, b'a'..=b'z') => c - b'a' + 10,
+            (Base::SixtyTwo, b'A'..=b'Z') => c - b'A' + 10,
+            (Base::SixtyTwo, b'a'..=b'z') => c - b'a' + 36,
+            _ => return None,
+        };
+        Some(u32::from(v))
     }
 }
 

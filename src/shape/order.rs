@@ -86,6 +86,40 @@ impl Ordering {
         (q as i64) * self.within.delta() + self.within.remainder()
     }
 
+    /// Puts the sequential values `ids` in this order, in place: [`Ordering::apply`]
+    /// to each, with the permutation of a shuffled block built once per block.
+    ///
+    /// # Errors
+    /// As [`Ordering::apply`]; `ids` is then partly changed and must not be issued.
+    pub fn apply_all(&self, ids: &mut [i64]) -> Result<(), OrderError> {
+        match self.order {
+            IdOrder::Sequential => Ok(()),
+            IdOrder::Shuffled { block } => {
+                let mut current: Option<(u64, Permutation)> = None;
+                for id in ids {
+                    let q = self.index(*id)?;
+                    let (start, size) = self.block_of(q, block);
+                    let p = match &current {
+                        Some((s, p)) if *s == start => p,
+                        _ => {
+                            &current
+                                .insert((start, Permutation::new(self.key, start / block, size)))
+                                .1
+                        }
+                    };
+                    *id = self.value(start + p.apply(q - start));
+                }
+                Ok(())
+            }
+            IdOrder::Opaque { .. } => {
+                for id in ids {
+                    *id = self.apply(*id)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// The ID issued for the sequential value `x`.
     ///
     /// # Errors

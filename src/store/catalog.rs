@@ -5,14 +5,19 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::{BizRow, StoreError, TokenRow};
+use std::sync::Arc;
+
+use super::{BizRow, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
 use crate::segment::Residue;
+use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
 
 /// The rows of one database, as last read.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
     pub bizs: Vec<BizRow>,
+    /// How bizs' IDs look; a biz without a shape row is sequential and plain.
+    pub shapes: Vec<ShapeRow>,
     pub tokens: Vec<TokenRow>,
     /// How far the other databases' rows advanced, as recorded here.
     pub witnesses: Vec<super::Witness>,
@@ -46,6 +51,8 @@ pub struct BizEntry {
     pub classes: Vec<(usize, Residue)>,
     /// Set when the biz must not be served: its rows overlap or are invalid.
     pub refused: Option<StoreError>,
+    /// How its IDs look; `None`: sequential and plain.
+    pub shape: Option<Arc<BizShape>>,
 }
 
 /// What a token not revoked may use, merged over the databases.
@@ -185,6 +192,7 @@ impl Catalog {
                 let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
                     classes: Vec::new(),
                     refused: None,
+                    shape: None,
                 });
                 match Residue::new(row.delta, row.remainder) {
                     Ok(class) => entry.classes.push((db, class)),
@@ -224,6 +232,12 @@ impl Catalog {
             if entry.refused.is_none() {
                 entry.refused = conflict(biz, names, &entry.classes);
             }
+            match merged_shape(biz, names, snapshots, &entry.classes) {
+                Ok(shape) => entry.shape = shape,
+                Err(e) => {
+                    entry.refused.get_or_insert(e);
+                }
+            }
         }
         Catalog {
             bizs,
@@ -242,6 +256,12 @@ impl Catalog {
     /// Unique to this catalog within the process.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// How the IDs of `biz` look: `None` when the biz is unknown here, `Some(None)`
+    /// when they are sequential and plain.
+    pub fn shape_of(&self, biz: &str) -> Option<Option<Arc<BizShape>>> {
+        self.bizs.get(biz).map(|e| e.shape.clone())
     }
 
     pub fn biz(&self, name: &str) -> Option<&BizEntry> {
@@ -284,6 +304,84 @@ pub(crate) fn conflict(
                 second: names[b].clone(),
                 second_class: cb.to_string(),
             })
+    })
+}
+
+/// The shape of `biz` from the databases holding its rows: every one must hold the same
+/// shape row, or none. A biz whose databases disagree (a row edited or lost by hand)
+/// is refused: serving it with either shape could issue an ID another server issues
+/// under the other.
+fn merged_shape(
+    biz: &str,
+    names: &[String],
+    snapshots: &[Option<Snapshot>],
+    classes: &[(usize, Residue)],
+) -> Result<Option<Arc<BizShape>>, StoreError> {
+    let invalid = |db: usize, reason: String| StoreError::InvalidRow {
+        biz: biz.to_owned(),
+        database: names[db].clone(),
+        reason,
+    };
+    let mut found: Option<(usize, &ShapeRow)> = None;
+    let mut missing = None;
+    for &(db, _) in classes {
+        let Some(snap) = &snapshots[db] else { continue };
+        match snap.shapes.iter().find(|s| s.biz_type == biz) {
+            None => missing = missing.or(Some(db)),
+            Some(row) => match found {
+                Some((first, seen)) if seen != row => {
+                    return Err(invalid(
+                        db,
+                        format!("its shape row differs from database \"{}\"'s", names[first]),
+                    ));
+                }
+                Some(_) => {}
+                None => found = Some((db, row)),
+            },
+        }
+    }
+    let Some((db, row)) = found else {
+        return Ok(None);
+    };
+    if let Some(lacking) = missing {
+        return Err(invalid(
+            lacking,
+            format!(
+                "it has no shape row, but database \"{}\" has one",
+                names[db]
+            ),
+        ));
+    }
+    biz_shape(row)
+        .map(|s| Some(Arc::new(s)))
+        .map_err(|e| invalid(db, e))
+}
+
+/// The shape a row describes.
+///
+/// # Errors
+/// Why the row is invalid.
+pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
+    let within = Residue::new(row.within_delta, row.within_remainder).map_err(|e| e.to_string())?;
+    let block = u64::try_from(row.block).map_err(|_| format!("block {} is negative", row.block))?;
+    let domain =
+        u64::try_from(row.domain).map_err(|_| format!("domain {} is negative", row.domain))?;
+    let order = shape::parse_order(&row.id_order, block, domain)?;
+    let key = u128::from_str_radix(&row.key, 16)
+        .ok()
+        .filter(|_| row.key.len() == 32)
+        .ok_or("its key is not 32 hex digits")?;
+    let base = u32::try_from(row.base)
+        .ok()
+        .and_then(Base::from_radix)
+        .ok_or_else(|| format!("base {} is not 10, 36 or 62", row.base))?;
+    let width = u32::try_from(row.width).map_err(|_| format!("width {} is negative", row.width))?;
+    let format =
+        Format::new(&row.prefix, width, base, row.check_char).map_err(|e| e.to_string())?;
+    Ok(BizShape {
+        ordering: IdOrdering::new(order, key, within),
+        format,
+        as_string: row.as_string,
     })
 }
 
@@ -429,11 +527,13 @@ mod tests {
         let (t1, t2) = (digest(0xab, 1), digest(0xab, 2));
         let a = Snapshot {
             witnesses: vec![],
+            shapes: vec![],
             bizs: vec![row("x", 1, 0), row("y", 1, 0)],
             tokens: vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
         };
         let b = Snapshot {
             witnesses: vec![],
+            shapes: vec![],
             bizs: vec![],
             tokens: vec![
                 // The same hash in upper case is the same digest.
@@ -460,11 +560,13 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let a = Snapshot {
             witnesses: vec![],
+            shapes: vec![],
             bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
             tokens: vec![token(&hash_token("t1"), "ok")],
         };
         let b = Snapshot {
             witnesses: vec![],
+            shapes: vec![],
             bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
             tokens: vec![token(&hash_token("t1"), "bad")],
         };
@@ -506,6 +608,7 @@ mod tests {
                 None,
                 Some(Snapshot {
                     witnesses: vec![],
+                    shapes: vec![],
                     bizs: vec![row("x", 1, 0)],
                     tokens: vec![],
                 }),

@@ -5,7 +5,7 @@
 //! reservations over all configured databases: a random live one per fetch, a
 //! back-off for one that fails, and the residue checks that keep bizs collision-free.
 
-mod catalog;
+pub(crate) mod catalog;
 mod cluster;
 mod evidence;
 pub mod postgres;
@@ -40,6 +40,29 @@ pub struct BizRow {
     pub version: i64,
     /// The operator's note on the biz (Leaf's `description`); empty when none.
     pub description: String,
+}
+
+/// One `segmint_biz_shape` row: how a biz's IDs look (see [`crate::shape`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShapeRow {
+    pub biz_type: String,
+    /// `sequential`, `shuffled` or `opaque`.
+    pub id_order: String,
+    /// Shuffled: indexes per block.
+    pub block: i64,
+    /// Opaque: every ID is below this.
+    pub domain: i64,
+    /// The biz's own restriction: modulus and remainder (1 and 0 for none).
+    pub within_delta: i64,
+    pub within_remainder: i64,
+    /// The order's 128-bit key, 32 hex digits.
+    pub key: String,
+    pub prefix: String,
+    pub width: i32,
+    pub base: i32,
+    pub check_char: bool,
+    /// Whether the v1 API writes the IDs as JSON strings.
+    pub as_string: bool,
 }
 
 /// One `segmint_worker_lease` row: a snowflake worker ID and who holds it, with the
@@ -147,6 +170,11 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
     /// Inserts a biz row; `false` when the biz already exists.
     async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError>;
+    /// Every shape row.
+    async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError>;
+    /// Writes a shape row, replacing the biz's row if there is one (only ever done
+    /// while no database holds a row of the biz).
+    async fn put_shape(&self, row: &ShapeRow) -> Result<(), DbError>;
     /// Sets the description of `biz`'s row (no effect on its IDs or version); `false`
     /// when the row does not exist.
     async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError>;

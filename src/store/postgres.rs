@@ -8,7 +8,9 @@ use tokio_postgres::Row;
 
 use crate::config::PgTarget;
 
-use super::{BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, TokenRow, Witness};
+use super::{
+    BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, ShapeRow, TokenRow, Witness,
+};
 
 /// Schema migrations, applied in order, each once per database.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
@@ -33,7 +35,15 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "worker_lease",
         include_str!("../../sql/postgres/0005_worker_lease.sql"),
     ),
+    (
+        6,
+        "biz_shape",
+        include_str!("../../sql/postgres/0006_biz_shape.sql"),
+    ),
 ];
+
+const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
+     shape_key, prefix, width, base, check_char, as_string";
 
 /// The database's clock in Unix milliseconds: the time of the statement's execution,
 /// not of its transaction's start.
@@ -128,6 +138,23 @@ fn biz_row(row: &Row) -> BizRow {
         remainder: row.get(5),
         version: row.get(6),
         description: row.get(7),
+    }
+}
+
+fn shape_row(row: &Row) -> ShapeRow {
+    ShapeRow {
+        biz_type: row.get(0),
+        id_order: row.get(1),
+        block: row.get(2),
+        domain: row.get(3),
+        within_delta: row.get(4),
+        within_remainder: row.get(5),
+        key: row.get(6),
+        prefix: row.get(7),
+        width: row.get(8),
+        base: row.get(9),
+        check_char: row.get(10),
+        as_string: row.get(11),
     }
 }
 
@@ -319,6 +346,51 @@ impl SegmentStore for PgStore {
             .await
             .map_err(db_error)?;
         Ok(n == 1)
+    }
+
+    async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!("SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape ORDER BY biz_type"),
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows.iter().map(shape_row).collect())
+    }
+
+    async fn put_shape(&self, r: &ShapeRow) -> Result<(), DbError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                &format!(
+                    "INSERT INTO segmint_biz_shape ({SHAPE_COLUMNS})
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+                     ON CONFLICT (biz_type) DO UPDATE SET id_order = excluded.id_order, block = excluded.block,
+                         domain = excluded.domain, within_delta = excluded.within_delta,
+                         within_remainder = excluded.within_remainder, shape_key = excluded.shape_key,
+                         prefix = excluded.prefix, width = excluded.width, base = excluded.base,
+                         check_char = excluded.check_char, as_string = excluded.as_string"
+                ),
+                &[
+                    &r.biz_type,
+                    &r.id_order,
+                    &r.block,
+                    &r.domain,
+                    &r.within_delta,
+                    &r.within_remainder,
+                    &r.key,
+                    &r.prefix,
+                    &r.width,
+                    &r.base,
+                    &r.check_char,
+                    &r.as_string,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
     }
 
     async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {

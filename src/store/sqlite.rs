@@ -20,7 +20,9 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
 
-use super::{BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, TokenRow, Witness};
+use super::{
+    BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, ShapeRow, TokenRow, Witness,
+};
 
 /// Schema migrations, applied in order, each once per file.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
@@ -45,7 +47,15 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "worker_lease",
         include_str!("../../sql/sqlite/0005_worker_lease.sql"),
     ),
+    (
+        6,
+        "biz_shape",
+        include_str!("../../sql/sqlite/0006_biz_shape.sql"),
+    ),
 ];
+
+const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
+     shape_key, prefix, width, base, check_char, as_string";
 
 /// The database's clock in Unix milliseconds (`julianday('now')` has millisecond
 /// precision and is fixed for the duration of one statement).
@@ -236,6 +246,23 @@ fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
     .map_err(sql_error)
 }
 
+fn shape_row(row: &Row) -> rusqlite::Result<ShapeRow> {
+    Ok(ShapeRow {
+        biz_type: row.get(0)?,
+        id_order: row.get(1)?,
+        block: row.get(2)?,
+        domain: row.get(3)?,
+        within_delta: row.get(4)?,
+        within_remainder: row.get(5)?,
+        key: row.get(6)?,
+        prefix: row.get(7)?,
+        width: row.get(8)?,
+        base: row.get(9)?,
+        check_char: row.get(10)?,
+        as_string: row.get(11)?,
+    })
+}
+
 fn lease_row(row: &Row) -> rusqlite::Result<LeaseRow> {
     Ok(LeaseRow {
         // The column's CHECK keeps it within 0..=1023.
@@ -387,6 +414,54 @@ impl SegmentStore for SqliteStore {
             Ok(n == 1)
         })
         .await
+    }
+
+    async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {
+        self.with(|c| {
+            c.prepare_cached(&format!(
+                "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape ORDER BY biz_type"
+            ))?
+            .query_map([], shape_row)?
+            .collect()
+        })
+        .await
+    }
+
+    async fn put_shape(&self, r: &ShapeRow) -> Result<(), DbError> {
+        let r = r.clone();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    &format!(
+                        "INSERT INTO segmint_biz_shape ({SHAPE_COLUMNS})
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                         ON CONFLICT (biz_type) DO UPDATE SET id_order = excluded.id_order,
+                             block = excluded.block, domain = excluded.domain,
+                             within_delta = excluded.within_delta,
+                             within_remainder = excluded.within_remainder,
+                             shape_key = excluded.shape_key, prefix = excluded.prefix,
+                             width = excluded.width, base = excluded.base,
+                             check_char = excluded.check_char, as_string = excluded.as_string"
+                    ),
+                    params![
+                        r.biz_type,
+                        r.id_order,
+                        r.block,
+                        r.domain,
+                        r.within_delta,
+                        r.within_remainder,
+                        r.key,
+                        r.prefix,
+                        r.width,
+                        r.base,
+                        r.check_char,
+                        r.as_string
+                    ],
+                )
+            })
+        })
+        .await
+        .map(|_| ())
     }
 
     async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {

@@ -14,7 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, LeaseRenewal, LeaseRow, SegmentStore, Store, Timing, TokenRow, Witness,
+    BizRow, DbError, LeaseRenewal, LeaseRow, SegmentStore, ShapeRow, Store, Timing, TokenRow,
+    Witness,
 };
 
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
@@ -261,6 +262,14 @@ impl SegmentStore for MemoryStore {
 
     async fn touch_tokens(&self, _uses: &[(String, i64)]) -> Result<(), DbError> {
         Err(untested("touch_tokens"))
+    }
+
+    async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {
+        Ok(Vec::new())
+    }
+
+    async fn put_shape(&self, _row: &ShapeRow) -> Result<(), DbError> {
+        Err(untested("put_shape"))
     }
 
     async fn describe(&self, _biz: &str, _description: &str) -> Result<bool, DbError> {

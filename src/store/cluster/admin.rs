@@ -7,7 +7,7 @@ use super::Store;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::evidence::{self, Evidence, Mark, Witness};
-use crate::store::{BizRow, DbError, SegmentStore, StoreError};
+use crate::store::{BizRow, DbError, SegmentStore, ShapeRow, StoreError};
 
 /// `segmint db fence` raises a row's version to the next multiple of this: far above
 /// every version reached by reservations since the last fence (one per reservation),
@@ -107,6 +107,59 @@ impl Store {
         within: Option<Residue>,
         description: &str,
     ) -> Result<Vec<String>, StoreError> {
+        self.add_shaped_biz(biz, step, start, within, description, None)
+            .await
+    }
+
+    /// [`Store::add_described_biz`] with the look of its IDs: `shape` gives the order's
+    /// name and domain and the format (its key, block and restriction are filled in
+    /// here: a new random key, the step's worth of indexes, `within`). The shape row is
+    /// written to every database before any biz row, so that no server ever reads the
+    /// biz without its shape.
+    ///
+    /// # Errors
+    /// As [`Store::add_biz`]; also when the shape is invalid, the first segment does
+    /// not fit an opaque domain, or the format's width cannot hold the biz's IDs.
+    pub async fn add_shaped_biz(
+        &self,
+        biz: &BizTag,
+        step: i64,
+        start: i64,
+        within: Option<Residue>,
+        description: &str,
+        shape: Option<ShapeRow>,
+    ) -> Result<Vec<String>, StoreError> {
+        let refuse = |why: String| StoreError::Refused(format!("{why}; nothing changed"));
+        let shape = match shape {
+            None => None,
+            Some(mut row) => {
+                let restriction = within.unwrap_or(Residue::ALL);
+                row.biz_type = biz.to_string();
+                row.within_delta = restriction.delta();
+                row.within_remainder = restriction.remainder();
+                row.block = (step / restriction.delta()).max(1);
+                row.key = format!("{:032x}", rand::random::<u128>());
+                let look = crate::store::catalog::biz_shape(&row).map_err(&refuse)?;
+                let last_of_first_segment = start.saturating_sub(1).saturating_add(step);
+                if let crate::shape::IdOrder::Opaque { domain } = look.ordering.order()
+                    && u64::try_from(last_of_first_segment).unwrap_or(u64::MAX) >= domain
+                {
+                    return Err(refuse(format!(
+                        "the first segment (up to {last_of_first_segment}) does not fit the opaque domain (IDs below {domain})"
+                    )));
+                }
+                let widest = match look.ordering.order() {
+                    crate::shape::IdOrder::Opaque { domain } => {
+                        i64::try_from(domain - 1).unwrap_or(i64::MAX)
+                    }
+                    _ => last_of_first_segment,
+                };
+                look.format
+                    .encode(widest)
+                    .map_err(|e| refuse(format!("--width is too small for the biz's IDs: {e}")))?;
+                Some(row)
+            }
+        };
         if step < 1 {
             return Err(StoreError::Refused(format!(
                 "step must be at least 1, got {step}"
@@ -168,6 +221,45 @@ impl Store {
         }
         let mut report = Vec::with_capacity(rows.len());
         let mut changed = Vec::with_capacity(rows.len());
+        if let Some(shape) = &shape {
+            for db in &self.dbs {
+                // No database holds a row of the biz (checked above): a shape row
+                // there is left from an interrupted `biz add`, and is replaced.
+                if let Err(e) = db.store.put_shape(shape).await {
+                    return Err(StoreError::Refused(format!(
+                        "database \"{}\": FAILED writing the shape: {e}; no biz row was written, and shape rows without a biz are ignored",
+                        db.name
+                    )));
+                }
+            }
+            report.push(format!(
+                "biz `{biz}`: {} IDs, written {}",
+                shape.id_order,
+                if shape.prefix.is_empty()
+                    && shape.width == 0
+                    && shape.base == 10
+                    && !shape.check_char
+                {
+                    "as plain numbers".to_owned()
+                } else {
+                    format!(
+                        "as {}{} in base {}{}",
+                        shape.prefix,
+                        if shape.width > 0 {
+                            format!("<{} digits>", shape.width)
+                        } else {
+                            "<digits>".into()
+                        },
+                        shape.base,
+                        if shape.check_char {
+                            " with a check character"
+                        } else {
+                            ""
+                        }
+                    )
+                }
+            ));
+        }
         for (db, row) in self.dbs.iter().zip(&rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(true) => {

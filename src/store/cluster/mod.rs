@@ -12,6 +12,7 @@ pub(super) mod import;
 pub(super) mod lease;
 mod refresh;
 mod reserve;
+mod shape;
 pub(super) mod tokens;
 
 use std::collections::HashMap;

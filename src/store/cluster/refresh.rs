@@ -41,8 +41,11 @@ impl Store {
         let reads = join_all(live.iter().map(|&i| {
             self.timed(async move {
                 let db = &self.dbs[i];
+                // Bizs before shapes: a shape row is written before its biz's rows,
+                // so every biz read here has its shape read too.
                 Ok(Snapshot {
                     bizs: db.store.bizs().await?,
+                    shapes: db.store.shapes().await?,
                     tokens: db.store.tokens().await?,
                     witnesses: db.store.witnesses().await?,
                 })

@@ -1,0 +1,73 @@
+//! IDs in their biz's order and format: the shape is looked up before IDs are taken
+//! from the cache, applied to them after, and segments of a biz with a keyed order are
+//! not handed out.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::biz::BizTag;
+use crate::shape::{BizShape, IdOrder, order_name};
+use crate::store::StoreError;
+
+impl AppState {
+    /// How the IDs of `biz` look (`None`: sequential and plain). A biz the catalog does
+    /// not know yet (added since the last refresh) is looked up again first: its IDs
+    /// are never issued without their shape.
+    ///
+    /// # Errors
+    /// 404 when no database knows the biz.
+    pub async fn shape_of(&self, biz: &BizTag) -> Result<Option<Arc<BizShape>>, ApiError> {
+        if let Some(shape) = self.store.with_catalog(|c| c.shape_of(biz.as_str())) {
+            return Ok(shape);
+        }
+        self.store
+            .refresh_since(Instant::now())
+            .await
+            .shape_of(biz.as_str())
+            .ok_or_else(|| StoreError::NotFound(biz.to_string()).into())
+    }
+
+    /// `n` IDs of `biz` in its order, with its shape.
+    ///
+    /// # Errors
+    /// As the cache's; 409 when an ID falls beyond an opaque domain (the batch is not
+    /// issued: its IDs are never used).
+    pub async fn ordered_ids(
+        &self,
+        biz: &BizTag,
+        n: usize,
+    ) -> Result<(Vec<i64>, Option<Arc<BizShape>>), ApiError> {
+        let shape = self.shape_of(biz).await?;
+        let mut ids = self.cache.next_ids(biz, n).await?;
+        if let Some(shape) = &shape {
+            shape.order_ids(&mut ids).map_err(|e| ApiError::Conflict {
+                code: "id_space_exhausted",
+                message: format!("biz `{biz}`: {e}"),
+            })?;
+        }
+        Ok((ids, shape))
+    }
+
+    /// Whether segments of `biz` may be handed to a client: not for a keyed order,
+    /// which the client could not apply without the key (and handing out keys would
+    /// leak them).
+    ///
+    /// # Errors
+    /// 409 `segments_unavailable` for a shuffled or opaque biz.
+    pub async fn check_segments(&self, biz: &BizTag) -> Result<(), ApiError> {
+        match self.shape_of(biz).await? {
+            Some(shape) if shape.ordering.order() != IdOrder::Sequential => {
+                Err(ApiError::Conflict {
+                    code: "segments_unavailable",
+                    message: format!(
+                        "biz `{biz}` issues its IDs in a {} order, which only the server applies: take IDs from nextId or /v1/ids/{biz}",
+                        order_name(shape.ordering.order())
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
