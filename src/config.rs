@@ -458,6 +458,30 @@ impl Config {
     }
 }
 
+/// The biz names of the list `key` (`leaf.bizs`, `snowflake.bizs`), without repeats;
+/// a bad name is refused naming `key[i]`.
+fn biz_list(key: &str, names: &[String]) -> Result<Vec<crate::biz::BizTag>, ConfigError> {
+    let mut bizs = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        let tag = crate::biz::BizTag::parse(name)
+            .map_err(|e| invalid(format!("{key}[{i}]"), e.to_string()))?;
+        if !bizs.contains(&tag) {
+            bizs.push(tag);
+        }
+    }
+    Ok(bizs)
+}
+
+/// The configuration of `extra` TOML and one PostgreSQL database, as the tests of the
+/// configuration's tables load it; the error as text.
+#[cfg(test)]
+fn with_one_database(extra: &str) -> Result<Config, String> {
+    Config::from_toml(&format!(
+        "{extra}\n[[databases]]\nname = \"a\"\nurl = \"postgres://postgres@127.0.0.1:5432/segmint\"\n"
+    ))
+    .map_err(|e| e.to_string())
+}
+
 fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.into(),

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, collide, invalid, socket_addr};
+use super::{ConfigError, biz_list, collide, invalid, socket_addr};
 use crate::biz::BizTag;
 
 /// `[leaf]` as written.
@@ -36,14 +36,7 @@ impl LeafConfig {
 impl RawLeaf {
     /// Validates `[leaf]`; `others` are the addresses already taken, with their keys.
     pub(super) fn validate(self, others: &[(&str, &str)]) -> Result<LeafConfig, ConfigError> {
-        let mut bizs = Vec::with_capacity(self.bizs.len());
-        for (i, biz) in self.bizs.iter().enumerate() {
-            let tag = BizTag::parse(biz)
-                .map_err(|e| invalid(format!("leaf.bizs[{i}]"), e.to_string()))?;
-            if !bizs.contains(&tag) {
-                bizs.push(tag);
-            }
-        }
+        let bizs = biz_list("leaf.bizs", &self.bizs)?;
         if let Some(bind) = &self.bind {
             let address = socket_addr("leaf.bind", bind)?;
             for (key, other) in others {
@@ -71,17 +64,7 @@ impl RawLeaf {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::Config;
-
-    const ONE: &str = r#"
-        [[databases]]
-        name = "a"
-        url = "postgres://postgres@127.0.0.1:5432/segmint"
-    "#;
-
-    fn load(leaf: &str) -> Result<Config, String> {
-        Config::from_toml(&format!("{leaf}\n{ONE}")).map_err(|e| e.to_string())
-    }
+    use crate::config::with_one_database as load;
 
     #[test]
     fn off_by_default() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, invalid};
+use super::{ConfigError, biz_list, invalid};
 use crate::biz::BizTag;
 use crate::snowflake::LEAF_EPOCH_MS;
 
@@ -73,14 +73,7 @@ impl SnowflakeConfig {
 impl RawSnowflake {
     /// Validates `[snowflake]`.
     pub(super) fn validate(self) -> Result<SnowflakeConfig, ConfigError> {
-        let mut bizs = Vec::with_capacity(self.bizs.len());
-        for (i, biz) in self.bizs.iter().enumerate() {
-            let tag = BizTag::parse(biz)
-                .map_err(|e| invalid(format!("snowflake.bizs[{i}]"), e.to_string()))?;
-            if !bizs.contains(&tag) {
-                bizs.push(tag);
-            }
-        }
+        let bizs = biz_list("snowflake.bizs", &self.bizs)?;
         let now_ms = crate::snowflake::Clock::now_ms(&mut crate::snowflake::SystemClock);
         if !(0..now_ms).contains(&self.epoch_ms) {
             return Err(invalid(
@@ -128,17 +121,7 @@ impl RawSnowflake {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::Config;
-
-    const ONE: &str = r#"
-        [[databases]]
-        name = "a"
-        url = "postgres://postgres@127.0.0.1:5432/segmint"
-    "#;
-
-    fn load(snowflake: &str) -> Result<Config, String> {
-        Config::from_toml(&format!("{snowflake}\n{ONE}")).map_err(|e| e.to_string())
-    }
+    use crate::config::with_one_database as load;
 
     #[test]
     fn off_by_default_with_leafs_epoch_and_a_six_second_lease() {
