@@ -270,6 +270,65 @@ async fn a_server_frozen_past_its_lease_never_issues_with_it_again() {
     );
 }
 
+/// The lease rows go back in time (a restore from a backup taken before the lease):
+/// the worker ID looks free to anyone, and the holder's next renewal fails. A second
+/// server starts meanwhile; both lease again and both are asked all along: no
+/// duplicate, and no worker ID used by both servers at overlapping times (a new holder
+/// waits a lease before its first ID, by when an earlier one has stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_restored_from_a_backup_never_shares_a_worker_id() {
+    let setup = Setup::start(1, FAST_LEASES);
+    let first_process = setup.server().await;
+    let first = first_process.remote(Duration::from_secs(5));
+    let mut a = first_snowflakes(&first, &setup.token).await;
+    setup.dbs.sql(
+        0,
+        "UPDATE segmint_worker_lease SET version = 0, expires_ms = 0, bound_ms = 0, last_ms = 0",
+    );
+    let second_process = setup.server().await;
+    let second = second_process.remote(Duration::from_secs(5));
+    let mut b = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        if let Ok(ids) = try_snowflakes(&first, &setup.token, 50).await {
+            a.extend(ids);
+        }
+        if let Ok(ids) = try_snowflakes(&second, &setup.token, 50).await {
+            b.extend(ids);
+        }
+    }
+    assert!(!b.is_empty(), "the second server issues");
+    let times = |ids: &[i64], w: i64| -> Vec<i64> {
+        ids.iter()
+            .filter(|&&id| worker_of(id) == w)
+            .map(|&id| leaf_decode(id).0)
+            .collect()
+    };
+    let workers: HashSet<i64> = a.iter().chain(&b).map(|&id| worker_of(id)).collect();
+    for w in workers {
+        let (ta, tb) = (times(&a, w), times(&b, w));
+        if let (Some(a_first), Some(a_last), Some(b_first), Some(b_last)) = (
+            ta.iter().min(),
+            ta.iter().max(),
+            tb.iter().min(),
+            tb.iter().max(),
+        ) {
+            assert!(
+                a_last < b_first || b_last < a_first,
+                "worker ID {w}: first server {a_first}..={a_last}, second {b_first}..={b_last}"
+            );
+        }
+    }
+    let lost = metric(
+        &first,
+        "segmint_snowflake_lease_renewals_total{outcome=\"lost\"}",
+    )
+    .await;
+    assert!(lost >= 1.0, "the first server saw its lease gone: {lost}");
+    a.extend(b);
+    assert_unique(&a);
+}
+
 /// The database holding a server's lease stops: the server issues until its lease
 /// would run out, then leases a worker ID from the other database (the other class);
 /// no duplicate, and the first database coming back changes nothing.
