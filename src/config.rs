@@ -318,6 +318,43 @@ fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
     normal(a) == normal(b)
 }
 
+const DATABASE_NAME_RULE: &str = "must be non-empty and use only letters, digits, '-', '_' and '.'";
+
+fn valid_database_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+impl Config {
+    /// This configuration with one more database, `name` at `url`: the one `segmint db
+    /// add` brings in. Its class comes from the layout the change writes, so it is not
+    /// checked against the configured classes.
+    ///
+    /// # Errors
+    /// A message naming the bad argument: a malformed name, one already configured, or
+    /// a malformed URL.
+    pub fn with_database(&self, name: &str, url: &str) -> Result<Config, String> {
+        if !valid_database_name(name) {
+            return Err(format!("NAME `{name}` {DATABASE_NAME_RULE}"));
+        }
+        if self.databases.iter().any(|d| d.name == name) {
+            return Err(format!(
+                "database \"{name}\" is configured already; `segmint db list` shows whether it is in the layout"
+            ));
+        }
+        let kind = database_kind(url).map_err(|e| format!("URL: {e}"))?;
+        let mut config = self.clone();
+        config.databases.push(DatabaseConfig {
+            name: name.to_owned(),
+            kind,
+            residue: Residue::ALL,
+        });
+        Ok(config)
+    }
+}
+
 /// Parses a database URL: `sqlite://path` or a PostgreSQL URL / key=value string.
 fn database_kind(url: &str) -> Result<DatabaseKind, String> {
     if let Some(path) = url.strip_prefix("sqlite://") {
@@ -589,16 +626,8 @@ impl RawSettings {
         let mut databases: Vec<DatabaseConfig> = Vec::with_capacity(self.databases.len());
         for (i, db) in self.databases.into_iter().enumerate() {
             let key = |field: &str| format!("databases[{i}].{field} (database \"{}\")", db.name);
-            if db.name.is_empty()
-                || !db
-                    .name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
-            {
-                return Err(invalid(
-                    key("name"),
-                    "must be non-empty and use only letters, digits, '-', '_' and '.'",
-                ));
+            if !valid_database_name(&db.name) {
+                return Err(invalid(key("name"), DATABASE_NAME_RULE));
             }
             if databases.iter().any(|d| d.name == db.name) {
                 return Err(invalid(key("name"), "is used by another database"));

@@ -33,6 +33,8 @@ pub mod config;
 #[cfg(feature = "server")]
 pub mod import;
 #[cfg(feature = "server")]
+pub mod layout;
+#[cfg(feature = "server")]
 pub mod metrics;
 pub mod rate;
 pub mod segment;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::import::Source;
+use segmint::layout::{Layout, LayoutState, Member};
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::{HASH_PREFIX, OpenMode, ShapeRow, Store, unix_now};
@@ -82,6 +83,25 @@ struct ImportFile {
 
 #[derive(Subcommand)]
 enum DbCommand {
+    /// Bring a database into the layout while servers run: every biz moves to the new
+    /// residue classes (database i of n issues IDs ≡ i mod n) above every ID issued
+    /// before, then servers that name it in their configuration use it (after a
+    /// restart). Run again to finish a change that was cut off.
+    Add {
+        /// Its name (as in the configuration).
+        name: String,
+        /// Its URL; needed unless the configuration names it already.
+        url: Option<String>,
+    },
+    /// Take a database out of the layout while servers run: its rows are frozen and
+    /// the others move to the new classes. Servers stop using it at their next catalog
+    /// refresh. Also rolls back an `add` that was cut off.
+    Remove {
+        /// The database's name in the configuration.
+        name: String,
+    },
+    /// Show the layout in force, its epoch, a change under way, and each database.
+    List,
     /// Bring a database back after it went back in time (restored from a backup, a
     /// promoted replica): raises its biz rows above every ID that the witnesses in the
     /// other databases say was reserved from it. Servers use it again at their next
@@ -321,6 +341,9 @@ fn admin(config: Config, command: AdminCommand) -> Result {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    if let AdminCommand::Db(change @ (DbCommand::Add { .. } | DbCommand::Remove { .. })) = command {
+        return runtime.block_on(change_layout(config, change));
+    }
     runtime.block_on(async move {
         // Only `migrate` initialises a store: the other commands on a missing embedded
         // file would create a new, empty store where the real one was expected.
@@ -399,6 +422,9 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 println!("{}", store.decode_id(&biz, &id).await?);
                 Ok(())
             }
+            // Run by `change_layout` before the store is opened.
+            AdminCommand::Db(DbCommand::Add { .. } | DbCommand::Remove { .. }) => Ok(()),
+            AdminCommand::Db(DbCommand::List) => list_layout(&store).await,
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
                 for line in store.raise_database(&name, above).await? {
                     println!("{line}");
@@ -407,6 +433,140 @@ fn admin(config: Config, command: AdminCommand) -> Result {
             }
         }
     })
+}
+
+/// `segmint db add` / `db remove`: moves the cluster to the layout with (or without)
+/// the database, printing each step as it goes.
+async fn change_layout(config: Config, change: DbCommand) -> Result {
+    let before = Layout {
+        epoch: 0,
+        members: config
+            .databases
+            .iter()
+            .map(|d| Member {
+                name: d.name.clone(),
+                class: d.residue,
+            })
+            .collect(),
+        state: LayoutState::Done,
+    };
+    let (config, adding) = match &change {
+        DbCommand::Add { name, url } => {
+            let configured = config.databases.iter().any(|d| d.name == *name);
+            let config = match (configured, url) {
+                (true, _) => config,
+                (false, Some(url)) => config.with_database(name, url)?,
+                (false, None) => {
+                    return Err(format!(
+                        "database \"{name}\" is not configured: give its URL (`segmint db add {name} URL`); nothing changed"
+                    )
+                    .into());
+                }
+            };
+            (config, Some(name.clone()))
+        }
+        _ => (config, None),
+    };
+    let store = Store::open(&config, OpenMode::Create)?;
+    if adding.is_some() {
+        // The new database gets the schema first; the others have it (or get what is
+        // pending, as `segmint migrate` would).
+        migrate(&store).await?;
+    }
+    store.load_layout().await;
+    let base = store.layouts().0.unwrap_or_else(|| before.clone());
+    let mut names = base.names();
+    match &change {
+        DbCommand::Add { name, .. } if names.contains(name) => {
+            println!(
+                "database \"{name}\" is in layout epoch {} already",
+                base.epoch
+            );
+        }
+        DbCommand::Add { name, .. } => names.push(name.clone()),
+        DbCommand::Remove { name } => {
+            let pending = store.layouts().1;
+            if !names.contains(name) && !pending.is_some_and(|p| p.class_of(name).is_some()) {
+                return Err(format!(
+                    "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
+                    base.epoch,
+                    base.describe()
+                )
+                .into());
+            }
+            names.retain(|n| n != name);
+        }
+        _ => {}
+    }
+    let mut say = |line: String| println!("{line}");
+    let done = store.change_layout(&names, &before, &mut say).await?;
+    println!();
+    println!(
+        "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):"
+    );
+    for m in &done.members {
+        println!(
+            "  name = \"{}\"  delta = {}  remainder = {}",
+            m.name,
+            m.class.delta(),
+            m.class.remainder()
+        );
+    }
+    match change {
+        DbCommand::Add { name, .. } => println!(
+            "Servers use \"{name}\" once their configuration names it: add it and restart them one at a time; until then they serve from the others."
+        ),
+        DbCommand::Remove { name } => println!(
+            "Servers stopped using \"{name}\" at their next catalog refresh; take it out of their configuration at leisure."
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+async fn list_layout(store: &Store) -> Result {
+    let report = store.layout_report().await;
+    match &report.current {
+        Some(l) => println!("layout epoch {} (done): {}", l.epoch, l.describe()),
+        None => println!("layout epoch 0 (the configured classes; no change made yet)"),
+    }
+    match &report.pending {
+        Some(l) => println!(
+            "change under way to epoch {}: {} (cut off? run the same command again to finish it, or the opposite one to roll it back)",
+            l.epoch,
+            l.describe()
+        ),
+        None => println!("no change under way"),
+    }
+    println!(
+        "{:<16} {:<12} {:<14} {:>6} {:>7} {:>6}",
+        "DATABASE", "CLASS", "STATE", "ROWS", "FROZEN", "EPOCH"
+    );
+    let mut unreachable = 0;
+    for d in &report.databases {
+        let state = match (&d.error, d.class) {
+            (Some(_), _) => "unreachable",
+            (None, Some(_)) => "in layout",
+            (None, None) => "not in layout",
+        };
+        println!(
+            "{:<16} {:<12} {:<14} {:>6} {:>7} {:>6}",
+            d.name,
+            d.class.map_or_else(|| "-".into(), |c| c.to_string()),
+            state,
+            d.rows,
+            d.frozen,
+            d.epoch
+        );
+        if let Some(e) = &d.error {
+            unreachable += 1;
+            eprintln!("\"{}\": {e}", d.name);
+        }
+    }
+    match unreachable {
+        0 => Ok(()),
+        n => Err(format!("{n} database(s) could not be read").into()),
+    }
 }
 
 async fn migrate(store: &Store) -> Result {

@@ -27,6 +27,7 @@ mod giveback;
 mod giveback_dead_db;
 mod hardening;
 mod import;
+mod layout;
 mod leaf;
 mod observability;
 mod operator;

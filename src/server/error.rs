@@ -54,6 +54,7 @@ impl ApiError {
                     "biz_misconfigured"
                 }
                 StoreError::Contention(_) => "contention",
+                StoreError::Moving(_) => "layout_change",
                 StoreError::Unavailable(_) => "unavailable",
                 StoreError::Refused(_) => "bad_request",
             },
@@ -97,7 +98,7 @@ impl ResponseError for ApiError {
                 StoreError::ResidueConflict { .. } | StoreError::InvalidRow { .. } => {
                     StatusCode::INTERNAL_SERVER_ERROR
                 }
-                StoreError::Contention(_) | StoreError::Unavailable(_) => {
+                StoreError::Contention(_) | StoreError::Moving(_) | StoreError::Unavailable(_) => {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
                 StoreError::Refused(_) => StatusCode::BAD_REQUEST,

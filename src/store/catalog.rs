@@ -21,6 +21,8 @@ pub(crate) struct Snapshot {
     pub tokens: Vec<TokenRow>,
     /// How far the other databases' rows advanced, as recorded here.
     pub witnesses: Vec<super::Witness>,
+    /// The layouts recorded here (see [`crate::layout`]).
+    pub layouts: Vec<super::LayoutRow>,
 }
 
 /// Bizs and tokens merged over every database.
@@ -47,8 +49,11 @@ static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 /// One biz across the databases.
 #[derive(Debug, Clone)]
 pub struct BizEntry {
-    /// Index of each database holding a row of the biz, with the row's class.
+    /// Index of each database holding a row of the biz that may give out segments,
+    /// with the row's class.
     pub classes: Vec<(usize, Residue)>,
+    /// The latest layout epoch of those rows: a row of an earlier one is not used.
+    pub epoch: i64,
     /// Set when the biz must not be served: its rows overlap or are invalid.
     pub refused: Option<StoreError>,
     /// How its IDs look; `None`: sequential and plain.
@@ -186,23 +191,42 @@ impl Catalog {
     /// named `names`, refusing every biz whose rows could overlap.
     pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
-        for (db, snap) in snapshots.iter().enumerate() {
-            let Some(snap) = snap else { continue };
-            for row in &snap.bizs {
-                let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
-                    classes: Vec::new(),
-                    refused: None,
-                    shape: None,
-                });
-                match Residue::new(row.delta, row.remainder) {
-                    Ok(class) => entry.classes.push((db, class)),
-                    Err(e) => {
-                        entry.refused.get_or_insert(StoreError::InvalidRow {
-                            biz: row.biz_type.clone(),
-                            database: names[db].clone(),
-                            reason: e.to_string(),
-                        });
-                    }
+        let rows = || {
+            snapshots
+                .iter()
+                .enumerate()
+                .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
+                .flat_map(|(db, snap)| snap.bizs.iter().map(move |r| (db, r)))
+        };
+        for (_, row) in rows() {
+            let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
+                classes: Vec::new(),
+                epoch: 0,
+                refused: None,
+                shape: None,
+            });
+            if !row.frozen {
+                entry.epoch = entry.epoch.max(row.epoch);
+            }
+        }
+        for (db, row) in rows() {
+            let Some(entry) = bizs.get_mut(&row.biz_type) else {
+                continue;
+            };
+            // A frozen row gives out no segment, nor does one left in an earlier layout
+            // (a layout change froze it after this snapshot was read, or its database
+            // went back in time): they take no part in the checks.
+            if row.frozen || row.epoch < entry.epoch {
+                continue;
+            }
+            match Residue::new(row.delta, row.remainder) {
+                Ok(class) => entry.classes.push((db, class)),
+                Err(e) => {
+                    entry.refused.get_or_insert(StoreError::InvalidRow {
+                        biz: row.biz_type.clone(),
+                        database: names[db].clone(),
+                        reason: e.to_string(),
+                    });
                 }
             }
         }
@@ -244,6 +268,13 @@ impl Catalog {
             tokens,
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
             read: snapshots.iter().any(Option::is_some),
+        }
+    }
+
+    /// Refuses `biz` with `why`, unless it is refused already.
+    pub(crate) fn refuse(&mut self, biz: &str, why: StoreError) {
+        if let Some(entry) = self.bizs.get_mut(biz) {
+            entry.refused.get_or_insert(why);
         }
     }
 
@@ -400,6 +431,8 @@ mod tests {
             remainder,
             version: 0,
             description: String::new(),
+            epoch: 0,
+            frozen: false,
         }
     }
 
@@ -527,12 +560,14 @@ mod tests {
         let (t1, t2) = (digest(0xab, 1), digest(0xab, 2));
         let a = Snapshot {
             witnesses: vec![],
+            layouts: vec![],
             shapes: vec![],
             bizs: vec![row("x", 1, 0), row("y", 1, 0)],
             tokens: vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
         };
         let b = Snapshot {
             witnesses: vec![],
+            layouts: vec![],
             shapes: vec![],
             bizs: vec![],
             tokens: vec![
@@ -560,12 +595,14 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let a = Snapshot {
             witnesses: vec![],
+            layouts: vec![],
             shapes: vec![],
             bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
             tokens: vec![token(&hash_token("t1"), "ok")],
         };
         let b = Snapshot {
             witnesses: vec![],
+            layouts: vec![],
             shapes: vec![],
             bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
             tokens: vec![token(&hash_token("t1"), "bad")],
@@ -608,6 +645,7 @@ mod tests {
                 None,
                 Some(Snapshot {
                     witnesses: vec![],
+                    layouts: vec![],
                     shapes: vec![],
                     bizs: vec![row("x", 1, 0)],
                     tokens: vec![],

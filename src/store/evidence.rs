@@ -167,6 +167,8 @@ mod tests {
             remainder: 0,
             version,
             description: String::new(),
+            epoch: 0,
+            frozen: false,
         }
     }
 

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
 pub use cluster::import::ImportReport;
+pub use cluster::layout::LayoutReport;
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
@@ -40,6 +41,35 @@ pub struct BizRow {
     pub version: i64,
     /// The operator's note on the biz (Leaf's `description`); empty when none.
     pub description: String,
+    /// The layout epoch the row's class was set in (0: before any layout change).
+    pub epoch: i64,
+    /// A frozen row gives out no segment: a layout change is moving it, or its database
+    /// was removed from the layout.
+    pub frozen: bool,
+}
+
+/// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
+/// these values (see [`SegmentStore::reclass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reclass {
+    pub version: i64,
+    pub max_id: i64,
+    pub delta: i64,
+    pub remainder: i64,
+    pub epoch: i64,
+    pub frozen: bool,
+}
+
+/// One `segmint_layout` row: which databases issue IDs from which class at `epoch`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayoutRow {
+    pub epoch: i64,
+    /// `name=delta:remainder`, joined by commas (see [`crate::layout::Layout`]).
+    pub members: String,
+    /// `moving`, `done` or `superseded`.
+    pub state: String,
+    /// When the row was last written, by the writer's clock (Unix milliseconds).
+    pub changed_ms: i64,
 }
 
 /// One `segmint_biz_shape` row: how a biz's IDs look (see [`crate::shape`]).
@@ -197,6 +227,32 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// Records that each token (lower-case hash) was in use at the time given; a row's
     /// last use only moves forward.
     async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError>;
+    /// Compare-and-set for layout changes: moves the row of `biz` from `version` and
+    /// `max_id` to the class, epoch, frozen state, `max_id` and version of `to`. Returns
+    /// the updated row, or `None` when another writer got there first.
+    async fn reclass(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        to: &Reclass,
+    ) -> Result<Option<BizRow>, DbError>;
+    /// Every layout row.
+    async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
+    /// Writes a layout row, replacing the row of its epoch.
+    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError>;
+    /// Sets the lease row of `worker_id` to `holder` until `expires_ms` (absolute, by the
+    /// database's clock), whoever holds it, bumping its version; `last_ms` and
+    /// `bound_ms` only grow. A layout change blocks a worker ID moving away from this
+    /// database with it (the holder's renewals then fail) and frees one moving in.
+    async fn set_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        expires_ms: i64,
+        last_ms: i64,
+        bound_ms: i64,
+    ) -> Result<LeaseRow, DbError>;
     /// Every worker-ID lease row.
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError>;
     /// Takes the lease of `worker_id` for `holder` until `lease_ms` from the database's
@@ -251,6 +307,8 @@ pub enum StoreError {
     },
     #[error("biz `{0}`: every reservation lost its compare-and-set race; try again")]
     Contention(String),
+    #[error("biz `{0}` is being moved to a new database layout; try again")]
+    Moving(String),
     #[error("no database reachable: {0}")]
     Unavailable(String),
     #[error("{0}")]

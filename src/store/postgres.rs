@@ -9,7 +9,8 @@ use tokio_postgres::Row;
 use crate::config::PgTarget;
 
 use super::{
-    BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Mark, Reclass, SegmentStore, ShapeRow,
+    TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
@@ -40,6 +41,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "biz_shape",
         include_str!("../../sql/postgres/0006_biz_shape.sql"),
     ),
+    (
+        7,
+        "layout",
+        include_str!("../../sql/postgres/0007_layout.sql"),
+    ),
 ];
 
 const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
@@ -52,8 +58,7 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
 
-const BIZ_COLUMNS: &str =
-    "biz_type, begin_id, max_id, step, delta, remainder, version, description";
+const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen";
 
 /// One PostgreSQL database.
 pub struct PgStore {
@@ -138,6 +143,8 @@ fn biz_row(row: &Row) -> BizRow {
         remainder: row.get(5),
         version: row.get(6),
         description: row.get(7),
+        epoch: row.get(8),
+        frozen: row.get(9),
     }
 }
 
@@ -339,9 +346,9 @@ impl SegmentStore for PgStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (biz_type) DO NOTHING",
-                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description],
+                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (biz_type) DO NOTHING",
+                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description, &row.epoch, &row.frozen],
             )
             .await
             .map_err(db_error)?;
@@ -494,6 +501,111 @@ impl SegmentStore for PgStore {
             tx.execute(&stmt, &[hash, at]).await.map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)
+    }
+
+    async fn reclass(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        to: &Reclass,
+    ) -> Result<Option<BizRow>, DbError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "UPDATE tiny_id_info SET version = $4::bigint, max_id = $5::bigint,
+                         delta = $6::bigint, remainder = $7::bigint, layout_epoch = $8::bigint,
+                         frozen = $9::boolean, update_time = now()
+                     WHERE biz_type = $1::text AND version = $2::bigint AND max_id = $3::bigint
+                     RETURNING {BIZ_COLUMNS}"
+                ),
+                &[
+                    &biz,
+                    &version,
+                    &max_id,
+                    &to.version,
+                    &to.max_id,
+                    &to.delta,
+                    &to.remainder,
+                    &to.epoch,
+                    &to.frozen,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(row.as_ref().map(biz_row))
+    }
+
+    async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT epoch, members, state, changed_ms FROM segmint_layout ORDER BY epoch",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| LayoutRow {
+                epoch: r.get(0),
+                members: r.get(1),
+                state: r.get(2),
+                changed_ms: r.get(3),
+            })
+            .collect())
+    }
+
+    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError> {
+        let client = self.client().await?;
+        client
+            .execute(
+                "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
+                 VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
+                 ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
+                     state = excluded.state, changed_ms = excluded.changed_ms",
+                &[&row.epoch, &row.members, &row.state, &row.changed_ms],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn set_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        expires_ms: i64,
+        last_ms: i64,
+        bound_ms: i64,
+    ) -> Result<LeaseRow, DbError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one(
+                &format!(
+                    "INSERT INTO segmint_worker_lease AS l
+                         (worker_id, holder, version, expires_ms, last_ms, bound_ms)
+                     VALUES ($1::integer, $2::text, 1, $3::bigint, $4::bigint, $5::bigint)
+                     ON CONFLICT (worker_id) DO UPDATE SET
+                         holder = excluded.holder, version = l.version + 1,
+                         expires_ms = excluded.expires_ms,
+                         last_ms = GREATEST(l.last_ms, excluded.last_ms),
+                         bound_ms = GREATEST(l.bound_ms, excluded.bound_ms),
+                         update_time = now()
+                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}"
+                ),
+                &[
+                    &i32::from(worker_id),
+                    &holder,
+                    &expires_ms,
+                    &last_ms,
+                    &bound_ms,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(lease_row(&row))
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {

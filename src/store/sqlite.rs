@@ -21,7 +21,8 @@ use rusqlite::{
 };
 
 use super::{
-    BizRow, DbError, LeaseRenewal, LeaseRow, Mark, SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Mark, Reclass, SegmentStore, ShapeRow,
+    TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
@@ -52,6 +53,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "biz_shape",
         include_str!("../../sql/sqlite/0006_biz_shape.sql"),
     ),
+    (
+        7,
+        "layout",
+        include_str!("../../sql/sqlite/0007_layout.sql"),
+    ),
 ];
 
 const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
@@ -63,8 +69,7 @@ const NOW_MS: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS
 
 const LEASE_COLUMNS: &str = "worker_id, holder, version, expires_ms, last_ms, bound_ms";
 
-const BIZ_COLUMNS: &str =
-    "biz_type, begin_id, max_id, step, delta, remainder, version, description";
+const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen";
 
 /// One SQLite file.
 pub struct SqliteStore {
@@ -286,6 +291,8 @@ fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
         remainder: row.get(5)?,
         version: row.get(6)?,
         description: row.get(7)?,
+        epoch: row.get(8)?,
+        frozen: row.get(9)?,
     })
 }
 
@@ -406,9 +413,9 @@ impl SegmentStore for SqliteStore {
         self.with(move |c| {
             let n = write(c, |tx| {
                 tx.execute(
-                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (biz_type) DO NOTHING",
-                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description],
+                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (biz_type) DO NOTHING",
+                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen],
                 )
             })?;
             Ok(n == 1)
@@ -563,6 +570,109 @@ impl SegmentStore for SqliteStore {
                     stmt.execute(params![hash, at])?;
                 }
                 Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn reclass(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        to: &Reclass,
+    ) -> Result<Option<BizRow>, DbError> {
+        let (biz, to) = (biz.to_owned(), *to);
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.prepare_cached(&format!(
+                    "UPDATE tiny_id_info SET version = ?4, max_id = ?5, delta = ?6, remainder = ?7,
+                         layout_epoch = ?8, frozen = ?9, update_time = CURRENT_TIMESTAMP
+                     WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
+                     RETURNING {BIZ_COLUMNS}"
+                ))?
+                .query_row(
+                    params![
+                        biz,
+                        version,
+                        max_id,
+                        to.version,
+                        to.max_id,
+                        to.delta,
+                        to.remainder,
+                        to.epoch,
+                        to.frozen
+                    ],
+                    biz_row,
+                )
+                .optional()
+            })
+        })
+        .await
+    }
+
+    async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
+        self.with(|c| {
+            c.prepare_cached(
+                "SELECT epoch, members, state, changed_ms FROM segmint_layout ORDER BY epoch",
+            )?
+            .query_map([], |r| {
+                Ok(LayoutRow {
+                    epoch: r.get(0)?,
+                    members: r.get(1)?,
+                    state: r.get(2)?,
+                    changed_ms: r.get(3)?,
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError> {
+        let row = row.clone();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
+                         state = excluded.state, changed_ms = excluded.changed_ms",
+                    params![row.epoch, row.members, row.state, row.changed_ms],
+                )
+                .map(|_| ())
+            })
+        })
+        .await
+    }
+
+    async fn set_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        expires_ms: i64,
+        last_ms: i64,
+        bound_ms: i64,
+    ) -> Result<LeaseRow, DbError> {
+        let holder = holder.to_owned();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.prepare_cached(&format!(
+                    "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS})
+                     VALUES (?1, ?2, 1, ?3, ?4, ?5)
+                     ON CONFLICT (worker_id) DO UPDATE SET
+                         holder = excluded.holder,
+                         version = segmint_worker_lease.version + 1,
+                         expires_ms = excluded.expires_ms,
+                         last_ms = max(segmint_worker_lease.last_ms, excluded.last_ms),
+                         bound_ms = max(segmint_worker_lease.bound_ms, excluded.bound_ms),
+                         update_time = CURRENT_TIMESTAMP
+                     RETURNING {LEASE_COLUMNS}, {NOW_MS}"
+                ))?
+                .query_row(
+                    params![worker_id, holder, expires_ms, last_ms, bound_ms],
+                    lease_row,
+                )
             })
         })
         .await

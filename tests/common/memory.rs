@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, LeaseRenewal, LeaseRow, SegmentStore, ShapeRow, Store, Timing, TokenRow,
-    Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Reclass, SegmentStore, ShapeRow, Store,
+    Timing, TokenRow, Witness,
 };
 
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
@@ -58,6 +58,8 @@ impl MemoryStore {
                 remainder: residue.remainder(),
                 version: 0,
                 description: String::new(),
+                epoch: 0,
+                frozen: false,
             },
         );
         store
@@ -292,6 +294,36 @@ impl SegmentStore for MemoryStore {
 
     async fn renew_lease(&self, _renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
         Err(untested("renew_lease"))
+    }
+
+    async fn reclass(
+        &self,
+        _biz: &str,
+        _version: i64,
+        _max_id: i64,
+        _to: &Reclass,
+    ) -> Result<Option<BizRow>, DbError> {
+        Err(untested("reclass"))
+    }
+
+    /// No layout change ever ran here: the configured classes hold.
+    async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
+        Ok(Vec::new())
+    }
+
+    async fn put_layout(&self, _row: &LayoutRow) -> Result<(), DbError> {
+        Err(untested("put_layout"))
+    }
+
+    async fn set_lease(
+        &self,
+        _worker_id: u16,
+        _holder: &str,
+        _expires_ms: i64,
+        _last_ms: i64,
+        _bound_ms: i64,
+    ) -> Result<LeaseRow, DbError> {
+        Err(untested("set_lease"))
     }
 }
 

@@ -138,11 +138,15 @@ impl ServerProcess {
 
     /// [`ServerProcess::start`] with the variables `env` set for the server.
     pub async fn start_with_env(toml: &str, env: &[(&str, &str)]) -> ServerProcess {
+        Self::start_on(toml, free_port(), env).await
+    }
+
+    /// [`ServerProcess::start_with_env`] on `port`: a restart keeps its address.
+    pub async fn start_on(toml: &str, port: u16, env: &[(&str, &str)]) -> ServerProcess {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("segmint.toml");
         std::fs::write(&file, toml).unwrap();
         let log = dir.path().join("serve.log");
-        let port = free_port();
         let mut child = ChildGuard(
             serve_command(&file, port)
                 .envs(env.iter().copied())

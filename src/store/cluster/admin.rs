@@ -170,11 +170,25 @@ impl Store {
                 "start must be at least 1, got {start}"
             )));
         }
+        self.load_layout().await;
+        let (epoch, pending) = self.layout_epochs();
+        if let Some(pending) = pending {
+            return Err(refuse(format!(
+                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again"
+            )));
+        }
+        // The databases of the layout in force, each with its class there.
+        let members: Vec<(usize, Residue)> = (0..self.dbs.len())
+            .filter_map(|i| Some((i, self.class_of(i)?)))
+            .collect();
         let existing = self.biz_everywhere(biz).await?;
         let (have, lack): (Vec<_>, Vec<_>) = self
             .names
             .iter()
             .zip(&existing)
+            .enumerate()
+            .filter(|(i, _)| members.iter().any(|m| m.0 == *i))
+            .map(|(_, pair)| pair)
             .partition(|(_, row)| row.is_some());
         let list = |v: &[(&String, &Option<BizRow>)]| {
             v.iter()
@@ -194,11 +208,12 @@ impl Store {
                 list(&lack)
             )));
         }
-        let mut rows = Vec::with_capacity(self.dbs.len());
-        for db in &self.dbs {
+        let mut rows = Vec::with_capacity(members.len());
+        for &(i, residue) in &members {
+            let db = &self.dbs[i];
             let class = match within {
-                Some(w) => db.residue.restrict(w),
-                None => Ok(db.residue),
+                Some(w) => residue.restrict(w),
+                None => Ok(residue),
             }
             .map_err(|e| StoreError::Refused(format!("database \"{}\": {e}", db.name)))?;
             if step < class.delta() {
@@ -217,12 +232,14 @@ impl Store {
                 remainder: class.remainder(),
                 version: 0,
                 description: description.to_string(),
+                epoch,
+                frozen: false,
             });
         }
         let mut report = Vec::with_capacity(rows.len());
         let mut changed = Vec::with_capacity(rows.len());
         if let Some(shape) = &shape {
-            for db in &self.dbs {
+            for db in members.iter().map(|&(i, _)| &self.dbs[i]) {
                 // No database holds a row of the biz (checked above): a shape row
                 // there is left from an interrupted `biz add`, and is replaced.
                 if let Err(e) = db.store.put_shape(shape).await {
@@ -260,7 +277,7 @@ impl Store {
                 }
             ));
         }
-        for (db, row) in self.dbs.iter().zip(&rows) {
+        for (db, row) in members.iter().map(|&(i, _)| &self.dbs[i]).zip(&rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(true) => {
                     changed.push(db.name.as_str());

@@ -90,9 +90,14 @@ impl Store {
 
     /// Whether database `i` may be used: not backed off after a failure (a call sent
     /// there now would most likely only wait for its timeout), not fenced.
+    /// Also false for a database the layout in force does not name (removed, or not
+    /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let health = self.dbs[i].health.lock();
-        health.fenced.is_none() && health.failures.is_over(now())
+        let up = {
+            let health = self.dbs[i].health.lock();
+            health.fenced.is_none() && health.failures.is_over(now())
+        };
+        up && self.class_of(i).is_some()
     }
 
     /// Whether database `i` may be read: not backed off (it may be fenced).
@@ -136,7 +141,9 @@ impl Store {
                 DatabaseStatus {
                     name: db.name.clone(),
                     location: db.location.clone(),
-                    residue: db.residue.to_string(),
+                    residue: self
+                        .class_of(i)
+                        .map_or_else(|| "not in the layout".into(), |c| c.to_string()),
                     up,
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),

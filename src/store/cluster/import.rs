@@ -28,6 +28,16 @@ enum Plan {
     Unchanged(BizRow),
 }
 
+impl Plan {
+    /// A row created now belongs to the layout in force.
+    fn in_epoch(self, epoch: i64) -> Plan {
+        match self {
+            Plan::Create(row) => Plan::Create(BizRow { epoch, ..row }),
+            other => other,
+        }
+    }
+}
+
 impl Store {
     /// Imports `imports` (see [`crate::import::parse`]) into every database: a missing
     /// row is created with the old `max_id` (its first ID is above it), in the database's
@@ -45,6 +55,13 @@ impl Store {
         imports: &[Import],
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
+        self.load_layout().await;
+        let (epoch, pending) = self.layout_epochs();
+        if let Some(pending) = pending {
+            return Err(StoreError::Refused(format!(
+                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again; nothing changed"
+            )));
+        }
         let mut existing = Vec::with_capacity(self.dbs.len());
         for (result, name) in self
             .on_all(|db| db.bizs())
@@ -62,11 +79,13 @@ impl Store {
         let mut report = ImportReport::default();
         for import in imports {
             let biz = import.biz.as_str();
-            let plans: Vec<Result<Plan, String>> = self
-                .dbs
-                .iter()
+            let plans: Vec<Result<Plan, String>> = (0..self.dbs.len())
                 .zip(&existing)
-                .map(|(db, rows)| plan(import, db.residue, rows.iter().find(|r| r.biz_type == biz)))
+                .map(|(i, rows)| match self.class_of(i) {
+                    Some(class) => plan(import, class, rows.iter().find(|r| r.biz_type == biz))
+                        .map(|p| p.in_epoch(epoch)),
+                    None => Err("the database is not in the layout in force: take it out of the configuration first".into()),
+                })
                 .collect();
             if plans.iter().any(Result::is_err) {
                 for (name, plan) in self.names.iter().zip(&plans) {
@@ -215,6 +234,8 @@ fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan,
             remainder: class.remainder(),
             version: 0,
             description: import.description.clone(),
+            epoch: 0,
+            frozen: false,
         }));
     };
     if (row.delta, row.remainder) != (class.delta(), class.remainder()) {

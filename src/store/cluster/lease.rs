@@ -57,8 +57,11 @@ fn millis(d: Duration) -> i64 {
 
 impl Store {
     /// The worker IDs database `i` may lease: those of its residue class.
+    /// None for a database the layout in force does not name.
     pub fn worker_ids_of(&self, i: usize) -> Vec<u16> {
-        let residue = self.dbs[i].residue;
+        let Some(residue) = self.class_of(i) else {
+            return Vec::new();
+        };
         (0..WORKER_IDS)
             .filter(|&w| residue.contains(i64::from(w)))
             .collect()
@@ -82,6 +85,12 @@ impl Store {
         lease: Duration,
         grace: Duration,
     ) -> Result<Lease, StoreError> {
+        // Which database may lease which worker ID follows the layout in force: it must
+        // have been read (a worker ID leased by an earlier layout's classes is blocked
+        // where it left, so a stale read costs worker IDs, never a duplicate).
+        if !self.catalog().is_read() {
+            self.refresh_since(super::now()).await;
+        }
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
         let mut why = Vec::new();

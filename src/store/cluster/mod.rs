@@ -9,6 +9,7 @@ mod admin;
 mod give_back;
 mod health;
 pub(super) mod import;
+pub(super) mod layout;
 pub(super) mod lease;
 mod refresh;
 mod reserve;
@@ -74,8 +75,6 @@ struct Database {
     name: String,
     /// `host:port/db`, without credentials.
     location: String,
-    /// The residue class plain bizs get here.
-    residue: Residue,
     /// Shared with background writes (last uses) that outlive a borrow of the store.
     store: Arc<dyn SegmentStore>,
     metrics: DatabaseMetrics,
@@ -124,6 +123,13 @@ pub struct Store {
     /// Set while last uses are being written, so that writes never pile up behind a
     /// slow database.
     writing_uses: Arc<AtomicBool>,
+    /// The layouts read from the databases, and each database's class in the one in
+    /// force. Plain mutex: held to read or replace it, never across an await.
+    layout: Mutex<layout::LayoutView>,
+    /// What this process accepted of each row's class (by database and biz): a row
+    /// whose class changes is used only once its `max_id` is above every ID issued
+    /// before (see `refresh`). Plain mutex, as `evidence`.
+    classes_seen: Mutex<HashMap<(usize, String), refresh::SeenRow>>,
 }
 
 impl Store {
@@ -176,13 +182,15 @@ impl Store {
         metrics: Arc<Metrics>,
     ) -> Store {
         let names: Vec<String> = dbs.iter().map(|d| d.0.clone()).collect();
+        let configured: Vec<Residue> = dbs.iter().map(|d| d.2).collect();
         Store {
+            layout: Mutex::new(layout::LayoutView::configured(configured)),
+            classes_seen: Mutex::new(HashMap::new()),
             snapshots: Mutex::new(vec![None; dbs.len()]),
             dbs: dbs
                 .into_iter()
-                .map(|(name, location, residue, store)| Database {
+                .map(|(name, location, _, store)| Database {
                     location,
-                    residue,
                     metrics: metrics.database(&name),
                     name,
                     store: Arc::from(store),

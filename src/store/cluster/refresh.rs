@@ -7,9 +7,33 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use super::{Store, now};
-use crate::store::Catalog;
+use crate::segment::Residue;
 use crate::store::catalog::Snapshot;
 use crate::store::evidence::{Evidence, Mark, Witness};
+use crate::store::{BizRow, Catalog, StoreError};
+
+/// What this process accepted of one biz row's class.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SeenRow {
+    class: Residue,
+    /// The row's layout epoch when its class was accepted.
+    epoch: i64,
+    /// The highest `max_id` seen in that class.
+    top: i64,
+    /// The highest `max_id` seen in earlier classes.
+    earlier: i64,
+}
+
+impl SeenRow {
+    fn first(class: Residue, row: &BizRow) -> SeenRow {
+        SeenRow {
+            class,
+            epoch: row.epoch,
+            top: row.max_id,
+            earlier: i64::MIN,
+        }
+    }
+}
 
 /// Shortest time between the starts of two catalog refreshes.
 pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
@@ -48,6 +72,7 @@ impl Store {
                     shapes: db.store.shapes().await?,
                     tokens: db.store.tokens().await?,
                     witnesses: db.store.witnesses().await?,
+                    layouts: db.store.layouts().await?,
                 })
             })
         }))
@@ -64,12 +89,19 @@ impl Store {
             .filter_map(|(i, r)| Some((i, r.ok()?)))
             .collect();
         let lagging = self.check_rows(&before, &read);
+        let layouts: Vec<_> = read.iter().flat_map(|(_, s)| s.layouts.clone()).collect();
+        self.apply_layouts(&layouts);
+        let known = self.evidence.lock().clone();
         let catalog = {
             let mut snapshots = self.snapshots.lock();
             for (i, snap) in read {
                 snapshots[i] = Some(snap);
             }
-            Arc::new(Catalog::build(&self.names, &snapshots))
+            let mut catalog = Catalog::build(&self.names, &snapshots);
+            for (biz, why) in self.check_classes(&known, &snapshots, &catalog) {
+                catalog.refuse(&biz, why);
+            }
+            Arc::new(catalog)
         };
         self.catalog.store(catalog.clone());
         self.write_uses();
@@ -115,6 +147,101 @@ impl Store {
             })
             .filter(|(_, lacking)| !lacking.is_empty())
             .collect()
+    }
+
+    /// Checks each row whose class changed since this process last accepted it.
+    ///
+    /// - Changed by a layout change (a later layout epoch, which the stored layouts
+    ///   name with a class holding the row's): the change fenced it above every ID of
+    ///   the earlier layout; it is checked against the rows still in earlier epochs.
+    /// - Changed by hand (same epoch): it is used only when its `max_id` is at or above
+    ///   every ID known issued of the biz: every row's `max_id`, and every mark seen or
+    ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
+    fn check_classes(
+        &self,
+        known: &Evidence,
+        snapshots: &[Option<Snapshot>],
+        catalog: &Catalog,
+    ) -> Vec<(String, StoreError)> {
+        let layouts = self.layout_classes();
+        let mut seen = self.classes_seen.lock();
+        let mut refusals = Vec::new();
+        for (i, snap) in snapshots.iter().enumerate() {
+            let Some(snap) = snap else { continue };
+            for row in &snap.bizs {
+                let biz = &row.biz_type;
+                // Only the rows the catalog would reserve from.
+                let Some(class) = catalog
+                    .biz(biz)
+                    .and_then(|e| e.classes.iter().find(|(db, _)| *db == i).map(|(_, c)| *c))
+                else {
+                    continue;
+                };
+                let key = (i, biz.clone());
+                let mark = |k: usize| known.mark(k, biz).map(|m| m.high_id.max(m.max_id));
+                let Some(was) = seen.get(&key).copied() else {
+                    seen.insert(key, SeenRow::first(class, row));
+                    continue;
+                };
+                if was.class == class {
+                    seen.insert(
+                        key,
+                        SeenRow {
+                            epoch: was.epoch.max(row.epoch),
+                            top: was.top.max(row.max_id).max(mark(i).unwrap_or(i64::MIN)),
+                            ..was
+                        },
+                    );
+                    continue;
+                }
+                let by_layout = row.epoch > was.epoch
+                    && layouts.iter().any(|(epoch, name, db)| {
+                        *epoch == row.epoch
+                            && *name == self.names[i]
+                            && crate::layout::restriction(class, *db).is_some()
+                    });
+                let tops = (0..self.names.len()).filter_map(|k| {
+                    let other = snapshots[k]
+                        .as_ref()
+                        .and_then(|s| s.bizs.iter().find(|r| r.biz_type == *biz));
+                    let s = seen.get(&(k, biz.clone()));
+                    let top = if by_layout {
+                        // Rows moved by the same change issue from disjoint classes.
+                        match (k == i, other) {
+                            (true, _) => s.map(|s| s.top.max(s.earlier)),
+                            (false, Some(o)) if o.epoch < row.epoch => Some(o.max_id),
+                            _ => None,
+                        }
+                    } else {
+                        let other = other.filter(|_| k != i).map(|o| o.max_id);
+                        let s = s.map(|s| s.top.max(s.earlier));
+                        other.max(s).max(mark(k))
+                    };
+                    top.map(|top| (k, top))
+                });
+                match tops.max_by_key(|&(_, top)| top) {
+                    Some((k, top)) if row.max_id < top || row.epoch < was.epoch => refusals.push((
+                        biz.clone(),
+                        StoreError::InvalidRow {
+                            biz: biz.clone(),
+                            database: self.names[i].clone(),
+                            reason: format!(
+                                "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
+                                was.class, was.epoch, row.epoch, row.max_id, self.names[k], self.names[i]
+                            ),
+                        },
+                    )),
+                    _ => {
+                        tracing::info!(%biz, database = %self.names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
+                        seen.insert(key, SeenRow {
+                            earlier: was.top.max(was.earlier),
+                            ..SeenRow::first(class, row)
+                        });
+                    }
+                }
+            }
+        }
+        refusals
     }
 
     /// Writes `witnesses` to their databases, each bounded by the fetch timeout; a

@@ -15,6 +15,9 @@ use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
 use crate::store::{BizRow, DbError, StoreError};
 
+/// The classes the catalog knows of a biz's rows, and their layout epoch.
+type Known<'a> = (&'a [(usize, Residue)], i64);
+
 /// Compare-and-set attempts on one database before trying another.
 const CAS_ATTEMPTS: usize = 3;
 
@@ -74,6 +77,10 @@ enum Attempt {
     Missing,
     /// Every compare-and-set lost: other writers are busy on this row.
     Contended,
+    /// The row is frozen by a layout change, or left in an earlier layout.
+    Moving,
+    /// The row's class is not the one the catalog knows: the catalog is read again.
+    Stale,
     /// The biz cannot be served from this row; trying elsewhere will not help.
     Refused(StoreError),
 }
@@ -113,24 +120,29 @@ impl Store {
         if catalog.biz(biz.as_str()).is_none() {
             catalog = self.refresh_since(now()).await;
         }
-        let entry = catalog
-            .biz(biz.as_str())
-            .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
-        if let Some(refused) = &entry.refused {
-            return Err(refused.clone());
-        }
         // Lost races are retried in passes over the databases until the fetch timeout:
-        // a busy row slows a reservation down but does not fail it.
+        // a busy row slows a reservation down but does not fail it, nor does a layout
+        // change moving the biz (the catalog is read again for its new classes).
         let deadline = now() + self.timing.fetch_timeout;
         let reserved = loop {
+            let entry = catalog
+                .biz(biz.as_str())
+                .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
+            if let Some(refused) = &entry.refused {
+                return Err(refused.clone());
+            }
             let hedge = self.hedge_delay(runway);
+            let started = now();
             match self
-                .reserve_pass(biz, request, &entry.classes, deadline, hedge)
+                .reserve_pass(biz, request, (&entry.classes, entry.epoch), deadline, hedge)
                 .await
             {
                 Err(StoreError::Contention(_)) if now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
+                }
+                Err(StoreError::Moving(_)) if now() < deadline => {
+                    catalog = self.refresh_since(started).await;
                 }
                 result => break result?,
             }
@@ -190,7 +202,7 @@ impl Store {
         &self,
         biz: &BizTag,
         request: StepRequest,
-        known: &[(usize, Residue)],
+        known: Known<'_>,
         deadline: Instant,
         hedge: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
@@ -198,6 +210,7 @@ impl Store {
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
+        let mut moving = 0;
         // One round-trip tracker per database, declared before the attempts borrow them.
         let trips: Vec<RoundTrip> = (0..self.dbs.len()).map(|_| RoundTrip::default()).collect();
         let mut running = futures_util::stream::FuturesUnordered::new();
@@ -252,6 +265,7 @@ impl Store {
                 }
                 Ok(Attempt::Missing) => missing += 1,
                 Ok(Attempt::Contended) => contended += 1,
+                Ok(Attempt::Moving | Attempt::Stale) => moving += 1,
                 Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
                 Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
                 Err(e) => failed.push(format!("\"{}\": {e}", self.dbs[i].name)),
@@ -259,6 +273,8 @@ impl Store {
         }
         Err(if let Some(e) = refused {
             e
+        } else if moving > 0 {
+            StoreError::Moving(biz.to_string())
         } else if contended > 0 {
             StoreError::Contention(biz.to_string())
         } else if missing > 0 && failed.is_empty() {
@@ -300,7 +316,7 @@ impl Store {
         i: usize,
         biz: &BizTag,
         request: StepRequest,
-        known: &[(usize, Residue)],
+        known: Known<'_>,
         deadline: Instant,
         trip: &RoundTrip,
     ) -> (usize, Result<Attempt, DbError>) {
@@ -333,7 +349,7 @@ impl Store {
             }
             Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
             // Each lost compare-and-set was counted as it happened.
-            Ok(Attempt::Contended) => {}
+            Ok(Attempt::Contended | Attempt::Moving | Attempt::Stale) => {}
             Err(_) => db.outcome(FetchOutcome::Error),
         }
         (i, result)
@@ -346,7 +362,7 @@ impl Store {
         i: usize,
         biz: &BizTag,
         request: StepRequest,
-        known: &[(usize, Residue)],
+        (known, epoch): Known<'_>,
         trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
         let db = &self.dbs[i];
@@ -368,6 +384,17 @@ impl Store {
                 return Err(DbError(format!("fenced: {regression}")));
             }
             self.evidence.lock().learn(i, biz.as_str(), Mark::of(&row));
+            if row.frozen || row.epoch < epoch {
+                return Ok(Attempt::Moving);
+            }
+            // A class the catalog has not vetted (a layout change, or an edit by hand)
+            // is used only once a catalog read has checked it (see `check_classes`).
+            let vetted = known.iter().any(|&(db, c)| {
+                db == i && (c.delta(), c.remainder()) == (row.delta, row.remainder)
+            });
+            if !vetted || row.epoch > epoch {
+                return Ok(Attempt::Stale);
+            }
             let residue = match self.checked_class(biz, i, &row, known) {
                 Ok(r) => r,
                 Err(e) => return Ok(Attempt::Refused(e)),

@@ -1,0 +1,708 @@
+//! Growing and shrinking the cluster online (`segmint db add` / `db remove`), against
+//! real PostgreSQL servers and real server processes under steady traffic: no
+//! duplicate, every ID in its class, requests answered throughout; a change cut off
+//! (the command killed, a database stopped) is safe to serve from and finished by
+//! running it again or rolled back by the opposite one; a class changed by hand without
+//! a fence is refused.
+
+use crate::common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::cli::{config_file, segmint_ok};
+use common::http::{try_v1_ids, v1_ids};
+use common::*;
+use segmint::client::Client;
+
+/// Configuration naming the databases `members` (indexes into `dbs`, as `pg{i}`), the
+/// k-th of n with the class `k mod n`: the classes `segmint db add/remove` gives them.
+fn toml_for(dbs: &Databases, members: &[usize]) -> String {
+    let urls = dbs.urls();
+    let n = members.len();
+    let mut toml = String::from(
+        "bind = \"127.0.0.1:0\"\nworkers = 2\nfetch_timeout_ms = 1000\nwait_timeout_ms = 3000\n\
+         backoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = 500\nadaptive_step = false\n",
+    );
+    for (k, &i) in members.iter().enumerate() {
+        toml.push_str(&format!(
+            "[[databases]]\nname = \"pg{i}\"\nurl = \"{}\"\ndelta = {n}\nremainder = {k}\n",
+            urls[i]
+        ));
+    }
+    toml
+}
+
+/// Runs `segmint args…` with the configuration `toml`; must succeed. Its output.
+fn cli_ok(toml: &str, args: &[&str]) -> String {
+    let file = config_file(toml);
+    segmint_ok(file.path(), args, &[])
+}
+
+/// Starts `segmint args…` and kills it (SIGKILL) once it printed `lines` lines
+/// containing `marker`. Returns what it printed; panics when it ended first.
+fn kill_midway(toml: &str, args: &[&str], marker: &str, lines: usize) -> String {
+    let file = config_file(toml);
+    let mut child = ChildGuard(
+        Command::new(segmint_bin())
+            .arg("--config")
+            .arg(file.path())
+            .args(args)
+            .env_remove("SEGMINT_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start segmint"),
+    );
+    let out = child.0.stdout.take().expect("stdout");
+    let mut seen = 0;
+    let mut printed = String::new();
+    for line in BufReader::new(out).lines() {
+        let line = line.expect("read the command's output");
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.contains(marker) {
+            seen += 1;
+            if seen == lines {
+                child.0.kill().expect("kill segmint");
+                let _ = child.0.wait();
+                return printed;
+            }
+        }
+    }
+    panic!("segmint {args:?} ended before {lines} lines with `{marker}`:\n{printed}");
+}
+
+/// The servers under test: fixed ports, restarted one at a time with a new
+/// configuration.
+struct Servers {
+    ports: Vec<u16>,
+    procs: Vec<Option<ServerProcess>>,
+}
+
+impl Servers {
+    async fn start(n: usize, toml: &str) -> Servers {
+        let ports: Vec<u16> = (0..n).map(|_| free_port()).collect();
+        let mut procs = Vec::new();
+        for &port in &ports {
+            procs.push(Some(ServerProcess::start_on(toml, port, &[]).await));
+        }
+        Servers { ports, procs }
+    }
+
+    fn bases(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("http://127.0.0.1:{p}"))
+            .collect()
+    }
+
+    /// Restarts each server in turn with `toml` (a graceful stop, then a start on the
+    /// same port), pausing between them: the others serve meanwhile.
+    async fn rolling_restart(&mut self, toml: &str) {
+        for k in 0..self.ports.len() {
+            if let Some(mut old) = self.procs[k].take() {
+                old.terminate_within(Duration::from_secs(10)).await;
+            }
+            self.procs[k] = Some(ServerProcess::start_on(toml, self.ports[k], &[]).await);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+}
+
+/// What one stream of requests got.
+#[derive(Default)]
+struct Stream {
+    what: String,
+    biz: &'static str,
+    ids: Vec<i64>,
+    /// Requests answered, and attempts that failed (then tried on the next server).
+    answered: u64,
+    failed: u64,
+    longest_gap: Duration,
+}
+
+/// Steady traffic on every server: Tinyid's `nextIdSimple`, v1 and the client library.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<Stream>>,
+}
+
+/// The HTTP routes under traffic.
+#[derive(Clone, Copy)]
+enum Route {
+    /// Tinyid's `nextIdSimple` for 10 IDs of `plain`.
+    Tinyid,
+    /// `/v1/ids/odd?count=10`.
+    V1,
+}
+
+/// One request on `route` to the server at `base`.
+async fn ask(
+    http: &reqwest::Client,
+    route: Route,
+    base: &str,
+    token: &str,
+) -> Result<Vec<i64>, String> {
+    match route {
+        Route::Tinyid => {
+            let r = http
+                .get(format!(
+                    "{base}/tinyid/id/nextIdSimple?bizType=plain&token={token}&batchSize=10"
+                ))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = r.status();
+            let body = r.text().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!("{status}: {body}"));
+            }
+            body.trim()
+                .split(',')
+                .map(|x| x.parse::<i64>().map_err(|e| format!("{e}: {body}")))
+                .collect()
+        }
+        Route::V1 => {
+            let r = http
+                .get(format!("{base}/v1/ids/odd?count=10"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = r.status();
+            let body: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!("{status}: {body}"));
+            }
+            serde_json::from_value(body["ids"].clone()).map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Requests on `route` until `stop`, each to the servers in turn until one answers
+/// (a failed attempt is counted, then the next server is tried). Panics when none
+/// answers for 20 s.
+async fn requests(
+    route: Route,
+    mut s: Stream,
+    bases: Vec<String>,
+    token: String,
+    stop: Arc<AtomicBool>,
+) -> Stream {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let (mut next, mut last) = (0, Instant::now());
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        let ids = loop {
+            let base = &bases[next % bases.len()];
+            next += 1;
+            match ask(&http, route, base, &token).await {
+                Ok(ids) => break ids,
+                Err(e) => {
+                    s.failed += 1;
+                    assert!(
+                        started.elapsed() < Duration::from_secs(20),
+                        "{}: no server answered for 20 s; last: {e}",
+                        s.what
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        };
+        s.longest_gap = s.longest_gap.max(last.elapsed());
+        last = Instant::now();
+        s.answered += 1;
+        s.ids.extend(ids);
+    }
+    s
+}
+
+impl Traffic {
+    fn start(bases: Vec<String>, plain_token: &str, odd_token: &str) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut tasks = Vec::new();
+        tasks.push(tokio::spawn(requests(
+            Route::Tinyid,
+            Stream {
+                what: "nextIdSimple".into(),
+                biz: "plain",
+                ..Stream::default()
+            },
+            bases.clone(),
+            plain_token.to_owned(),
+            stop.clone(),
+        )));
+        tasks.push(tokio::spawn(requests(
+            Route::V1,
+            Stream {
+                what: "/v1/ids (odd-only biz)".into(),
+                biz: "odd",
+                ..Stream::default()
+            },
+            bases.clone(),
+            odd_token.to_owned(),
+            stop.clone(),
+        )));
+        // The client library, caching segments of `plain` and failing over by itself.
+        {
+            let stop = stop.clone();
+            let client = Client::builder()
+                .servers(bases.clone())
+                .token(plain_token)
+                .request_timeout(Duration::from_secs(2))
+                .wait_timeout(Duration::from_secs(20))
+                .backoff(Duration::from_millis(50), Duration::from_millis(200))
+                .build()
+                .unwrap();
+            tasks.push(tokio::spawn(async move {
+                let mut s = Stream {
+                    what: "client library".into(),
+                    biz: "plain",
+                    ..Stream::default()
+                };
+                let biz = client.biz("plain").unwrap();
+                let mut last = Instant::now();
+                while !stop.load(Ordering::Relaxed) {
+                    match biz.next_ids(5).await {
+                        Ok(ids) => {
+                            s.longest_gap = s.longest_gap.max(last.elapsed());
+                            last = Instant::now();
+                            s.answered += 1;
+                            s.ids.extend(ids);
+                        }
+                        Err(e) => panic!("client library: {e}"),
+                    }
+                    // Paced: a client that issues from its cache would otherwise take
+                    // the whole CPU.
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+                client.close().await;
+                s
+            }));
+        }
+        Traffic { stop, tasks }
+    }
+
+    async fn finish(self) -> Vec<Stream> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut streams = Vec::new();
+        for t in self.tasks {
+            streams.push(t.await.expect("traffic task"));
+        }
+        streams
+    }
+}
+
+/// Unfrozen rows of `biz` on each database: `(db, delta, remainder, epoch)`.
+fn live_rows(dbs: &Databases, n: usize, biz: &str) -> Vec<(usize, i64, i64, i64)> {
+    (0..n)
+        .filter_map(|i| {
+            let row = dbs.sql(
+                i,
+                &format!(
+                    "SELECT delta, remainder, layout_epoch FROM tiny_id_info \
+                     WHERE biz_type = '{biz}' AND NOT frozen"
+                ),
+            );
+            let f: Vec<i64> = row.split('|').filter_map(|x| x.parse().ok()).collect();
+            (f.len() == 3).then(|| (i, f[0], f[1], f[2]))
+        })
+        .collect()
+}
+
+fn check_streams(streams: &[Stream]) {
+    let mut by_biz: std::collections::HashMap<&str, HashSet<i64>> = Default::default();
+    for s in streams {
+        assert!(s.answered > 50, "{}: only {} answers", s.what, s.answered);
+        let set = by_biz.entry(s.biz).or_default();
+        for &id in &s.ids {
+            assert!(
+                set.insert(id),
+                "duplicate ID {id} of `{}` ({})",
+                s.biz,
+                s.what
+            );
+            if s.biz == "odd" {
+                assert_eq!(id % 2, 1, "{id} of the odd-only biz is even");
+            }
+        }
+        let attempts = s.answered + s.failed;
+        eprintln!(
+            "{}: {} requests answered, {} attempts failed and were retried on another server (first-try availability {:.3} %), longest gap between answers {:?}, {} IDs",
+            s.what,
+            s.answered,
+            s.failed,
+            100.0 * s.answered as f64 / attempts as f64,
+            s.longest_gap,
+            s.ids.len()
+        );
+        assert!(
+            s.longest_gap < Duration::from_secs(5),
+            "{}: no answer for {:?}",
+            s.what,
+            s.longest_gap
+        );
+    }
+}
+
+/// Three servers under traffic while the cluster goes from 1 to 2 to 3 databases and
+/// back to 2, with a plain and an odd-only biz: no duplicate, odd IDs stay odd, the
+/// rows end in the new classes above every earlier ID, requests are answered
+/// throughout (a restarted server's requests go to the others).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
+    let dbs = Databases::start(Kind::Postgres, 3);
+    let urls = dbs.urls();
+    let one = toml_for(&dbs, &[0]);
+    cli_ok(&one, &["migrate"]);
+    cli_ok(&one, &["biz", "add", "plain", "--step", "200"]);
+    cli_ok(&one, &["biz", "add", "odd", "--step", "200", "--odd"]);
+    let plain_token = cli_ok(&one, &["token", "add", "--biz", "plain"])
+        .trim()
+        .to_owned();
+    let odd_token = cli_ok(&one, &["token", "add", "--biz", "odd"])
+        .trim()
+        .to_owned();
+    let mut servers = Servers::start(3, &one).await;
+    let traffic = Traffic::start(servers.bases(), &plain_token, &odd_token);
+    let pause = || tokio::time::sleep(Duration::from_millis(1500));
+    pause().await;
+
+    // 1 → 2.
+    let out = cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
+    assert!(
+        out.contains("layout epoch 1 is done: pg0 (0 mod 2), pg1 (1 mod 2)"),
+        "{out}"
+    );
+    let two = toml_for(&dbs, &[0, 1]);
+    servers.rolling_restart(&two).await;
+    pause().await;
+    // 2 → 3.
+    let out = cli_ok(&two, &["db", "add", "pg2", &urls[2]]);
+    assert!(out.contains("layout epoch 2 is done"), "{out}");
+    let three = toml_for(&dbs, &[0, 1, 2]);
+    servers.rolling_restart(&three).await;
+    pause().await;
+    // Every database now serves: each one's rows moved on since the change.
+    let moved_on = |i: usize| -> i64 { dbs.version(i, "plain") };
+    let before: Vec<i64> = (0..3).map(moved_on).collect();
+    pause().await;
+    for i in 0..3 {
+        assert!(
+            moved_on(i) > before[i],
+            "pg{i} gave out no segment in layout 2"
+        );
+    }
+    // 3 → 2: pg1 leaves; the servers stop using it without a restart.
+    let out = cli_ok(&three, &["db", "remove", "pg1"]);
+    assert!(
+        out.contains("layout epoch 3 is done: pg0 (0 mod 2), pg2 (1 mod 2)"),
+        "{out}"
+    );
+    let frozen = dbs.row(1, "plain");
+    pause().await;
+    assert_eq!(
+        dbs.row(1, "plain"),
+        frozen,
+        "a removed database's row moved on"
+    );
+    let list = cli_ok(&three, &["db", "list"]);
+    assert!(list.contains("layout epoch 3 (done)"), "{list}");
+    assert!(list.contains("no change under way"), "{list}");
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("pg1") && l.contains("not in layout")),
+        "{list}"
+    );
+    servers.rolling_restart(&toml_for(&dbs, &[0, 2])).await;
+    pause().await;
+    let streams = traffic.finish().await;
+    check_streams(&streams);
+
+    // The rows: the plain biz in 0 and 1 mod 2, the odd one in 1 and 3 mod 4 (still
+    // odd), both at epoch 3; pg1's frozen.
+    assert_eq!(
+        live_rows(&dbs, 3, "plain"),
+        vec![(0, 2, 0, 3), (2, 2, 1, 3)]
+    );
+    assert_eq!(live_rows(&dbs, 3, "odd"), vec![(0, 4, 1, 3), (2, 4, 3, 3)]);
+    // Worker IDs followed the layout: the removed database blocks all of its own.
+    let blocked = dbs.sql(
+        1,
+        "SELECT count(*) FROM segmint_worker_lease WHERE holder = 'segmint-layout'",
+    );
+    assert_eq!(blocked, "1024", "worker IDs left on the removed database");
+}
+
+/// Bizs that make a change take long enough to cut it off midway.
+fn bulk_bizs(dbs: &Databases, n: usize) {
+    dbs.sql(
+        0,
+        &format!(
+            "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder) \
+             SELECT 'bulk' || g, 0, g * 1000, 100, 1, 0 FROM generate_series(1, {n}) g"
+        ),
+    );
+}
+
+/// Every biz has its unfrozen rows in one layout epoch, on distinct classes.
+fn assert_consistent(dbs: &Databases, n: usize) {
+    let mut rows: std::collections::HashMap<String, Vec<(usize, i64, i64, i64)>> =
+        Default::default();
+    for i in 0..n {
+        for line in dbs
+            .sql(
+                i,
+                "SELECT biz_type, delta, remainder, layout_epoch FROM tiny_id_info WHERE NOT frozen",
+            )
+            .lines()
+            .filter(|l| !l.is_empty())
+        {
+            let f: Vec<&str> = line.split('|').collect();
+            rows.entry(f[0].to_owned()).or_default().push((
+                i,
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].parse().unwrap(),
+            ));
+        }
+    }
+    for (biz, rows) in rows {
+        let epochs: HashSet<i64> = rows.iter().map(|r| r.3).collect();
+        assert!(
+            epochs.len() <= 1,
+            "biz `{biz}` serves from two layouts: {rows:?}"
+        );
+    }
+}
+
+/// Each step cut off midway, by killing the command or stopping a database, then
+/// finished by running it again or rolled back by the opposite command: servers keep
+/// serving from the state left behind, and no ID repeats.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
+    let dbs = Databases::start(Kind::Postgres, 3);
+    let urls = dbs.urls();
+    let one = toml_for(&dbs, &[0]);
+    cli_ok(&one, &["migrate"]);
+    cli_ok(&one, &["biz", "add", "plain", "--step", "200"]);
+    cli_ok(&one, &["biz", "add", "odd", "--step", "200", "--odd"]);
+    let plain_token = cli_ok(&one, &["token", "add", "--biz", "plain"])
+        .trim()
+        .to_owned();
+    let odd_token = cli_ok(&one, &["token", "add", "--biz", "odd"])
+        .trim()
+        .to_owned();
+    bulk_bizs(&dbs, 400);
+    let mut servers = Servers::start(2, &one).await;
+    let traffic = Traffic::start(servers.bases(), &plain_token, &odd_token);
+
+    // Killed midway through 1 → 2: the change is under way, servers serve.
+    let out = kill_midway(&one, &["db", "add", "pg1", &urls[1]], "rows moved", 100);
+    assert!(out.contains("layout epoch 0 → 1"), "{out}");
+    let list = cli_ok(&toml_for(&dbs, &[0, 1]), &["db", "list"]);
+    assert!(list.contains("change under way to epoch 1"), "{list}");
+    assert_consistent(&dbs, 2);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let out = cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
+    assert!(
+        out.contains("finishing the change to layout epoch 1"),
+        "{out}"
+    );
+    assert!(out.contains("layout epoch 1 is done"), "{out}");
+    let two = toml_for(&dbs, &[0, 1]);
+    servers.rolling_restart(&two).await;
+
+    // A database stopped midway through 2 → 3: the command stops, naming it.
+    let file = config_file(&two);
+    let mut child = ChildGuard(
+        Command::new(segmint_bin())
+            .arg("--config")
+            .arg(file.path())
+            .args(["db", "add", "pg2", &urls[2]])
+            .env_remove("SEGMINT_CONFIG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut printed = String::new();
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut moved = 0;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.contains("rows moved") {
+            moved += 1;
+            if moved == 100 {
+                dbs.stop(1);
+                break;
+            }
+        }
+    }
+    for line in lines {
+        printed.push_str(&line.unwrap());
+        printed.push('\n');
+    }
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        !status.success(),
+        "the change went on without pg1:\n{printed}"
+    );
+    assert!(
+        stderr.contains("\"pg1\"") && stderr.contains("run the command again"),
+        "{stderr}"
+    );
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    dbs.start_again(1);
+    assert_consistent(&dbs, 3);
+    let out = cli_ok(&two, &["db", "add", "pg2", &urls[2]]);
+    assert!(out.contains("layout epoch 2 is done"), "{out}");
+    let three = toml_for(&dbs, &[0, 1, 2]);
+    servers.rolling_restart(&three).await;
+
+    // Killed midway through 3 → 2, then rolled back: pg1 stays.
+    let out = kill_midway(&three, &["db", "remove", "pg1"], "rows moved", 100);
+    assert!(out.contains("layout epoch 2 → 3"), "{out}");
+    assert_consistent(&dbs, 3);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let out = cli_ok(&three, &["db", "add", "pg1"]);
+    assert!(
+        out.contains("superseding the change to layout epoch 3"),
+        "{out}"
+    );
+    assert!(
+        out.contains("layout epoch 4 is done: pg0 (0 mod 3), pg1 (1 mod 3), pg2 (2 mod 3)"),
+        "{out}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let streams = traffic.finish().await;
+    check_streams(&streams);
+    assert_consistent(&dbs, 3);
+    for biz in ["plain", "bulk1", "bulk400"] {
+        let rows = live_rows(&dbs, 3, biz);
+        assert_eq!(rows.len(), 3, "{biz}: {rows:?}");
+        assert!(rows.iter().all(|r| r.3 == 4 && r.1 == 3), "{biz}: {rows:?}");
+    }
+    assert_eq!(
+        live_rows(&dbs, 3, "odd")
+            .iter()
+            .map(|r| (r.1, r.2))
+            .collect::<Vec<_>>(),
+        vec![(6, 1), (6, 3), (6, 5)]
+    );
+    // The bulk rows moved above the highest max_id of all: 400 × 1000.
+    let fence: i64 = dbs
+        .sql(
+            2,
+            "SELECT min(max_id) FROM tiny_id_info WHERE biz_type = 'bulk1'",
+        )
+        .parse()
+        .unwrap();
+    assert!(fence >= 1000, "{fence}");
+}
+
+/// Even/odd rows re-classed by hand to 0 and 1 mod 3 without raising `max_id`: the
+/// running server refuses the biz, naming the rows, instead of issuing IDs the other
+/// database issued; once the rows are raised above every earlier ID it serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_changed_by_hand_without_a_fence_is_refused() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let toml = toml_for(&dbs, &[0, 1]);
+    cli_ok(&toml, &["migrate"]);
+    cli_ok(&toml, &["biz", "add", "plain", "--step", "10"]);
+    let token = cli_ok(&toml, &["token", "add", "--biz", "plain"])
+        .trim()
+        .to_owned();
+    let server = ServerProcess::start(&toml).await;
+    let remote = server.remote(Duration::from_secs(5));
+    let mut seen = HashSet::new();
+    // Both rows give out segments.
+    while dbs.version(0, "plain") < 3 || dbs.version(1, "plain") < 3 {
+        for id in v1_ids(&remote, "plain", &token, 10).await {
+            assert!(seen.insert(id), "duplicate {id}");
+        }
+    }
+    dbs.sql(
+        0,
+        "UPDATE tiny_id_info SET delta = 3, remainder = 0 WHERE biz_type = 'plain'",
+    );
+    dbs.sql(
+        1,
+        "UPDATE tiny_id_info SET delta = 3, remainder = 1 WHERE biz_type = 'plain'",
+    );
+    let refusal =
+        eventually(
+            Duration::from_secs(10),
+            "the biz is refused",
+            async || match try_v1_ids(&remote, "plain", &token, 10).await {
+                Ok(ids) => {
+                    for id in ids {
+                        assert!(seen.insert(id), "duplicate {id} after the edit");
+                    }
+                    Err("still served".to_string())
+                }
+                Err(e) => Ok(e),
+            },
+        )
+        .await;
+    assert!(
+        refusal.contains("biz_misconfigured")
+            && refusal.contains("without a fence")
+            && refusal.contains("pg0")
+            && refusal.contains("pg1"),
+        "{refusal}"
+    );
+    // Still refused a while later: the refusal holds until the rows are raised.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(try_v1_ids(&remote, "plain", &token, 10).await.is_err());
+    assert!(refusal.contains("segmint db fence"), "{refusal}");
+    // Every ID reserved so far lies at or below the rows' max_id.
+    let top = (0..2)
+        .map(|i| {
+            dbs.sql(
+                i,
+                "SELECT max_id FROM tiny_id_info WHERE biz_type = 'plain'",
+            )
+            .parse::<i64>()
+            .unwrap()
+        })
+        .max()
+        .unwrap();
+    for name in ["pg0", "pg1"] {
+        let above = (top + 1000).to_string();
+        cli_ok(&toml, &["db", "fence", name, "--above", &above]);
+    }
+    // Served again: what the cache still held, then IDs from the new classes, above
+    // the raised rows.
+    let mut raised = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while raised.len() < 100 {
+        assert!(Instant::now() < deadline, "not served again: {raised:?}");
+        match try_v1_ids(&remote, "plain", &token, 10).await {
+            Ok(ids) => {
+                for id in ids {
+                    assert!(seen.insert(id), "duplicate {id}");
+                    if id > top {
+                        assert!(id > top + 1000, "{id} lies between {top} and the fence");
+                        raised.push(id);
+                    }
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    assert!(raised.iter().any(|id| id % 3 == 0) && raised.iter().any(|id| id % 3 == 1));
+    assert!(raised.iter().all(|id| id % 3 != 2), "{raised:?}");
+}
