@@ -292,6 +292,6 @@ mod tests {
         }
         // Not a restriction of the database's class.
         assert_eq!(restriction(class(3, 0), class(2, 0)), None);
-        assert_eq!(restriction(class(4, 1), class(2, 0)), None);
+        assert_eq!(restriction(class(4, 1), class(2, 1)), None);
     }
 }

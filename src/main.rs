@@ -486,7 +486,7 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
         DbCommand::Add { name, .. } => names.push(name.clone()),
         DbCommand::Remove { name } => {
             let pending = store.layouts().1;
-            if !names.contains(name) && !pending.is_some_and(|p| p.class_of(name).is_some()) {
+            if !names.contains(name) && pending.is_none_or(|p| p.class_of(name).is_none()) {
                 return Err(format!(
                     "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
                     base.epoch,
@@ -498,6 +498,10 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
         }
         _ => {}
     }
+    // Database i of n in configuration order (one added by URL comes last), so that
+    // taking a database out and bringing it back restores the classes.
+    let order = store.database_names();
+    names.sort_by_key(|n| order.iter().position(|o| o == n));
     let mut say = |line: String| println!("{line}");
     let done = store.change_layout(&names, &before, &mut say).await?;
     println!();

@@ -395,11 +395,8 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
     let moved_on = |i: usize| -> i64 { dbs.version(i, "plain") };
     let before: Vec<i64> = (0..3).map(moved_on).collect();
     pause().await;
-    for i in 0..3 {
-        assert!(
-            moved_on(i) > before[i],
-            "pg{i} gave out no segment in layout 2"
-        );
+    for (i, was) in before.iter().enumerate() {
+        assert!(moved_on(i) > *was, "pg{i} gave out no segment in layout 2");
     }
     // 3 → 2: pg1 leaves; the servers stop using it without a restart.
     let out = cli_ok(&three, &["db", "remove", "pg1"]);

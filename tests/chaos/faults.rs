@@ -12,9 +12,10 @@ pub(crate) enum FaultKind {
     DbStall,
     BackInTime,
     DiskFull,
+    Layout,
 }
 
-pub(crate) const FAULT_KINDS: [FaultKind; 8] = [
+pub(crate) const FAULT_KINDS: [FaultKind; 9] = [
     FaultKind::ServerKill,
     FaultKind::ServerTerm,
     FaultKind::ServerStop,
@@ -23,6 +24,7 @@ pub(crate) const FAULT_KINDS: [FaultKind; 8] = [
     FaultKind::DbStall,
     FaultKind::BackInTime,
     FaultKind::DiskFull,
+    FaultKind::Layout,
 ];
 
 impl FaultKind {
@@ -39,6 +41,9 @@ impl FaultKind {
             }
             FaultKind::DiskFull => {
                 "PostgreSQL file system full (its tmpfs filled with a ballast file), then freed"
+            }
+            FaultKind::Layout => {
+                "layout change: a database taken out (`segmint db remove`, the others move to 2 classes), then brought back (`segmint db add`)"
             }
         }
     }
@@ -66,6 +71,8 @@ impl FaultKind {
             // From the backup to the restore.
             FaultKind::BackInTime => rng.millis(2000, 4000),
             FaultKind::DiskFull => rng.millis(2000, 4000),
+            // Out of the layout.
+            FaultKind::Layout => rng.millis(2000, 5000),
         }
     }
 }
@@ -90,6 +97,9 @@ pub(crate) struct Busy {
     /// is lifted: no other fault touches it, and since at most one other database is
     /// taken away meanwhile, one more stays up to witness its reservations.
     pub(crate) restored: Option<usize>,
+    /// A layout change is under way: it needs every database, so no database fault
+    /// starts meanwhile, and it waits for those running.
+    pub(crate) layout: bool,
 }
 
 /// Every 2 to 5 s, starts the next fault of a shuffled deck that holds every kind (and a
@@ -129,6 +139,7 @@ pub(crate) async fn inject(
                 (FaultKind::DbStall, None),
                 (FaultKind::BackInTime, None),
                 (FaultKind::DiskFull, Some(DISK_DB)),
+                (FaultKind::Layout, None),
             ];
             rng.shuffle(&mut deck);
         }
@@ -162,7 +173,9 @@ pub(crate) async fn inject(
                 }
             };
             let mut b = busy.lock().unwrap();
-            if kind == FaultKind::BackInTime {
+            if kind == FaultKind::Layout {
+                b.layout = false;
+            } else if kind == FaultKind::BackInTime {
                 b.restored = None;
             } else if kind.on_database() {
                 b.database = None;
@@ -200,7 +213,11 @@ pub(crate) fn pick(
     let mut b = busy.lock().unwrap();
     let servers_busy = b.servers.iter().filter(|&&x| x).count();
     let i = deck.iter().position(|&(kind, target)| {
-        if kind == FaultKind::BackInTime {
+        if kind == FaultKind::Layout {
+            !b.layout && b.database.is_none() && b.restored.is_none()
+        } else if b.layout && kind.on_database() {
+            false
+        } else if kind == FaultKind::BackInTime {
             b.restored.is_none() && target.is_none_or(|d| b.database != Some(d))
         } else if kind.on_database() {
             b.database.is_none() && target.is_none_or(|d| b.restored != Some(d))
@@ -210,7 +227,9 @@ pub(crate) fn pick(
     })?;
     let (kind, target) = deck.remove(i);
     let target = target.unwrap_or_else(|| {
-        if kind.on_database() {
+        if kind == FaultKind::Layout {
+            rng.below(DATABASES)
+        } else if kind.on_database() {
             let taken = if kind == FaultKind::BackInTime {
                 b.database
             } else {
@@ -223,7 +242,9 @@ pub(crate) fn pick(
             free[rng.below(free.len())]
         }
     });
-    if kind == FaultKind::BackInTime {
+    if kind == FaultKind::Layout {
+        b.layout = true;
+    } else if kind == FaultKind::BackInTime {
         b.restored = Some(target);
     } else if kind.on_database() {
         b.database = Some(target);
@@ -332,6 +353,7 @@ pub(crate) async fn run_fault(
             ))
         }
         FaultKind::BackInTime => back_in_time(ctx, target, hold).await,
+        FaultKind::Layout => layout_change(ctx, target, hold).await,
         FaultKind::DiskFull => disk_full(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
@@ -730,5 +752,81 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
                 first_error.chars().take(140).collect::<String>()
             )
         }
+    ))
+}
+
+/// How long the harness retries a layout command (a server fault never stops it; a
+/// database briefly unreachable would).
+const LAYOUT_RETRY: Duration = Duration::from_secs(30);
+
+/// Runs `segmint db ARGS` until it succeeds; its output and how many runs it took.
+async fn db_command(ctx: &Ctx, args: &[&str]) -> Result<(String, u32), String> {
+    let config = ctx.servers[0].config.clone();
+    let began = Instant::now();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (config, owned) = (
+            config.clone(),
+            args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        );
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(segmint_bin())
+                .arg("--config")
+                .arg(&config)
+                .arg("db")
+                .args(&owned)
+                .env_remove("SEGMINT_CONFIG")
+                .output()
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("run segmint db {}: {e}", args.join(" ")))?;
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        if out.status.success() {
+            return Ok((stdout, attempts));
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        if began.elapsed() > LAYOUT_RETRY {
+            return Err(format!(
+                "`segmint db {}` failed {attempts} times: {stderr}{stdout}",
+                args.join(" ")
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Takes database `target` out of the layout while the servers serve (every biz moves
+/// to two classes above every ID issued before), holds, then brings it back (three
+/// classes again, as configured). The servers name all three databases throughout:
+/// they stop using it, then use it again, without a restart.
+pub(crate) async fn layout_change(
+    ctx: &Ctx,
+    target: usize,
+    hold: Duration,
+) -> Result<String, String> {
+    let name = format!("pg{target}");
+    let began = Instant::now();
+    let (out, tries) = db_command(ctx, &["remove", &name]).await?;
+    if !out.contains("is done") {
+        return Err(format!("`segmint db remove {name}` did not finish: {out}"));
+    }
+    let removed_in = began.elapsed();
+    tokio::time::sleep(hold).await;
+    let began = Instant::now();
+    let (out, tries_back) = db_command(ctx, &["add", &name]).await?;
+    let expected = "pg0 (0 mod 3), pg1 (1 mod 3), pg2 (2 mod 3)";
+    if !out.contains(expected) {
+        return Err(format!(
+            "`segmint db add {name}` did not restore {expected}: {out}"
+        ));
+    }
+    Ok(format!(
+        "out in {:.2} s ({tries} run{}), back in {:.2} s ({tries_back} run{})",
+        removed_in.as_secs_f64(),
+        if tries == 1 { "" } else { "s" },
+        began.elapsed().as_secs_f64(),
+        if tries_back == 1 { "" } else { "s" },
     ))
 }

@@ -154,6 +154,25 @@ impl Biz {
         }
     }
 
+    /// Every class (delta, remainder) database `db` may issue from: its own in the
+    /// configured layout, and its class in each layout with one other database taken
+    /// out (the layout fault), database `k` of the two left issuing `k mod 2`.
+    fn classes_of(self, db: usize) -> Vec<(i64, i64)> {
+        let mut classes = vec![(self.modulus(), self.class_of(db))];
+        for out in (0..DATABASES).filter(|&o| o != db) {
+            let k = (0..DATABASES).filter(|&d| d != out).position(|d| d == db);
+            let n = DATABASES as i64 - 1;
+            if let Some(k) = k {
+                let k = k as i64;
+                classes.push(match self {
+                    Biz::Chaos => (n, k),
+                    Biz::Odd => (2 * n, 1 + 2 * k),
+                });
+            }
+        }
+        classes
+    }
+
     /// The database issuing `class`, if any may.
     fn database_of(self, class: i64) -> Option<usize> {
         (0..DATABASES).find(|&db| self.class_of(db) == class)

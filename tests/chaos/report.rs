@@ -530,7 +530,7 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
         "| t (s) | until | fault | target | hold | note |\n| ---: | ---: | --- | --- | ---: | --- |"
     );
     for f in faults {
-        let target = if f.kind.on_database() {
+        let target = if f.kind.on_database() || f.kind == FaultKind::Layout {
             format!("pg{}", f.target)
         } else {
             format!("server {}", f.target)

@@ -324,6 +324,8 @@ impl Store {
         };
         self.write_layout(&done, unix_ms()).await?;
         self.apply_layouts(&[done.row(0)]);
+        let changed: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        super::admin::audit(&format!("layout epoch {}", done.epoch), "", "", &changed);
         say(format!(
             "layout epoch {} is done: {}",
             done.epoch,
