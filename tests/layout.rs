@@ -703,3 +703,175 @@ async fn a_class_changed_by_hand_without_a_fence_is_refused() {
     assert!(raised.iter().any(|id| id % 3 == 0) && raised.iter().any(|id| id % 3 == 1));
     assert!(raised.iter().all(|id| id % 3 != 2), "{raised:?}");
 }
+
+/// The store's layout primitives and a whole change through the library, on
+/// PostgreSQL and on embedded files: compare-and-set on reclassing, layout rows written
+/// once per epoch, lease rows whose bounds only grow; rows moved 1 → 2 → 1 databases
+/// above every reserved ID, the odd biz odd throughout, the removed database's rows
+/// frozen and never reserved from.
+async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
+    use segmint::biz::BizTag;
+    use segmint::config::Config;
+    use segmint::config::DatabaseKind;
+    use segmint::layout::{Layout, LayoutState};
+    use segmint::segment::Residue;
+    use segmint::store::postgres::PgStore;
+    use segmint::store::sqlite::SqliteStore;
+    use segmint::store::{Reclass, SegmentStore, Store};
+
+    let dbs = Databases::start(kind, 2);
+    let urls = dbs.urls();
+    let one = Config::from_toml(&toml_for(&dbs, &[0])).unwrap();
+    let store = Store::connect(&one).unwrap();
+    for (name, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let plain = BizTag::parse("plain").unwrap();
+    let odd = BizTag::parse("odd").unwrap();
+    store.add_biz(&plain, 10, 1, None).await.unwrap();
+    store
+        .add_biz(&odd, 10, 1, Some(Residue::new(2, 1).unwrap()))
+        .await
+        .unwrap();
+    let mut reserved = Vec::new();
+    for _ in 0..5 {
+        for biz in [&plain, &odd] {
+            reserved.push((
+                biz.to_string(),
+                store.reserve(biz, None, None).await.unwrap().range,
+            ));
+        }
+    }
+    let top = |biz: &str| {
+        reserved
+            .iter()
+            .filter(|(b, _)| b == biz)
+            .map(|(_, r)| r.max_id())
+            .max()
+            .unwrap()
+    };
+
+    // The primitives, on a scratch row.
+    let two = one.with_database("pg1", &urls[1]).unwrap();
+    let both = Store::connect(&two).unwrap();
+    for (name, r) in both.migrate().await {
+        r.unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+    let before = Layout {
+        epoch: 0,
+        members: vec![segmint::layout::Member {
+            name: "pg0".into(),
+            class: Residue::ALL,
+        }],
+        state: LayoutState::Done,
+    };
+    let mut lines = Vec::new();
+    let mut say = |l: String| lines.push(l);
+    let done = both
+        .change_layout(&["pg0".into(), "pg1".into()], &before, &mut say)
+        .await
+        .unwrap();
+    assert_eq!(done.epoch, 1, "{lines:?}");
+    let rows = |i: usize, biz: &str| {
+        dbs.sql(
+            i,
+            &format!(
+                "SELECT delta, remainder, layout_epoch, frozen, max_id FROM tiny_id_info WHERE biz_type = '{biz}'"
+            ),
+        )
+    };
+    // PostgreSQL writes booleans as t/f, SQLite as 1/0.
+    let fields = |s: String| -> Vec<i64> {
+        s.split('|')
+            .map(|x| match x {
+                "t" => 1,
+                "f" => 0,
+                x => x.parse().unwrap(),
+            })
+            .collect()
+    };
+    for (biz, classes) in [("plain", [(2, 0), (2, 1)]), ("odd", [(4, 1), (4, 3)])] {
+        for (i, (d, r)) in classes.into_iter().enumerate() {
+            let f = fields(rows(i, biz));
+            assert_eq!(&f[..3], &[d, r, 1], "{biz} on pg{i}: {f:?}");
+            assert!(
+                f[4] >= top(biz),
+                "{biz} on pg{i} below what was reserved: {f:?}"
+            );
+        }
+    }
+    // Segments now come from both databases, above every earlier one, in class.
+    let mut from = std::collections::HashSet::new();
+    for _ in 0..40 {
+        let r = both.reserve(&odd, None, None).await.unwrap();
+        assert!(r.range.first_id().unwrap() > top("odd"), "{r:?}");
+        assert_eq!(r.range.first_id().unwrap() % 2, 1, "{r:?}");
+        from.insert(r.database);
+    }
+    assert_eq!(from.len(), 2, "both databases give out segments");
+
+    // Back to one: pg1's rows frozen, never reserved from again.
+    let done = both
+        .change_layout(&["pg0".into()], &before, &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(done.epoch, 2);
+    let pg1 = rows(1, "plain");
+    for _ in 0..20 {
+        let r = both.reserve(&plain, None, None).await.unwrap();
+        assert_eq!(r.database, 0, "{r:?}");
+        assert_eq!(r.range.residue(), Residue::ALL);
+    }
+    assert_eq!(rows(1, "plain"), pg1);
+    assert_eq!(fields(pg1)[3], 1, "pg1's row is frozen");
+
+    // Compare-and-set: a stale version or max_id changes nothing.
+    let db0 = dbs.sql(
+        0,
+        "SELECT version, max_id FROM tiny_id_info WHERE biz_type = 'plain'",
+    );
+    let (v, m) = db0.split_once('|').unwrap();
+    let (v, m): (i64, i64) = (v.parse().unwrap(), m.parse().unwrap());
+    let to = Reclass {
+        version: v + 1,
+        max_id: m,
+        delta: 1,
+        remainder: 0,
+        epoch: 2,
+        frozen: true,
+    };
+    let raw: Box<dyn SegmentStore> = match &two.databases[0].kind {
+        DatabaseKind::Postgres(pg) => {
+            Box::new(PgStore::new(pg, 2, Duration::from_secs(5)).unwrap())
+        }
+        DatabaseKind::Sqlite(path) => Box::new(
+            SqliteStore::open(
+                path,
+                Duration::from_secs(5),
+                segmint::store::OpenMode::Existing,
+            )
+            .unwrap(),
+        ),
+    };
+    assert!(raw.reclass("plain", v - 1, m, &to).await.unwrap().is_none());
+    assert!(raw.reclass("plain", v, m + 1, &to).await.unwrap().is_none());
+    let frozen = raw.reclass("plain", v, m, &to).await.unwrap().unwrap();
+    assert!(frozen.frozen && frozen.version == v + 1);
+    // Layout rows: one per epoch, the last write wins.
+    let epochs = dbs.sql(
+        0,
+        "SELECT epoch || ':' || state FROM segmint_layout ORDER BY epoch",
+    );
+    assert_eq!(epochs, "0:done\n1:done\n2:done");
+    // Lease rows: bounds only grow, the holder and expiry are set.
+    let a = raw.set_lease(7, "x", 5, 100, 200).await.unwrap();
+    let b = raw.set_lease(7, "y", 9, 50, 300).await.unwrap();
+    assert_eq!((a.holder.as_str(), a.last_ms, a.bound_ms), ("x", 100, 200));
+    assert_eq!(
+        (b.holder.as_str(), b.expires_ms, b.last_ms, b.bound_ms),
+        ("y", 9, 100, 300)
+    );
+    assert_eq!(b.version, a.version + 1);
+}
+
+crate::by_kind!(a_layout_change_moves_rows_on_either_engine);

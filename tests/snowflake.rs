@@ -677,3 +677,107 @@ async fn take_on(
 }
 
 by_kind!(leases_follow_classes_grace_and_compare_and_set);
+
+/// Two servers lease worker IDs 0 and 1 from one database; `segmint db add` brings a
+/// second one in while they issue, so worker ID 1 moves to it: it is blocked on the
+/// first database, its holder loses it at its next renewal and leases an even one (its
+/// configuration names the first database only), and the worker ID is freed on the
+/// second database with its holder's bound. No duplicate, and no worker ID used by two
+/// servers at overlapping times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_ids_move_with_a_layout_change_without_sharing() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let urls = dbs.urls();
+    let toml = config_toml_urls(&urls[..1], FAST_LEASES);
+    let file = config_file(&toml);
+    segmint_ok(file.path(), &["migrate"], &[]);
+    segmint_ok(file.path(), &["biz", "add", "order", "--step", "1000"], &[]);
+    let token = segmint_ok(file.path(), &["token", "add", "--biz", "order"], &[])
+        .trim()
+        .to_owned();
+    let first = ServerProcess::start(&toml).await;
+    let a_remote = first.remote(Duration::from_secs(5));
+    let mut a = first_snowflakes(&a_remote, &token).await;
+    let second = ServerProcess::start(&toml).await;
+    let b_remote = second.remote(Duration::from_secs(5));
+    let mut b = first_snowflakes(&b_remote, &token).await;
+    let workers: HashSet<i64> = [worker_of(a[0]), worker_of(b[0])].into();
+    assert_eq!(
+        workers,
+        [0, 1].into(),
+        "the lowest worker IDs of the one class"
+    );
+
+    let change = tokio::task::spawn_blocking({
+        let (path, url) = (file.path().to_owned(), urls[1].clone());
+        move || segmint_ok(&path, &["db", "add", "pg1", &url], &[])
+    });
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        if let Ok(ids) = try_snowflakes(&a_remote, &token, 50).await {
+            a.extend(ids);
+        }
+        if let Ok(ids) = try_snowflakes(&b_remote, &token, 50).await {
+            b.extend(ids);
+        }
+    }
+    let out = change.await.unwrap();
+    assert!(out.contains("layout epoch 1 is done"), "{out}");
+    assert!(out.contains("worker IDs: "), "{out}");
+    // Worker ID 1 left the first database: blocked there, free on the second with the
+    // bound its last holder recorded.
+    let blocked = dbs.sql(
+        0,
+        "SELECT holder, bound_ms FROM segmint_worker_lease WHERE worker_id = 1",
+    );
+    let (holder, bound) = blocked.split_once('|').unwrap();
+    assert_eq!(holder, "segmint-layout");
+    let moved = dbs.sql(
+        1,
+        "SELECT bound_ms FROM segmint_worker_lease WHERE worker_id = 1",
+    );
+    assert!(
+        moved.parse::<i64>().unwrap() >= bound.parse::<i64>().unwrap() && bound != "0",
+        "bound {bound} on the first database, {moved} on the second"
+    );
+    // Both servers issue again, each with an even worker ID now.
+    let a_late = first_snowflakes(&a_remote, &token).await;
+    let b_late = first_snowflakes(&b_remote, &token).await;
+    for id in a_late.iter().chain(&b_late) {
+        assert_eq!(
+            worker_of(*id) % 2,
+            0,
+            "worker ID {} after the change",
+            worker_of(*id)
+        );
+    }
+    a.extend(a_late);
+    b.extend(b_late);
+    let times = |ids: &[i64], w: i64| -> Vec<i64> {
+        ids.iter()
+            .filter(|&&id| worker_of(id) == w)
+            .map(|&id| leaf_decode(id).0)
+            .collect()
+    };
+    let used: HashSet<i64> = a.iter().chain(&b).map(|&id| worker_of(id)).collect();
+    assert!(
+        used.len() >= 3,
+        "one server moved to another worker ID: {used:?}"
+    );
+    for w in used {
+        let (ta, tb) = (times(&a, w), times(&b, w));
+        if let (Some(a_first), Some(a_last), Some(b_first), Some(b_last)) = (
+            ta.iter().min(),
+            ta.iter().max(),
+            tb.iter().min(),
+            tb.iter().max(),
+        ) {
+            assert!(
+                a_last < b_first || b_last < a_first,
+                "worker ID {w}: first server {a_first}..={a_last}, second {b_first}..={b_last}"
+            );
+        }
+    }
+    a.extend(b);
+    assert_unique(&a);
+}
