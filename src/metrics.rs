@@ -145,6 +145,8 @@ pub struct Metrics {
     client_wasted: IntCounterVec,
     database_up: IntGaugeVec,
     database_fenced: IntGaugeVec,
+    database_in_layout: IntGaugeVec,
+    layout_epoch: prometheus::IntGauge,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
     http_requests: IntCounterVec,
@@ -474,6 +476,23 @@ impl Metrics {
                     &["database"],
                 ),
             ),
+            database_in_layout: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_database_in_layout",
+                        "1 while the database layout in force names the database, 0 once `segmint db remove` took it out (it is then not used)",
+                    ),
+                    &["database"],
+                ),
+            ),
+            layout_epoch: registered(
+                &r,
+                prometheus::IntGauge::new(
+                    "segmint_layout_epoch",
+                    "The database layout epoch this server follows (0: the configured classes, before any `segmint db add`/`remove`)",
+                ),
+            ),
             fetches: registered(
                 &r,
                 IntCounterVec::new(
@@ -657,21 +676,29 @@ impl Metrics {
     }
 
     /// The request counter of `route`, `method` and `status`, to keep and bump.
+    /// The layout epoch this server follows.
+    pub fn set_layout_epoch(&self, epoch: i64) {
+        self.layout_epoch.set(epoch);
+    }
+
     pub fn http_requests(&self, route: &str, method: &str, status: &str) -> IntCounter {
         self.http_requests
             .with_label_values(&[route, method, status])
     }
 
     /// Sets the state gauges and renders every metric in the text format.
-    /// `databases`: name, whether in use, whether fenced.
-    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool, bool)]) -> String {
-        for (name, up, fenced) in databases {
+    /// `databases`: name, whether up, whether fenced, whether in the layout.
+    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool, bool, bool)]) -> String {
+        for (name, up, fenced, in_layout) in databases {
             self.database_up
                 .with_label_values(&[name.as_str()])
                 .set(i64::from(*up));
             self.database_fenced
                 .with_label_values(&[name.as_str()])
                 .set(i64::from(*fenced));
+            self.database_in_layout
+                .with_label_values(&[name.as_str()])
+                .set(i64::from(*in_layout));
         }
         // Bizs past the cap are summed into `_other`; their steps are not comparable,
         // so `_other` has no step gauges.
@@ -822,7 +849,10 @@ mod tests {
         };
         let text = m.render(
             &[stats],
-            &[("pg-a".into(), true, false), ("pg-b".into(), false, true)],
+            &[
+                ("pg-a".into(), true, false, true),
+                ("pg-b".into(), false, true, false),
+            ],
         );
         for line in [
             "segmint_biz_rate_ids_per_second{biz=\"order\"} 12.5",
@@ -835,6 +865,9 @@ mod tests {
             "segmint_database_up{database=\"pg-b\"} 0",
             "segmint_database_fenced{database=\"pg-a\"} 0",
             "segmint_database_fenced{database=\"pg-b\"} 1",
+            "segmint_database_in_layout{database=\"pg-a\"} 1",
+            "segmint_database_in_layout{database=\"pg-b\"} 0",
+            "segmint_layout_epoch 0",
             "segmint_build_info{version=\"",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::cli::{config_file, segmint_ok};
-use common::http::{try_v1_ids, v1_ids};
+use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
 use common::*;
 use segmint::client::Client;
 
@@ -419,6 +419,34 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
             .any(|l| l.starts_with("pg1") && l.contains("not in layout")),
         "{list}"
     );
+    // Every server follows epoch 3 and shows pg1 out of the layout, not down.
+    for base in servers.bases() {
+        let remote = Remote::new(&base, Duration::from_secs(5));
+        eventually(
+            Duration::from_secs(5),
+            "the server follows epoch 3",
+            async || {
+                let epoch = metric(&remote, "segmint_layout_epoch").await;
+                let out = metric(&remote, "segmint_database_in_layout{database=\"pg1\"}").await;
+                let up = metric(&remote, "segmint_database_up{database=\"pg1\"}").await;
+                match (epoch, out, up) {
+                    (3.0, 0.0, 1.0) => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        let ready = get(&remote, "/readyz").await.json();
+        let pg1 = ready["databases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["name"] == "pg1")
+            .cloned()
+            .unwrap();
+        assert_eq!(pg1["in_layout"], false, "{pg1}");
+        assert!(pg1["residue"].is_null(), "{pg1}");
+    }
     servers.rolling_restart(&toml_for(&dbs, &[0, 2])).await;
     pause().await;
     let streams = traffic.finish().await;

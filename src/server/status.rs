@@ -93,13 +93,14 @@ fn report(state: &AppState) -> Report {
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let databases: Vec<(String, bool, bool)> = state
+    let databases: Vec<(String, bool, bool, bool)> = state
         .store
         .status()
         .into_iter()
-        .map(|d| (d.name, d.up, d.fenced.is_some()))
+        .map(|d| (d.name, d.up, d.fenced.is_some(), d.in_layout))
         .collect();
     let metrics = state.store.metrics();
+    metrics.set_layout_epoch(state.store.layout_epochs().0);
     // Idle bizs get their series too (at zero), as long as that cannot take labels
     // from bizs that will serve later.
     let stats: Vec<BizStats> = if state.store.catalog().biz_names().len() <= metrics.max_bizs() {
@@ -190,12 +191,17 @@ fn render_html(report: &Report) -> String {
             "<tr><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td></tr>\n",
             escape(&d.name),
             escape(&d.location),
-            escape(&d.residue),
-            if d.up { "" } else { " class=\"warn\"" },
-            match (d.up, &d.fenced) {
-                (_, Some(_)) => "fenced",
-                (true, None) => "up",
-                (false, None) => "down",
+            escape(d.residue.as_deref().unwrap_or("-")),
+            if d.up && d.in_layout {
+                ""
+            } else {
+                " class=\"warn\""
+            },
+            match (d.up, &d.fenced, d.in_layout) {
+                (_, Some(_), _) => "fenced",
+                (_, None, false) => "not in the layout",
+                (true, None, true) => "up",
+                (false, None, true) => "down",
             },
             escape(
                 d.fenced

@@ -13,7 +13,10 @@ use crate::store::evidence::Regression;
 pub struct DatabaseStatus {
     pub name: String,
     pub location: String,
-    pub residue: String,
+    /// Its class in the layout in force; `None` when the layout does not name it.
+    pub residue: Option<String>,
+    /// Whether the layout in force names it: one it does not is never used.
+    pub in_layout: bool,
     /// False while the database is backed off after a failure or fenced.
     pub up: bool,
     pub last_error: Option<String>,
@@ -136,15 +139,14 @@ impl Store {
             .iter()
             .enumerate()
             .map(|(i, db)| {
-                let up = self.is_live(i);
+                let class = self.class_of(i);
                 let health = db.health.lock();
                 DatabaseStatus {
                     name: db.name.clone(),
                     location: db.location.clone(),
-                    residue: self
-                        .class_of(i)
-                        .map_or_else(|| "not in the layout".into(), |c| c.to_string()),
-                    up,
+                    residue: class.map(|c| c.to_string()),
+                    in_layout: class.is_some(),
+                    up: health.fenced.is_none() && health.failures.is_over(now()),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
                 }
