@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cli::{config_file, segmint_ok};
+use common::cli::{config_file, segmint_cli, segmint_ok};
 use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
 use common::*;
 use segmint::client::Client;
@@ -536,7 +536,14 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     let list = cli_ok(&toml_for(&dbs, &[0, 1]), &["db", "list"]);
     assert!(list.contains("change under way to epoch 1"), "{list}");
     assert_consistent(&dbs, 2);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Run again at once, it takes the cut-off command for one still running.
+    let file = config_file(&one);
+    let early = segmint_cli(file.path(), &["db", "add", "pg1", &urls[1]], &[]);
+    assert!(
+        !early.ok() && early.stderr.contains("seems to be running"),
+        "{early:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let out = cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
     assert!(
         out.contains("finishing the change to layout epoch 1"),
@@ -592,6 +599,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     dbs.start_again(1);
     assert_consistent(&dbs, 3);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let out = cli_ok(&two, &["db", "add", "pg2", &urls[2]]);
     assert!(out.contains("layout epoch 2 is done"), "{out}");
     let three = toml_for(&dbs, &[0, 1, 2]);
@@ -601,7 +609,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     let out = kill_midway(&three, &["db", "remove", "pg1"], "rows moved", 100);
     assert!(out.contains("layout epoch 2 → 3"), "{out}");
     assert_consistent(&dbs, 3);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     let out = cli_ok(&three, &["db", "add", "pg1"]);
     assert!(
         out.contains("superseding the change to layout epoch 3"),
@@ -745,7 +753,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     use segmint::segment::Residue;
     use segmint::store::postgres::PgStore;
     use segmint::store::sqlite::SqliteStore;
-    use segmint::store::{Reclass, SegmentStore, Store};
+    use segmint::store::{LeaseSet, Reclass, SegmentStore, Store};
 
     let dbs = Databases::start(kind, 2);
     let urls = dbs.urls();
@@ -892,8 +900,23 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     );
     assert_eq!(epochs, "0:done\n1:done\n2:done");
     // Lease rows: bounds only grow, the holder and expiry are set.
-    let a = raw.set_lease(7, "x", 5, 100, 200).await.unwrap();
-    let b = raw.set_lease(7, "y", 9, 50, 300).await.unwrap();
+    let set = |holder: &str, expires_ms, last_ms, bound_ms| LeaseSet {
+        worker_id: 7,
+        holder: holder.into(),
+        expires_ms,
+        last_ms,
+        bound_ms,
+    };
+    let a = raw
+        .set_leases(&[set("x", 5, 100, 200)])
+        .await
+        .unwrap()
+        .remove(0);
+    let b = raw
+        .set_leases(&[set("y", 9, 50, 300)])
+        .await
+        .unwrap()
+        .remove(0);
     assert_eq!((a.holder.as_str(), a.last_ms, a.bound_ms), ("x", 100, 200));
     assert_eq!(
         (b.holder.as_str(), b.expires_ms, b.last_ms, b.bound_ms),

@@ -115,6 +115,18 @@ pub struct LeaseRow {
     pub db_now_ms: i64,
 }
 
+/// One lease row as a layout change sets it (see [`SegmentStore::set_leases`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseSet {
+    pub worker_id: u16,
+    pub holder: String,
+    /// Absolute, by the database's clock (Unix milliseconds).
+    pub expires_ms: i64,
+    /// At least these (the row's only grow).
+    pub last_ms: i64,
+    pub bound_ms: i64,
+}
+
 /// A renewal or release of a held lease: a compare-and-set on holder and version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseRenewal {
@@ -241,18 +253,12 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
     /// Writes a layout row, replacing the row of its epoch.
     async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError>;
-    /// Sets the lease row of `worker_id` to `holder` until `expires_ms` (absolute, by the
+    /// Sets each lease row of `rows` to its holder and expiry (absolute, by the
     /// database's clock), whoever holds it, bumping its version; `last_ms` and
-    /// `bound_ms` only grow. A layout change blocks a worker ID moving away from this
-    /// database with it (the holder's renewals then fail) and frees one moving in.
-    async fn set_lease(
-        &self,
-        worker_id: u16,
-        holder: &str,
-        expires_ms: i64,
-        last_ms: i64,
-        bound_ms: i64,
-    ) -> Result<LeaseRow, DbError>;
+    /// `bound_ms` only grow. One transaction. A layout change blocks the worker IDs
+    /// moving away from this database with it (their holders' renewals then fail) and
+    /// frees those moving in. Returns the rows as written, in order.
+    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError>;
     /// Every worker-ID lease row.
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError>;
     /// Takes the lease of `worker_id` for `holder` until `lease_ms` from the database's

@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 use crate::config::PgTarget;
 
 use super::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Mark, Reclass, SegmentStore, ShapeRow,
-    TokenRow, Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass, SegmentStore,
+    ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
@@ -572,40 +572,43 @@ impl SegmentStore for PgStore {
         Ok(())
     }
 
-    async fn set_lease(
-        &self,
-        worker_id: u16,
-        holder: &str,
-        expires_ms: i64,
-        last_ms: i64,
-        bound_ms: i64,
-    ) -> Result<LeaseRow, DbError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one(
-                &format!(
-                    "INSERT INTO segmint_worker_lease AS l
-                         (worker_id, holder, version, expires_ms, last_ms, bound_ms)
-                     VALUES ($1::integer, $2::text, 1, $3::bigint, $4::bigint, $5::bigint)
-                     ON CONFLICT (worker_id) DO UPDATE SET
-                         holder = excluded.holder, version = l.version + 1,
-                         expires_ms = excluded.expires_ms,
-                         last_ms = GREATEST(l.last_ms, excluded.last_ms),
-                         bound_ms = GREATEST(l.bound_ms, excluded.bound_ms),
-                         update_time = now()
-                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}"
-                ),
-                &[
-                    &i32::from(worker_id),
-                    &holder,
-                    &expires_ms,
-                    &last_ms,
-                    &bound_ms,
-                ],
-            )
+    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        let stmt = tx
+            .prepare(&format!(
+                "INSERT INTO segmint_worker_lease AS l
+                     (worker_id, holder, version, expires_ms, last_ms, bound_ms)
+                 VALUES ($1::integer, $2::text, 1, $3::bigint, $4::bigint, $5::bigint)
+                 ON CONFLICT (worker_id) DO UPDATE SET
+                     holder = excluded.holder, version = l.version + 1,
+                     expires_ms = excluded.expires_ms,
+                     last_ms = GREATEST(l.last_ms, excluded.last_ms),
+                     bound_ms = GREATEST(l.bound_ms, excluded.bound_ms),
+                     update_time = now()
+                 RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}"
+            ))
             .await
             .map_err(db_error)?;
-        Ok(lease_row(&row))
+        let mut written = Vec::with_capacity(rows.len());
+        for r in rows {
+            let row = tx
+                .query_one(
+                    &stmt,
+                    &[
+                        &i32::from(r.worker_id),
+                        &r.holder,
+                        &r.expires_ms,
+                        &r.last_ms,
+                        &r.bound_ms,
+                    ],
+                )
+                .await
+                .map_err(db_error)?;
+            written.push(lease_row(&row));
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(written)
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {

@@ -21,8 +21,8 @@ use rusqlite::{
 };
 
 use super::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Mark, Reclass, SegmentStore, ShapeRow,
-    TokenRow, Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass, SegmentStore,
+    ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
@@ -646,18 +646,11 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn set_lease(
-        &self,
-        worker_id: u16,
-        holder: &str,
-        expires_ms: i64,
-        last_ms: i64,
-        bound_ms: i64,
-    ) -> Result<LeaseRow, DbError> {
-        let holder = holder.to_owned();
+    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+        let rows = rows.to_vec();
         self.with(move |c| {
             write(c, |tx| {
-                tx.prepare_cached(&format!(
+                let mut stmt = tx.prepare_cached(&format!(
                     "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS})
                      VALUES (?1, ?2, 1, ?3, ?4, ?5)
                      ON CONFLICT (worker_id) DO UPDATE SET
@@ -668,11 +661,15 @@ impl SegmentStore for SqliteStore {
                          bound_ms = max(segmint_worker_lease.bound_ms, excluded.bound_ms),
                          update_time = CURRENT_TIMESTAMP
                      RETURNING {LEASE_COLUMNS}, {NOW_MS}"
-                ))?
-                .query_row(
-                    params![worker_id, holder, expires_ms, last_ms, bound_ms],
-                    lease_row,
-                )
+                ))?;
+                rows.iter()
+                    .map(|r| {
+                        stmt.query_row(
+                            params![r.worker_id, r.holder, r.expires_ms, r.last_ms, r.bound_ms],
+                            lease_row,
+                        )
+                    })
+                    .collect()
             })
         })
         .await

@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, Reclass, SegmentStore, ShapeRow, Store,
-    Timing, TokenRow, Witness,
+    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Reclass, SegmentStore, ShapeRow,
+    Store, Timing, TokenRow, Witness,
 };
 
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
@@ -315,15 +315,8 @@ impl SegmentStore for MemoryStore {
         Err(untested("put_layout"))
     }
 
-    async fn set_lease(
-        &self,
-        _worker_id: u16,
-        _holder: &str,
-        _expires_ms: i64,
-        _last_ms: i64,
-        _bound_ms: i64,
-    ) -> Result<LeaseRow, DbError> {
-        Err(untested("set_lease"))
+    async fn set_leases(&self, _rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+        Err(untested("set_leases"))
     }
 }
 

@@ -25,7 +25,7 @@ use super::lease::WORKER_IDS;
 use crate::layout::{self, Layout, LayoutState};
 use crate::segment::Residue;
 use crate::store::catalog::merge_tokens;
-use crate::store::{BizRow, DbError, LayoutRow, LeaseRow, Reclass, ShapeRow, StoreError};
+use crate::store::{BizRow, DbError, LayoutRow, LeaseSet, Reclass, ShapeRow, StoreError};
 
 /// The holder name of a worker ID blocked on a database it moved away from.
 pub const MOVED_HOLDER: &str = "segmint-layout";
@@ -33,6 +33,15 @@ pub const MOVED_HOLDER: &str = "segmint-layout";
 /// Lost races per biz before the change gives up (servers reserving between the read
 /// and the freeze; a handful at most).
 const MOVE_ATTEMPTS: usize = 50;
+
+/// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
+type Witnessed = HashMap<String, Vec<(i64, i64)>>;
+
+/// How often a running change rewrites its layout row, and how long one must have been
+/// silent before another command takes it over: a second command started while the
+/// first runs is refused instead of racing it.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
+const SILENT_MS: i64 = 3000;
 
 /// The layouts as servers see them.
 pub(crate) struct LayoutView {
@@ -237,6 +246,23 @@ impl Store {
         if done.is_none() && !layouts.iter().any(|l| l.epoch == from.epoch) {
             self.write_layout(&from, now).await?;
         }
+        if let Some(p) = pending {
+            let changed_ms = rows
+                .iter()
+                .filter(|r| r.epoch == p.epoch)
+                .map(|r| r.changed_ms)
+                .max()
+                .unwrap_or(0);
+            let silent = now.saturating_sub(changed_ms);
+            if silent < SILENT_MS {
+                return Err(refused(format!(
+                    "a change to layout epoch {} ({}) was active {silent} ms ago: another `segmint db` command seems to be running; if it was cut off, run this again once it has been silent for {} s; nothing changed",
+                    p.epoch,
+                    p.describe(),
+                    SILENT_MS / 1000
+                )));
+            }
+        }
         let next_epoch = layouts.iter().map(|l| l.epoch).max().unwrap_or(from.epoch) + 1;
         let to = match pending {
             Some(p) if p.names() == target => {
@@ -278,6 +304,26 @@ impl Store {
         ));
         self.write_layout(&to, now).await?;
         self.apply_layouts(&[from.row(now), to.row(now)]);
+        let result = self.apply_change(&from, to.clone(), layouts, say).await;
+        if result.is_err() {
+            // Stopped by an error, not killed: the next command need not wait for this
+            // one to fall silent. Best effort (a database may be down).
+            let released = to.row(0);
+            let released = &released;
+            let _ = self.on_all(move |db| db.put_layout(released)).await;
+        }
+        result
+    }
+
+    /// The moves of a change under way from `from` to `to`, whose layout row is
+    /// written; `layouts` as read before.
+    async fn apply_change(
+        &self,
+        from: &Layout,
+        to: Layout,
+        layouts: Vec<Layout>,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<Layout, StoreError> {
         let members: Vec<usize> = to
             .members
             .iter()
@@ -285,8 +331,8 @@ impl Store {
             .collect();
         self.copy_catalog(&members, say).await?;
         // Every epoch a row can be in: those read, the one moved from and the target.
-        let mut layouts = layouts.clone();
-        for l in [&from, &to] {
+        let mut layouts = layouts;
+        for l in [from, &to] {
             if !layouts.iter().any(|k| k.epoch == l.epoch) {
                 layouts.push(l.clone());
             }
@@ -298,9 +344,28 @@ impl Store {
             .flatten()
             .map(|r| r.biz_type)
             .collect();
+        // What the witnesses recorded of each biz's rows: (highest max_id, version).
+        let mut witnessed: Witnessed = HashMap::new();
+        for w in self
+            .everywhere(|db| db.witnesses(), "stopped")
+            .await?
+            .into_iter()
+            .flatten()
+        {
+            witnessed
+                .entry(w.biz)
+                .or_default()
+                .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
+        }
         let (mut moved, total) = (0, bizs.len());
+        let mut beat = std::time::Instant::now();
         for biz in &bizs {
-            match self.move_biz(biz, &to, &layouts).await? {
+            if beat.elapsed() >= HEARTBEAT {
+                // Still running: another command waits (see `change_layout`).
+                self.write_layout(&to, unix_ms()).await?;
+                beat = std::time::Instant::now();
+            }
+            match self.move_biz(biz, &to, &layouts, &witnessed).await? {
                 Moved::Already => {}
                 Moved::Moved { fence, rows } => {
                     moved += 1;
@@ -446,6 +511,7 @@ impl Store {
         biz: &str,
         to: &Layout,
         layouts: &[Layout],
+        witnessed: &Witnessed,
     ) -> Result<Moved, StoreError> {
         let fail = |why: String| {
             StoreError::Refused(format!(
@@ -501,10 +567,8 @@ impl Store {
                     frozen.push(None);
                     continue;
                 };
-                if r.frozen {
-                    frozen.push(Some(r.clone()));
-                    continue;
-                }
+                // A frozen row is written too (its version bumped): a change that froze
+                // it before, still running or cut off, can then no longer switch it.
                 let to_frozen = Reclass {
                     version: r.version + 1,
                     max_id: r.max_id,
@@ -542,15 +606,9 @@ impl Store {
                 continue;
             }
             // 2. Fence: every row is frozen; nothing issued under the old layout lies
-            // above the highest max_id, or above what any witness saw.
-            let witnessed = self
-                .everywhere(|db| db.witnesses(), "stopped")
-                .await?
-                .into_iter()
-                .flatten()
-                .filter(|w| w.biz == biz)
-                .map(|w| (w.mark.high_id.max(w.mark.max_id), w.mark.version))
-                .collect::<Vec<_>>();
+            // above the highest max_id (a give-back lowers it only to the first ID not
+            // issued), nor, to be sure, above what any witness saw.
+            let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice);
             let fence = frozen
                 .iter()
                 .flatten()
@@ -724,56 +782,75 @@ impl Store {
                     .and_then(|n| self.names.iter().position(|x| x == n))
             })
             .collect();
-        let (mut blocked, mut freed) = (0, 0);
         let mut floor: Vec<(i64, i64)> = vec![(0, 0); usize::from(WORKER_IDS)];
+        let mut blocked = 0;
         for (i, rows) in leases.iter().enumerate() {
             let row_of = |w: u16| rows.iter().find(|r| r.worker_id == w);
+            let mut block = Vec::new();
             for w in 0..WORKER_IDS {
                 if owner[usize::from(w)] == Some(i) {
                     continue;
                 }
-                let f = &mut floor[usize::from(w)];
-                let row: LeaseRow = match row_of(w) {
-                    Some(r) if r.holder == MOVED_HOLDER => r.clone(),
-                    _ => {
-                        blocked += 1;
-                        self.call(
-                            i,
-                            self.dbs[i]
-                                .store
-                                .set_lease(w, MOVED_HOLDER, i64::MAX / 4, 0, 0),
-                        )
-                        .await
-                        .map_err(|e| stopped(i, e))?
+                match row_of(w) {
+                    Some(r) if r.holder == MOVED_HOLDER => {
+                        let f = &mut floor[usize::from(w)];
+                        *f = (f.0.max(r.last_ms), f.1.max(r.bound_ms));
                     }
-                };
+                    _ => block.push(LeaseSet {
+                        worker_id: w,
+                        holder: MOVED_HOLDER.into(),
+                        expires_ms: i64::MAX / 4,
+                        last_ms: 0,
+                        bound_ms: 0,
+                    }),
+                }
+            }
+            if block.is_empty() {
+                continue;
+            }
+            blocked += block.len();
+            // The rows as blocked: with the last holder's bounds, final now that its
+            // renewals fail.
+            for row in self
+                .call(i, self.dbs[i].store.set_leases(&block))
+                .await
+                .map_err(|e| stopped(i, e))?
+            {
+                let f = &mut floor[usize::from(row.worker_id)];
                 *f = (f.0.max(row.last_ms), f.1.max(row.bound_ms));
             }
         }
-        for w in 0..WORKER_IDS {
-            let Some(i) = owner[usize::from(w)] else {
-                continue;
-            };
-            let (last, bound) = floor[usize::from(w)];
-            let held = leases[i].iter().find(|r| r.worker_id == w);
-            // Expired at the epoch (free now), with the floor of every earlier holder; a
-            // row of a holder here keeps its holder and expiry, its floor raised.
-            let set = match held {
-                Some(r) if r.holder == MOVED_HOLDER => Some(("", 0)),
-                Some(r) if r.last_ms < last || r.bound_ms < bound => {
-                    Some((r.holder.as_str(), r.expires_ms))
+        let mut freed = 0;
+        for (i, rows) in leases.iter().enumerate() {
+            let mut free = Vec::new();
+            for w in (0..WORKER_IDS).filter(|&w| owner[usize::from(w)] == Some(i)) {
+                let (last, bound) = floor[usize::from(w)];
+                // Expired at the epoch (free now), with the floor of every earlier
+                // holder; a row of a holder here keeps its holder and expiry, its floor
+                // raised.
+                let set = match rows.iter().find(|r| r.worker_id == w) {
+                    Some(r) if r.holder == MOVED_HOLDER => Some((String::new(), 0)),
+                    Some(r) if r.last_ms < last || r.bound_ms < bound => {
+                        Some((r.holder.clone(), r.expires_ms))
+                    }
+                    Some(_) => None,
+                    None => (last > 0 || bound > 0).then_some((String::new(), 0)),
+                };
+                if let Some((holder, expires_ms)) = set {
+                    free.push(LeaseSet {
+                        worker_id: w,
+                        holder,
+                        expires_ms,
+                        last_ms: last,
+                        bound_ms: bound,
+                    });
                 }
-                Some(_) => None,
-                None => (last > 0 || bound > 0).then_some(("", 0)),
-            };
-            if let Some((holder, expires)) = set {
-                freed += 1;
-                self.call(
-                    i,
-                    self.dbs[i].store.set_lease(w, holder, expires, last, bound),
-                )
-                .await
-                .map_err(|e| stopped(i, e))?;
+            }
+            if !free.is_empty() {
+                freed += free.len();
+                self.call(i, self.dbs[i].store.set_leases(&free))
+                    .await
+                    .map_err(|e| stopped(i, e))?;
             }
         }
         Ok(format!(
