@@ -147,6 +147,7 @@ pub struct Metrics {
     database_fenced: IntGaugeVec,
     database_in_layout: IntGaugeVec,
     layout_epoch: prometheus::IntGauge,
+    layout_change_pending: prometheus::IntGauge,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
     http_requests: IntCounterVec,
@@ -493,6 +494,13 @@ impl Metrics {
                     "The database layout epoch this server follows (0: the configured classes, before any `segmint db add`/`remove`)",
                 ),
             ),
+            layout_change_pending: registered(
+                &r,
+                prometheus::IntGauge::new(
+                    "segmint_layout_change_pending",
+                    "1 while a database layout change is under way, or was cut off, as the databases say: bizs it moves may be frozen",
+                ),
+            ),
             fetches: registered(
                 &r,
                 IntCounterVec::new(
@@ -676,9 +684,10 @@ impl Metrics {
     }
 
     /// The request counter of `route`, `method` and `status`, to keep and bump.
-    /// The layout epoch this server follows.
-    pub fn set_layout_epoch(&self, epoch: i64) {
+    /// The layout epoch this server follows, and whether a change is under way.
+    pub fn set_layout(&self, epoch: i64, pending: bool) {
         self.layout_epoch.set(epoch);
+        self.layout_change_pending.set(i64::from(pending));
     }
 
     pub fn http_requests(&self, route: &str, method: &str, status: &str) -> IntCounter {
@@ -868,6 +877,7 @@ mod tests {
             "segmint_database_in_layout{database=\"pg-a\"} 1",
             "segmint_database_in_layout{database=\"pg-b\"} 0",
             "segmint_layout_epoch 0",
+            "segmint_layout_change_pending 0",
             "segmint_build_info{version=\"",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");

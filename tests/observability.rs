@@ -899,6 +899,11 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     block_in_place(|| {
         for db in [&a, &b] {
             db.psql("UPDATE segmint_worker_lease SET version = version + 1000");
+            // A layout change cut off: its epoch written as `moving`, never done.
+            db.psql(
+                "INSERT INTO segmint_layout (epoch, members, state, changed_ms) \
+                 VALUES (1, 'pg0=2:0,pg1=2:1', 'moving', 0)",
+            );
         }
     });
     prometheus

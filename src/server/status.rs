@@ -100,7 +100,8 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .map(|d| (d.name, d.up, d.fenced.is_some(), d.in_layout))
         .collect();
     let metrics = state.store.metrics();
-    metrics.set_layout_epoch(state.store.layout_epochs().0);
+    let (epoch, pending) = state.store.layout_epochs();
+    metrics.set_layout(epoch, pending.is_some());
     // Idle bizs get their series too (at zero), as long as that cannot take labels
     // from bizs that will serve later.
     let stats: Vec<BizStats> = if state.store.catalog().biz_names().len() <= metrics.max_bizs() {
