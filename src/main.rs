@@ -620,8 +620,8 @@ async fn import(store: &Store, source: Source, file: &ImportFile) -> Result {
 
 async fn list_bizs(store: &Store) -> Result {
     println!(
-        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} DESCRIPTION",
-        "DATABASE", "BIZ", "MAX_ID", "STEP", "DELTA", "REMAINDER", "VERSION"
+        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {:>6} {:<6} DESCRIPTION",
+        "DATABASE", "BIZ", "MAX_ID", "STEP", "DELTA", "REMAINDER", "VERSION", "EPOCH", "STATE"
     );
     let mut failed = 0;
     for (db, result) in store.list_bizs().await {
@@ -629,7 +629,7 @@ async fn list_bizs(store: &Store) -> Result {
             Ok(rows) => {
                 for r in rows {
                     println!(
-                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {}",
+                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {:>6} {:<6} {}",
                         db,
                         r.biz_type,
                         r.max_id,
@@ -637,6 +637,8 @@ async fn list_bizs(store: &Store) -> Result {
                         r.delta,
                         r.remainder,
                         r.version,
+                        r.epoch,
+                        if r.frozen { "frozen" } else { "live" },
                         one_line(&r.description)
                     );
                 }

@@ -103,14 +103,18 @@ impl Store {
     /// Takes in the layout rows read from the databases (at a catalog refresh, or by an
     /// admin command): each database's class and membership follow the layout in force.
     pub(super) fn apply_layouts(&self, rows: &[LayoutRow]) {
-        let layouts = match layout::merge(rows) {
+        let mut view = self.layout.lock();
+        // Added to what was known: a read that reached no database (or only one that
+        // joined later and lacks the older epochs) takes nothing away.
+        let known = view.layouts.iter().map(|l| l.row(0));
+        let rows: Vec<LayoutRow> = known.chain(rows.iter().cloned()).collect();
+        let layouts = match layout::merge(&rows) {
             Ok(l) => l,
             Err(e) => {
                 tracing::error!(error = %e, "layout rows disagree; keeping the layout known before");
                 return;
             }
         };
-        let mut view = self.layout.lock();
         let classes = match layout::current(&layouts).0 {
             Some(current) => self.names.iter().map(|n| current.class_of(n)).collect(),
             None => view.configured.iter().copied().map(Some).collect(),
