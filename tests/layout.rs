@@ -467,6 +467,45 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
     assert_eq!(blocked, "1024", "worker IDs left on the removed database");
 }
 
+/// Once layouts are stored, a server started after a class was edited by hand (it has
+/// no earlier view of the row) refuses it too: the class is not the one the row's
+/// layout epoch gives its database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_layouts_are_stored_a_fresh_server_refuses_a_class_edited_by_hand() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let urls = dbs.urls();
+    let one = toml_for(&dbs, &[0]);
+    cli_ok(&one, &["migrate"]);
+    cli_ok(&one, &["biz", "add", "plain", "--step", "10"]);
+    let token = cli_ok(&one, &["token", "add", "--biz", "plain"])
+        .trim()
+        .to_owned();
+    cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
+    let two = toml_for(&dbs, &[0, 1]);
+    let server = ServerProcess::start(&two).await;
+    let ids = v1_ids(&server.remote(Duration::from_secs(5)), "plain", &token, 10).await;
+    assert!(ids.iter().all(|id| *id > 0));
+    drop(server);
+    // The case, with the servers stopped: even/odd re-classed to 0 and 1 mod 3
+    // without raising max_id. The two new classes do not overlap each other, so only
+    // the layout says they are wrong.
+    for (i, r) in [(0, 0), (1, 1)] {
+        dbs.sql(
+            i,
+            &format!("UPDATE tiny_id_info SET delta = 3, remainder = {r} WHERE biz_type = 'plain'"),
+        );
+    }
+    let fresh = ServerProcess::start(&two).await;
+    let e = try_v1_ids(&fresh.remote(Duration::from_secs(5)), "plain", &token, 10)
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains("biz_misconfigured")
+            && e.contains("mod 3 is not the class layout epoch 1 gives database"),
+        "{e}"
+    );
+}
+
 /// Bizs that make a change take long enough to cut it off midway.
 fn bulk_bizs(dbs: &Databases, n: usize) {
     dbs.sql(

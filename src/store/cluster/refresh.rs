@@ -177,6 +177,33 @@ impl Store {
                 else {
                     continue;
                 };
+                // Once layouts are stored, every row's class must be its database's class
+                // in the row's epoch (narrowed to the biz's restriction), whoever looks:
+                // a server started after an edit by hand refuses it too.
+                let in_epoch = layouts.iter().filter(|(epoch, ..)| *epoch == row.epoch);
+                let mut named = in_epoch.clone().peekable();
+                if named.peek().is_some() {
+                    let db = in_epoch
+                        .filter(|(_, name, _)| *name == self.names[i])
+                        .map(|(_, _, c)| *c)
+                        .next();
+                    if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
+                        refusals.push((
+                            biz.clone(),
+                            StoreError::InvalidRow {
+                                biz: biz.clone(),
+                                database: self.names[i].clone(),
+                                reason: format!(
+                                    "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
+                                    row.epoch,
+                                    self.names[i],
+                                    db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
+                                ),
+                            },
+                        ));
+                        continue;
+                    }
+                }
                 let key = (i, biz.clone());
                 let mark = |k: usize| known.mark(k, biz).map(|m| m.high_id.max(m.max_id));
                 let Some(was) = seen.get(&key).copied() else {
