@@ -353,26 +353,58 @@ fn check_streams(streams: &[Stream]) {
     }
 }
 
+/// `n` PostgreSQL databases, the first `members` of them in the configuration, with
+/// the biz `plain` and, when `odd`, the odd-only `odd`, both of step `step`; a token
+/// for each.
+struct Cluster {
+    dbs: Databases,
+    urls: Vec<String>,
+    /// The configuration naming the first `members` databases.
+    toml: String,
+    plain_token: String,
+    odd_token: String,
+}
+
+impl Cluster {
+    fn start(n: usize, members: usize, step: &str, odd: bool) -> Cluster {
+        let dbs = Databases::start(Kind::Postgres, n);
+        let urls = dbs.urls();
+        let toml = toml_for(&dbs, &(0..members).collect::<Vec<_>>());
+        cli_ok(&toml, &["migrate"]);
+        cli_ok(&toml, &["biz", "add", "plain", "--step", step]);
+        let token = |biz: &str| {
+            cli_ok(&toml, &["token", "add", "--biz", biz])
+                .trim()
+                .to_owned()
+        };
+        let plain_token = token("plain");
+        let odd_token = match odd {
+            true => {
+                cli_ok(&toml, &["biz", "add", "odd", "--step", step, "--odd"]);
+                token("odd")
+            }
+            false => String::new(),
+        };
+        Cluster {
+            dbs,
+            urls,
+            toml,
+            plain_token,
+            odd_token,
+        }
+    }
+}
+
 /// Three servers under traffic while the cluster goes from 1 to 2 to 3 databases and
 /// back to 2, with a plain and an odd-only biz: no duplicate, odd IDs stay odd, the
 /// rows end in the new classes above every earlier ID, requests are answered
 /// throughout (a restarted server's requests go to the others).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
-    let dbs = Databases::start(Kind::Postgres, 3);
-    let urls = dbs.urls();
-    let one = toml_for(&dbs, &[0]);
-    cli_ok(&one, &["migrate"]);
-    cli_ok(&one, &["biz", "add", "plain", "--step", "200"]);
-    cli_ok(&one, &["biz", "add", "odd", "--step", "200", "--odd"]);
-    let plain_token = cli_ok(&one, &["token", "add", "--biz", "plain"])
-        .trim()
-        .to_owned();
-    let odd_token = cli_ok(&one, &["token", "add", "--biz", "odd"])
-        .trim()
-        .to_owned();
-    let mut servers = Servers::start(3, &one).await;
-    let traffic = Traffic::start(servers.bases(), &plain_token, &odd_token);
+    let c = Cluster::start(3, 1, "200", true);
+    let mut servers = Servers::start(3, &c.toml).await;
+    let traffic = Traffic::start(servers.bases(), &c.plain_token, &c.odd_token);
+    let (dbs, urls, one) = (c.dbs, c.urls, c.toml);
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
     pause().await;
 
@@ -472,14 +504,13 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
 /// layout epoch gives its database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_layouts_are_stored_a_fresh_server_refuses_a_class_edited_by_hand() {
-    let dbs = Databases::start(Kind::Postgres, 2);
-    let urls = dbs.urls();
-    let one = toml_for(&dbs, &[0]);
-    cli_ok(&one, &["migrate"]);
-    cli_ok(&one, &["biz", "add", "plain", "--step", "10"]);
-    let token = cli_ok(&one, &["token", "add", "--biz", "plain"])
-        .trim()
-        .to_owned();
+    let Cluster {
+        dbs,
+        urls,
+        toml: one,
+        plain_token: token,
+        ..
+    } = Cluster::start(2, 1, "10", false);
     cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
     let two = toml_for(&dbs, &[0, 1]);
     let server = ServerProcess::start(&two).await;
@@ -553,21 +584,11 @@ fn assert_consistent(dbs: &Databases, n: usize) {
 /// serving from the state left behind, and no ID repeats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
-    let dbs = Databases::start(Kind::Postgres, 3);
-    let urls = dbs.urls();
-    let one = toml_for(&dbs, &[0]);
-    cli_ok(&one, &["migrate"]);
-    cli_ok(&one, &["biz", "add", "plain", "--step", "200"]);
-    cli_ok(&one, &["biz", "add", "odd", "--step", "200", "--odd"]);
-    let plain_token = cli_ok(&one, &["token", "add", "--biz", "plain"])
-        .trim()
-        .to_owned();
-    let odd_token = cli_ok(&one, &["token", "add", "--biz", "odd"])
-        .trim()
-        .to_owned();
-    bulk_bizs(&dbs, 400);
-    let mut servers = Servers::start(2, &one).await;
-    let traffic = Traffic::start(servers.bases(), &plain_token, &odd_token);
+    let c = Cluster::start(3, 1, "200", true);
+    bulk_bizs(&c.dbs, 400);
+    let mut servers = Servers::start(2, &c.toml).await;
+    let traffic = Traffic::start(servers.bases(), &c.plain_token, &c.odd_token);
+    let (dbs, urls, one) = (c.dbs, c.urls, c.toml);
 
     // Killed midway through 1 → 2: the change is under way, servers serve.
     let out = kill_midway(&one, &["db", "add", "pg1", &urls[1]], "rows moved", 100);
@@ -690,13 +711,12 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
 /// database issued; once the rows are raised above every earlier ID it serves again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_changed_by_hand_without_a_fence_is_refused() {
-    let dbs = Databases::start(Kind::Postgres, 2);
-    let toml = toml_for(&dbs, &[0, 1]);
-    cli_ok(&toml, &["migrate"]);
-    cli_ok(&toml, &["biz", "add", "plain", "--step", "10"]);
-    let token = cli_ok(&toml, &["token", "add", "--biz", "plain"])
-        .trim()
-        .to_owned();
+    let Cluster {
+        dbs,
+        toml,
+        plain_token: token,
+        ..
+    } = Cluster::start(2, 2, "10", false);
     let server = ServerProcess::start(&toml).await;
     let remote = server.remote(Duration::from_secs(5));
     let mut seen = HashSet::new();
