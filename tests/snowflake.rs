@@ -103,6 +103,32 @@ async fn first_snowflakes(target: &impl Target, token: &str) -> Vec<i64> {
     .await
 }
 
+/// No worker ID was used by both servers at overlapping times: for each worker ID both
+/// used, the timestamps of one server's IDs all lie before the other's.
+fn assert_no_worker_id_shared(a: &[i64], b: &[i64]) {
+    let times = |ids: &[i64], w: i64| -> Vec<i64> {
+        ids.iter()
+            .filter(|&&id| worker_of(id) == w)
+            .map(|&id| leaf_decode(id).0)
+            .collect()
+    };
+    let workers: HashSet<i64> = a.iter().chain(b).map(|&id| worker_of(id)).collect();
+    for w in workers {
+        let (ta, tb) = (times(a, w), times(b, w));
+        if let (Some(a_first), Some(a_last), Some(b_first), Some(b_last)) = (
+            ta.iter().min(),
+            ta.iter().max(),
+            tb.iter().min(),
+            tb.iter().max(),
+        ) {
+            assert!(
+                a_last < b_first || b_last < a_first,
+                "worker ID {w}: first server {a_first}..={a_last}, second {b_first}..={b_last}"
+            );
+        }
+    }
+}
+
 fn assert_increasing(ids: &[i64], what: &str) {
     for pair in ids.windows(2) {
         assert!(pair[0] < pair[1], "{what}: {} then {}", pair[0], pair[1]);
@@ -298,27 +324,7 @@ async fn a_lease_row_restored_from_a_backup_never_shares_a_worker_id() {
         }
     }
     assert!(!b.is_empty(), "the second server issues");
-    let times = |ids: &[i64], w: i64| -> Vec<i64> {
-        ids.iter()
-            .filter(|&&id| worker_of(id) == w)
-            .map(|&id| leaf_decode(id).0)
-            .collect()
-    };
-    let workers: HashSet<i64> = a.iter().chain(&b).map(|&id| worker_of(id)).collect();
-    for w in workers {
-        let (ta, tb) = (times(&a, w), times(&b, w));
-        if let (Some(a_first), Some(a_last), Some(b_first), Some(b_last)) = (
-            ta.iter().min(),
-            ta.iter().max(),
-            tb.iter().min(),
-            tb.iter().max(),
-        ) {
-            assert!(
-                a_last < b_first || b_last < a_first,
-                "worker ID {w}: first server {a_first}..={a_last}, second {b_first}..={b_last}"
-            );
-        }
-    }
+    assert_no_worker_id_shared(&a, &b);
     let lost = metric(
         &first,
         "segmint_snowflake_lease_renewals_total{outcome=\"lost\"}",
@@ -753,31 +759,12 @@ async fn worker_ids_move_with_a_layout_change_without_sharing() {
     }
     a.extend(a_late);
     b.extend(b_late);
-    let times = |ids: &[i64], w: i64| -> Vec<i64> {
-        ids.iter()
-            .filter(|&&id| worker_of(id) == w)
-            .map(|&id| leaf_decode(id).0)
-            .collect()
-    };
     let used: HashSet<i64> = a.iter().chain(&b).map(|&id| worker_of(id)).collect();
     assert!(
         used.len() >= 3,
         "one server moved to another worker ID: {used:?}"
     );
-    for w in used {
-        let (ta, tb) = (times(&a, w), times(&b, w));
-        if let (Some(a_first), Some(a_last), Some(b_first), Some(b_last)) = (
-            ta.iter().min(),
-            ta.iter().max(),
-            tb.iter().min(),
-            tb.iter().max(),
-        ) {
-            assert!(
-                a_last < b_first || b_last < a_first,
-                "worker ID {w}: first server {a_first}..={a_last}, second {b_first}..={b_last}"
-            );
-        }
-    }
+    assert_no_worker_id_shared(&a, &b);
     a.extend(b);
     assert_unique(&a);
 }

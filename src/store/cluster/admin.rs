@@ -64,17 +64,28 @@ impl Store {
         &self,
         biz: &BizTag,
     ) -> Result<Vec<Option<BizRow>>, StoreError> {
-        self.on_all(|db| db.biz(biz.as_str()))
+        self.all_answer(
+            |db| db.biz(biz.as_str()),
+            |name, e| format!("database \"{name}\" is unreachable ({e}); nothing changed"),
+        )
+        .await
+    }
+
+    /// Runs `op` on every database, all of which must answer: else a refusal worded by
+    /// `refusal` for the first database that did not (its name and error).
+    pub(super) async fn all_answer<'a, T, F>(
+        &'a self,
+        op: impl Fn(&'a dyn SegmentStore) -> F,
+        refusal: impl Fn(&str, &DbError) -> String,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        self.on_all(op)
             .await
             .into_iter()
             .zip(&self.names)
-            .map(|(r, name)| {
-                r.map_err(|e| {
-                    StoreError::Refused(format!(
-                        "database \"{name}\" is unreachable ({e}); nothing changed"
-                    ))
-                })
-            })
+            .map(|(r, name)| r.map_err(|e| StoreError::Refused(refusal(name, &e))))
             .collect()
     }
 

@@ -403,8 +403,8 @@ impl Store {
         Ok(done)
     }
 
-    /// Runs `op` on every database; all must answer, else the error names the first
-    /// that did not, followed by `then` (what that means for the change).
+    /// [`Store::all_answer`] for a change: the error names the first database that did
+    /// not answer, followed by `then` (what that means for the change).
     async fn everywhere<'a, T, F>(
         &'a self,
         op: impl Fn(&'a dyn crate::store::SegmentStore) -> F,
@@ -413,18 +413,10 @@ impl Store {
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        self.on_all(op)
-            .await
-            .into_iter()
-            .zip(&self.names)
-            .map(|(r, name)| {
-                r.map_err(|e| {
-                    StoreError::Refused(format!(
-                        "database \"{name}\" did not answer ({e}); {then}; what was done is safe to serve from: run the command again once it answers"
-                    ))
-                })
-            })
-            .collect()
+        self.all_answer(op, |name, e| {
+            format!("database \"{name}\" did not answer ({e}); {then}; what was done is safe to serve from: run the command again once it answers")
+        })
+        .await
     }
 
     async fn write_layout(&self, layout: &Layout, at: i64) -> Result<(), StoreError> {
