@@ -491,15 +491,6 @@ impl Store {
         Ok(())
     }
 
-    /// The class of database `name` in the layout of `epoch`.
-    fn class_at(layouts: &[Layout], fallback: &Layout, epoch: i64, name: &str) -> Option<Residue> {
-        layouts
-            .iter()
-            .find(|l| l.epoch == epoch)
-            .unwrap_or(fallback)
-            .class_of(name)
-    }
-
     /// Moves `biz` to layout `to`: freeze every row, fence, switch (see the module's
     /// documentation). Lost races re-read the rows and start over.
     async fn move_biz(
@@ -514,27 +505,9 @@ impl Store {
                 "biz `{biz}`: {why}; stopped; what was done is safe to serve from: run the command again"
             ))
         };
-        let fallback = {
-            let view = self.layout.lock();
-            Layout {
-                epoch: 0,
-                members: self
-                    .names
-                    .iter()
-                    .zip(&view.configured)
-                    .map(|(n, c)| layout::Member {
-                        name: n.clone(),
-                        class: *c,
-                    })
-                    .collect(),
-                state: LayoutState::Done,
-            }
-        };
         for _ in 0..MOVE_ATTEMPTS {
             let rows = self.everywhere(|db| db.biz(biz), "stopped").await?;
-            let within = self
-                .restriction_of(&rows, layouts, &fallback)
-                .map_err(fail)?;
+            let within = self.restriction_of(&rows, layouts).map_err(fail)?;
             let wanted = |i: usize| -> Result<Option<Residue>, String> {
                 to.class_of(&self.names[i])
                     .map(|c| c.restrict(within).map_err(|e| e.to_string()))
@@ -728,14 +701,18 @@ impl Store {
         &self,
         rows: &[Option<BizRow>],
         layouts: &[Layout],
-        fallback: &Layout,
     ) -> Result<Residue, String> {
         let mut found: Option<(Residue, String)> = None;
         for (i, row) in rows.iter().enumerate() {
             let Some(r) = row else { continue };
             let class = Residue::new(r.delta, r.remainder).map_err(|e| e.to_string())?;
             let name = &self.names[i];
-            let within = Self::class_at(layouts, fallback, r.epoch, name)
+            // Every epoch a row can be in is stored (epoch 0, the configured classes,
+            // by the first change) and passed here.
+            let within = layouts
+                .iter()
+                .find(|l| l.epoch == r.epoch)
+                .and_then(|l| l.class_of(name))
                 .ok_or_else(|| format!("its row on \"{name}\" is in layout epoch {}, which does not name \"{name}\"", r.epoch))
                 .and_then(|db| {
                     layout::restriction(class, db).ok_or_else(|| format!("its row on \"{name}\" has class {class}, which is not within the database's class {db} of epoch {}: fix it by hand", r.epoch))
