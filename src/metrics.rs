@@ -683,13 +683,13 @@ impl Metrics {
         self.http_seconds.with_label_values(&[route])
     }
 
-    /// The request counter of `route`, `method` and `status`, to keep and bump.
     /// The layout epoch this server follows, and whether a change is under way.
     pub fn set_layout(&self, epoch: i64, pending: bool) {
         self.layout_epoch.set(epoch);
         self.layout_change_pending.set(i64::from(pending));
     }
 
+    /// The request counter of `route`, `method` and `status`, to keep and bump.
     pub fn http_requests(&self, route: &str, method: &str, status: &str) -> IntCounter {
         self.http_requests
             .with_label_values(&[route, method, status])

@@ -39,14 +39,19 @@ struct Setup {
     dbs: Databases,
     toml: String,
     /// The configuration file, kept for the life of the test.
-    _file: tempfile::NamedTempFile,
+    file: tempfile::NamedTempFile,
     token: String,
 }
 
 impl Setup {
     fn start(n: usize, extra: &str) -> Setup {
+        Setup::naming(n, n, extra)
+    }
+
+    /// `n` databases, of which the configuration names the first `named`.
+    fn naming(n: usize, named: usize, extra: &str) -> Setup {
         let dbs = Databases::start(Kind::Postgres, n);
-        let toml = config_toml_urls(&dbs.urls(), extra);
+        let toml = config_toml_urls(&dbs.urls()[..named], extra);
         let file = config_file(&toml);
         segmint_ok(file.path(), &["migrate"], &[]);
         segmint_ok(file.path(), &["biz", "add", "order", "--step", "1000"], &[]);
@@ -56,7 +61,7 @@ impl Setup {
         Setup {
             dbs,
             toml,
-            _file: file,
+            file,
             token,
         }
     }
@@ -692,21 +697,14 @@ by_kind!(leases_follow_classes_grace_and_compare_and_set);
 /// servers at overlapping times.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_ids_move_with_a_layout_change_without_sharing() {
-    let dbs = Databases::start(Kind::Postgres, 2);
-    let urls = dbs.urls();
-    let toml = config_toml_urls(&urls[..1], FAST_LEASES);
-    let file = config_file(&toml);
-    segmint_ok(file.path(), &["migrate"], &[]);
-    segmint_ok(file.path(), &["biz", "add", "order", "--step", "1000"], &[]);
-    let token = segmint_ok(file.path(), &["token", "add", "--biz", "order"], &[])
-        .trim()
-        .to_owned();
-    let first = ServerProcess::start(&toml).await;
+    let setup = Setup::naming(2, 1, FAST_LEASES);
+    let (dbs, token) = (&setup.dbs, &setup.token);
+    let first = setup.server().await;
     let a_remote = first.remote(Duration::from_secs(5));
-    let mut a = first_snowflakes(&a_remote, &token).await;
-    let second = ServerProcess::start(&toml).await;
+    let mut a = first_snowflakes(&a_remote, token).await;
+    let second = setup.server().await;
     let b_remote = second.remote(Duration::from_secs(5));
-    let mut b = first_snowflakes(&b_remote, &token).await;
+    let mut b = first_snowflakes(&b_remote, token).await;
     let workers: HashSet<i64> = [worker_of(a[0]), worker_of(b[0])].into();
     assert_eq!(
         workers,
@@ -715,15 +713,15 @@ async fn worker_ids_move_with_a_layout_change_without_sharing() {
     );
 
     let change = tokio::task::spawn_blocking({
-        let (path, url) = (file.path().to_owned(), urls[1].clone());
+        let (path, url) = (setup.file.path().to_owned(), dbs.urls()[1].clone());
         move || segmint_ok(&path, &["db", "add", "pg1", &url], &[])
     });
     let started = Instant::now();
     while started.elapsed() < Duration::from_secs(5) {
-        if let Ok(ids) = try_snowflakes(&a_remote, &token, 50).await {
+        if let Ok(ids) = try_snowflakes(&a_remote, token, 50).await {
             a.extend(ids);
         }
-        if let Ok(ids) = try_snowflakes(&b_remote, &token, 50).await {
+        if let Ok(ids) = try_snowflakes(&b_remote, token, 50).await {
             b.extend(ids);
         }
     }
@@ -747,8 +745,8 @@ async fn worker_ids_move_with_a_layout_change_without_sharing() {
         "bound {bound} on the first database, {moved} on the second"
     );
     // Both servers issue again, each with an even worker ID now.
-    let a_late = first_snowflakes(&a_remote, &token).await;
-    let b_late = first_snowflakes(&b_remote, &token).await;
+    let a_late = first_snowflakes(&a_remote, token).await;
+    let b_late = first_snowflakes(&b_remote, token).await;
     for id in a_late.iter().chain(&b_late) {
         assert_eq!(
             worker_of(*id) % 2,

@@ -60,6 +60,20 @@ pub struct Reclass {
     pub frozen: bool,
 }
 
+impl Reclass {
+    /// `row` as it is, frozen or thawed, its version bumped.
+    pub fn freezing(row: &BizRow, frozen: bool) -> Reclass {
+        Reclass {
+            version: row.version + 1,
+            max_id: row.max_id,
+            delta: row.delta,
+            remainder: row.remainder,
+            epoch: row.epoch,
+            frozen,
+        }
+    }
+}
+
 /// One `segmint_layout` row: which databases issue IDs from which class at `epoch`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayoutRow {

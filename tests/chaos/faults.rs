@@ -388,8 +388,9 @@ pub(crate) const FENCE_SEEN: Duration = Duration::from_secs(15);
 /// How long a restored database stays fenced before the operator raises it, so that
 /// servers restarted meanwhile meet it fenced too.
 pub(crate) const FENCE_HELD: Duration = Duration::from_secs(2);
-/// How long the harness retries `segmint db fence` (it needs every other database).
-pub(crate) const FENCE_RETRY: Duration = Duration::from_secs(30);
+/// How long the harness retries a `segmint db` command: `fence` needs every other
+/// database, `add` and `remove` every database (a server fault never stops them).
+pub(crate) const DB_COMMAND_RETRY: Duration = Duration::from_secs(30);
 
 /// Whether server `base` shows database `name` fenced on `/readyz`: the reason if it
 /// does, `Some(None)` if it does not, `None` when it does not answer.
@@ -561,35 +562,9 @@ pub(crate) async fn back_in_time(
     }
 
     tokio::time::sleep(FENCE_HELD).await;
-    let config = ctx.servers[0].config.clone();
-    let began = Instant::now();
-    let mut attempts = 0;
-    let raised = loop {
-        attempts += 1;
-        let (config, db_name) = (config.clone(), name.clone());
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(segmint_bin())
-                .arg("--config")
-                .arg(&config)
-                .args(["db", "fence", &db_name])
-                .env_remove("SEGMINT_CONFIG")
-                .output()
-        })
+    let (raised, attempts) = db_command(ctx, &["fence", &name])
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("run segmint db fence: {e}"))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        if out.status.success() {
-            break stdout;
-        }
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        if began.elapsed() > FENCE_RETRY {
-            return Err(format!(
-                "{what}; `segmint db fence {name}` failed {attempts} times: {stderr}{stdout}"
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+        .map_err(|e| format!("{what}; {e}"))?;
     let lifted = ctx.now();
     let raised_rows = raised.lines().filter(|l| l.contains("raised from")).count();
     if raised_rows == 0 {
@@ -755,42 +730,31 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
     ))
 }
 
-/// How long the harness retries a layout command (a server fault never stops it; a
-/// database briefly unreachable would).
-const LAYOUT_RETRY: Duration = Duration::from_secs(30);
-
-/// Runs `segmint db ARGS` until it succeeds; its output and how many runs it took.
+/// Runs `segmint db ARGS` with the servers' configuration until it succeeds, for at
+/// most [`DB_COMMAND_RETRY`]; its output and how many runs it took.
 async fn db_command(ctx: &Ctx, args: &[&str]) -> Result<(String, u32), String> {
     let config = ctx.servers[0].config.clone();
+    let args: Vec<String> = ["db"].iter().chain(args).map(|a| a.to_string()).collect();
     let began = Instant::now();
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (config, owned) = (
-            config.clone(),
-            args.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
-        );
-        let out = tokio::task::spawn_blocking(move || {
-            Command::new(segmint_bin())
-                .arg("--config")
-                .arg(&config)
-                .arg("db")
-                .args(&owned)
-                .env_remove("SEGMINT_CONFIG")
-                .output()
+        let (config, owned) = (config.clone(), args.clone());
+        let run = tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = owned.iter().map(String::as_str).collect();
+            common::cli::segmint_cli(&config, &args, &[])
         })
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("run segmint db {}: {e}", args.join(" ")))?;
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        if out.status.success() {
-            return Ok((stdout, attempts));
+        .map_err(|e| e.to_string())?;
+        if run.ok() {
+            return Ok((run.stdout, attempts));
         }
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        if began.elapsed() > LAYOUT_RETRY {
+        if began.elapsed() > DB_COMMAND_RETRY {
             return Err(format!(
-                "`segmint db {}` failed {attempts} times: {stderr}{stdout}",
-                args.join(" ")
+                "`segmint {}` failed {attempts} times: {}{}",
+                args.join(" "),
+                run.stderr,
+                run.stdout
             ));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -40,8 +40,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{
-    ChildGuard, PgCluster, cluster_dir, config_toml_urls, free_port, run_as, segmint_bin,
-    send_signal, serve_command, setup_biz, wait_healthy,
+    ChildGuard, PgCluster, cluster_dir, config_toml_urls, free_port, run_as, send_signal,
+    serve_command, setup_biz, wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
 use segmint::config::Config;

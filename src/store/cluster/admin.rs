@@ -181,13 +181,7 @@ impl Store {
                 "start must be at least 1, got {start}"
             )));
         }
-        self.load_layout().await;
-        let (epoch, pending) = self.layout_epochs();
-        if let Some(pending) = pending {
-            return Err(refuse(format!(
-                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again"
-            )));
-        }
+        let epoch = self.layout_for_writes().await?;
         // The databases of the layout in force, each with its class there.
         let members: Vec<(usize, Residue)> = (0..self.dbs.len())
             .filter_map(|i| Some((i, self.class_of(i)?)))

@@ -96,10 +96,7 @@ impl Store {
     /// Also false for a database the layout in force does not name (removed, or not
     /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let up = {
-            let health = self.dbs[i].health.lock();
-            health.fenced.is_none() && health.failures.is_over(now())
-        };
+        let up = self.dbs[i].health.lock().up();
         up && self.class_of(i).is_some()
     }
 
@@ -146,7 +143,7 @@ impl Store {
                     location: db.location.clone(),
                     residue: class.map(|c| c.to_string()),
                     in_layout: class.is_some(),
-                    up: health.fenced.is_none() && health.failures.is_over(now()),
+                    up: health.up(),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
                 }

@@ -55,13 +55,7 @@ impl Store {
         imports: &[Import],
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
-        self.load_layout().await;
-        let (epoch, pending) = self.layout_epochs();
-        if let Some(pending) = pending {
-            return Err(StoreError::Refused(format!(
-                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again; nothing changed"
-            )));
-        }
+        let epoch = self.layout_for_writes().await?;
         let mut existing = Vec::with_capacity(self.dbs.len());
         for (result, name) in self
             .on_all(|db| db.bizs())

@@ -159,6 +159,18 @@ impl Store {
         (done.map_or(0, |l| l.epoch), pending.map(|l| l.epoch))
     }
 
+    /// Reads the layouts for an admin command that writes rows in the layout in force
+    /// (`biz add`, `import`): its epoch, or a refusal while a change is under way.
+    pub(super) async fn layout_for_writes(&self) -> Result<i64, StoreError> {
+        self.load_layout().await;
+        match self.layout_epochs() {
+            (_, Some(pending)) => Err(StoreError::Refused(format!(
+                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again; nothing changed"
+            ))),
+            (epoch, None) => Ok(epoch),
+        }
+    }
+
     /// Reads the layouts from every database that answers, for admin commands that
     /// need the classes in force.
     pub async fn load_layout(&self) {
@@ -176,11 +188,7 @@ impl Store {
     pub async fn layout_report(&self) -> LayoutReport {
         self.load_layout().await;
         let bizs = self.on_all(|db| db.bizs()).await;
-        let (current, pending) = {
-            let view = self.layout.lock();
-            let (done, pending) = layout::current(&view.layouts);
-            (done.cloned(), pending.cloned())
-        };
+        let (current, pending) = self.layouts();
         let databases = bizs
             .into_iter()
             .enumerate()
@@ -538,14 +546,7 @@ impl Store {
                 };
                 // A frozen row is written too (its version bumped): a change that froze
                 // it before, still running or cut off, can then no longer switch it.
-                let to_frozen = Reclass {
-                    version: r.version + 1,
-                    max_id: r.max_id,
-                    delta: r.delta,
-                    remainder: r.remainder,
-                    epoch: r.epoch,
-                    frozen: true,
-                };
+                let to_frozen = Reclass::freezing(r, true);
                 match self
                     .call(
                         i,
@@ -673,14 +674,7 @@ impl Store {
             if before.frozen || !now.frozen {
                 continue;
             }
-            let back = Reclass {
-                version: now.version + 1,
-                max_id: now.max_id,
-                delta: now.delta,
-                remainder: now.remainder,
-                epoch: now.epoch,
-                frozen: false,
-            };
+            let back = Reclass::freezing(now, false);
             if let Err(e) = self
                 .call(
                     i,

@@ -96,6 +96,13 @@ struct Health {
     fenced: Option<String>,
 }
 
+impl Health {
+    /// Neither backed off after a failure nor fenced.
+    fn up(&self) -> bool {
+        self.fenced.is_none() && self.failures.is_over(now())
+    }
+}
+
 /// All configured databases, with the merged catalog of bizs and tokens.
 pub struct Store {
     dbs: Vec<Database>,

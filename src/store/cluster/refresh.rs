@@ -180,13 +180,12 @@ impl Store {
                 // Once layouts are stored, every row's class must be its database's class
                 // in the row's epoch (narrowed to the biz's restriction), whoever looks:
                 // a server started after an edit by hand refuses it too.
-                let in_epoch = layouts.iter().filter(|(epoch, ..)| *epoch == row.epoch);
-                let mut named = in_epoch.clone().peekable();
-                if named.peek().is_some() {
-                    let db = in_epoch
-                        .filter(|(_, name, _)| *name == self.names[i])
-                        .map(|(_, _, c)| *c)
-                        .next();
+                let stored = layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
+                if stored {
+                    let db = layouts
+                        .iter()
+                        .find(|(epoch, name, _)| *epoch == row.epoch && *name == self.names[i])
+                        .map(|(.., c)| *c);
                     if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
                         refusals.push((
                             biz.clone(),
@@ -221,12 +220,9 @@ impl Store {
                     );
                     continue;
                 }
-                let by_layout = row.epoch > was.epoch
-                    && layouts.iter().any(|(epoch, name, db)| {
-                        *epoch == row.epoch
-                            && *name == self.names[i]
-                            && crate::layout::restriction(class, *db).is_some()
-                    });
+                // A stored layout names the row's epoch with a class holding the row's
+                // (checked above): the layout change moved it.
+                let by_layout = row.epoch > was.epoch && stored;
                 let tops = (0..self.names.len()).filter_map(|k| {
                     let other = snapshots[k]
                         .as_ref()
