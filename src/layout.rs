@@ -2,8 +2,16 @@
 //! Pure: no IO. `segmint db add` and `db remove` move the cluster from one layout to
 //! the next (see `store/cluster/layout.rs`); servers read the layouts with the catalog.
 //!
-//! Epoch 0 is the configuration's classes, before any change. A change writes the next
-//! epoch as `moving`, moves every biz row and worker ID to it, then marks it `done`.
+//! Epoch 0 is the configuration's classes, before any change. A change claims the next
+//! epoch (inserting its row as `moving` on every database, one at a time in
+//! [`claim_order`]: of two changes racing for one epoch only one can win), moves every
+//! biz row and worker ID to it, then marks it `done`.
+//!
+//! The decisions of a change are made here, by pure functions that the store and the
+//! protocol's model (`tests/model`) both call: which databases must answer
+//! ([`required`]), what the change does ([`plan`]), in which order it claims
+//! ([`claim_order`]), where a biz's new rows start ([`fence`]), and which databases a
+//! server may use ([`standing`]).
 
 use crate::segment::Residue;
 use crate::store::LayoutRow;
@@ -52,6 +60,11 @@ pub struct Layout {
     pub epoch: i64,
     pub members: Vec<Member>,
     pub state: LayoutState,
+    /// Databases declared lost (`segmint db remove NAME --lost`), once per class they
+    /// held in any layout: a lost database may come back with live rows and leases that
+    /// no change could freeze, so no later layout gives any of these classes (nor their
+    /// worker IDs) to another database. Carried into every later epoch.
+    pub lost: Vec<Member>,
 }
 
 impl Layout {
@@ -73,7 +86,48 @@ impl Layout {
             epoch,
             members,
             state,
+            lost: Vec::new(),
         })
+    }
+
+    /// The layout of `names` that gives no database a class of a `lost` one: database
+    /// `i` of `n` gets `f + m·i mod m·n`, where `m` is the least common multiple of the
+    /// lost classes' moduli and `f` the least residue mod `m` that no lost class holds.
+    /// With nothing lost it is [`Layout::spread`]. The classes then cover only `f mod m`
+    /// of the IDs (and of the worker IDs): what a lost database held is never reused.
+    ///
+    /// # Errors
+    /// A message when the lost classes leave no residue free.
+    pub fn allocate(
+        epoch: i64,
+        names: &[String],
+        lost: Vec<Member>,
+        state: LayoutState,
+    ) -> Result<Layout, String> {
+        let mut layout = Layout::spread(epoch, names, state)?;
+        if lost.is_empty() {
+            return Ok(layout);
+        }
+        let m = lost.iter().try_fold(1i64, |m, l| {
+            let d = l.class.delta();
+            (m / gcd(m, d))
+                .checked_mul(d)
+                .filter(|&m| m <= MAX_MODULUS)
+                .ok_or_else(|| "the lost databases' classes are too many to keep apart".to_owned())
+        })?;
+        let free = (0..m)
+            .find(|&r| !lost.iter().any(|l| l.class.contains(r)))
+            .ok_or_else(|| "the lost databases' classes hold every ID: no class is left for a new layout".to_owned())?;
+        let n = i64::try_from(names.len()).map_err(|e| e.to_string())?;
+        let modulus = m
+            .checked_mul(n)
+            .filter(|&x| x <= MAX_MODULUS)
+            .ok_or_else(|| "too many databases for the classes the lost ones left".to_owned())?;
+        for (member, i) in layout.members.iter_mut().zip(0..) {
+            member.class = Residue::new(modulus, free + m * i).map_err(|e| e.to_string())?;
+        }
+        layout.lost = lost;
+        Ok(layout)
     }
 
     /// Reads a stored row.
@@ -85,7 +139,12 @@ impl Layout {
         let state = LayoutState::parse(&row.state)
             .ok_or_else(|| bad(format!("unknown state `{}`", row.state)))?;
         let mut members = Vec::new();
+        let mut lost = Vec::new();
         for part in row.members.split(',').filter(|p| !p.is_empty()) {
+            let (list, part) = match part.strip_prefix('!') {
+                Some(rest) => (&mut lost, rest),
+                None => (&mut members, part),
+            };
             let member = (|| {
                 let (name, class) = part.split_once('=')?;
                 let (delta, remainder) = class.split_once(':')?;
@@ -96,23 +155,27 @@ impl Layout {
                 })
             })()
             .ok_or_else(|| bad(format!("malformed member `{part}`")))?;
-            members.push(member);
+            list.push(member);
         }
         Ok(Layout {
             epoch: row.epoch,
             members,
             state,
+            lost,
         })
     }
 
-    /// The row to store, written at `changed_ms`.
+    /// The row to store, written at `changed_ms`. A lost database is written as a
+    /// member with a leading `!`.
     pub fn row(&self, changed_ms: i64) -> LayoutRow {
+        let member = |m: &Member| format!("{}={}:{}", m.name, m.class.delta(), m.class.remainder());
         LayoutRow {
             epoch: self.epoch,
             members: self
                 .members
                 .iter()
-                .map(|m| format!("{}={}:{}", m.name, m.class.delta(), m.class.remainder()))
+                .map(member)
+                .chain(self.lost.iter().map(|m| format!("!{}", member(m))))
                 .collect::<Vec<_>>()
                 .join(","),
             state: self.state.as_str().to_owned(),
@@ -130,6 +193,18 @@ impl Layout {
 
     pub fn names(&self) -> Vec<String> {
         self.members.iter().map(|m| m.name.clone()).collect()
+    }
+
+    /// Whether the database `name` was declared lost at or before this epoch.
+    pub fn is_lost(&self, name: &str) -> bool {
+        self.lost.iter().any(|m| m.name == name)
+    }
+
+    /// The names of the lost databases, each once.
+    pub fn lost_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.lost.iter().map(|m| m.name.clone()).collect();
+        names.dedup();
+        names
     }
 
     /// The member whose class holds the worker ID `w`, if any.
@@ -150,6 +225,14 @@ impl Layout {
     }
 }
 
+/// The largest modulus a layout may give: far below where arithmetic could overflow,
+/// and far above any real cluster (a thousand databases, a few of them lost).
+const MAX_MODULUS: i64 = 1 << 30;
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
 /// The layouts as read from every database: each epoch once, the furthest state
 /// found for it (a database missed by a write lags behind), sorted by epoch.
 ///
@@ -161,7 +244,7 @@ pub fn merge(rows: &[LayoutRow]) -> Result<Vec<Layout>, String> {
     for row in rows {
         let layout = Layout::parse(row)?;
         match merged.iter_mut().find(|l| l.epoch == layout.epoch) {
-            Some(known) if known.members != layout.members => {
+            Some(known) if known.members != layout.members || known.lost != layout.lost => {
                 return Err(format!(
                     "layout epoch {} differs between databases: {} and {}",
                     layout.epoch,
@@ -209,6 +292,301 @@ pub fn restriction(row: Residue, db: Residue) -> Option<Residue> {
     let m = row.delta() / db.delta();
     let within = Residue::new(m, row.remainder() % m).ok()?;
     (db.restrict(within).ok()? == row).then_some(within)
+}
+
+/// What a change does, decided from the layouts read from every database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The layout in force already has these databases: nothing to do.
+    Already(Layout),
+    /// Move from `from` (the layout in force) to `to`.
+    Change {
+        from: Layout,
+        to: Layout,
+        /// A change cut off before, replaced by this one (marked superseded).
+        supersede: Option<Layout>,
+        /// `to` is that change cut off before, finished now.
+        finishing: bool,
+    },
+}
+
+/// Decides a change to the layout of `target` (names in order) that declares `lost`
+/// lost, from the stored `layouts` (merged) and `before`, the layout of the configured
+/// classes when none is stored.
+///
+/// # Errors
+/// A message saying what is refused: an empty layout, a database declared lost before,
+/// a lost one that the layout does not name, or classes that cannot be allocated.
+pub fn plan(
+    layouts: &[Layout],
+    before: &Layout,
+    target: &[String],
+    lost: &[String],
+) -> Result<Plan, String> {
+    if target.is_empty() {
+        return Err("a layout needs at least one database; nothing changed".into());
+    }
+    let (done, pending) = current(layouts);
+    let from = done.unwrap_or(before).clone();
+    let newest = layouts.last().unwrap_or(&from);
+    for name in target {
+        if newest.is_lost(name) {
+            return Err(format!(
+                "database \"{name}\" was declared lost (layout epoch {}): it may hold rows no change can reach; give a new database another name; nothing changed",
+                newest.epoch
+            ));
+        }
+    }
+    let mut gone = newest.lost.clone();
+    for name in lost {
+        let named = from.class_of(name).is_some() || pending.is_some_and(|p| p.class_of(name).is_some());
+        if !named {
+            return Err(format!(
+                "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
+                from.epoch,
+                from.describe()
+            ));
+        }
+        // Every class it held: a restored backup of it may hold rows of any of them.
+        for l in layouts.iter().chain([before]) {
+            if let Some(class) = l.class_of(name) {
+                let m = Member {
+                    name: name.clone(),
+                    class,
+                };
+                if !gone.contains(&m) {
+                    gone.push(m);
+                }
+            }
+        }
+    }
+    if let Some(p) = pending {
+        if p.names() == target && p.lost == gone {
+            return Ok(Plan::Change {
+                from,
+                to: p.clone(),
+                supersede: None,
+                finishing: true,
+            });
+        }
+    } else if from.names() == target && from.lost == gone {
+        return Ok(Plan::Already(from));
+    }
+    let epoch = layouts.iter().map(|l| l.epoch).max().unwrap_or(from.epoch).max(from.epoch) + 1;
+    // Declaring a database lost keeps the others' classes where they avoid every lost
+    // class: no biz moves to new classes, and no worker ID changes hands.
+    let kept = (!lost.is_empty())
+        .then(|| {
+            target
+                .iter()
+                .map(|name| {
+                    let class = from.class_of(name)?;
+                    (!gone.iter().any(|g| overlap(g.class, class))).then(|| Member {
+                        name: name.clone(),
+                        class,
+                    })
+                })
+                .collect::<Option<Vec<Member>>>()
+        })
+        .flatten();
+    let to = match kept {
+        Some(members) => Layout {
+            epoch,
+            members,
+            state: LayoutState::Moving,
+            lost: gone,
+        },
+        None => Layout::allocate(epoch, target, gone, LayoutState::Moving)?,
+    };
+    Ok(Plan::Change {
+        from,
+        to,
+        supersede: pending.cloned(),
+        finishing: false,
+    })
+}
+
+/// Whether two classes share an ID: `a ≡ b` modulo the gcd of their moduli.
+pub fn overlap(a: Residue, b: Residue) -> bool {
+    let g = gcd(a.delta(), b.delta());
+    a.remainder() % g == b.remainder() % g
+}
+
+/// The databases that must be configured and answer before a change starts: every
+/// member of the layout in force (or of `before`, the configured classes, when none is
+/// stored) and of every layout above it (a change under way or cut off), and every
+/// database a witness names that no stored layout explains (it served before layouts
+/// were stored). Lost databases are never required, nor is `lost`, about to be.
+pub fn required(
+    layouts: &[Layout],
+    before: &Layout,
+    witnessed: &[String],
+    lost: &[String],
+) -> Vec<String> {
+    let (done, _) = current(layouts);
+    let from = done.unwrap_or(before);
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |name: &String| {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    };
+    for l in std::iter::once(from).chain(layouts.iter().filter(|l| l.epoch > from.epoch)) {
+        l.members.iter().for_each(|m| add(&m.name));
+    }
+    let known = |name: &String| {
+        layouts
+            .iter()
+            .chain([before])
+            .any(|l| l.class_of(name).is_some() || l.is_lost(name))
+    };
+    witnessed.iter().filter(|w| !known(w)).for_each(&mut add);
+    let gone = layouts.last().map(Layout::lost_names).unwrap_or_default();
+    names.retain(|n| !gone.contains(n) && !lost.contains(n));
+    names
+}
+
+/// The order in which a change claims epoch `prev.epoch + 1` on the databases `all`:
+/// the members of `prev` (the newest epoch stored, whatever its state) first, sorted
+/// by name, then the others, sorted. Two changes racing for the same epoch read the
+/// same `prev` (epochs never differ between databases), so both try its first member
+/// first, and only one can insert the row there.
+pub fn claim_order(prev: &Layout, all: &[String]) -> Vec<String> {
+    let mut first: Vec<String> = all
+        .iter()
+        .filter(|n| prev.class_of(n).is_some())
+        .cloned()
+        .collect();
+    let mut rest: Vec<String> = all.iter().filter(|n| !first.contains(n)).cloned().collect();
+    first.sort();
+    rest.sort();
+    first.extend(rest);
+    first
+}
+
+/// Where a biz's rows start in a new layout, from its frozen rows' `(max_id,
+/// version)` and what witnesses recorded of them: `(fence, version)`, the highest
+/// `max_id` (nothing was issued above it under the old layout: a frozen row gives out
+/// nothing, and a give-back lowers a row only to its first ID not issued) and the
+/// highest version, above which an inserted row starts.
+pub fn fence(rows: impl IntoIterator<Item = (i64, i64)>) -> (i64, i64) {
+    rows.into_iter()
+        .fold((0, 0), |(f, v), (max_id, version)| (f.max(max_id), v.max(version)))
+}
+
+/// Whether a server may use a database under the layouts it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// Its layout rows disagree with another database's (an epoch with other members):
+    /// neither is trusted, and neither is used.
+    Disagrees,
+    /// Its layout is the newest read: it serves its class (if it is a member).
+    Current,
+    /// Its newest layout epoch (`None`: it has none while others do) is below
+    /// `newest`, another database's: a change it missed may have moved its classes to
+    /// others, so its rows and leases are not used until it catches up.
+    Behind { own: Option<i64>, newest: i64 },
+    /// Declared lost at `epoch`: never used again.
+    Lost { epoch: i64 },
+}
+
+impl Standing {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Standing::Current => "current",
+            Standing::Disagrees => "disagrees",
+            Standing::Behind { .. } => "behind",
+            Standing::Lost { .. } => "lost",
+        }
+    }
+}
+
+/// What a server makes of the layout rows it read: the layouts merged (with those
+/// `known` from earlier reads) and the standing of each database read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reading {
+    pub layouts: Vec<Layout>,
+    /// Per database of the read, in its order.
+    pub standing: Vec<Standing>,
+}
+
+/// Merges the layout rows read from each database (`(name, rows)`) with the layouts
+/// `known` before. A database whose rows disagree with what is known, or with another
+/// database's, is left out of the merge (both sides of a disagreement are).
+///
+/// # Errors
+/// A message when even the layouts known before cannot be read back (a malformed row).
+pub fn read(known: &[Layout], per_db: &[(String, Vec<LayoutRow>)]) -> Result<Reading, String> {
+    let known_rows: Vec<LayoutRow> = known.iter().map(|l| l.row(0)).collect();
+    let fits = |rows: &[&[LayoutRow]]| {
+        let all: Vec<LayoutRow> = rows.iter().flat_map(|r| r.iter().cloned()).collect();
+        merge(&all).is_ok()
+    };
+    let mut out: Vec<bool> = per_db
+        .iter()
+        .map(|(_, rows)| !fits(&[&known_rows, rows]))
+        .collect();
+    for a in 0..per_db.len() {
+        for b in a + 1..per_db.len() {
+            if !out[a] && !out[b] && !fits(&[&per_db[a].1, &per_db[b].1]) {
+                out[a] = true;
+                out[b] = true;
+            }
+        }
+    }
+    let rows: Vec<LayoutRow> = known_rows
+        .into_iter()
+        .chain(
+            per_db
+                .iter()
+                .zip(&out)
+                .filter(|(_, out)| !**out)
+                .flat_map(|((_, rows), _)| rows.iter().cloned()),
+        )
+        .collect();
+    let layouts = merge(&rows)?;
+    let standing = per_db
+        .iter()
+        .zip(&out)
+        .map(|((name, rows), out)| {
+            if *out {
+                Standing::Disagrees
+            } else {
+                standing(name, rows.iter().map(|r| r.epoch).max(), &layouts)
+            }
+        })
+        .collect();
+    Ok(Reading { layouts, standing })
+}
+
+/// Whether a biz's rows already follow `wanted` (per database, its class in the
+/// target layout narrowed to the biz's restriction; `None` for a database out of it):
+/// every member's row unfrozen in its class at `epoch`, every other row frozen or
+/// absent.
+pub fn settled(rows: &[Option<&crate::store::BizRow>], wanted: &[Option<Residue>], epoch: i64) -> bool {
+    rows.iter().zip(wanted).all(|(row, want)| match (want, row) {
+        (Some(class), Some(r)) => {
+            !r.frozen && r.epoch == epoch && (r.delta, r.remainder) == (class.delta(), class.remainder())
+        }
+        (Some(_), None) => false,
+        (None, r) => r.is_none_or(|r| r.frozen),
+    })
+}
+
+/// The standing of database `name`, whose own newest layout epoch is `own`, among
+/// `layouts` merged from every database read (whose newest epoch is the newest any
+/// database has).
+pub fn standing(name: &str, own: Option<i64>, layouts: &[Layout]) -> Standing {
+    if let Some(l) = layouts.iter().find(|l| l.is_lost(name)) {
+        return Standing::Lost { epoch: l.epoch };
+    }
+    match layouts.last() {
+        Some(newest) if own.is_none_or(|e| e < newest.epoch) => Standing::Behind {
+            own,
+            newest: newest.epoch,
+        },
+        _ => Standing::Current,
+    }
 }
 
 #[cfg(test)]

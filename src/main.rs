@@ -99,6 +99,12 @@ enum DbCommand {
     Remove {
         /// The database's name in the configuration.
         name: String,
+        /// The database is down or gone for good: it is taken out without being
+        /// reached (it need not be configured), and every class it ever held is retired
+        /// (never given to another database), since it may still hold live rows. Never
+        /// start it again with its data: wipe it first.
+        #[arg(long)]
+        lost: bool,
     },
     /// Show the layout in force, its epoch, a change under way, and each database.
     List,
@@ -449,6 +455,7 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
             })
             .collect(),
         state: LayoutState::Done,
+        lost: Vec::new(),
     };
     let (config, adding) = match &change {
         DbCommand::Add { name, url } => {
@@ -484,7 +491,7 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
             );
         }
         DbCommand::Add { name, .. } => names.push(name.clone()),
-        DbCommand::Remove { name } => {
+        DbCommand::Remove { name, .. } => {
             let pending = store.layouts().1;
             if !names.contains(name) && pending.is_none_or(|p| p.class_of(name).is_none()) {
                 return Err(format!(
@@ -503,7 +510,11 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
     let order = store.database_names();
     names.sort_by_key(|n| order.iter().position(|o| o == n));
     let mut say = |line: String| println!("{line}");
-    let done = store.change_layout(&names, &before, &mut say).await?;
+    let lost = match &change {
+        DbCommand::Remove { name, lost: true } => vec![name.clone()],
+        _ => Vec::new(),
+    };
+    let done = store.change_layout(&names, &lost, &before, &mut say).await?;
     println!();
     println!(
         "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):"
@@ -520,8 +531,11 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
         DbCommand::Add { name, .. } => println!(
             "Servers use \"{name}\" once their configuration names it: add it and restart them one at a time; until then they serve from the others."
         ),
-        DbCommand::Remove { name } => println!(
+        DbCommand::Remove { name, lost: false } => println!(
             "Servers stopped using \"{name}\" at their next catalog refresh; take it out of their configuration at leisure."
+        ),
+        DbCommand::Remove { name, lost: true } => println!(
+            "\"{name}\" is lost for good: servers that read any other database never use it again, and its classes and worker IDs are never given to another database. Take it out of every server's configuration, and wipe its data before the machine is reused: a server that could reach only it would not know it was lost."
         ),
         _ => {}
     }

@@ -121,6 +121,18 @@ impl BizStats {
 const CLIENT_STEP_REASONS: [StepReason; 3] =
     [StepReason::Minimum, StepReason::Target, StepReason::Maximum];
 
+/// One database's state gauges, set at scrape time.
+pub struct DatabaseState {
+    pub name: String,
+    pub up: bool,
+    pub fenced: bool,
+    /// The layout in force names it and this server may use it.
+    pub in_layout: bool,
+    /// Not used because of its layout rows: behind another database's, lost, or
+    /// disagreeing (see [`crate::layout::Standing`]).
+    pub layout_behind: bool,
+}
+
 /// Every metric segmint exports, in its own registry.
 pub struct Metrics {
     registry: Registry,
@@ -146,6 +158,7 @@ pub struct Metrics {
     database_up: IntGaugeVec,
     database_fenced: IntGaugeVec,
     database_in_layout: IntGaugeVec,
+    database_layout_behind: IntGaugeVec,
     layout_epoch: prometheus::IntGauge,
     layout_change_pending: prometheus::IntGauge,
     fetches: IntCounterVec,
@@ -487,6 +500,16 @@ impl Metrics {
                     &["database"],
                 ),
             ),
+            database_layout_behind: registered(
+                &r,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "segmint_database_layout_behind",
+                        "1 while the database is not used because of its layout rows: its newest layout epoch is below another database's, it was declared lost, or its rows disagree with another database's (/status says which)",
+                    ),
+                    &["database"],
+                ),
+            ),
             layout_epoch: registered(
                 &r,
                 prometheus::IntGauge::new(
@@ -696,18 +719,19 @@ impl Metrics {
     }
 
     /// Sets the state gauges and renders every metric in the text format.
-    /// `databases`: name, whether up, whether fenced, whether in the layout.
-    pub fn render(&self, bizs: &[BizStats], databases: &[(String, bool, bool, bool)]) -> String {
-        for (name, up, fenced, in_layout) in databases {
-            self.database_up
-                .with_label_values(&[name.as_str()])
-                .set(i64::from(*up));
+    pub fn render(&self, bizs: &[BizStats], databases: &[DatabaseState]) -> String {
+        for d in databases {
+            let name = [d.name.as_str()];
+            self.database_up.with_label_values(&name).set(i64::from(d.up));
             self.database_fenced
-                .with_label_values(&[name.as_str()])
-                .set(i64::from(*fenced));
+                .with_label_values(&name)
+                .set(i64::from(d.fenced));
             self.database_in_layout
-                .with_label_values(&[name.as_str()])
-                .set(i64::from(*in_layout));
+                .with_label_values(&name)
+                .set(i64::from(d.in_layout));
+            self.database_layout_behind
+                .with_label_values(&name)
+                .set(i64::from(d.layout_behind));
         }
         // Bizs past the cap are summed into `_other`; their steps are not comparable,
         // so `_other` has no step gauges.
@@ -859,8 +883,20 @@ mod tests {
         let text = m.render(
             &[stats],
             &[
-                ("pg-a".into(), true, false, true),
-                ("pg-b".into(), false, true, false),
+                DatabaseState {
+                    name: "pg-a".into(),
+                    up: true,
+                    fenced: false,
+                    in_layout: true,
+                    layout_behind: false,
+                },
+                DatabaseState {
+                    name: "pg-b".into(),
+                    up: false,
+                    fenced: true,
+                    in_layout: false,
+                    layout_behind: true,
+                },
             ],
         );
         for line in [
@@ -876,6 +912,8 @@ mod tests {
             "segmint_database_fenced{database=\"pg-b\"} 1",
             "segmint_database_in_layout{database=\"pg-a\"} 1",
             "segmint_database_in_layout{database=\"pg-b\"} 0",
+            "segmint_database_layout_behind{database=\"pg-a\"} 0",
+            "segmint_database_layout_behind{database=\"pg-b\"} 1",
             "segmint_layout_epoch 0",
             "segmint_layout_change_pending 0",
             "segmint_build_info{version=\"",

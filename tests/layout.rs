@@ -591,15 +591,10 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     let list = cli_ok(&toml_for(&dbs, &[0, 1]), &["db", "list"]);
     assert!(list.contains("change under way to epoch 1"), "{list}");
     assert_consistent(&dbs, 2);
-    // Run again at once, it takes the cut-off command for one still running.
-    let file = config_file(&one);
-    let early = segmint_cli(file.path(), &["db", "add", "pg1", &urls[1]], &[]);
-    assert!(
-        !early.ok() && early.stderr.contains("seems to be running"),
-        "{early:?}"
-    );
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    // Run again at once: it watches the cut-off command's row until it has been
+    // silent for 3 s (no clock of another host is read), then finishes the change.
     let out = cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
+    assert!(out.contains("waiting 3 s to see whether"), "{out}");
     assert!(
         out.contains("finishing the change to layout epoch 1"),
         "{out}"
@@ -856,11 +851,12 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
             class: Residue::ALL,
         }],
         state: LayoutState::Done,
+        lost: Vec::new(),
     };
     let mut lines = Vec::new();
     let mut say = |l: String| lines.push(l);
     let done = both
-        .change_layout(&["pg0".into(), "pg1".into()], &before, &mut say)
+        .change_layout(&["pg0".into(), "pg1".into()], &[], &before, &mut say)
         .await
         .unwrap();
     assert_eq!(done.epoch, 1, "{lines:?}");
@@ -904,7 +900,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
 
     // Back to one: pg1's rows frozen, never reserved from again.
     let done = both
-        .change_layout(&["pg0".into()], &before, &mut |_| {})
+        .change_layout(&["pg0".into()], &[], &before, &mut |_| {})
         .await
         .unwrap();
     assert_eq!(done.epoch, 2);
@@ -931,6 +927,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
         remainder: 0,
         epoch: 2,
         frozen: true,
+        claimed_by: 2,
     };
     let raw: Box<dyn SegmentStore> = match &two.databases[0].kind {
         DatabaseKind::Postgres(pg) => {
@@ -948,13 +945,28 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     assert!(raw.reclass("plain", v - 1, m, &to).await.unwrap().is_none());
     assert!(raw.reclass("plain", v, m + 1, &to).await.unwrap().is_none());
     let frozen = raw.reclass("plain", v, m, &to).await.unwrap().unwrap();
-    assert!(frozen.frozen && frozen.version == v + 1);
-    // Layout rows: one per epoch, the last write wins.
-    let epochs = dbs.sql(
-        0,
-        "SELECT epoch || ':' || state FROM segmint_layout ORDER BY epoch",
-    );
-    assert_eq!(epochs, "0:done\n1:done\n2:done");
+    assert!(frozen.frozen && frozen.version == v + 1 && frozen.claimed_by == 2);
+    // Layout rows: one per epoch; `done` and `superseded` are final, and a claim
+    // inserts only where the epoch has no row.
+    let epochs = || {
+        dbs.sql(
+            0,
+            "SELECT epoch || ':' || state FROM segmint_layout ORDER BY epoch",
+        )
+    };
+    assert_eq!(epochs(), "0:done\n1:done\n2:done");
+    let moving = |epoch: i64| segmint::store::LayoutRow {
+        epoch,
+        members: "pg0=1:0".into(),
+        state: "moving".into(),
+        changed_ms: 1,
+    };
+    assert!(!raw.put_layout(&moving(2)).await.unwrap(), "done is final");
+    assert!(!raw.claim_layout(&moving(2)).await.unwrap());
+    assert!(raw.claim_layout(&moving(3)).await.unwrap());
+    assert!(!raw.claim_layout(&moving(3)).await.unwrap(), "claimed once");
+    assert!(raw.put_layout(&moving(3)).await.unwrap(), "a heartbeat");
+    assert_eq!(epochs(), "0:done\n1:done\n2:done\n3:moving");
     // Lease rows: bounds only grow, the holder and expiry are set.
     let set = |holder: &str, expires_ms, last_ms, bound_ms| LeaseSet {
         worker_id: 7,
@@ -963,14 +975,18 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
         last_ms,
         bound_ms,
     };
+    // Fenced by the epoch: only while it is moving.
+    assert_eq!(raw.set_leases(2, &[set("x", 5, 100, 200)]).await.unwrap(), None);
     let a = raw
-        .set_leases(&[set("x", 5, 100, 200)])
+        .set_leases(3, &[set("x", 5, 100, 200)])
         .await
+        .unwrap()
         .unwrap()
         .remove(0);
     let b = raw
-        .set_leases(&[set("y", 9, 50, 300)])
+        .set_leases(3, &[set("y", 9, 50, 300)])
         .await
+        .unwrap()
         .unwrap()
         .remove(0);
     assert_eq!((a.holder.as_str(), a.last_ms, a.bound_ms), ("x", 100, 200));

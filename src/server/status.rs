@@ -93,11 +93,17 @@ fn report(state: &AppState) -> Report {
 }
 
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    let databases: Vec<(String, bool, bool, bool)> = state
+    let databases: Vec<crate::metrics::DatabaseState> = state
         .store
         .status()
         .into_iter()
-        .map(|d| (d.name, d.up, d.fenced.is_some(), d.in_layout))
+        .map(|d| crate::metrics::DatabaseState {
+            up: d.up,
+            fenced: d.fenced.is_some(),
+            in_layout: d.in_layout,
+            layout_behind: d.layout != "current",
+            name: d.name,
+        })
         .collect();
     let metrics = state.store.metrics();
     let (epoch, pending) = state.store.layout_epochs();
@@ -200,6 +206,9 @@ fn render_html(report: &Report) -> String {
             },
             match (d.up, &d.fenced, d.in_layout) {
                 (_, Some(_), _) => "fenced",
+                (_, None, false) if d.layout == "behind" => "layout behind another database's",
+                (_, None, false) if d.layout == "lost" => "declared lost",
+                (_, None, false) if d.layout == "disagrees" => "layout disagrees with another database's",
                 (_, None, false) => "not in the layout",
                 (true, None, true) => "up",
                 (false, None, true) => "down",

@@ -433,6 +433,7 @@ mod tests {
             description: String::new(),
             epoch: 0,
             frozen: false,
+            claimed_by: 0,
         }
     }
 

@@ -46,6 +46,9 @@ pub struct BizRow {
     /// A frozen row gives out no segment: a layout change is moving it, or its database
     /// was removed from the layout.
     pub frozen: bool,
+    /// The layout epoch of the last change that wrote the row (0: none): a change to an
+    /// earlier epoch never writes it again.
+    pub claimed_by: i64,
 }
 
 /// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
@@ -58,11 +61,13 @@ pub struct Reclass {
     pub remainder: i64,
     pub epoch: i64,
     pub frozen: bool,
+    pub claimed_by: i64,
 }
 
 impl Reclass {
-    /// `row` as it is, frozen or thawed, its version bumped.
-    pub fn freezing(row: &BizRow, frozen: bool) -> Reclass {
+    /// `row` as it is, frozen or thawed by the change to layout epoch `by`, its version
+    /// bumped.
+    pub fn freezing(row: &BizRow, frozen: bool, by: i64) -> Reclass {
         Reclass {
             version: row.version + 1,
             max_id: row.max_id,
@@ -70,6 +75,7 @@ impl Reclass {
             remainder: row.remainder,
             epoch: row.epoch,
             frozen,
+            claimed_by: by,
         }
     }
 }
@@ -265,14 +271,24 @@ pub trait SegmentStore: Send + Sync + 'static {
     ) -> Result<Option<BizRow>, DbError>;
     /// Every layout row.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
-    /// Writes a layout row, replacing the row of its epoch.
-    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError>;
+    /// Writes a layout row, replacing the row of its epoch only while that row is
+    /// `moving` (`done` and `superseded` are final). Returns whether it was written.
+    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError>;
+    /// Inserts a layout row if its epoch has none: a change's claim on this database.
+    /// Returns whether it was inserted.
+    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError>;
     /// Sets each lease row of `rows` to its holder and expiry (absolute, by the
     /// database's clock), whoever holds it, bumping its version; `last_ms` and
-    /// `bound_ms` only grow. One transaction. A layout change blocks the worker IDs
-    /// moving away from this database with it (their holders' renewals then fail) and
-    /// frees those moving in. Returns the rows as written, in order.
-    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError>;
+    /// `bound_ms` only grow. One transaction, made only while layout epoch `epoch` is
+    /// `moving` on this database (`None` otherwise: a later change superseded it). A
+    /// layout change blocks the worker IDs moving away from this database with it
+    /// (their holders' renewals then fail) and frees those moving in. Returns the rows
+    /// as written, in order.
+    async fn set_leases(
+        &self,
+        epoch: i64,
+        rows: &[LeaseSet],
+    ) -> Result<Option<Vec<LeaseRow>>, DbError>;
     /// Every worker-ID lease row.
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError>;
     /// Takes the lease of `worker_id` for `holder` until `lease_ms` from the database's

@@ -46,6 +46,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "layout",
         include_str!("../../sql/postgres/0007_layout.sql"),
     ),
+    (
+        8,
+        "layout_claim",
+        include_str!("../../sql/postgres/0008_layout_claim.sql"),
+    ),
 ];
 
 const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
@@ -58,7 +63,7 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
 
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen";
+const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by";
 
 /// One PostgreSQL database.
 pub struct PgStore {
@@ -145,6 +150,7 @@ fn biz_row(row: &Row) -> BizRow {
         description: row.get(7),
         epoch: row.get(8),
         frozen: row.get(9),
+        claimed_by: row.get(10),
     }
 }
 
@@ -346,9 +352,9 @@ impl SegmentStore for PgStore {
         let client = self.client().await?;
         let n = client
             .execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (biz_type) DO NOTHING",
-                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description, &row.epoch, &row.frozen],
+                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (biz_type) DO NOTHING",
+                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description, &row.epoch, &row.frozen, &row.claimed_by],
             )
             .await
             .map_err(db_error)?;
@@ -516,7 +522,7 @@ impl SegmentStore for PgStore {
                 &format!(
                     "UPDATE tiny_id_info SET version = $4::bigint, max_id = $5::bigint,
                          delta = $6::bigint, remainder = $7::bigint, layout_epoch = $8::bigint,
-                         frozen = $9::boolean, update_time = now()
+                         frozen = $9::boolean, claimed_by = $10::bigint, update_time = now()
                      WHERE biz_type = $1::text AND version = $2::bigint AND max_id = $3::bigint
                      RETURNING {BIZ_COLUMNS}"
                 ),
@@ -530,6 +536,7 @@ impl SegmentStore for PgStore {
                     &to.remainder,
                     &to.epoch,
                     &to.frozen,
+                    &to.claimed_by,
                 ],
             )
             .await
@@ -557,24 +564,55 @@ impl SegmentStore for PgStore {
             .collect())
     }
 
-    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError> {
+    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
         let client = self.client().await?;
-        client
+        let n = client
             .execute(
-                "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
+                "INSERT INTO segmint_layout AS l (epoch, members, state, changed_ms)
                  VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
                  ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
-                     state = excluded.state, changed_ms = excluded.changed_ms",
+                     state = excluded.state, changed_ms = excluded.changed_ms
+                 WHERE l.state = 'moving'",
                 &[&row.epoch, &row.members, &row.state, &row.changed_ms],
             )
             .await
             .map_err(db_error)?;
-        Ok(())
+        Ok(n == 1)
     }
 
-    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
+                 VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
+                 ON CONFLICT (epoch) DO NOTHING",
+                &[&row.epoch, &row.members, &row.state, &row.changed_ms],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
+    async fn set_leases(
+        &self,
+        epoch: i64,
+        rows: &[LeaseSet],
+    ) -> Result<Option<Vec<LeaseRow>>, DbError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
+        // Fenced by the change's epoch: once a later change superseded it (or it is
+        // done), a command still running it writes no lease.
+        let moving = tx
+            .query_opt(
+                "SELECT 1 FROM segmint_layout WHERE epoch = $1::bigint AND state = 'moving' FOR SHARE",
+                &[&epoch],
+            )
+            .await
+            .map_err(db_error)?;
+        if moving.is_none() {
+            return Ok(None);
+        }
         let stmt = tx
             .prepare(&format!(
                 "INSERT INTO segmint_worker_lease AS l
@@ -608,7 +646,7 @@ impl SegmentStore for PgStore {
             written.push(lease_row(&row));
         }
         tx.commit().await.map_err(db_error)?;
-        Ok(written)
+        Ok(Some(written))
     }
 
     async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {

@@ -58,6 +58,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "layout",
         include_str!("../../sql/sqlite/0007_layout.sql"),
     ),
+    (
+        8,
+        "layout_claim",
+        include_str!("../../sql/sqlite/0008_layout_claim.sql"),
+    ),
 ];
 
 const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
@@ -69,7 +74,7 @@ const NOW_MS: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS
 
 const LEASE_COLUMNS: &str = "worker_id, holder, version, expires_ms, last_ms, bound_ms";
 
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen";
+const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by";
 
 /// One SQLite file.
 pub struct SqliteStore {
@@ -293,6 +298,7 @@ fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
         description: row.get(7)?,
         epoch: row.get(8)?,
         frozen: row.get(9)?,
+        claimed_by: row.get(10)?,
     })
 }
 
@@ -413,9 +419,9 @@ impl SegmentStore for SqliteStore {
         self.with(move |c| {
             let n = write(c, |tx| {
                 tx.execute(
-                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) ON CONFLICT (biz_type) DO NOTHING",
-                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen],
+                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING",
+                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by],
                 )
             })?;
             Ok(n == 1)
@@ -587,7 +593,7 @@ impl SegmentStore for SqliteStore {
             write(c, |tx| {
                 tx.prepare_cached(&format!(
                     "UPDATE tiny_id_info SET version = ?4, max_id = ?5, delta = ?6, remainder = ?7,
-                         layout_epoch = ?8, frozen = ?9, update_time = CURRENT_TIMESTAMP
+                         layout_epoch = ?8, frozen = ?9, claimed_by = ?10, update_time = CURRENT_TIMESTAMP
                      WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
                      RETURNING {BIZ_COLUMNS}"
                 ))?
@@ -601,7 +607,8 @@ impl SegmentStore for SqliteStore {
                         to.delta,
                         to.remainder,
                         to.epoch,
-                        to.frozen
+                        to.frozen,
+                        to.claimed_by
                     ],
                     biz_row,
                 )
@@ -629,7 +636,7 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn put_layout(&self, row: &LayoutRow) -> Result<(), DbError> {
+    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
         let row = row.clone();
         self.with(move |c| {
             write(c, |tx| {
@@ -637,19 +644,51 @@ impl SegmentStore for SqliteStore {
                     "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
                      VALUES (?1, ?2, ?3, ?4)
                      ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
-                         state = excluded.state, changed_ms = excluded.changed_ms",
+                         state = excluded.state, changed_ms = excluded.changed_ms
+                     WHERE segmint_layout.state = 'moving'",
                     params![row.epoch, row.members, row.state, row.changed_ms],
                 )
-                .map(|_| ())
+                .map(|n| n == 1)
             })
         })
         .await
     }
 
-    async fn set_leases(&self, rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
+        let row = row.clone();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (epoch) DO NOTHING",
+                    params![row.epoch, row.members, row.state, row.changed_ms],
+                )
+                .map(|n| n == 1)
+            })
+        })
+        .await
+    }
+
+    async fn set_leases(
+        &self,
+        epoch: i64,
+        rows: &[LeaseSet],
+    ) -> Result<Option<Vec<LeaseRow>>, DbError> {
         let rows = rows.to_vec();
         self.with(move |c| {
             write(c, |tx| {
+                // Fenced by the change's epoch, as on PostgreSQL.
+                let moving: Option<i64> = tx
+                    .query_row(
+                        "SELECT 1 FROM segmint_layout WHERE epoch = ?1 AND state = 'moving'",
+                        params![epoch],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if moving.is_none() {
+                    return Ok(None);
+                }
                 let mut stmt = tx.prepare_cached(&format!(
                     "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS})
                      VALUES (?1, ?2, 1, ?3, ?4, ?5)
@@ -669,7 +708,8 @@ impl SegmentStore for SqliteStore {
                             lease_row,
                         )
                     })
-                    .collect()
+                    .collect::<Result<Vec<_>, _>>()
+                    .map(Some)
             })
         })
         .await

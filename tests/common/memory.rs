@@ -60,6 +60,7 @@ impl MemoryStore {
                 description: String::new(),
                 epoch: 0,
                 frozen: false,
+                claimed_by: 0,
             },
         );
         store
@@ -311,11 +312,19 @@ impl SegmentStore for MemoryStore {
         Ok(Vec::new())
     }
 
-    async fn put_layout(&self, _row: &LayoutRow) -> Result<(), DbError> {
+    async fn put_layout(&self, _row: &LayoutRow) -> Result<bool, DbError> {
         Err(untested("put_layout"))
     }
 
-    async fn set_leases(&self, _rows: &[LeaseSet]) -> Result<Vec<LeaseRow>, DbError> {
+    async fn claim_layout(&self, _row: &LayoutRow) -> Result<bool, DbError> {
+        Err(untested("claim_layout"))
+    }
+
+    async fn set_leases(
+        &self,
+        _epoch: i64,
+        _rows: &[LeaseSet],
+    ) -> Result<Option<Vec<LeaseRow>>, DbError> {
         Err(untested("set_leases"))
     }
 }

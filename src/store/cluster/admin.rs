@@ -237,6 +237,7 @@ impl Store {
                 remainder: class.remainder(),
                 version: 0,
                 description: description.to_string(),
+                claimed_by: 0,
                 epoch,
                 frozen: false,
             });

@@ -1,6 +1,8 @@
 //! Database health: back-off after failures, fencing of databases that went back in
 //! time, readiness and status.
 
+use std::time::Duration;
+
 use futures_util::future::join_all;
 
 use super::{Store, now};
@@ -15,8 +17,12 @@ pub struct DatabaseStatus {
     pub location: String,
     /// Its class in the layout in force; `None` when the layout does not name it.
     pub residue: Option<String>,
-    /// Whether the layout in force names it: one it does not is never used.
+    /// Whether the layout in force names it and it may be used: one it does not name,
+    /// or whose standing is not current, is never used.
     pub in_layout: bool,
+    /// Its standing among the layouts read (see [`crate::layout::Standing`]):
+    /// `current`, `behind`, `lost` or `disagrees`.
+    pub layout: &'static str,
     /// False while the database is backed off after a failure or fenced.
     pub up: bool,
     pub last_error: Option<String>,
@@ -52,7 +58,18 @@ impl Store {
         i: usize,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        let result = self.timed(op).await;
+        self.call_within(i, self.timing.fetch_timeout, op).await
+    }
+
+    /// [`Store::call`] within `limit`: an admin step that writes many rows in one
+    /// transaction (a layout change's worker IDs) is not judged by a request's timeout.
+    pub(super) async fn call_within<T>(
+        &self,
+        i: usize,
+        limit: Duration,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        let result = self.timed_within(limit, op).await;
         let db = &self.dbs[i];
         let mut health = db.health.lock();
         match &result {
@@ -72,12 +89,17 @@ impl Store {
         &self,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        match tokio::time::timeout(self.timing.fetch_timeout, op).await {
+        self.timed_within(self.timing.fetch_timeout, op).await
+    }
+
+    async fn timed_within<T>(
+        &self,
+        limit: Duration,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        match tokio::time::timeout(limit, op).await {
             Ok(r) => r,
-            Err(_) => Err(DbError(format!(
-                "timed out after {:?}",
-                self.timing.fetch_timeout
-            ))),
+            Err(_) => Err(DbError(format!("timed out after {limit:?}"))),
         }
     }
 
@@ -143,6 +165,7 @@ impl Store {
                     location: db.location.clone(),
                     residue: class.map(|c| c.to_string()),
                     in_layout: class.is_some(),
+                    layout: self.standing_of(i).as_str(),
                     up: health.up(),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),

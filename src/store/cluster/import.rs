@@ -230,6 +230,7 @@ fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan,
             description: import.description.clone(),
             epoch: 0,
             frozen: false,
+            claimed_by: 0,
         }));
     };
     if (row.delta, row.remainder) != (class.delta(), class.remainder()) {

@@ -1,30 +1,45 @@
 //! Layout changes: adding and removing databases while servers serve.
 //!
-//! A change writes the next layout epoch to every database as `moving`, then moves
-//! each biz on its own:
+//! A change needs every database that may hold live rows or leases to be configured
+//! and to answer ([`layout::required`]); a database gone for good is declared lost
+//! instead (`segmint db remove NAME --lost`), and its classes are never given again.
+//! The change then **claims** its epoch: it inserts the epoch's layout row, `moving`,
+//! on every database one at a time in [`layout::claim_order`], so that of two changes
+//! racing for one epoch the second finds the row on the first database it tries and
+//! stops having written nothing. Then it moves each biz on its own:
 //! 1. **Freeze** every row of the biz with a compare-and-set on its version, as a
-//!    reservation's. A frozen row gives out no segment, and a reservation that read the
-//!    row before loses its race, so once every row is frozen no row can move again.
+//!    reservation's, stamping it `claimed_by` the change's epoch; a database of the
+//!    change without a row gets a frozen placeholder. A frozen row gives out no
+//!    segment, and a reservation that read the row before loses its race, so once every
+//!    row is frozen no row can move again. A row stamped by a later change is never
+//!    written: a command superseded while it ran (paused, slow) stops.
 //! 2. **Fence**: the highest `max_id` of the frozen rows, and of every witness of them,
 //!    lies at or above every ID issued or handed out under the old layout.
 //! 3. **Switch** each row of the new layout's databases to its new class (the biz's own
-//!    restriction kept) at the fence, unfrozen, with the same compare-and-set; a row is
-//!    inserted on a database that lacks one. Rows of removed databases stay frozen.
+//!    restriction kept) at the fence, unfrozen, with the same compare-and-set. Rows of
+//!    removed databases stay frozen.
 //!
 //! Every new ID is above the fence, and the new classes are disjoint: no ID repeats.
-//! A change cut off midway leaves rows either unfrozen in one layout or frozen, which
-//! is safe to serve from; running the command again (or the opposite one) finishes it.
-//! Worker IDs move last: blocked where they leave (the holder's renewals then fail),
-//! freed where they arrive with the last holder's bound, so the next holder issues
-//! above every timestamp the last one could issue. Then the layout is `done`.
+//! While the command runs it rewrites its layout row every second. A change whose row
+//! has not changed for [`SILENT`] (watched by the reader's own monotonic clock: no two
+//! hosts' clocks are compared) was cut off: servers finish its bizs themselves
+//! ([`Store::heal`]), and running the command again (or the opposite one) finishes it.
+//! Worker IDs move last, under the same epoch (a lease write checks in its transaction
+//! that the epoch is still `moving`): blocked where they leave (the holder's renewals
+//! then fail), freed where they arrive with the last holder's bound, so the next holder
+//! issues above every timestamp the last one could issue. Then the layout is `done`.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use super::Store;
+use futures_util::future::join_all;
+
 use super::lease::WORKER_IDS;
-use crate::layout::{self, Layout, LayoutState};
+use super::{Store, now};
+use crate::layout::{self, Layout, LayoutState, Plan, Standing};
 use crate::segment::Residue;
-use crate::store::catalog::merge_tokens;
+use crate::store::catalog::{Snapshot, merge_tokens};
 use crate::store::{BizRow, DbError, LayoutRow, LeaseSet, Reclass, ShapeRow, StoreError};
 
 /// The holder name of a worker ID blocked on a database it moved away from.
@@ -37,21 +52,33 @@ const MOVE_ATTEMPTS: usize = 50;
 /// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
 type Witnessed = HashMap<String, Vec<(i64, i64)>>;
 
-/// How often a running change rewrites its layout row, and how long one must have been
-/// silent before another command takes it over: a second command started while the
-/// first runs is refused instead of racing it.
-const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
-const SILENT_MS: i64 = 3000;
+/// How often a running change rewrites its layout row.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How long a change's row must have stayed the same before it counts as cut off: a
+/// second command then finishes or supersedes it, and servers finish its bizs. Only
+/// liveness hangs on it: two commands running one change at once, or a later change
+/// superseding a running one, still never issue an ID twice.
+pub const SILENT: Duration = Duration::from_secs(3);
+
+/// Bound on one step of a change on one database (a read, a freeze, a transaction of
+/// up to 1024 lease rows): an admin step is not judged by a request's fetch timeout.
+const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The layouts as servers see them.
 pub(crate) struct LayoutView {
     /// Every epoch read, merged over the databases.
     layouts: Vec<Layout>,
-    /// Per configured database: its class in the layout in force; `None` when a layout
-    /// is in force and does not name it (removed, or not added yet).
+    /// Per configured database: its class in the layout in force, when it may be used;
+    /// `None` when the layout in force does not name it, or its standing is not current.
     classes: Vec<Option<Residue>>,
+    /// Per configured database: its standing among the layouts, as last read.
+    standing: Vec<Standing>,
     /// The configured classes: the layout before any change.
     configured: Vec<Residue>,
+    /// The change under way as last read: its epoch, its row's `changed_ms`, and when
+    /// this process first saw that pair (its own monotonic clock).
+    watched: Option<(i64, i64, Instant)>,
 }
 
 impl LayoutView {
@@ -59,7 +86,9 @@ impl LayoutView {
         LayoutView {
             layouts: Vec::new(),
             classes: classes.iter().copied().map(Some).collect(),
+            standing: vec![Standing::Current; classes.len()],
             configured: classes,
+            watched: None,
         }
     }
 }
@@ -85,6 +114,8 @@ pub struct DatabaseLayout {
     pub frozen: usize,
     /// The highest layout epoch among its rows.
     pub epoch: i64,
+    /// Its standing among the layouts read.
+    pub standing: Standing,
 }
 
 /// One biz's move, for the report.
@@ -97,42 +128,69 @@ fn unix_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .max(1)
 }
 
 impl Store {
-    /// Takes in the layout rows read from the databases (at a catalog refresh, or by an
-    /// admin command): each database's class and membership follow the layout in force.
-    pub(super) fn apply_layouts(&self, rows: &[LayoutRow]) {
+    /// Takes in the layout rows read from each database (`(index, rows)`: at a catalog
+    /// refresh, or by an admin command): each database's class and standing follow the
+    /// layouts merged with those known before. A database whose rows disagree with
+    /// another's, whose newest epoch is behind another's, or that was declared lost is
+    /// not used (see [`layout::read`]).
+    pub(super) fn apply_layouts(&self, per_db: &[(usize, Vec<LayoutRow>)]) {
         let mut view = self.layout.lock();
-        // Added to what was known: a read that reached no database (or only one that
-        // joined later and lacks the older epochs) takes nothing away.
-        let known = view.layouts.iter().map(|l| l.row(0));
-        let rows: Vec<LayoutRow> = known.chain(rows.iter().cloned()).collect();
-        let layouts = match layout::merge(&rows) {
-            Ok(l) => l,
+        let named: Vec<(String, Vec<LayoutRow>)> = per_db
+            .iter()
+            .map(|(i, rows)| (self.names[*i].clone(), rows.clone()))
+            .collect();
+        let reading = match layout::read(&view.layouts, &named) {
+            Ok(r) => r,
             Err(e) => {
-                tracing::error!(error = %e, "layout rows disagree; keeping the layout known before");
+                tracing::error!(error = %e, "layout rows unreadable; keeping the layout known before");
                 return;
             }
         };
-        let classes = match layout::current(&layouts).0 {
-            Some(current) => self.names.iter().map(|n| current.class_of(n)).collect(),
-            None => view.configured.iter().copied().map(Some).collect(),
-        };
+        for ((i, _), standing) in per_db.iter().zip(reading.standing) {
+            if standing != view.standing[*i] {
+                tracing::warn!(database = %self.names[*i], standing = standing.as_str(), detail = ?standing, "database layout standing changed");
+            }
+            view.standing[*i] = standing;
+        }
+        // A database that was not read keeps its standing, unless a newer epoch is
+        // known now than it was seen to hold.
+        let newest = reading.layouts.last().map(|l| l.epoch);
+        let current = layout::current(&reading.layouts).0;
+        let classes: Vec<Option<Residue>> = (0..self.names.len())
+            .map(|i| {
+                if view.standing[i] != Standing::Current {
+                    return None;
+                }
+                match current {
+                    Some(l) => l.class_of(&self.names[i]),
+                    None => Some(view.configured[i]),
+                }
+            })
+            .collect();
         if classes != view.classes {
             tracing::info!(
-                layout = %layout::current(&layouts).0.map_or_else(|| "configured".into(), |l| format!("epoch {}: {}", l.epoch, l.describe())),
+                layout = %current.map_or_else(|| "configured".into(), |l| format!("epoch {}: {}", l.epoch, l.describe())),
+                newest = ?newest,
                 "database layout changed"
             );
         }
         view.classes = classes;
-        view.layouts = layouts;
+        view.layouts = reading.layouts;
     }
 
     /// The class plain bizs get on database `i` in the layout in force; `None` when the
-    /// layout does not name it: it is then never used.
+    /// layout does not name it, or its standing is not current: it is then never used.
     pub fn class_of(&self, i: usize) -> Option<Residue> {
         self.layout.lock().classes[i]
+    }
+
+    /// The standing of database `i` among the layouts last read.
+    pub fn standing_of(&self, i: usize) -> Standing {
+        self.layout.lock().standing[i].clone()
     }
 
     /// Every `(epoch, database, class)` of the layouts read.
@@ -159,6 +217,25 @@ impl Store {
         (done.map_or(0, |l| l.epoch), pending.map(|l| l.epoch))
     }
 
+    /// The layout of the configured classes: the layout before any change.
+    pub fn configured_layout(&self) -> Layout {
+        let view = self.layout.lock();
+        Layout {
+            epoch: 0,
+            members: self
+                .names
+                .iter()
+                .zip(&view.configured)
+                .map(|(name, class)| layout::Member {
+                    name: name.clone(),
+                    class: *class,
+                })
+                .collect(),
+            state: LayoutState::Done,
+            lost: Vec::new(),
+        }
+    }
+
     /// Reads the layouts for an admin command that writes rows in the layout in force
     /// (`biz add`, `import`): its epoch, or a refusal while a change is under way.
     pub(super) async fn layout_for_writes(&self) -> Result<i64, StoreError> {
@@ -174,14 +251,14 @@ impl Store {
     /// Reads the layouts from every database that answers, for admin commands that
     /// need the classes in force.
     pub async fn load_layout(&self) {
-        let rows: Vec<LayoutRow> = self
+        let read: Vec<(usize, Vec<LayoutRow>)> = self
             .on_all(|db| db.layouts())
             .await
             .into_iter()
-            .filter_map(Result::ok)
-            .flatten()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, r.ok()?)))
             .collect();
-        self.apply_layouts(&rows);
+        self.apply_layouts(&read);
     }
 
     /// The layouts and every database's state in them, for `segmint db list`.
@@ -204,6 +281,7 @@ impl Store {
                     rows: rows.len(),
                     frozen: rows.iter().filter(|r| r.frozen).count(),
                     epoch: rows.iter().map(|r| r.epoch).max().unwrap_or(0),
+                    standing: self.standing_of(i),
                 }
             })
             .collect();
@@ -214,32 +292,30 @@ impl Store {
         }
     }
 
-    /// Moves the cluster to the layout of `target` (database names, in order: database
-    /// `i` of `n` gets the class `i mod n`). Every configured database must answer;
-    /// `before` is the layout before any change (the configured classes), used when no
-    /// layout was ever stored. Reports progress through `say` as it goes, so that a
-    /// command killed midway has said how far it got.
+    /// Moves the cluster to the layout of `target` (database names, in order),
+    /// declaring the databases `lost` lost. `before` is the layout before any change
+    /// (the configured classes), used when no layout was ever stored. Reports progress
+    /// through `say` as it goes, so that a command killed midway has said how far it
+    /// got.
     ///
-    /// A change under way with the same databases is finished; one with other
-    /// databases is superseded (rolled back or forward: every biz is moved to `target`
-    /// from wherever it got).
+    /// Every database that may hold live rows or leases must be configured and answer
+    /// ([`layout::required`]). A change under way with the same databases is finished;
+    /// one with other databases is superseded (every biz is moved to `target` from
+    /// wherever it got); either only once its row has been silent for [`SILENT`].
     ///
     /// # Errors
-    /// [`StoreError::Refused`] when a database does not answer or a biz cannot be
-    /// moved: what was done so far is safe to serve from, and running the command again
+    /// [`StoreError::Refused`] when a database is missing or does not answer, another
+    /// command claimed the epoch first or is still running, or a biz cannot be moved:
+    /// what was done so far is safe to serve from, and running the command again
     /// finishes it.
     pub async fn change_layout(
         &self,
         target: &[String],
+        lost: &[String],
         before: &Layout,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
-        let refused = |e: String| StoreError::Refused(e);
-        if target.is_empty() {
-            return Err(refused(
-                "a layout needs at least one database; nothing changed".into(),
-            ));
-        }
+        let refused = StoreError::Refused;
         for name in target {
             if !self.names.contains(name) {
                 return Err(refused(format!(
@@ -247,93 +323,268 @@ impl Store {
                 )));
             }
         }
-        let rows = self
-            .everywhere(|db| db.layouts(), "nothing changed")
-            .await?;
-        let rows: Vec<LayoutRow> = rows.into_iter().flatten().collect();
-        let layouts = layout::merge(&rows).map_err(refused)?;
-        let (done, pending) = layout::current(&layouts);
-        let from = done.cloned().unwrap_or_else(|| before.clone());
-        let now = unix_ms();
-        if done.is_none() && !layouts.iter().any(|l| l.epoch == from.epoch) {
-            self.write_layout(&from, now).await?;
+        let all: Vec<usize> = (0..self.dbs.len()).collect();
+        let reads = self.on_parts(&all, |db| db.layouts()).await;
+        let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
+        let rows: Vec<LayoutRow> = reads
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .cloned()
+            .collect();
+        let layouts = layout::merge(&rows).map_err(|e| {
+            refused(format!(
+                "{e}: run `segmint db list` and mend the layout rows by hand; nothing changed"
+            ))
+        })?;
+        let mut witnessed: Vec<String> = witnesses
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .map(|w| w.database.clone())
+            .collect();
+        witnessed.sort();
+        witnessed.dedup();
+        let mut need = layout::required(&layouts, before, &witnessed, lost);
+        for name in target {
+            if !need.contains(name) {
+                need.push(name.clone());
+            }
         }
-        if let Some(p) = pending {
-            let changed_ms = rows
+        let missing: Vec<&String> = need.iter().filter(|n| !self.names.contains(n)).collect();
+        if !missing.is_empty() {
+            let names = missing
                 .iter()
-                .filter(|r| r.epoch == p.epoch)
-                .map(|r| r.changed_ms)
-                .max()
-                .unwrap_or(0);
-            let silent = now.saturating_sub(changed_ms);
-            if silent < SILENT_MS {
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(refused(format!(
+                "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; configure it, or if it is gone for good, declare it lost with `segmint db remove NAME --lost`; nothing changed"
+            )));
+        }
+        let parts: Vec<usize> = need
+            .iter()
+            .filter_map(|n| self.names.iter().position(|x| x == n))
+            .collect();
+        for &i in &parts {
+            if let Err(e) = &reads[i] {
                 return Err(refused(format!(
-                    "a change to layout epoch {} ({}) was active {silent} ms ago: another `segmint db` command seems to be running; if it was cut off, run this again once it has been silent for {} s; nothing changed",
-                    p.epoch,
-                    p.describe(),
-                    SILENT_MS / 1000
+                    "database \"{}\" did not answer ({e}): a change needs every database of the layout; run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {} --lost`; nothing changed",
+                    self.names[i], self.names[i]
                 )));
             }
         }
-        let next_epoch = layouts.iter().map(|l| l.epoch).max().unwrap_or(from.epoch) + 1;
-        let to = match pending {
-            Some(p) if p.names() == target => {
-                say(format!(
-                    "finishing the change to layout epoch {} cut off before",
-                    p.epoch
-                ));
-                p.clone()
+        for name in lost {
+            if let Some(i) = self.names.iter().position(|n| n == name)
+                && reads[i].is_ok()
+            {
+                return Err(refused(format!(
+                    "database \"{name}\" answers: remove it with `segmint db remove {name}` (its rows are then frozen), not as lost; nothing changed"
+                )));
             }
-            _ if pending.is_none() && from.names() == target => {
-                say(format!(
-                    "layout epoch {} already has these databases: {}",
-                    from.epoch,
-                    from.describe()
-                ));
-                return Ok(from);
-            }
-            _ => {
-                if let Some(p) = pending {
-                    say(format!(
-                        "superseding the change to layout epoch {} ({}) cut off before",
-                        p.epoch,
-                        p.describe()
-                    ));
-                    let superseded = Layout {
-                        state: LayoutState::Superseded,
-                        ..p.clone()
-                    };
-                    self.write_layout(&superseded, now).await?;
-                }
-                Layout::spread(next_epoch, target, LayoutState::Moving).map_err(refused)?
-            }
+        }
+        let plan = layout::plan(&layouts, before, target, lost).map_err(refused)?;
+        let Plan::Change {
+            from,
+            to,
+            supersede,
+            finishing,
+        } = plan
+        else {
+            let Plan::Already(l) = plan else {
+                unreachable!()
+            };
+            say(format!(
+                "layout epoch {} already has these databases: {}",
+                l.epoch,
+                l.describe()
+            ));
+            return Ok(l);
         };
+        let names: Vec<String> = parts.iter().map(|&i| self.names[i].clone()).collect();
+        if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
+            self.wait_silent(&parts, running, say).await?;
+        }
+        let now = unix_ms();
+        if layouts.is_empty() {
+            // The configured classes become epoch 0, as a claim: a command that raced
+            // this one wrote the same or its claim below fails.
+            let row = from.row(now);
+            for &i in &parts {
+                self.step(i, self.dbs[i].store.claim_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
+            }
+        }
+        if finishing {
+            say(format!(
+                "finishing the change to layout epoch {} cut off before",
+                to.epoch
+            ));
+            let row = to.row(now);
+            for &i in &parts {
+                self.step(i, self.dbs[i].store.put_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+            }
+        } else {
+            let prev = layouts.last().unwrap_or(&from);
+            let row = to.row(now);
+            for (k, name) in layout::claim_order(prev, &names).iter().enumerate() {
+                let Some(i) = self.names.iter().position(|n| n == name) else {
+                    continue;
+                };
+                let claimed = self
+                    .step(i, self.dbs[i].store.claim_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                if !claimed {
+                    return Err(refused(if k == 0 {
+                        format!(
+                            "another `segmint db` command claimed layout epoch {} first (on database \"{name}\"): two changes never run at once; see `segmint db list`, and run this again once it is done; nothing changed",
+                            to.epoch
+                        )
+                    } else {
+                        format!(
+                            "layout epoch {} was claimed here but database \"{name}\" holds another row for it: see `segmint db list`",
+                            to.epoch
+                        )
+                    }));
+                }
+            }
+            if let Some(p) = &supersede {
+                say(format!(
+                    "superseding the change to layout epoch {} ({}) cut off before",
+                    p.epoch,
+                    p.describe()
+                ));
+                let row = Layout {
+                    state: LayoutState::Superseded,
+                    ..p.clone()
+                }
+                .row(now);
+                for &i in &parts {
+                    self.step(i, self.dbs[i].store.put_layout(&row))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                }
+            }
+        }
         say(format!(
-            "layout epoch {} → {}: {}",
+            "layout epoch {} → {}: {}{}",
             from.epoch,
             to.epoch,
-            to.describe()
+            to.describe(),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!("; lost for good: {}", lost.join(", "))
+            }
         ));
-        self.write_layout(&to, now).await?;
-        self.apply_layouts(&[from.row(now), to.row(now)]);
-        let result = self.apply_change(&from, to.clone(), layouts, say).await;
+        self.load_layout().await;
+        // The moves run while the row is rewritten every second: another command, and
+        // the servers, then know the change is alive.
+        let finishing_flag = AtomicBool::new(false);
+        let change = self.apply_change(&parts, &from, to.clone(), &layouts, &finishing_flag, say);
+        let beat = self.heartbeat(&parts, &to, &finishing_flag);
+        let result = tokio::select! {
+            biased;
+            r = change => r,
+            e = beat => Err(e),
+        };
         if result.is_err() {
-            // Stopped by an error, not killed: the next command need not wait for this
-            // one to fall silent. Best effort (a database may be down).
+            // Stopped by an error, not killed: the next command, and the servers, need
+            // not wait for this one to fall silent (changed_ms 0 says so). Best effort.
             let released = to.row(0);
             let released = &released;
-            let _ = self.on_all(move |db| db.put_layout(released)).await;
+            let _ = self.on_parts(&parts, move |db| db.put_layout(released)).await;
         }
         result
     }
 
-    /// The moves of a change under way from `from` to `to`, whose layout row is
-    /// written; `layouts` as read before.
+    /// Rewrites the layout row of the change to `to` every [`HEARTBEAT`] until
+    /// `finishing` is set. Returns only when the row is no longer `moving` on some
+    /// database before that: a later change superseded this one.
+    async fn heartbeat(&self, parts: &[usize], to: &Layout, finishing: &AtomicBool) -> StoreError {
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            if finishing.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let row = to.row(unix_ms());
+            let row = &row;
+            for (k, written) in self
+                .on_parts(parts, move |db| db.put_layout(row))
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                if matches!(written, Ok(false)) && !finishing.load(Ordering::SeqCst) {
+                    return StoreError::Refused(format!(
+                        "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
+                        to.epoch, self.names[parts[k]]
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Waits until the change to `running` has been silent for [`SILENT`]: its row's
+    /// `changed_ms` unchanged on every database of `parts` (or released, 0), as watched
+    /// by this process's monotonic clock.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the row changes meanwhile: its command runs.
+    async fn wait_silent(
+        &self,
+        parts: &[usize],
+        running: &Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
+        let beat = |rows: Vec<Result<Vec<LayoutRow>, DbError>>| {
+            rows.into_iter()
+                .filter_map(Result::ok)
+                .flatten()
+                .filter(|r| r.epoch == running.epoch)
+                .map(|r| r.changed_ms)
+                .max()
+                .unwrap_or(0)
+        };
+        let first = beat(self.on_parts(parts, |db| db.layouts()).await);
+        if first == 0 {
+            return Ok(());
+        }
+        say(format!(
+            "a change to layout epoch {} ({}) is under way or was cut off: waiting {} s to see whether its command still runs",
+            running.epoch,
+            running.describe(),
+            SILENT.as_secs()
+        ));
+        let until = Instant::now() + SILENT;
+        while Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
+            if seen != first {
+                return Err(StoreError::Refused(format!(
+                    "another `segmint db` command is running the change to layout epoch {} ({}): its row changed within {} s; run this again once it is done; nothing changed",
+                    running.epoch,
+                    running.describe(),
+                    SILENT.as_secs()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The moves of a change from `from` to `to`, whose layout row is claimed, over the
+    /// databases `parts`; `layouts` as read before.
     async fn apply_change(
         &self,
+        parts: &[usize],
         from: &Layout,
         to: Layout,
-        layouts: Vec<Layout>,
+        layouts: &[Layout],
+        finishing: &AtomicBool,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
         let members: Vec<usize> = to
@@ -341,43 +592,30 @@ impl Store {
             .iter()
             .filter_map(|m| self.names.iter().position(|n| *n == m.name))
             .collect();
-        self.copy_catalog(&members, say).await?;
+        self.copy_catalog(parts, &members, say).await?;
         // Every epoch a row can be in: those read, the one moved from and the target.
-        let mut layouts = layouts;
+        let mut layouts = layouts.to_vec();
         for l in [from, &to] {
             if !layouts.iter().any(|k| k.epoch == l.epoch) {
                 layouts.push(l.clone());
             }
         }
         let bizs: BTreeSet<String> = self
-            .everywhere(|db| db.bizs(), "stopped")
+            .all_parts(parts, |db| db.bizs(), "stopped")
             .await?
             .into_iter()
             .flatten()
             .map(|r| r.biz_type)
             .collect();
-        // What the witnesses recorded of each biz's rows: (highest max_id, version).
-        let mut witnessed: Witnessed = HashMap::new();
-        for w in self
-            .everywhere(|db| db.witnesses(), "stopped")
-            .await?
-            .into_iter()
-            .flatten()
-        {
-            witnessed
-                .entry(w.biz)
-                .or_default()
-                .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
-        }
+        let witnessed = witnessed(
+            self.all_parts(parts, |db| db.witnesses(), "stopped")
+                .await?
+                .into_iter()
+                .flatten(),
+        );
         let (mut moved, total) = (0, bizs.len());
-        let mut beat = std::time::Instant::now();
         for biz in &bizs {
-            if beat.elapsed() >= HEARTBEAT {
-                // Still running: another command waits (see `change_layout`).
-                self.write_layout(&to, unix_ms()).await?;
-                beat = std::time::Instant::now();
-            }
-            match self.move_biz(biz, &to, &layouts, &witnessed).await? {
+            match self.move_biz(biz, &to, &layouts, &witnessed, parts).await? {
                 Moved::Already => {}
                 Moved::Moved { fence, rows } => {
                     moved += 1;
@@ -393,15 +631,21 @@ impl Store {
             total - moved,
             to.epoch
         ));
-        let leases = self.move_worker_ids(&to).await?;
+        let leases = self.move_worker_ids(&to, parts).await?;
         say(format!("worker IDs: {leases}"));
         let done = Layout {
             state: LayoutState::Done,
             ..to
         };
-        self.write_layout(&done, unix_ms()).await?;
-        self.apply_layouts(&[done.row(0)]);
-        let changed: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        finishing.store(true, Ordering::SeqCst);
+        let row = done.row(unix_ms());
+        for &i in parts {
+            self.step(i, self.dbs[i].store.put_layout(&row))
+                .await
+                .map_err(|e| self.stopped(i, &e, "stopped"))?;
+        }
+        self.load_layout().await;
+        let changed: Vec<&str> = parts.iter().map(|&i| self.names[i].as_str()).collect();
         super::admin::audit(&format!("layout epoch {}", done.epoch), "", "", &changed);
         say(format!(
             "layout epoch {} is done: {}",
@@ -411,39 +655,65 @@ impl Store {
         Ok(done)
     }
 
-    /// [`Store::all_answer`] for a change: the error names the first database that did
-    /// not answer, followed by `then` (what that means for the change).
-    async fn everywhere<'a, T, F>(
+    /// Runs `op` on each database of `parts` at once, each within [`STEP_TIMEOUT`].
+    async fn on_parts<'a, T, F>(
         &'a self,
+        parts: &[usize],
+        op: impl Fn(&'a dyn crate::store::SegmentStore) -> F,
+    ) -> Vec<Result<T, DbError>>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        join_all(parts.iter().map(|&i| self.step(i, op(self.dbs[i].store.as_ref())))).await
+    }
+
+    /// [`Store::on_parts`], every database answering: the error names the first that
+    /// did not, followed by `then` (what that means for the change).
+    async fn all_parts<'a, T, F>(
+        &'a self,
+        parts: &[usize],
         op: impl Fn(&'a dyn crate::store::SegmentStore) -> F,
         then: &str,
     ) -> Result<Vec<T>, StoreError>
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        self.all_answer(op, |name, e| {
-            format!("database \"{name}\" did not answer ({e}); {then}; what was done is safe to serve from: run the command again once it answers")
-        })
-        .await
+        self.on_parts(parts, op)
+            .await
+            .into_iter()
+            .zip(parts)
+            .map(|(r, &i)| r.map_err(|e| self.stopped(i, &e, then)))
+            .collect()
     }
 
-    async fn write_layout(&self, layout: &Layout, at: i64) -> Result<(), StoreError> {
-        let row = layout.row(at);
-        let row = &row;
-        self.everywhere(move |db| db.put_layout(row), "stopped")
+    /// One step of a change on database `i`, within [`STEP_TIMEOUT`].
+    async fn step<T>(
+        &self,
+        i: usize,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        self.call_within(i, STEP_TIMEOUT.max(self.timing.fetch_timeout), op)
             .await
-            .map(drop)
+    }
+
+    /// The refusal of a change stopped by database `i`'s error.
+    fn stopped(&self, i: usize, e: &DbError, then: &str) -> StoreError {
+        StoreError::Refused(format!(
+            "database \"{}\" failed ({e}); {then}; what was done is safe to serve from: run the command again once it answers",
+            self.names[i]
+        ))
     }
 
     /// Copies shape and token rows to the members that lack them: a biz's shape before
     /// any of its rows, and tokens so that the new database alone can answer.
     async fn copy_catalog(
         &self,
+        parts: &[usize],
         members: &[usize],
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<(), StoreError> {
-        let shapes = self.everywhere(|db| db.shapes(), "stopped").await?;
-        let tokens = self.everywhere(|db| db.tokens(), "stopped").await?;
+        let shapes = self.all_parts(parts, |db| db.shapes(), "stopped").await?;
+        let tokens = self.all_parts(parts, |db| db.tokens(), "stopped").await?;
         let mut all_shapes: HashMap<&str, &ShapeRow> = HashMap::new();
         for s in shapes.iter().flatten() {
             all_shapes.entry(s.biz_type.as_str()).or_insert(s);
@@ -452,41 +722,37 @@ impl Store {
             tokens
                 .iter()
                 .enumerate()
-                .flat_map(|(i, rows)| rows.iter().map(move |t| (i, t))),
+                .flat_map(|(k, rows)| rows.iter().map(move |t| (parts[k], t))),
         );
-        let stopped = |i: usize, e: DbError| {
-            StoreError::Refused(format!(
-                "database \"{}\": {e}; stopped; what was done is safe to serve from: run the command again",
-                self.names[i]
-            ))
-        };
         for &i in members {
+            let Some(k) = parts.iter().position(|&p| p == i) else {
+                continue;
+            };
             let store = &self.dbs[i].store;
+            let fail = |e: DbError| self.stopped(i, &e, "stopped");
             let mut copied = (0, 0);
             for (biz, shape) in &all_shapes {
-                if !shapes[i].iter().any(|s| s.biz_type == *biz) {
-                    self.call(i, store.put_shape(shape))
-                        .await
-                        .map_err(|e| stopped(i, e))?;
+                if !shapes[k].iter().any(|s| s.biz_type == *biz) {
+                    self.step(i, store.put_shape(shape)).await.map_err(fail)?;
                     copied.0 += 1;
                 }
             }
             for t in &merged {
                 for biz in &t.bizs {
-                    let held = tokens[i]
+                    let held = tokens[k]
                         .iter()
                         .any(|r| r.token_hash.eq_ignore_ascii_case(&t.hash) && r.biz_type == *biz);
                     if !held {
-                        self.call(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
+                        self.step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
                             .await
-                            .map_err(|e| stopped(i, e))?;
+                            .map_err(fail)?;
                         copied.1 += 1;
                     }
                 }
                 if let Some(at) = t.revoked {
-                    self.call(i, store.revoke_tokens(&t.hash, at))
+                    self.step(i, store.revoke_tokens(&t.hash, at))
                         .await
-                        .map_err(|e| stopped(i, e))?;
+                        .map_err(fail)?;
                 }
             }
             if copied != (0, 0) {
@@ -499,7 +765,8 @@ impl Store {
         Ok(())
     }
 
-    /// Moves `biz` to layout `to`: freeze every row, fence, switch (see the module's
+    /// Moves `biz` to layout `to` over the databases `parts`: freeze every row (a
+    /// placeholder where one is missing), fence, switch (see the module's
     /// documentation). Lost races re-read the rows and start over.
     async fn move_biz(
         &self,
@@ -507,53 +774,84 @@ impl Store {
         to: &Layout,
         layouts: &[Layout],
         witnessed: &Witnessed,
+        parts: &[usize],
     ) -> Result<Moved, StoreError> {
         let fail = |why: String| {
             StoreError::Refused(format!(
                 "biz `{biz}`: {why}; stopped; what was done is safe to serve from: run the command again"
             ))
         };
+        let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice);
         for _ in 0..MOVE_ATTEMPTS {
-            let rows = self.everywhere(|db| db.biz(biz), "stopped").await?;
-            let within = self.restriction_of(&rows, layouts).map_err(fail)?;
-            let wanted = |i: usize| -> Result<Option<Residue>, String> {
-                to.class_of(&self.names[i])
-                    .map(|c| c.restrict(within).map_err(|e| e.to_string()))
-                    .transpose()
-            };
-            let mut settled = true;
-            for (i, row) in rows.iter().enumerate() {
-                settled &= match (wanted(i).map_err(fail)?, row) {
-                    (Some(class), Some(r)) => {
-                        !r.frozen
-                            && r.epoch == to.epoch
-                            && (r.delta, r.remainder) == (class.delta(), class.remainder())
-                    }
-                    (Some(_), None) => false,
-                    (None, r) => r.as_ref().is_none_or(|r| r.frozen),
-                };
+            let rows = self.all_parts(parts, |db| db.biz(biz), "stopped").await?;
+            if let Some(r) = rows.iter().flatten().find(|r| r.claimed_by > to.epoch) {
+                return Err(fail(format!(
+                    "a later change (layout epoch {}) moved it: this change to epoch {} was superseded",
+                    r.claimed_by, to.epoch
+                )));
             }
-            if settled {
+            let within = self.restriction_of(parts, &rows, layouts).map_err(fail)?;
+            let wanted: Vec<Option<Residue>> = parts
+                .iter()
+                .map(|&i| {
+                    to.class_of(&self.names[i])
+                        .map(|c| c.restrict(within).map_err(|e| e.to_string()))
+                        .transpose()
+                })
+                .collect::<Result<_, String>>()
+                .map_err(fail)?;
+            let refs: Vec<Option<&BizRow>> = rows.iter().map(Option::as_ref).collect();
+            if layout::settled(&refs, &wanted, to.epoch) {
                 return Ok(Moved::Already);
             }
+            let (fence, newest) = layout::fence(
+                rows.iter()
+                    .flatten()
+                    .map(|r| (r.max_id, r.version))
+                    .chain(witnessed.iter().copied()),
+            );
+            // A database of the change without a row gets a frozen placeholder first:
+            // a change superseded meanwhile can then no longer insert a live row there.
+            if rows.iter().any(Option::is_none) {
+                let template = rows
+                    .iter()
+                    .flatten()
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| fail("no database holds a row".into()))?;
+                for (k, &i) in parts.iter().enumerate() {
+                    if rows[k].is_some() {
+                        continue;
+                    }
+                    let class = wanted[k].unwrap_or(Residue::new(template.delta, template.remainder).map_err(|e| fail(e.to_string()))?);
+                    let placeholder = BizRow {
+                        begin_id: fence,
+                        max_id: fence,
+                        delta: class.delta(),
+                        remainder: class.remainder(),
+                        version: newest + 1,
+                        epoch: to.epoch,
+                        frozen: true,
+                        claimed_by: to.epoch,
+                        ..template.clone()
+                    };
+                    self.step(i, self.dbs[i].store.insert_biz(&placeholder))
+                        .await
+                        .map_err(|e| fail(format!("database \"{}\" failed while inserting a frozen row ({e})", self.names[i])))?;
+                }
+                continue;
+            }
+            let rows: Vec<BizRow> = rows.into_iter().flatten().collect();
             // 1. Freeze.
             let mut frozen: Vec<Option<BizRow>> = Vec::with_capacity(rows.len());
             let mut lost = false;
-            for (i, row) in rows.iter().enumerate() {
-                let Some(r) = row else {
-                    frozen.push(None);
-                    continue;
-                };
-                // A frozen row is written too (its version bumped): a change that froze
-                // it before, still running or cut off, can then no longer switch it.
-                let to_frozen = Reclass::freezing(r, true);
+            for (k, r) in rows.iter().enumerate() {
+                let i = parts[k];
+                // A frozen row is written too (its version bumped, stamped with this
+                // epoch): a change that froze it before can then no longer switch it.
+                let to_frozen = Reclass::freezing(r, true, to.epoch);
                 match self
-                    .call(
-                        i,
-                        self.dbs[i]
-                            .store
-                            .reclass(biz, r.version, r.max_id, &to_frozen),
-                    )
+                    .step(i, self.dbs[i].store.reclass(biz, r.version, r.max_id, &to_frozen))
                     .await
                 {
                     Ok(Some(done)) => frozen.push(Some(done)),
@@ -562,7 +860,7 @@ impl Store {
                         break;
                     }
                     Err(e) => {
-                        self.thaw(biz, &rows, &frozen).await;
+                        self.thaw(biz, parts, &rows, &frozen).await;
                         return Err(fail(format!(
                             "database \"{}\" failed while freezing ({e}); the rows frozen so far were thawed",
                             self.names[i]
@@ -572,74 +870,43 @@ impl Store {
             }
             if lost {
                 // A reservation got in between: give its rows back and read again.
-                self.thaw(biz, &rows, &frozen).await;
+                self.thaw(biz, parts, &rows, &frozen).await;
                 continue;
             }
             // 2. Fence: every row is frozen; nothing issued under the old layout lies
             // above the highest max_id (a give-back lowers it only to the first ID not
             // issued), nor, to be sure, above what any witness saw.
-            let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice);
-            let fence = frozen
-                .iter()
-                .flatten()
-                .map(|r| r.max_id)
-                .chain(witnessed.iter().map(|w| w.0))
-                .max()
-                .unwrap_or(0);
-            let newest = frozen
-                .iter()
-                .flatten()
-                .map(|r| r.version)
-                .chain(witnessed.iter().map(|w| w.1))
-                .max()
-                .unwrap_or(0);
-            let template = frozen
-                .iter()
-                .flatten()
-                .next()
-                .cloned()
-                .ok_or_else(|| fail("no database holds a row".into()))?;
+            let (fence, _) = layout::fence(
+                frozen
+                    .iter()
+                    .flatten()
+                    .map(|r| (r.max_id, r.version))
+                    .chain(witnessed.iter().copied()),
+            );
             // 3. Switch.
             let mut switched = 0;
-            for (i, row) in frozen.iter().enumerate() {
-                let class = wanted(i).map_err(fail)?;
-                let result = match (class, row) {
-                    (Some(class), Some(r)) => {
-                        let to_row = Reclass {
-                            version: r.version + 1,
-                            max_id: fence,
-                            delta: class.delta(),
-                            remainder: class.remainder(),
-                            epoch: to.epoch,
-                            frozen: false,
-                        };
-                        self.call(
-                            i,
-                            self.dbs[i].store.reclass(biz, r.version, r.max_id, &to_row),
-                        )
-                        .await
-                        .map(|done| done.is_some())
-                    }
-                    (Some(class), None) => {
-                        let new = BizRow {
-                            begin_id: fence,
-                            max_id: fence,
-                            delta: class.delta(),
-                            remainder: class.remainder(),
-                            version: newest + 1,
-                            epoch: to.epoch,
-                            frozen: false,
-                            ..template.clone()
-                        };
-                        self.call(i, self.dbs[i].store.insert_biz(&new)).await
-                    }
+            for (k, row) in frozen.iter().flatten().enumerate() {
+                let i = parts[k];
+                let Some(class) = wanted[k] else {
                     // Rows of databases out of the layout stay frozen as they are.
-                    (None, _) => Ok(true),
+                    continue;
                 };
-                match result {
-                    Ok(true) => switched += 1,
+                let to_row = Reclass {
+                    version: row.version + 1,
+                    max_id: fence,
+                    delta: class.delta(),
+                    remainder: class.remainder(),
+                    epoch: to.epoch,
+                    frozen: false,
+                    claimed_by: to.epoch,
+                };
+                match self
+                    .step(i, self.dbs[i].store.reclass(biz, row.version, row.max_id, &to_row))
+                    .await
+                {
+                    Ok(Some(_)) => switched += 1,
                     // Only another layout change writes frozen rows: start over.
-                    Ok(false) => {
+                    Ok(None) => {
                         lost = true;
                         break;
                     }
@@ -664,24 +931,18 @@ impl Store {
         )))
     }
 
-    /// Unfreezes the rows this pass froze (`frozen[i]` where `rows[i]` was not): it
+    /// Unfreezes the rows this pass froze (`frozen[k]` where `rows[k]` was not): it
     /// gives back the state before the pass, which was safe to serve from.
-    async fn thaw(&self, biz: &str, rows: &[Option<BizRow>], frozen: &[Option<BizRow>]) {
-        for (i, (before, now)) in rows.iter().zip(frozen).enumerate() {
-            let (Some(before), Some(now)) = (before, now) else {
-                continue;
-            };
+    async fn thaw(&self, biz: &str, parts: &[usize], rows: &[BizRow], frozen: &[Option<BizRow>]) {
+        for (k, (before, now)) in rows.iter().zip(frozen).enumerate() {
+            let Some(now) = now else { continue };
             if before.frozen || !now.frozen {
                 continue;
             }
-            let back = Reclass::freezing(now, false);
+            let i = parts[k];
+            let back = Reclass::freezing(now, false, now.claimed_by);
             if let Err(e) = self
-                .call(
-                    i,
-                    self.dbs[i]
-                        .store
-                        .reclass(biz, now.version, now.max_id, &back),
-                )
+                .step(i, self.dbs[i].store.reclass(biz, now.version, now.max_id, &back))
                 .await
             {
                 tracing::warn!(biz, database = %self.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
@@ -693,14 +954,15 @@ impl Store {
     /// databases' classes at the rows' epochs. Every row must agree.
     fn restriction_of(
         &self,
+        parts: &[usize],
         rows: &[Option<BizRow>],
         layouts: &[Layout],
     ) -> Result<Residue, String> {
         let mut found: Option<(Residue, String)> = None;
-        for (i, row) in rows.iter().enumerate() {
+        for (k, row) in rows.iter().enumerate() {
             let Some(r) = row else { continue };
             let class = Residue::new(r.delta, r.remainder).map_err(|e| e.to_string())?;
-            let name = &self.names[i];
+            let name = &self.names[parts[k]];
             // Every epoch a row can be in is stored (epoch 0, the configured classes,
             // by the first change) and passed here.
             let within = layouts
@@ -711,7 +973,8 @@ impl Store {
                 .and_then(|db| {
                     layout::restriction(class, db).ok_or_else(|| format!("its row on \"{name}\" has class {class}, which is not within the database's class {db} of epoch {}: fix it by hand", r.epoch))
                 });
-            // A frozen row gives out nothing: one the layouts cannot explain is left out.
+            // A frozen row gives out nothing: one the layouts cannot explain (a
+            // placeholder, a row of a removed database) is left out.
             let within = match within {
                 Ok(w) => w,
                 Err(_) if r.frozen => continue,
@@ -731,16 +994,18 @@ impl Store {
             .ok_or_else(|| "no database holds a row".into())
     }
 
-    /// Moves every worker ID to its owner in `to`: blocked on every other database
-    /// (a holder there fails its next renewal), then freed on its owner with the
-    /// highest bound recorded anywhere, above which the next holder issues. Returns a
+    /// Moves every worker ID to its owner in `to`: blocked on every other database of
+    /// `parts` (a holder there fails its next renewal), then freed on its owner with
+    /// the highest bound recorded anywhere, above which the next holder issues. A
+    /// worker ID no member owns (a lost database's) is blocked everywhere. Every write
+    /// is fenced by the epoch: a change superseded meanwhile writes nothing. Returns a
     /// summary.
-    async fn move_worker_ids(&self, to: &Layout) -> Result<String, StoreError> {
-        let leases = self.everywhere(|db| db.leases(), "stopped").await?;
-        let stopped = |i: usize, e: DbError| {
+    async fn move_worker_ids(&self, to: &Layout, parts: &[usize]) -> Result<String, StoreError> {
+        let leases = self.all_parts(parts, |db| db.leases(), "stopped").await?;
+        let superseded = || {
             StoreError::Refused(format!(
-                "database \"{}\" failed while moving worker IDs ({e}); stopped; what was done is safe: run the command again",
-                self.names[i]
+                "layout epoch {} is no longer moving: a later change superseded this one; stopped",
+                to.epoch
             ))
         };
         let owner: Vec<Option<usize>> = (0..WORKER_IDS)
@@ -751,7 +1016,8 @@ impl Store {
             .collect();
         let mut floor: Vec<(i64, i64)> = vec![(0, 0); usize::from(WORKER_IDS)];
         let mut blocked = 0;
-        for (i, rows) in leases.iter().enumerate() {
+        for (k, rows) in leases.iter().enumerate() {
+            let i = parts[k];
             let row_of = |w: u16| rows.iter().find(|r| r.worker_id == w);
             let mut block = Vec::new();
             for w in 0..WORKER_IDS {
@@ -778,17 +1044,19 @@ impl Store {
             blocked += block.len();
             // The rows as blocked: with the last holder's bounds, final now that its
             // renewals fail.
-            for row in self
-                .call(i, self.dbs[i].store.set_leases(&block))
+            let written = self
+                .step(i, self.dbs[i].store.set_leases(to.epoch, &block))
                 .await
-                .map_err(|e| stopped(i, e))?
-            {
+                .map_err(|e| self.stopped(i, &e, "stopped"))?
+                .ok_or_else(superseded)?;
+            for row in written {
                 let f = &mut floor[usize::from(row.worker_id)];
                 *f = (f.0.max(row.last_ms), f.1.max(row.bound_ms));
             }
         }
         let mut freed = 0;
-        for (i, rows) in leases.iter().enumerate() {
+        for (k, rows) in leases.iter().enumerate() {
+            let i = parts[k];
             let mut free = Vec::new();
             for w in (0..WORKER_IDS).filter(|&w| owner[usize::from(w)] == Some(i)) {
                 let (last, bound) = floor[usize::from(w)];
@@ -815,13 +1083,119 @@ impl Store {
             }
             if !free.is_empty() {
                 freed += free.len();
-                self.call(i, self.dbs[i].store.set_leases(&free))
+                self.step(i, self.dbs[i].store.set_leases(to.epoch, &free))
                     .await
-                    .map_err(|e| stopped(i, e))?;
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?
+                    .ok_or_else(superseded)?;
             }
         }
         Ok(format!(
             "{blocked} blocked where they left, {freed} freed where they arrived"
         ))
     }
+
+    /// Finishes the bizs of a change that was cut off, from a server: once the change's
+    /// row has stayed the same for [`SILENT`] (by this process's clock, from the first
+    /// read that saw it), every biz whose rows do not follow it yet is moved as the
+    /// command would move it, provided this server is configured with, and just read,
+    /// every database the change needs. Moving a biz twice at once (two servers, or
+    /// the command alive after all) is safe: each step is a compare-and-set. The
+    /// worker IDs and the layout row are left to the command, run again.
+    /// Returns whether a biz was moved.
+    pub(super) async fn heal(&self, read: &[(usize, Snapshot)], snapshots: &[Option<Snapshot>]) -> bool {
+        let (pending, layouts) = {
+            let mut view = self.layout.lock();
+            let Some(pending) = layout::current(&view.layouts).1.cloned() else {
+                view.watched = None;
+                return false;
+            };
+            let beat = read
+                .iter()
+                .flat_map(|(_, s)| &s.layouts)
+                .filter(|r| r.epoch == pending.epoch)
+                .map(|r| r.changed_ms)
+                .max()
+                .unwrap_or(0);
+            let at = now();
+            let since = match view.watched {
+                Some((e, b, since)) if e == pending.epoch && b == beat => since,
+                _ => {
+                    view.watched = Some((pending.epoch, beat, at));
+                    at
+                }
+            };
+            if beat != 0 && at.saturating_duration_since(since) < SILENT {
+                return false;
+            }
+            (pending, view.layouts.clone())
+        };
+        let before = self.configured_layout();
+        let witnesses: Vec<_> = read.iter().flat_map(|(_, s)| s.witnesses.iter().cloned()).collect();
+        let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
+        names.sort();
+        names.dedup();
+        let mut need = layout::required(&layouts, &before, &names, &[]);
+        for m in pending.names() {
+            if !need.contains(&m) {
+                need.push(m);
+            }
+        }
+        let parts: Option<Vec<usize>> = need
+            .iter()
+            .map(|n| {
+                self.names
+                    .iter()
+                    .position(|x| x == n)
+                    .filter(|i| read.iter().any(|(k, _)| k == i))
+            })
+            .collect();
+        let Some(parts) = parts else {
+            tracing::warn!(epoch = pending.epoch, needs = ?need, "a change to the layout was cut off; this server cannot finish its bizs without every database it needs: run the command again");
+            return false;
+        };
+        let mut bizs: BTreeSet<&str> = BTreeSet::new();
+        for (i, snap) in snapshots.iter().enumerate() {
+            let Some(snap) = snap else { continue };
+            // A member's row frozen by the change: rows of databases it removes stay
+            // frozen for good.
+            if pending.class_of(&self.names[i]).is_none() {
+                continue;
+            }
+            for r in &snap.bizs {
+                if r.frozen && r.claimed_by == pending.epoch {
+                    bizs.insert(&r.biz_type);
+                }
+            }
+        }
+        let witnessed = witnessed(witnesses.into_iter());
+        let mut healed = false;
+        for biz in bizs {
+            match self.move_biz(biz, &pending, &layouts, &witnessed, &parts).await {
+                Ok(Moved::Already) => {}
+                Ok(Moved::Moved { fence, rows }) => {
+                    healed = true;
+                    tracing::warn!(
+                        biz,
+                        epoch = pending.epoch,
+                        fence,
+                        rows,
+                        "finished moving a biz whose layout change was cut off"
+                    );
+                }
+                Err(e) => tracing::warn!(biz, epoch = pending.epoch, error = %e, "could not finish moving a biz whose layout change was cut off"),
+            }
+        }
+        healed
+    }
+}
+
+/// What the witnesses recorded of each biz's rows: (highest max_id, version).
+fn witnessed(witnesses: impl Iterator<Item = crate::store::Witness>) -> Witnessed {
+    let mut out: Witnessed = HashMap::new();
+    for w in witnesses {
+        out.entry(w.biz)
+            .or_default()
+            .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
+    }
+    out
 }

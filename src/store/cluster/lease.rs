@@ -164,6 +164,13 @@ impl Store {
             bound_ms,
         };
         let i = lease.database;
+        // A worker ID that left its database's class in the layout in force (or whose
+        // database is not used: behind, lost) is given up at once: a change may have
+        // freed it on its new database already.
+        if lease_for_ms >= 0 && !self.worker_ids_of(i).contains(&lease.worker_id) {
+            tracing::warn!(worker_id = lease.worker_id, database = %self.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
+            return Ok(None);
+        }
         let row = self
             .call(i, self.dbs[i].store.renew_lease(&renewal))
             .await?;

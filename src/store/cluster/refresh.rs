@@ -89,9 +89,28 @@ impl Store {
             .filter_map(|(i, r)| Some((i, r.ok()?)))
             .collect();
         let lagging = self.check_rows(&before, &read);
-        let layouts: Vec<_> = read.iter().flat_map(|(_, s)| s.layouts.clone()).collect();
+        let layouts: Vec<_> = read.iter().map(|(i, s)| (*i, s.layouts.clone())).collect();
         self.apply_layouts(&layouts);
         let known = self.evidence.lock().clone();
+        // A change cut off midway: its bizs are finished from here (it reads and writes
+        // the rows again, so the catalog below sees where they got).
+        let mut read = read;
+        if self.layout_epochs().1.is_some() {
+            let snapshots = {
+                let mut snapshots = self.snapshots.lock().clone();
+                for (i, snap) in &read {
+                    snapshots[*i] = Some(snap.clone());
+                }
+                snapshots
+            };
+            if self.heal(&read, &snapshots).await {
+                for (i, snap) in &mut read {
+                    if let Ok(bizs) = self.timed(self.dbs[*i].store.bizs()).await {
+                        snap.bizs = bizs;
+                    }
+                }
+            }
+        }
         let catalog = {
             let mut snapshots = self.snapshots.lock();
             for (i, snap) in read {
