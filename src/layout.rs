@@ -117,7 +117,10 @@ impl Layout {
         })?;
         let free = (0..m)
             .find(|&r| !lost.iter().any(|l| l.class.contains(r)))
-            .ok_or_else(|| "the lost databases' classes hold every ID: no class is left for a new layout".to_owned())?;
+            .ok_or_else(|| {
+                "the lost databases' classes hold every ID: no class is left for a new layout"
+                    .to_owned()
+            })?;
         let n = i64::try_from(names.len()).map_err(|e| e.to_string())?;
         let modulus = m
             .checked_mul(n)
@@ -339,7 +342,8 @@ pub fn plan(
     }
     let mut gone = newest.lost.clone();
     for name in lost {
-        let named = from.class_of(name).is_some() || pending.is_some_and(|p| p.class_of(name).is_some());
+        let named =
+            from.class_of(name).is_some() || pending.is_some_and(|p| p.class_of(name).is_some());
         if !named {
             return Err(format!(
                 "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
@@ -372,7 +376,13 @@ pub fn plan(
     } else if from.names() == target && from.lost == gone {
         return Ok(Plan::Already(from));
     }
-    let epoch = layouts.iter().map(|l| l.epoch).max().unwrap_or(from.epoch).max(from.epoch) + 1;
+    let epoch = layouts
+        .iter()
+        .map(|l| l.epoch)
+        .max()
+        .unwrap_or(from.epoch)
+        .max(from.epoch)
+        + 1;
     // Declaring a database lost keeps the others' classes where they avoid every lost
     // class: no biz moves to new classes, and no worker ID changes hands.
     let kept = (!lost.is_empty())
@@ -470,8 +480,9 @@ pub fn claim_order(prev: &Layout, all: &[String]) -> Vec<String> {
 /// nothing, and a give-back lowers a row only to its first ID not issued) and the
 /// highest version, above which an inserted row starts.
 pub fn fence(rows: impl IntoIterator<Item = (i64, i64)>) -> (i64, i64) {
-    rows.into_iter()
-        .fold((0, 0), |(f, v), (max_id, version)| (f.max(max_id), v.max(version)))
+    rows.into_iter().fold((0, 0), |(f, v), (max_id, version)| {
+        (f.max(max_id), v.max(version))
+    })
 }
 
 /// Whether a server may use a database under the layouts it read.
@@ -563,14 +574,22 @@ pub fn read(known: &[Layout], per_db: &[(String, Vec<LayoutRow>)]) -> Result<Rea
 /// target layout narrowed to the biz's restriction; `None` for a database out of it):
 /// every member's row unfrozen in its class at `epoch`, every other row frozen or
 /// absent.
-pub fn settled(rows: &[Option<&crate::store::BizRow>], wanted: &[Option<Residue>], epoch: i64) -> bool {
-    rows.iter().zip(wanted).all(|(row, want)| match (want, row) {
-        (Some(class), Some(r)) => {
-            !r.frozen && r.epoch == epoch && (r.delta, r.remainder) == (class.delta(), class.remainder())
-        }
-        (Some(_), None) => false,
-        (None, r) => r.is_none_or(|r| r.frozen),
-    })
+pub fn settled(
+    rows: &[Option<&crate::store::BizRow>],
+    wanted: &[Option<Residue>],
+    epoch: i64,
+) -> bool {
+    rows.iter()
+        .zip(wanted)
+        .all(|(row, want)| match (want, row) {
+            (Some(class), Some(r)) => {
+                !r.frozen
+                    && r.epoch == epoch
+                    && (r.delta, r.remainder) == (class.delta(), class.remainder())
+            }
+            (Some(_), None) => false,
+            (None, r) => r.is_none_or(|r| r.frozen),
+        })
 }
 
 /// The standing of database `name`, whose own newest layout epoch is `own`, among
@@ -652,6 +671,278 @@ mod tests {
         let e = merge(&[two.row(2), other.row(3)]).unwrap_err();
         assert!(e.contains("epoch 2 differs"), "{e}");
         assert_eq!(current(&[]), (None, None));
+    }
+
+    fn lay(epoch: i64, members: &[(&str, i64, i64)], state: LayoutState) -> Layout {
+        Layout {
+            epoch,
+            members: members
+                .iter()
+                .map(|&(n, d, r)| Member {
+                    name: n.into(),
+                    class: class(d, r),
+                })
+                .collect(),
+            state,
+            lost: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn lost_members_round_trip_and_are_never_reused() {
+        let lost = vec![Member {
+            name: "b".into(),
+            class: class(2, 1),
+        }];
+        let l =
+            Layout::allocate(3, &names(&["a", "c"]), lost.clone(), LayoutState::Moving).unwrap();
+        assert_eq!(l.row(1).members, "a=4:0,c=4:2,!b=2:1");
+        assert_eq!(Layout::parse(&l.row(1)).unwrap(), l);
+        assert!(l.is_lost("b") && !l.is_lost("a"));
+        for id in 0..64 {
+            let owners = l.members.iter().filter(|m| m.class.contains(id)).count();
+            assert_eq!(owners, usize::from(id % 2 == 0), "{id}");
+        }
+        // Worker IDs of the lost class have no owner.
+        assert_eq!(l.owner_of(3), None);
+        assert_eq!(l.owner_of(2), Some("c"));
+        // Two lost classes: 1 mod 2 and 0 mod 3 leave 2 and 4 mod 6.
+        let more = vec![
+            lost[0].clone(),
+            Member {
+                name: "d".into(),
+                class: class(3, 0),
+            },
+        ];
+        let l = Layout::allocate(4, &names(&["a"]), more, LayoutState::Moving).unwrap();
+        assert_eq!(l.class_of("a"), Some(class(6, 2)));
+        let all = vec![
+            Member {
+                name: "x".into(),
+                class: class(2, 0),
+            },
+            lost[0].clone(),
+        ];
+        assert!(Layout::allocate(5, &names(&["a"]), all, LayoutState::Moving).is_err());
+    }
+
+    #[test]
+    fn overlap_is_a_shared_id() {
+        for (a, b) in [((2, 0), (3, 0)), ((4, 1), (6, 3)), ((1, 0), (5, 4))] {
+            assert!(overlap(class(a.0, a.1), class(b.0, b.1)), "{a:?} {b:?}");
+        }
+        for (a, b) in [((2, 0), (2, 1)), ((4, 1), (6, 0)), ((4, 0), (4, 2))] {
+            assert!(!overlap(class(a.0, a.1), class(b.0, b.1)), "{a:?} {b:?}");
+        }
+    }
+
+    #[test]
+    fn plan_adds_finishes_supersedes_and_declares_lost() {
+        let before = lay(0, &[("a", 1, 0)], LayoutState::Done);
+        // Nothing stored: a first change from the configured classes.
+        let Plan::Change {
+            from,
+            to,
+            supersede,
+            finishing,
+        } = plan(&[], &before, &names(&["a", "b"]), &[]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (from.epoch, to.epoch, supersede, finishing),
+            (0, 1, None, false)
+        );
+        assert_eq!(to.describe(), "a (0 mod 2), b (1 mod 2)");
+        let one = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Done);
+        let stored = [before.clone(), one.clone()];
+        assert_eq!(
+            plan(&stored, &before, &names(&["a", "b"]), &[]).unwrap(),
+            Plan::Already(one.clone())
+        );
+        // A change under way with the same databases is finished; with others, superseded.
+        let two = lay(2, &[("a", 1, 0)], LayoutState::Moving);
+        let stored = [before.clone(), one.clone(), two.clone()];
+        let Plan::Change { to, finishing, .. } =
+            plan(&stored, &before, &names(&["a"]), &[]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(finishing && to == two);
+        let Plan::Change {
+            to,
+            supersede,
+            finishing,
+            ..
+        } = plan(&stored, &before, &names(&["a", "b"]), &[]).unwrap()
+        else {
+            panic!()
+        };
+        assert!(!finishing && supersede == Some(two.clone()) && to.epoch == 3);
+        // Lost: the others keep their classes; every class the lost one held is kept out.
+        let Plan::Change { to, .. } =
+            plan(&stored[..2], &before, &names(&["a"]), &names(&["b"])).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(to.describe(), "a (0 mod 2)");
+        assert_eq!(to.lost_names(), names(&["b"]));
+        assert_eq!(to.row(0).members, "a=2:0,!b=2:1");
+        // A lost database never comes back under its name; one not in the layout is
+        // not lost.
+        let after = [
+            before.clone(),
+            one.clone(),
+            Layout {
+                state: LayoutState::Done,
+                ..to
+            },
+        ];
+        let e = plan(&after, &before, &names(&["a", "b"]), &[]).unwrap_err();
+        assert!(e.contains("declared lost"), "{e}");
+        let e = plan(&stored[..2], &before, &names(&["a"]), &names(&["z"])).unwrap_err();
+        assert!(e.contains("not in the layout"), "{e}");
+        // Growing after a loss avoids the lost class.
+        let Plan::Change { to, .. } = plan(&after, &before, &names(&["a", "c"]), &[]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(to.describe(), "a (0 mod 4), c (2 mod 4)");
+        assert_eq!(to.lost_names(), names(&["b"]));
+    }
+
+    #[test]
+    fn required_names_every_database_that_may_hold_live_rows() {
+        let before = lay(0, &[("a", 1, 0)], LayoutState::Done);
+        // Before any layout: the configured ones, and any a witness names.
+        assert_eq!(
+            required(&[], &before, &names(&["z"]), &[]),
+            names(&["a", "z"])
+        );
+        let one = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Done);
+        let stored = [before.clone(), one.clone()];
+        // A configuration naming only `a` still needs `b`.
+        assert_eq!(
+            required(&stored, &before, &names(&["a", "b"]), &[]),
+            names(&["a", "b"])
+        );
+        assert_eq!(
+            required(&stored, &before, &[], &names(&["b"])),
+            names(&["a"])
+        );
+        // A change above the layout in force adds its members; a removed database is
+        // no longer needed once the removal is done.
+        let two = lay(
+            2,
+            &[("a", 3, 0), ("b", 3, 1), ("c", 3, 2)],
+            LayoutState::Moving,
+        );
+        let with = [before.clone(), one.clone(), two.clone()];
+        assert_eq!(required(&with, &before, &[], &[]), names(&["a", "b", "c"]));
+        let three = lay(3, &[("a", 1, 0)], LayoutState::Done);
+        let removed = [
+            before.clone(),
+            one,
+            Layout {
+                state: LayoutState::Superseded,
+                ..two
+            },
+            three,
+        ];
+        assert_eq!(
+            required(&removed, &before, &names(&["b", "c"]), &[]),
+            names(&["a"])
+        );
+    }
+
+    #[test]
+    fn claims_start_on_the_newest_layouts_members() {
+        let prev = lay(1, &[("q0", 1, 0)], LayoutState::Done);
+        assert_eq!(
+            claim_order(&prev, &names(&["q1", "q0"])),
+            names(&["q0", "q1"])
+        );
+        assert_eq!(
+            claim_order(&prev, &names(&["a-new", "q0"])),
+            names(&["q0", "a-new"])
+        );
+        let prev = lay(2, &[("b", 2, 0), ("a", 2, 1)], LayoutState::Moving);
+        assert_eq!(
+            claim_order(&prev, &names(&["c", "b", "a"])),
+            names(&["a", "b", "c"])
+        );
+    }
+
+    #[test]
+    fn fence_is_the_highest_max_id_and_version() {
+        assert_eq!(fence([(5, 2), (9, 1), (7, 8)]), (9, 8));
+        assert_eq!(fence([]), (0, 0));
+    }
+
+    #[test]
+    fn a_database_behind_lost_or_disagreeing_is_not_current() {
+        let one = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Done);
+        let two = lay(2, &[("a", 1, 0)], LayoutState::Done);
+        let r = read(
+            &[],
+            &[
+                ("a".into(), vec![one.row(1), two.row(2)]),
+                ("b".into(), vec![one.row(1)]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            r.standing,
+            vec![
+                Standing::Current,
+                Standing::Behind {
+                    own: Some(1),
+                    newest: 2
+                }
+            ]
+        );
+        assert_eq!(current(&r.layouts).0, Some(&two));
+        // Known from an earlier read: a database read alone is still behind.
+        let r = read(&r.layouts, &[("b".into(), vec![one.row(1)])]).unwrap();
+        assert_eq!(
+            r.standing,
+            vec![Standing::Behind {
+                own: Some(1),
+                newest: 2
+            }]
+        );
+        // Lost.
+        let lost = Layout {
+            lost: vec![Member {
+                name: "b".into(),
+                class: class(2, 1),
+            }],
+            ..lay(2, &[("a", 2, 0)], LayoutState::Done)
+        };
+        let r = read(
+            &[],
+            &[
+                ("a".into(), vec![one.row(1), lost.row(2)]),
+                ("b".into(), vec![one.row(1)]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(r.standing[1], Standing::Lost { epoch: 2 });
+        // Two claims of one epoch with other members: neither database is used.
+        let q1 = lay(2, &[("q0", 2, 0), ("q1", 2, 1)], LayoutState::Moving);
+        let q2 = lay(2, &[("q0", 2, 0), ("q2", 2, 1)], LayoutState::Moving);
+        let r = read(
+            &[],
+            &[
+                ("q1".into(), vec![q1.row(1)]),
+                ("q2".into(), vec![q2.row(1)]),
+            ],
+        )
+        .unwrap();
+        assert_eq!(r.standing, vec![Standing::Disagrees, Standing::Disagrees]);
+        // Nothing stored anywhere: every database is current.
+        let r = read(&[], &[("a".into(), vec![]), ("b".into(), vec![])]).unwrap();
+        assert!(r.standing.iter().all(|s| *s == Standing::Current));
     }
 
     #[test]

@@ -514,7 +514,9 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
         DbCommand::Remove { name, lost: true } => vec![name.clone()],
         _ => Vec::new(),
     };
-    let done = store.change_layout(&names, &lost, &before, &mut say).await?;
+    let done = store
+        .change_layout(&names, &lost, &before, &mut say)
+        .await?;
     println!();
     println!(
         "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):"

@@ -722,7 +722,9 @@ impl Metrics {
     pub fn render(&self, bizs: &[BizStats], databases: &[DatabaseState]) -> String {
         for d in databases {
             let name = [d.name.as_str()];
-            self.database_up.with_label_values(&name).set(i64::from(d.up));
+            self.database_up
+                .with_label_values(&name)
+                .set(i64::from(d.up));
             self.database_fenced
                 .with_label_values(&name)
                 .set(i64::from(d.fenced));

@@ -976,7 +976,10 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
         bound_ms,
     };
     // Fenced by the epoch: only while it is moving.
-    assert_eq!(raw.set_leases(2, &[set("x", 5, 100, 200)]).await.unwrap(), None);
+    assert_eq!(
+        raw.set_leases(2, &[set("x", 5, 100, 200)]).await.unwrap(),
+        None
+    );
     let a = raw
         .set_leases(3, &[set("x", 5, 100, 200)])
         .await

@@ -208,7 +208,8 @@ fn render_html(report: &Report) -> String {
                 (_, Some(_), _) => "fenced",
                 (_, None, false) if d.layout == "behind" => "layout behind another database's",
                 (_, None, false) if d.layout == "lost" => "declared lost",
-                (_, None, false) if d.layout == "disagrees" => "layout disagrees with another database's",
+                (_, None, false) if d.layout == "disagrees" =>
+                    "layout disagrees with another database's",
                 (_, None, false) => "not in the layout",
                 (true, None, true) => "up",
                 (false, None, true) => "down",

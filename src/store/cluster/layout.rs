@@ -497,7 +497,9 @@ impl Store {
             // not wait for this one to fall silent (changed_ms 0 says so). Best effort.
             let released = to.row(0);
             let released = &released;
-            let _ = self.on_parts(&parts, move |db| db.put_layout(released)).await;
+            let _ = self
+                .on_parts(&parts, move |db| db.put_layout(released))
+                .await;
         }
         result
     }
@@ -664,7 +666,12 @@ impl Store {
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        join_all(parts.iter().map(|&i| self.step(i, op(self.dbs[i].store.as_ref())))).await
+        join_all(
+            parts
+                .iter()
+                .map(|&i| self.step(i, op(self.dbs[i].store.as_ref()))),
+        )
+        .await
     }
 
     /// [`Store::on_parts`], every database answering: the error names the first that
@@ -823,7 +830,10 @@ impl Store {
                     if rows[k].is_some() {
                         continue;
                     }
-                    let class = wanted[k].unwrap_or(Residue::new(template.delta, template.remainder).map_err(|e| fail(e.to_string()))?);
+                    let class = wanted[k].unwrap_or(
+                        Residue::new(template.delta, template.remainder)
+                            .map_err(|e| fail(e.to_string()))?,
+                    );
                     let placeholder = BizRow {
                         begin_id: fence,
                         max_id: fence,
@@ -837,7 +847,12 @@ impl Store {
                     };
                     self.step(i, self.dbs[i].store.insert_biz(&placeholder))
                         .await
-                        .map_err(|e| fail(format!("database \"{}\" failed while inserting a frozen row ({e})", self.names[i])))?;
+                        .map_err(|e| {
+                            fail(format!(
+                                "database \"{}\" failed while inserting a frozen row ({e})",
+                                self.names[i]
+                            ))
+                        })?;
                 }
                 continue;
             }
@@ -851,7 +866,12 @@ impl Store {
                 // epoch): a change that froze it before can then no longer switch it.
                 let to_frozen = Reclass::freezing(r, true, to.epoch);
                 match self
-                    .step(i, self.dbs[i].store.reclass(biz, r.version, r.max_id, &to_frozen))
+                    .step(
+                        i,
+                        self.dbs[i]
+                            .store
+                            .reclass(biz, r.version, r.max_id, &to_frozen),
+                    )
                     .await
                 {
                     Ok(Some(done)) => frozen.push(Some(done)),
@@ -901,7 +921,12 @@ impl Store {
                     claimed_by: to.epoch,
                 };
                 match self
-                    .step(i, self.dbs[i].store.reclass(biz, row.version, row.max_id, &to_row))
+                    .step(
+                        i,
+                        self.dbs[i]
+                            .store
+                            .reclass(biz, row.version, row.max_id, &to_row),
+                    )
                     .await
                 {
                     Ok(Some(_)) => switched += 1,
@@ -942,7 +967,12 @@ impl Store {
             let i = parts[k];
             let back = Reclass::freezing(now, false, now.claimed_by);
             if let Err(e) = self
-                .step(i, self.dbs[i].store.reclass(biz, now.version, now.max_id, &back))
+                .step(
+                    i,
+                    self.dbs[i]
+                        .store
+                        .reclass(biz, now.version, now.max_id, &back),
+                )
                 .await
             {
                 tracing::warn!(biz, database = %self.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
@@ -1102,7 +1132,11 @@ impl Store {
     /// the command alive after all) is safe: each step is a compare-and-set. The
     /// worker IDs and the layout row are left to the command, run again.
     /// Returns whether a biz was moved.
-    pub(super) async fn heal(&self, read: &[(usize, Snapshot)], snapshots: &[Option<Snapshot>]) -> bool {
+    pub(super) async fn heal(
+        &self,
+        read: &[(usize, Snapshot)],
+        snapshots: &[Option<Snapshot>],
+    ) -> bool {
         let (pending, layouts) = {
             let mut view = self.layout.lock();
             let Some(pending) = layout::current(&view.layouts).1.cloned() else {
@@ -1130,7 +1164,10 @@ impl Store {
             (pending, view.layouts.clone())
         };
         let before = self.configured_layout();
-        let witnesses: Vec<_> = read.iter().flat_map(|(_, s)| s.witnesses.iter().cloned()).collect();
+        let witnesses: Vec<_> = read
+            .iter()
+            .flat_map(|(_, s)| s.witnesses.iter().cloned())
+            .collect();
         let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
         names.sort();
         names.dedup();
@@ -1170,7 +1207,10 @@ impl Store {
         let witnessed = witnessed(witnesses.into_iter());
         let mut healed = false;
         for biz in bizs {
-            match self.move_biz(biz, &pending, &layouts, &witnessed, &parts).await {
+            match self
+                .move_biz(biz, &pending, &layouts, &witnessed, &parts)
+                .await
+            {
                 Ok(Moved::Already) => {}
                 Ok(Moved::Moved { fence, rows }) => {
                     healed = true;
@@ -1182,7 +1222,9 @@ impl Store {
                         "finished moving a biz whose layout change was cut off"
                     );
                 }
-                Err(e) => tracing::warn!(biz, epoch = pending.epoch, error = %e, "could not finish moving a biz whose layout change was cut off"),
+                Err(e) => {
+                    tracing::warn!(biz, epoch = pending.epoch, error = %e, "could not finish moving a biz whose layout change was cut off")
+                }
             }
         }
         healed
