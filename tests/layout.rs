@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cli::{config_file, segmint_cli, segmint_ok};
+use common::cli::{config_file, segmint_ok};
 use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
 use common::*;
 use segmint::client::Client;
