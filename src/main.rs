@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::import::Source;
-use segmint::layout::{Layout, LayoutState, Member};
+use segmint::layout::{Layout, LayoutState, Member, Standing};
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::{HASH_PREFIX, OpenMode, ShapeRow, Store, unix_now};
@@ -550,6 +550,17 @@ async fn list_layout(store: &Store) -> Result {
         Some(l) => println!("layout epoch {} (done): {}", l.epoch, l.describe()),
         None => println!("layout epoch 0 (the configured classes; no change made yet)"),
     }
+    if let Some(l) = report.current.as_ref().filter(|l| !l.lost.is_empty()) {
+        let lost: Vec<String> = l
+            .lost
+            .iter()
+            .map(|m| format!("{} ({})", m.name, m.class))
+            .collect();
+        println!(
+            "declared lost (their classes are never given again): {}",
+            lost.join(", ")
+        );
+    }
     match &report.pending {
         Some(l) => println!(
             "change under way to epoch {}: {} (cut off? run the same command again to finish it, or the opposite one to roll it back)",
@@ -564,10 +575,13 @@ async fn list_layout(store: &Store) -> Result {
     );
     let mut unreachable = 0;
     for d in &report.databases {
-        let state = match (&d.error, d.class) {
-            (Some(_), _) => "unreachable",
-            (None, Some(_)) => "in layout",
-            (None, None) => "not in layout",
+        let state = match (&d.error, d.class, &d.standing) {
+            (Some(_), ..) => "unreachable",
+            (None, Some(_), _) => "in layout",
+            (None, None, Standing::Lost { .. }) => "lost",
+            (None, None, Standing::Behind { .. }) => "layout behind",
+            (None, None, Standing::Disagrees) => "disagrees",
+            (None, None, Standing::Current) => "not in layout",
         };
         println!(
             "{:<16} {:<12} {:<14} {:>6} {:>7} {:>6}",

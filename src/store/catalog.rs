@@ -189,7 +189,20 @@ fn token_key(digest: &TokenDigest) -> [u8; 4] {
 impl Catalog {
     /// Merges the snapshots (`None` for a database never read) of the databases
     /// named `names`, refusing every biz whose rows could overlap.
+    #[cfg(test)]
     pub(crate) fn build(names: &[String], snapshots: &[Option<Snapshot>]) -> Catalog {
+        Catalog::build_at(names, snapshots, 0)
+    }
+
+    /// [`Catalog::build`] under a layout in force of epoch `floor`: once a change is
+    /// done every live row of every biz is in its epoch (or a later one), so a row below
+    /// it (a database restored from an older backup, one that missed the change) is
+    /// never reserved from.
+    pub(crate) fn build_at(
+        names: &[String],
+        snapshots: &[Option<Snapshot>],
+        floor: i64,
+    ) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
         let rows = || {
             snapshots
@@ -201,7 +214,7 @@ impl Catalog {
         for (_, row) in rows() {
             let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
                 classes: Vec::new(),
-                epoch: 0,
+                epoch: floor,
                 refused: None,
                 shape: None,
             });

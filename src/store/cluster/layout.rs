@@ -1124,6 +1124,45 @@ impl Store {
         ))
     }
 
+    /// Writes the final layout rows (`done`, `superseded`) known here into each
+    /// database just `read` that lacks them (or holds them as `moving`): a database
+    /// that missed the end of a change, or one declared lost that came back, learns it,
+    /// so that a server that later reaches only that database knows it too (and does
+    /// not use a lost one). Rows of a change under way are left to its command. Best
+    /// effort: a failed write is written again at a later refresh.
+    pub(super) async fn share_layouts(&self, read: &[(usize, Snapshot)]) {
+        let (layouts, standing) = {
+            let view = self.layout.lock();
+            (view.layouts.clone(), view.standing.clone())
+        };
+        for (i, snap) in read {
+            if standing[*i] == Standing::Disagrees {
+                continue;
+            }
+            for l in layouts.iter().filter(|l| l.state != LayoutState::Moving) {
+                let held = snap.layouts.iter().find(|r| r.epoch == l.epoch);
+                if held.is_some_and(|r| r.state != LayoutState::Moving.as_str()) {
+                    continue;
+                }
+                let row = l.row(unix_ms());
+                let store = &self.dbs[*i].store;
+                let written = match held {
+                    None => self.timed(store.claim_layout(&row)).await,
+                    Some(_) => self.timed(store.put_layout(&row)).await,
+                };
+                match written {
+                    Ok(true) => {
+                        tracing::info!(database = %self.names[*i], epoch = l.epoch, state = l.state.as_str(), "wrote a layout row the database lacked")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(database = %self.names[*i], error = %e, "could not write a layout row the database lacks")
+                    }
+                }
+            }
+        }
+    }
+
     /// Finishes the bizs of a change that was cut off, from a server: once the change's
     /// row has stayed the same for [`SILENT`] (by this process's clock, from the first
     /// read that saw it), every biz whose rows do not follow it yet is moved as the

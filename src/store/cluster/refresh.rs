@@ -91,6 +91,7 @@ impl Store {
         let lagging = self.check_rows(&before, &read);
         let layouts: Vec<_> = read.iter().map(|(i, s)| (*i, s.layouts.clone())).collect();
         self.apply_layouts(&layouts);
+        self.share_layouts(&read).await;
         let known = self.evidence.lock().clone();
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
@@ -116,7 +117,7 @@ impl Store {
             for (i, snap) in read {
                 snapshots[i] = Some(snap);
             }
-            let mut catalog = Catalog::build(&self.names, &snapshots);
+            let mut catalog = Catalog::build_at(&self.names, &snapshots, self.layout_epochs().0);
             for (biz, why) in self.check_classes(&known, &snapshots, &catalog) {
                 catalog.refuse(&biz, why);
             }
