@@ -297,6 +297,62 @@ pub fn restriction(row: Residue, db: Residue) -> Option<Residue> {
     (db.restrict(within).ok()? == row).then_some(within)
 }
 
+/// What a layout command asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutChange {
+    /// `segmint db add NAME`.
+    Add(String),
+    /// `segmint db remove NAME`.
+    Remove(String),
+    /// `segmint db remove NAME --lost`.
+    Lost(String),
+}
+
+/// The databases of the layout `change` asks for, in `order` (the configuration's;
+/// names it lacks first), and the databases it declares lost, from the layouts read:
+/// the layout in force (or `before`, the configured classes) with the database added or
+/// taken out.
+///
+/// # Errors
+/// A message when the database to take out is in neither the layout in force nor a
+/// change under way.
+pub fn target(
+    change: &LayoutChange,
+    layouts: &[Layout],
+    before: &Layout,
+    order: &[String],
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let (done, pending) = current(layouts);
+    let from = done.unwrap_or(before);
+    let mut names = from.names();
+    let lost = match change {
+        LayoutChange::Add(name) => {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+            Vec::new()
+        }
+        LayoutChange::Remove(name) | LayoutChange::Lost(name) => {
+            if from.class_of(name).is_none() && pending.is_none_or(|p| p.class_of(name).is_none()) {
+                return Err(format!(
+                    "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
+                    from.epoch,
+                    from.describe()
+                ));
+            }
+            names.retain(|n| n != name);
+            match change {
+                LayoutChange::Lost(_) => vec![name.clone()],
+                _ => Vec::new(),
+            }
+        }
+    };
+    // Database i of n in configuration order (one added by URL comes last), so that
+    // taking a database out and bringing it back restores the classes.
+    names.sort_by_key(|n| order.iter().position(|o| o == n));
+    Ok((names, lost))
+}
+
 /// What a change does, decided from the layouts read from every database.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -809,6 +865,39 @@ mod tests {
         };
         assert_eq!(to.describe(), "a (0 mod 4), c (2 mod 4)");
         assert_eq!(to.lost_names(), names(&["b"]));
+    }
+
+    #[test]
+    fn a_command_targets_the_layout_in_force_with_one_database_more_or_less() {
+        let before = lay(0, &[("a", 1, 0)], LayoutState::Done);
+        let order = names(&["a", "b", "c"]);
+        let one = lay(1, &[("b", 2, 0), ("a", 2, 1)], LayoutState::Done);
+        let stored = [before.clone(), one];
+        let add = LayoutChange::Add("c".into());
+        assert_eq!(
+            target(&add, &stored, &before, &order).unwrap(),
+            (names(&["a", "b", "c"]), vec![])
+        );
+        // Added by URL, not configured: last.
+        let add = LayoutChange::Add("z".into());
+        assert_eq!(
+            target(&add, &stored, &before, &order).unwrap().0,
+            names(&["z", "a", "b"])
+        );
+        let lost = LayoutChange::Lost("b".into());
+        assert_eq!(
+            target(&lost, &stored, &before, &order).unwrap(),
+            (names(&["a"]), names(&["b"]))
+        );
+        let e = target(&LayoutChange::Remove("c".into()), &stored, &before, &order).unwrap_err();
+        assert!(e.contains("not in the layout"), "{e}");
+        // Before any change: the configured classes.
+        assert_eq!(
+            target(&LayoutChange::Add("b".into()), &[], &before, &order)
+                .unwrap()
+                .0,
+            names(&["a", "b"])
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::import::Source;
-use segmint::layout::{Layout, LayoutState, Member, Standing};
+use segmint::layout::{Layout, LayoutChange, LayoutState, Member, Standing};
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::{HASH_PREFIX, OpenMode, ShapeRow, Store, unix_now};
@@ -475,48 +475,29 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
         _ => (config, None),
     };
     let store = Store::open(&config, OpenMode::Create)?;
-    if adding.is_some() {
-        // The new database gets the schema first; the others have it (or get what is
-        // pending, as `segmint migrate` would).
-        migrate(&store).await?;
-    }
-    store.load_layout().await;
-    let base = store.layouts().0.unwrap_or_else(|| before.clone());
-    let mut names = base.names();
-    match &change {
-        DbCommand::Add { name, .. } if names.contains(name) => {
-            println!(
-                "database \"{name}\" is in layout epoch {} already",
-                base.epoch
-            );
-        }
-        DbCommand::Add { name, .. } => names.push(name.clone()),
-        DbCommand::Remove { name, .. } => {
-            let pending = store.layouts().1;
-            if !names.contains(name) && pending.is_none_or(|p| p.class_of(name).is_none()) {
-                return Err(format!(
-                    "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
-                    base.epoch,
-                    base.describe()
-                )
-                .into());
+    if let Some(name) = &adding {
+        // The new database gets the schema first; the others have it, or get what is
+        // pending, as `segmint migrate` would. One that does not answer is left to the
+        // change, which refuses if it needs it.
+        for (db, result) in store.migrate().await {
+            match result {
+                Ok(applied) if applied.is_empty() => {}
+                Ok(applied) => println!("\"{db}\": applied {}", applied.join(", ")),
+                Err(e) if db == *name => {
+                    return Err(format!("\"{db}\": migration failed: {e}; nothing changed").into());
+                }
+                Err(e) => println!("\"{db}\": not migrated ({e})"),
             }
-            names.retain(|n| n != name);
         }
-        _ => {}
     }
-    // Database i of n in configuration order (one added by URL comes last), so that
-    // taking a database out and bringing it back restores the classes.
-    let order = store.database_names();
-    names.sort_by_key(|n| order.iter().position(|o| o == n));
-    let mut say = |line: String| println!("{line}");
-    let lost = match &change {
-        DbCommand::Remove { name, lost: true } => vec![name.clone()],
-        _ => Vec::new(),
+    let intent = match &change {
+        DbCommand::Add { name, .. } => LayoutChange::Add(name.clone()),
+        DbCommand::Remove { name, lost: false } => LayoutChange::Remove(name.clone()),
+        DbCommand::Remove { name, lost: true } => LayoutChange::Lost(name.clone()),
+        _ => return Ok(()),
     };
-    let done = store
-        .change_layout(&names, &lost, &before, &mut say)
-        .await?;
+    let mut say = |line: String| println!("{line}");
+    let done = store.change_layout(&intent, &before, &mut say).await?;
     println!();
     println!(
         "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):"

@@ -10,72 +10,15 @@ use crate::common;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::cli::{config_file, segmint_ok};
+use common::cli::config_file;
 use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
+use common::layout::{
+    Cluster, assert_consistent, bulk_bizs, cli_ok, kill_midway, live_rows, toml_for,
+};
+use common::traffic::{Traffic, check_streams};
 use common::*;
-use segmint::client::Client;
-
-/// Configuration naming the databases `members` (indexes into `dbs`, as `pg{i}`), the
-/// k-th of n with the class `k mod n`: the classes `segmint db add/remove` gives them.
-fn toml_for(dbs: &Databases, members: &[usize]) -> String {
-    let urls = dbs.urls();
-    let n = members.len();
-    let mut toml = String::from(
-        "bind = \"127.0.0.1:0\"\nworkers = 2\nfetch_timeout_ms = 1000\nwait_timeout_ms = 3000\n\
-         backoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = 500\nadaptive_step = false\n",
-    );
-    for (k, &i) in members.iter().enumerate() {
-        toml.push_str(&format!(
-            "[[databases]]\nname = \"pg{i}\"\nurl = \"{}\"\ndelta = {n}\nremainder = {k}\n",
-            urls[i]
-        ));
-    }
-    toml
-}
-
-/// Runs `segmint args…` with the configuration `toml`; must succeed. Its output.
-fn cli_ok(toml: &str, args: &[&str]) -> String {
-    let file = config_file(toml);
-    segmint_ok(file.path(), args, &[])
-}
-
-/// Starts `segmint args…` and kills it (SIGKILL) once it printed `lines` lines
-/// containing `marker`. Returns what it printed; panics when it ended first.
-fn kill_midway(toml: &str, args: &[&str], marker: &str, lines: usize) -> String {
-    let file = config_file(toml);
-    let mut child = ChildGuard(
-        Command::new(segmint_bin())
-            .arg("--config")
-            .arg(file.path())
-            .args(args)
-            .env_remove("SEGMINT_CONFIG")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start segmint"),
-    );
-    let out = child.0.stdout.take().expect("stdout");
-    let mut seen = 0;
-    let mut printed = String::new();
-    for line in BufReader::new(out).lines() {
-        let line = line.expect("read the command's output");
-        printed.push_str(&line);
-        printed.push('\n');
-        if line.contains(marker) {
-            seen += 1;
-            if seen == lines {
-                child.0.kill().expect("kill segmint");
-                let _ = child.0.wait();
-                return printed;
-            }
-        }
-    }
-    panic!("segmint {args:?} ended before {lines} lines with `{marker}`:\n{printed}");
-}
 
 /// The servers under test: fixed ports, restarted one at a time with a new
 /// configuration.
@@ -110,282 +53,6 @@ impl Servers {
             }
             self.procs[k] = Some(ServerProcess::start_on(toml, self.ports[k], &[]).await);
             tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-    }
-}
-
-/// What one stream of requests got.
-#[derive(Default)]
-struct Stream {
-    what: String,
-    biz: &'static str,
-    ids: Vec<i64>,
-    /// Requests answered, and attempts that failed (then tried on the next server).
-    answered: u64,
-    failed: u64,
-    longest_gap: Duration,
-}
-
-/// Steady traffic on every server: Tinyid's `nextIdSimple`, v1 and the client library.
-struct Traffic {
-    stop: Arc<AtomicBool>,
-    tasks: Vec<tokio::task::JoinHandle<Stream>>,
-}
-
-/// The HTTP routes under traffic.
-#[derive(Clone, Copy)]
-enum Route {
-    /// Tinyid's `nextIdSimple` for 10 IDs of `plain`.
-    Tinyid,
-    /// `/v1/ids/odd?count=10`.
-    V1,
-}
-
-/// One request on `route` to the server at `base`.
-async fn ask(
-    http: &reqwest::Client,
-    route: Route,
-    base: &str,
-    token: &str,
-) -> Result<Vec<i64>, String> {
-    match route {
-        Route::Tinyid => {
-            let r = http
-                .get(format!(
-                    "{base}/tinyid/id/nextIdSimple?bizType=plain&token={token}&batchSize=10"
-                ))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = r.status();
-            let body = r.text().await.map_err(|e| e.to_string())?;
-            if !status.is_success() {
-                return Err(format!("{status}: {body}"));
-            }
-            body.trim()
-                .split(',')
-                .map(|x| x.parse::<i64>().map_err(|e| format!("{e}: {body}")))
-                .collect()
-        }
-        Route::V1 => {
-            let r = http
-                .get(format!("{base}/v1/ids/odd?count=10"))
-                .bearer_auth(token)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = r.status();
-            let body: serde_json::Value = r.json().await.map_err(|e| e.to_string())?;
-            if !status.is_success() {
-                return Err(format!("{status}: {body}"));
-            }
-            serde_json::from_value(body["ids"].clone()).map_err(|e| e.to_string())
-        }
-    }
-}
-
-/// Requests on `route` until `stop`, each to the servers in turn until one answers
-/// (a failed attempt is counted, then the next server is tried). Panics when none
-/// answers for 20 s.
-async fn requests(
-    route: Route,
-    mut s: Stream,
-    bases: Vec<String>,
-    token: String,
-    stop: Arc<AtomicBool>,
-) -> Stream {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()
-        .unwrap();
-    let (mut next, mut last) = (0, Instant::now());
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        let ids = loop {
-            let base = &bases[next % bases.len()];
-            next += 1;
-            match ask(&http, route, base, &token).await {
-                Ok(ids) => break ids,
-                Err(e) => {
-                    s.failed += 1;
-                    assert!(
-                        started.elapsed() < Duration::from_secs(20),
-                        "{}: no server answered for 20 s; last: {e}",
-                        s.what
-                    );
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-        };
-        s.longest_gap = s.longest_gap.max(last.elapsed());
-        last = Instant::now();
-        s.answered += 1;
-        s.ids.extend(ids);
-    }
-    s
-}
-
-impl Traffic {
-    fn start(bases: Vec<String>, plain_token: &str, odd_token: &str) -> Traffic {
-        let stop = Arc::new(AtomicBool::new(false));
-        let http = |route, what: &str, biz, token: &str| {
-            let stream = Stream {
-                what: what.into(),
-                biz,
-                ..Stream::default()
-            };
-            tokio::spawn(requests(
-                route,
-                stream,
-                bases.clone(),
-                token.to_owned(),
-                stop.clone(),
-            ))
-        };
-        let mut tasks = vec![
-            http(Route::Tinyid, "nextIdSimple", "plain", plain_token),
-            http(Route::V1, "/v1/ids (odd-only biz)", "odd", odd_token),
-        ];
-        // The client library, caching segments of `plain` and failing over by itself.
-        {
-            let stop = stop.clone();
-            let client = Client::builder()
-                .servers(bases.clone())
-                .token(plain_token)
-                .request_timeout(Duration::from_secs(2))
-                .wait_timeout(Duration::from_secs(20))
-                .backoff(Duration::from_millis(50), Duration::from_millis(200))
-                .build()
-                .unwrap();
-            tasks.push(tokio::spawn(async move {
-                let mut s = Stream {
-                    what: "client library".into(),
-                    biz: "plain",
-                    ..Stream::default()
-                };
-                let biz = client.biz("plain").unwrap();
-                let mut last = Instant::now();
-                while !stop.load(Ordering::Relaxed) {
-                    match biz.next_ids(5).await {
-                        Ok(ids) => {
-                            s.longest_gap = s.longest_gap.max(last.elapsed());
-                            last = Instant::now();
-                            s.answered += 1;
-                            s.ids.extend(ids);
-                        }
-                        Err(e) => panic!("client library: {e}"),
-                    }
-                    // Paced: a client that issues from its cache would otherwise take
-                    // the whole CPU.
-                    tokio::time::sleep(Duration::from_micros(200)).await;
-                }
-                client.close().await;
-                s
-            }));
-        }
-        Traffic { stop, tasks }
-    }
-
-    async fn finish(self) -> Vec<Stream> {
-        self.stop.store(true, Ordering::Relaxed);
-        let mut streams = Vec::new();
-        for t in self.tasks {
-            streams.push(t.await.expect("traffic task"));
-        }
-        streams
-    }
-}
-
-/// Unfrozen rows of `biz` on each database: `(db, delta, remainder, epoch)`.
-fn live_rows(dbs: &Databases, n: usize, biz: &str) -> Vec<(usize, i64, i64, i64)> {
-    (0..n)
-        .filter_map(|i| {
-            let row = dbs.sql(
-                i,
-                &format!(
-                    "SELECT delta, remainder, layout_epoch FROM tiny_id_info \
-                     WHERE biz_type = '{biz}' AND NOT frozen"
-                ),
-            );
-            let f: Vec<i64> = row.split('|').filter_map(|x| x.parse().ok()).collect();
-            (f.len() == 3).then(|| (i, f[0], f[1], f[2]))
-        })
-        .collect()
-}
-
-fn check_streams(streams: &[Stream]) {
-    let mut by_biz: std::collections::HashMap<&str, HashSet<i64>> = Default::default();
-    for s in streams {
-        assert!(s.answered > 50, "{}: only {} answers", s.what, s.answered);
-        let set = by_biz.entry(s.biz).or_default();
-        for &id in &s.ids {
-            assert!(
-                set.insert(id),
-                "duplicate ID {id} of `{}` ({})",
-                s.biz,
-                s.what
-            );
-            if s.biz == "odd" {
-                assert_eq!(id % 2, 1, "{id} of the odd-only biz is even");
-            }
-        }
-        let attempts = s.answered + s.failed;
-        eprintln!(
-            "{}: {} requests answered, {} attempts failed and were retried on another server (first-try availability {:.3} %), longest gap between answers {:?}, {} IDs",
-            s.what,
-            s.answered,
-            s.failed,
-            100.0 * s.answered as f64 / attempts as f64,
-            s.longest_gap,
-            s.ids.len()
-        );
-        assert!(
-            s.longest_gap < Duration::from_secs(5),
-            "{}: no answer for {:?}",
-            s.what,
-            s.longest_gap
-        );
-    }
-}
-
-/// `n` PostgreSQL databases, the first `members` of them in the configuration, with
-/// the biz `plain` and, when `odd`, the odd-only `odd`, both of step `step`; a token
-/// for each.
-struct Cluster {
-    dbs: Databases,
-    urls: Vec<String>,
-    /// The configuration naming the first `members` databases.
-    toml: String,
-    plain_token: String,
-    odd_token: String,
-}
-
-impl Cluster {
-    fn start(n: usize, members: usize, step: &str, odd: bool) -> Cluster {
-        let dbs = Databases::start(Kind::Postgres, n);
-        let urls = dbs.urls();
-        let toml = toml_for(&dbs, &(0..members).collect::<Vec<_>>());
-        cli_ok(&toml, &["migrate"]);
-        cli_ok(&toml, &["biz", "add", "plain", "--step", step]);
-        let token = |biz: &str| {
-            cli_ok(&toml, &["token", "add", "--biz", biz])
-                .trim()
-                .to_owned()
-        };
-        let plain_token = token("plain");
-        let odd_token = match odd {
-            true => {
-                cli_ok(&toml, &["biz", "add", "odd", "--step", step, "--odd"]);
-                token("odd")
-            }
-            false => String::new(),
-        };
-        Cluster {
-            dbs,
-            urls,
-            toml,
-            plain_token,
-            odd_token,
         }
     }
 }
@@ -530,48 +197,6 @@ async fn once_layouts_are_stored_a_fresh_server_refuses_a_class_edited_by_hand()
             && e.contains("mod 3 is not the class layout epoch 1 gives database"),
         "{e}"
     );
-}
-
-/// Bizs that make a change take long enough to cut it off midway.
-fn bulk_bizs(dbs: &Databases, n: usize) {
-    dbs.sql(
-        0,
-        &format!(
-            "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder) \
-             SELECT 'bulk' || g, 0, g * 1000, 100, 1, 0 FROM generate_series(1, {n}) g"
-        ),
-    );
-}
-
-/// Every biz has its unfrozen rows in one layout epoch, on distinct classes.
-fn assert_consistent(dbs: &Databases, n: usize) {
-    let mut rows: std::collections::HashMap<String, Vec<(usize, i64, i64, i64)>> =
-        Default::default();
-    for i in 0..n {
-        for line in dbs
-            .sql(
-                i,
-                "SELECT biz_type, delta, remainder, layout_epoch FROM tiny_id_info WHERE NOT frozen",
-            )
-            .lines()
-            .filter(|l| !l.is_empty())
-        {
-            let f: Vec<&str> = line.split('|').collect();
-            rows.entry(f[0].to_owned()).or_default().push((
-                i,
-                f[1].parse().unwrap(),
-                f[2].parse().unwrap(),
-                f[3].parse().unwrap(),
-            ));
-        }
-    }
-    for (biz, rows) in rows {
-        let epochs: HashSet<i64> = rows.iter().map(|r| r.3).collect();
-        assert!(
-            epochs.len() <= 1,
-            "biz `{biz}` serves from two layouts: {rows:?}"
-        );
-    }
 }
 
 /// Each step cut off midway, by killing the command or stopping a database, then
@@ -800,7 +425,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     use segmint::biz::BizTag;
     use segmint::config::Config;
     use segmint::config::DatabaseKind;
-    use segmint::layout::{Layout, LayoutState};
+    use segmint::layout::{Layout, LayoutChange, LayoutState};
     use segmint::segment::Residue;
     use segmint::store::postgres::PgStore;
     use segmint::store::sqlite::SqliteStore;
@@ -856,7 +481,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     let mut lines = Vec::new();
     let mut say = |l: String| lines.push(l);
     let done = both
-        .change_layout(&["pg0".into(), "pg1".into()], &[], &before, &mut say)
+        .change_layout(&LayoutChange::Add("pg1".into()), &before, &mut say)
         .await
         .unwrap();
     assert_eq!(done.epoch, 1, "{lines:?}");
@@ -900,7 +525,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
 
     // Back to one: pg1's rows frozen, never reserved from again.
     let done = both
-        .change_layout(&["pg0".into()], &[], &before, &mut |_| {})
+        .change_layout(&LayoutChange::Remove("pg1".into()), &before, &mut |_| {})
         .await
         .unwrap();
     assert_eq!(done.epoch, 2);

@@ -28,6 +28,7 @@ mod giveback_dead_db;
 mod hardening;
 mod import;
 mod layout;
+mod layout_operator;
 mod leaf;
 mod observability;
 mod operator;

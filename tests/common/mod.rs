@@ -1,7 +1,8 @@
 //! Test harness, one file per concern: throwaway PostgreSQL clusters ([`pg`]),
 //! segmint servers in this process ([`app`]) and as real processes ([`process`],
 //! stopped by [`stop`]), requests to either ([`http`]), admin commands ([`cli`]),
-//! waiting for a condition ([`wait`]), an in-memory store ([`memory`]), and fixtures
+//! waiting for a condition ([`wait`]), an in-memory store ([`memory`]), clusters for
+//! layout changes ([`layout`]), steady traffic on servers ([`traffic`]), and fixtures
 //! of single suites (TLS, operator routes, tokens, tests run on both stores). What
 //! most tests name is re-exported here: `common::PgCluster`, `common::spawn_app`, …
 #![allow(dead_code)]
@@ -11,6 +12,7 @@ pub mod by_kind;
 pub mod cli;
 pub mod http;
 pub mod ids;
+pub mod layout;
 pub mod memory;
 pub mod operator;
 pub mod pg;
@@ -18,6 +20,7 @@ pub mod process;
 pub mod stop;
 pub mod tls;
 pub mod tokens;
+pub mod traffic;
 pub mod wait;
 
 // The chaos run's binary includes this harness too and uses only part of it.

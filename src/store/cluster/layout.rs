@@ -37,7 +37,7 @@ use futures_util::future::join_all;
 
 use super::lease::WORKER_IDS;
 use super::{Store, now};
-use crate::layout::{self, Layout, LayoutState, Plan, Standing};
+use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
 use crate::store::{BizRow, DbError, LayoutRow, LeaseSet, Reclass, ShapeRow, StoreError};
@@ -292,8 +292,8 @@ impl Store {
         }
     }
 
-    /// Moves the cluster to the layout of `target` (database names, in order),
-    /// declaring the databases `lost` lost. `before` is the layout before any change
+    /// Moves the cluster to the layout `change` asks for (see [`layout::target`]),
+    /// worked out from the layouts it reads itself. `before` is the layout before any change
     /// (the configured classes), used when no layout was ever stored. Reports progress
     /// through `say` as it goes, so that a command killed midway has said how far it
     /// got.
@@ -310,19 +310,11 @@ impl Store {
     /// finishes it.
     pub async fn change_layout(
         &self,
-        target: &[String],
-        lost: &[String],
+        change: &LayoutChange,
         before: &Layout,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
         let refused = StoreError::Refused;
-        for name in target {
-            if !self.names.contains(name) {
-                return Err(refused(format!(
-                    "database \"{name}\" is not configured; nothing changed"
-                )));
-            }
-        }
         let all: Vec<usize> = (0..self.dbs.len()).collect();
         let reads = self.on_parts(&all, |db| db.layouts()).await;
         let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
@@ -337,6 +329,16 @@ impl Store {
                 "{e}: run `segmint db list` and mend the layout rows by hand; nothing changed"
             ))
         })?;
+        let (target, lost) =
+            layout::target(change, &layouts, before, &self.names).map_err(refused)?;
+        let (target, lost) = (&target[..], &lost[..]);
+        for name in target {
+            if !self.names.contains(name) {
+                return Err(refused(format!(
+                    "database \"{name}\" is not configured; nothing changed"
+                )));
+            }
+        }
         let mut witnessed: Vec<String> = witnesses
             .iter()
             .filter_map(|r| r.as_ref().ok())
@@ -383,27 +385,46 @@ impl Store {
                 )));
             }
         }
-        let plan = layout::plan(&layouts, before, target, lost).map_err(refused)?;
-        let Plan::Change {
-            from,
-            to,
-            supersede,
-            finishing,
-        } = plan
-        else {
-            let Plan::Already(l) = plan else {
-                unreachable!()
+        let (from, to, supersede, finishing) =
+            match layout::plan(&layouts, before, target, lost).map_err(refused)? {
+                Plan::Already(l) => {
+                    say(format!(
+                        "layout epoch {} already has these databases: {}",
+                        l.epoch,
+                        l.describe()
+                    ));
+                    return Ok(l);
+                }
+                Plan::Change {
+                    from,
+                    to,
+                    supersede,
+                    finishing,
+                } => (from, to, supersede, finishing),
             };
-            say(format!(
-                "layout epoch {} already has these databases: {}",
-                l.epoch,
-                l.describe()
-            ));
-            return Ok(l);
-        };
         let names: Vec<String> = parts.iter().map(|&i| self.names[i].clone()).collect();
         if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
             self.wait_silent(&parts, running, say).await?;
+            // What was decided holds only if nothing moved on meanwhile.
+            let rows: Vec<LayoutRow> = self
+                .all_parts(&parts, |db| db.layouts(), "nothing changed")
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            let key = |l: &[Layout]| {
+                let (done, pending) = layout::current(l);
+                (
+                    l.last().map(|l| l.epoch),
+                    done.map(|l| l.epoch),
+                    pending.map(|l| l.epoch),
+                )
+            };
+            if layout::merge(&rows).map(|l| key(&l)) != Ok(key(&layouts)) {
+                return Err(refused(
+                    "the layouts changed while this command waited (another command ran): run it again; nothing changed".into(),
+                ));
+            }
         }
         let now = unix_ms();
         if layouts.is_empty() {
