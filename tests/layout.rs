@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::cli::config_file;
 use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
 use common::layout::{
-    Cluster, assert_consistent, bulk_bizs, cli_ok, kill_midway, live_rows, toml_for,
+    Cluster, assert_consistent, bulk_bizs, cli_ok, highest_max_id, kill_midway, live_rows, toml_for,
 };
 use common::traffic::{Traffic, check_streams};
 use common::*;
@@ -378,17 +378,7 @@ async fn a_class_changed_by_hand_without_a_fence_is_refused() {
     assert!(try_v1_ids(&remote, "plain", &token, 10).await.is_err());
     assert!(refusal.contains("segmint db fence"), "{refusal}");
     // Every ID reserved so far lies at or below the rows' max_id.
-    let top = (0..2)
-        .map(|i| {
-            dbs.sql(
-                i,
-                "SELECT max_id FROM tiny_id_info WHERE biz_type = 'plain'",
-            )
-            .parse::<i64>()
-            .unwrap()
-        })
-        .max()
-        .unwrap();
+    let top = highest_max_id(&dbs, 2, "plain");
     for name in ["pg0", "pg1"] {
         let above = (top + 1000).to_string();
         cli_ok(&toml, &["db", "fence", name, "--above", &above]);

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use common::cli::CliRun;
 use common::http::{Remote, Target, bearer, get, metric, try_v1_ids, v1};
 use common::layout::{
-    Cluster, assert_consistent, bulk_bizs, cli, cli_ok, kill_midway, live_rows, toml_for,
+    Cluster, assert_consistent, bulk_bizs, cli, cli_ok, highest_max_id, kill_midway, live_rows,
+    toml_for,
 };
 use common::traffic::{Stream, Traffic, check_streams};
 use common::*;
@@ -822,17 +823,7 @@ async fn servers_finish_a_biz_left_frozen_by_a_killed_command_within_the_bound()
         );
     }
     let frozen_at = Instant::now();
-    let fence = (0..2)
-        .map(|i| {
-            dbs.sql(
-                i,
-                "SELECT max_id FROM tiny_id_info WHERE biz_type = 'plain'",
-            )
-            .parse::<i64>()
-            .unwrap()
-        })
-        .max()
-        .unwrap();
+    let fence = highest_max_id(&dbs, 2, "plain");
 
     // Requests to both servers in turn until one gives an ID above the fence: a
     // segment reserved after the move (what the servers had cached lies below it).

@@ -90,6 +90,22 @@ pub fn live_rows(dbs: &Databases, n: usize, biz: &str) -> Vec<(usize, i64, i64, 
         .collect()
 }
 
+/// The highest `max_id` of `biz` over the first `n` databases: every ID reserved of it
+/// so far lies at or below it.
+pub fn highest_max_id(dbs: &Databases, n: usize, biz: &str) -> i64 {
+    (0..n)
+        .map(|i| {
+            dbs.sql(
+                i,
+                &format!("SELECT max_id FROM tiny_id_info WHERE biz_type = '{biz}'"),
+            )
+            .parse::<i64>()
+            .unwrap_or_else(|e| panic!("max_id of {biz} on database {i}: {e}"))
+        })
+        .max()
+        .unwrap_or(i64::MIN)
+}
+
 /// `n` PostgreSQL databases, the first `members` of them in the configuration, with
 /// the biz `plain` and, when `odd`, the odd-only `odd`, both of step `step`; a token
 /// for each.
