@@ -1186,17 +1186,13 @@ impl Store {
 
     /// Finishes the bizs of a change that was cut off, from a server: once the change's
     /// row has stayed the same for [`SILENT`] (by this process's clock, from the first
-    /// read that saw it), every biz whose rows do not follow it yet is moved as the
-    /// command would move it, provided this server is configured with, and just read,
-    /// every database the change needs. Moving a biz twice at once (two servers, or
-    /// the command alive after all) is safe: each step is a compare-and-set. The
-    /// worker IDs and the layout row are left to the command, run again.
-    /// Returns whether a biz was moved.
-    pub(super) async fn heal(
-        &self,
-        read: &[(usize, Snapshot)],
-        snapshots: &[Option<Snapshot>],
-    ) -> bool {
+    /// read that saw it), every biz with a member's row frozen by the change is moved
+    /// as the command would move it, provided this server is configured with, and just
+    /// `read`, every database the change needs. Moving a biz twice at once (two
+    /// servers, or the command alive after all) is safe: each step is a compare-and-set.
+    /// The worker IDs and the layout row are left to the command, run again. Returns
+    /// whether a biz was moved.
+    pub(super) async fn heal(&self, read: &[(usize, Snapshot)]) -> bool {
         let (pending, layouts) = {
             let mut view = self.layout.lock();
             let Some(pending) = layout::current(&view.layouts).1.cloned() else {
@@ -1251,11 +1247,10 @@ impl Store {
             return false;
         };
         let mut bizs: BTreeSet<&str> = BTreeSet::new();
-        for (i, snap) in snapshots.iter().enumerate() {
-            let Some(snap) = snap else { continue };
+        for (i, snap) in read {
             // A member's row frozen by the change: rows of databases it removes stay
             // frozen for good.
-            if pending.class_of(&self.names[i]).is_none() {
+            if pending.class_of(&self.names[*i]).is_none() {
                 continue;
             }
             for r in &snap.bizs {

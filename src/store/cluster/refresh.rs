@@ -97,14 +97,7 @@ impl Store {
         // the rows again, so the catalog below sees where they got).
         let mut read = read;
         if self.layout_epochs().1.is_some() {
-            let snapshots = {
-                let mut snapshots = self.snapshots.lock().clone();
-                for (i, snap) in &read {
-                    snapshots[*i] = Some(snap.clone());
-                }
-                snapshots
-            };
-            if self.heal(&read, &snapshots).await {
+            if self.heal(&read).await {
                 for (i, snap) in &mut read {
                     if let Ok(bizs) = self.timed(self.dbs[*i].store.bizs()).await {
                         snap.bizs = bizs;
