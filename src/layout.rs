@@ -386,6 +386,16 @@ pub fn plan(
         return Err("a layout needs at least one database; nothing changed".into());
     }
     let (done, pending) = current(layouts);
+    if done.is_none() && pending.is_none() {
+        // The first change starts from the configured classes: every database must be
+        // configured, and then their classes cover every ID (database i of n: i mod n).
+        if let Some(id) = uncovered(before.members.iter().map(|m| m.class)) {
+            return Err(format!(
+                "the configured classes ({}) give IDs like {id} to no database: a database is missing from this configuration, and it would keep issuing from its class; configure every database; nothing changed",
+                before.describe()
+            ));
+        }
+    }
     let from = done.unwrap_or(before).clone();
     let newest = layouts.last().unwrap_or(&from);
     for name in target {
@@ -470,6 +480,17 @@ pub fn plan(
         supersede: pending.cloned(),
         finishing: false,
     })
+}
+
+/// An ID that none of `classes` holds, if any (checked over one period, the least
+/// common multiple of their moduli, up to [`MAX_MODULUS`]).
+pub fn uncovered(classes: impl Iterator<Item = Residue> + Clone) -> Option<i64> {
+    let m = classes.clone().try_fold(1i64, |m, c| {
+        (m / gcd(m, c.delta()))
+            .checked_mul(c.delta())
+            .filter(|&m| m <= MAX_MODULUS)
+    })?;
+    (0..m).find(|&id| !classes.clone().any(|c| c.contains(id)))
 }
 
 /// Whether two classes share an ID: `a ≡ b` modulo the gcd of their moduli.
@@ -780,6 +801,15 @@ mod tests {
             lost[0].clone(),
         ];
         assert!(Layout::allocate(5, &names(&["a"]), all, LayoutState::Moving).is_err());
+    }
+
+    #[test]
+    fn a_first_change_needs_every_configured_class() {
+        let half = lay(0, &[("a", 2, 0)], LayoutState::Done);
+        let e = plan(&[], &half, &names(&["a", "c"]), &[]).unwrap_err();
+        assert!(e.contains("like 1") && e.contains("missing"), "{e}");
+        assert_eq!(uncovered([class(2, 0), class(2, 1)].into_iter()), None);
+        assert_eq!(uncovered([class(3, 0), class(3, 2)].into_iter()), Some(1));
     }
 
     #[test]
