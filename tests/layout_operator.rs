@@ -823,7 +823,7 @@ async fn servers_finish_a_biz_left_frozen_by_a_killed_command_within_the_bound()
         );
     }
     let frozen_at = Instant::now();
-    let fence = highest_max_id(&dbs, 2, "plain");
+    let fence = highest_max_id(dbs, 2, "plain");
 
     // Requests to both servers in turn until one gives an ID above the fence: a
     // segment reserved after the move (what the servers had cached lies below it).

@@ -13,9 +13,12 @@ pub(crate) enum FaultKind {
     BackInTime,
     DiskFull,
     Layout,
+    LayoutMissing,
+    LayoutRace,
+    LayoutKill,
 }
 
-pub(crate) const FAULT_KINDS: [FaultKind; 9] = [
+pub(crate) const FAULT_KINDS: [FaultKind; 12] = [
     FaultKind::ServerKill,
     FaultKind::ServerTerm,
     FaultKind::ServerStop,
@@ -25,6 +28,9 @@ pub(crate) const FAULT_KINDS: [FaultKind; 9] = [
     FaultKind::BackInTime,
     FaultKind::DiskFull,
     FaultKind::Layout,
+    FaultKind::LayoutMissing,
+    FaultKind::LayoutRace,
+    FaultKind::LayoutKill,
 ];
 
 impl FaultKind {
@@ -45,6 +51,49 @@ impl FaultKind {
             FaultKind::Layout => {
                 "layout change: a database taken out (`segmint db remove`, the others move to 2 classes), then brought back (`segmint db add`)"
             }
+            FaultKind::LayoutMissing => {
+                "`segmint db remove` / `db add` with a configuration missing a database: refused, naming it, nothing changed"
+            }
+            FaultKind::LayoutRace => {
+                "two `segmint db` layout commands started together (two removes, one twice, or remove and add): one epoch, one winner"
+            }
+            FaultKind::LayoutKill => {
+                "`segmint db remove` / `db add` killed (SIGKILL) midway, then the same or the opposite command run to completion"
+            }
+        }
+    }
+
+    /// A fault of `segmint db` layout commands: one runs at a time.
+    pub(crate) fn on_layout(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Layout
+                | FaultKind::LayoutMissing
+                | FaultKind::LayoutRace
+                | FaultKind::LayoutKill
+        )
+    }
+
+    /// Whether this layout fault and the database fault `other` never run together
+    /// (the one that comes second waits for the first to be repaired):
+    /// - a change needs every database answering: not with a database stopped, killed
+    ///   or full (a command that fails all the same is run again); a stall only holds
+    ///   it up, or fails it on a statement timeout until the stall ends (run again);
+    /// - a change would move a restored database's rows before `db fence` raises them:
+    ///   not with a back-in-time fault;
+    /// - two commands started together are judged by how each ended: not with any
+    ///   database fault, which could refuse both.
+    ///
+    /// The commands of the missing-database fault must be refused whatever else is
+    /// down: it keeps none out.
+    pub(crate) fn keeps_out(self, other: FaultKind) -> bool {
+        match self {
+            FaultKind::LayoutRace => other.on_database(),
+            FaultKind::Layout | FaultKind::LayoutKill => matches!(
+                other,
+                FaultKind::DbStop | FaultKind::DbKill | FaultKind::DiskFull | FaultKind::BackInTime
+            ),
+            _ => false,
         }
     }
 
@@ -73,6 +122,12 @@ impl FaultKind {
             FaultKind::DiskFull => rng.millis(2000, 4000),
             // Out of the layout.
             FaultKind::Layout => rng.millis(2000, 5000),
+            // Refused commands: nothing to hold.
+            FaultKind::LayoutMissing => Duration::ZERO,
+            // The winner's layout, before the configured one is restored.
+            FaultKind::LayoutRace => rng.millis(0, 1000),
+            // From the kill to the command run again.
+            FaultKind::LayoutKill => rng.millis(0, 1500),
         }
     }
 }
@@ -93,20 +148,29 @@ pub(crate) struct Busy {
     pub(crate) servers: [bool; SERVERS],
     /// The database a fault takes away (down or stalled): at most one at a time.
     pub(crate) database: Option<usize>,
+    /// That fault.
+    pub(crate) database_fault: Option<FaultKind>,
     /// The database a back-in-time fault is acting on, from its backup until its fence
     /// is lifted: no other fault touches it, and since at most one other database is
     /// taken away meanwhile, one more stays up to witness its reservations.
     pub(crate) restored: Option<usize>,
-    /// A layout change is under way: it needs every database, so no database fault
-    /// starts meanwhile, and it waits for those running.
-    pub(crate) layout: bool,
+    /// The layout fault under way: at most one at a time.
+    pub(crate) layout: Option<FaultKind>,
 }
 
-/// Every 2 to 5 s, starts the next fault of a shuffled deck that holds every kind (and a
-/// kill of every server), passing over those that would break the rules now (at most one
-/// database fault at a time, at least one server untouched) and waiting when all left
-/// would. Faults overlap otherwise. Returns once the last fault is repaired, with how
-/// many faults had to wait.
+/// Every 1.6 to 4.1 s, starts the next fault of a deck, passing over those that would
+/// break the rules now (see [`pick`]) and waiting when all left would. Faults overlap
+/// otherwise. Returns once the last fault is repaired, with how many faults had to
+/// wait.
+///
+/// The deck holds every kind and a kill of every server, then a second freeze and a
+/// second stall: 16 faults, a round as long as the 13 of the deck before the layout
+/// commands at 2 to 5 s each. Its first part is ordered by how long each keeps others
+/// waiting: the layout faults (one at a time, 1 to 10 s each), then the database faults
+/// (one at a time, most of them not with a layout change), then the server faults, each
+/// group shuffled. Those that wait go first and the server faults fill the gaps, so
+/// that a 60 s run draws every kind (shuffled as one, the last layout fault often came
+/// too late for it).
 pub(crate) async fn inject(
     ctx: Arc<Ctx>,
     mut rng: Rng,
@@ -117,7 +181,7 @@ pub(crate) async fn inject(
     let mut deck: Vec<(FaultKind, Option<usize>)> = Vec::new();
     let mut waits = 0;
     loop {
-        let pause = rng.millis(2000, 5000);
+        let pause = rng.millis(1600, 4100);
         let now = Instant::now();
         if now + pause >= until {
             tokio::time::sleep(until.saturating_duration_since(now)).await;
@@ -126,22 +190,33 @@ pub(crate) async fn inject(
         tokio::time::sleep(pause).await;
         watch_for_crashes(&ctx, &busy);
         if deck.is_empty() {
-            deck = vec![
-                (FaultKind::ServerKill, Some(0)),
-                (FaultKind::ServerKill, Some(1)),
-                (FaultKind::ServerKill, Some(2)),
-                (FaultKind::ServerTerm, None),
-                (FaultKind::ServerStop, None),
-                (FaultKind::ServerStop, None),
-                (FaultKind::DbStop, None),
-                (FaultKind::DbKill, None),
-                (FaultKind::DbStall, None),
-                (FaultKind::DbStall, None),
-                (FaultKind::BackInTime, None),
-                (FaultKind::DiskFull, Some(DISK_DB)),
-                (FaultKind::Layout, None),
+            let groups = [
+                vec![
+                    (FaultKind::Layout, None),
+                    (FaultKind::LayoutMissing, None),
+                    (FaultKind::LayoutRace, None),
+                    (FaultKind::LayoutKill, None),
+                ],
+                vec![
+                    (FaultKind::BackInTime, None),
+                    (FaultKind::DbStop, None),
+                    (FaultKind::DbKill, None),
+                    (FaultKind::DbStall, None),
+                    (FaultKind::DiskFull, Some(DISK_DB)),
+                ],
+                vec![
+                    (FaultKind::ServerKill, Some(0)),
+                    (FaultKind::ServerKill, Some(1)),
+                    (FaultKind::ServerKill, Some(2)),
+                    (FaultKind::ServerTerm, None),
+                    (FaultKind::ServerStop, None),
+                ],
+                vec![(FaultKind::ServerStop, None), (FaultKind::DbStall, None)],
             ];
-            rng.shuffle(&mut deck);
+            for mut group in groups {
+                rng.shuffle(&mut group);
+                deck.extend(group);
+            }
         }
         // A fault the rules forbid now waits for the one in its way to be repaired.
         let mut waited = false;
@@ -161,11 +236,13 @@ pub(crate) async fn inject(
         let Some((kind, target, hold)) = chosen else {
             break;
         };
+        // The fault's own choices (which commands, when to kill), from the schedule.
+        let draws = Rng::new(rng.next());
         let (ctx, busy) = (ctx.clone(), busy.clone());
         running.spawn(async move {
             let start = ctx.now();
             eprintln!("chaos: t={start:.1}s {kind:?} on {target} for {hold:?}");
-            let note = match run_fault(&ctx, kind, target, hold).await {
+            let note = match run_fault(&ctx, kind, target, hold, draws).await {
                 Ok(note) => note,
                 Err(e) => {
                     ctx.anomaly(format!("{kind:?} on {target}: {e}"));
@@ -173,12 +250,13 @@ pub(crate) async fn inject(
                 }
             };
             let mut b = busy.lock().unwrap();
-            if kind == FaultKind::Layout {
-                b.layout = false;
+            if kind.on_layout() {
+                b.layout = None;
             } else if kind == FaultKind::BackInTime {
                 b.restored = None;
             } else if kind.on_database() {
                 b.database = None;
+                b.database_fault = None;
             } else {
                 b.servers[target] = false;
             }
@@ -203,8 +281,9 @@ pub(crate) async fn inject(
 
 /// Takes the first fault of the deck that the rules allow now (at most one database
 /// taken away at a time, never the one going back in time; at most one back-in-time
-/// fault at a time; at least one server untouched), draws its target if the deck left
-/// it open and how long it holds, and marks its target busy.
+/// fault at a time; at most one layout fault, never with a database fault it keeps out
+/// (see [`FaultKind::keeps_out`]); at least one server untouched), draws its target if
+/// the deck left it open and how long it holds, and marks its target busy.
 pub(crate) fn pick(
     deck: &mut Vec<(FaultKind, Option<usize>)>,
     busy: &Mutex<Busy>,
@@ -213,9 +292,11 @@ pub(crate) fn pick(
     let mut b = busy.lock().unwrap();
     let servers_busy = b.servers.iter().filter(|&&x| x).count();
     let i = deck.iter().position(|&(kind, target)| {
-        if kind == FaultKind::Layout {
-            !b.layout && b.database.is_none() && b.restored.is_none()
-        } else if b.layout && kind.on_database() {
+        if kind.on_layout() {
+            b.layout.is_none()
+                && b.database_fault.is_none_or(|f| !kind.keeps_out(f))
+                && (b.restored.is_none() || !kind.keeps_out(FaultKind::BackInTime))
+        } else if b.layout.is_some_and(|l| l.keeps_out(kind)) {
             false
         } else if kind == FaultKind::BackInTime {
             b.restored.is_none() && target.is_none_or(|d| b.database != Some(d))
@@ -227,7 +308,7 @@ pub(crate) fn pick(
     })?;
     let (kind, target) = deck.remove(i);
     let target = target.unwrap_or_else(|| {
-        if kind == FaultKind::Layout {
+        if kind.on_layout() {
             rng.below(DATABASES)
         } else if kind.on_database() {
             let taken = if kind == FaultKind::BackInTime {
@@ -242,12 +323,13 @@ pub(crate) fn pick(
             free[rng.below(free.len())]
         }
     });
-    if kind == FaultKind::Layout {
-        b.layout = true;
+    if kind.on_layout() {
+        b.layout = Some(kind);
     } else if kind == FaultKind::BackInTime {
         b.restored = Some(target);
     } else if kind.on_database() {
         b.database = Some(target);
+        b.database_fault = Some(kind);
     } else {
         b.servers[target] = true;
     }
@@ -278,6 +360,7 @@ pub(crate) async fn run_fault(
     kind: FaultKind,
     target: usize,
     hold: Duration,
+    draws: Rng,
 ) -> Result<String, String> {
     match kind {
         FaultKind::ServerKill | FaultKind::ServerTerm => {
@@ -354,6 +437,9 @@ pub(crate) async fn run_fault(
         }
         FaultKind::BackInTime => back_in_time(ctx, target, hold).await,
         FaultKind::Layout => layout_change(ctx, target, hold).await,
+        FaultKind::LayoutMissing => layout_missing(ctx, target, draws).await,
+        FaultKind::LayoutRace => layout_race(ctx, target, hold, draws).await,
+        FaultKind::LayoutKill => layout_kill(ctx, target, hold, draws).await,
         FaultKind::DiskFull => disk_full(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
@@ -388,9 +474,6 @@ pub(crate) const FENCE_SEEN: Duration = Duration::from_secs(15);
 /// How long a restored database stays fenced before the operator raises it, so that
 /// servers restarted meanwhile meet it fenced too.
 pub(crate) const FENCE_HELD: Duration = Duration::from_secs(2);
-/// How long the harness retries a `segmint db` command: `fence` needs every other
-/// database, `add` and `remove` every database (a server fault never stops them).
-pub(crate) const DB_COMMAND_RETRY: Duration = Duration::from_secs(30);
 
 /// Whether server `base` shows database `name` fenced on `/readyz`: the reason if it
 /// does, `Some(None)` if it does not, `None` when it does not answer.
@@ -562,9 +645,10 @@ pub(crate) async fn back_in_time(
     }
 
     tokio::time::sleep(FENCE_HELD).await;
-    let (raised, attempts) = db_command(ctx, &["fence", &name])
+    let ran = db_command(ctx, &["fence", &name])
         .await
         .map_err(|e| format!("{what}; {e}"))?;
+    let (raised, attempts) = (ran.out, ran.failed.len() + 1);
     let lifted = ctx.now();
     let raised_rows = raised.lines().filter(|l| l.contains("raised from")).count();
     if raised_rows == 0 {
@@ -727,70 +811,5 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
                 first_error.chars().take(140).collect::<String>()
             )
         }
-    ))
-}
-
-/// Runs `segmint db ARGS` with the servers' configuration until it succeeds, for at
-/// most [`DB_COMMAND_RETRY`]; its output and how many runs it took.
-async fn db_command(ctx: &Ctx, args: &[&str]) -> Result<(String, u32), String> {
-    let config = ctx.servers[0].config.clone();
-    let args: Vec<String> = ["db"].iter().chain(args).map(|a| a.to_string()).collect();
-    let began = Instant::now();
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        let (config, owned) = (config.clone(), args.clone());
-        let run = tokio::task::spawn_blocking(move || {
-            let args: Vec<&str> = owned.iter().map(String::as_str).collect();
-            common::cli::segmint_cli(&config, &args, &[])
-        })
-        .await
-        .map_err(|e| e.to_string())?;
-        if run.ok() {
-            return Ok((run.stdout, attempts));
-        }
-        if began.elapsed() > DB_COMMAND_RETRY {
-            return Err(format!(
-                "`segmint {}` failed {attempts} times: {}{}",
-                args.join(" "),
-                run.stderr,
-                run.stdout
-            ));
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
-/// Takes database `target` out of the layout while the servers serve (every biz moves
-/// to two classes above every ID issued before), holds, then brings it back (three
-/// classes again, as configured). The servers name all three databases throughout:
-/// they stop using it, then use it again, without a restart.
-pub(crate) async fn layout_change(
-    ctx: &Ctx,
-    target: usize,
-    hold: Duration,
-) -> Result<String, String> {
-    let name = format!("pg{target}");
-    let began = Instant::now();
-    let (out, tries) = db_command(ctx, &["remove", &name]).await?;
-    if !out.contains("is done") {
-        return Err(format!("`segmint db remove {name}` did not finish: {out}"));
-    }
-    let removed_in = began.elapsed();
-    tokio::time::sleep(hold).await;
-    let began = Instant::now();
-    let (out, tries_back) = db_command(ctx, &["add", &name]).await?;
-    let expected = "pg0 (0 mod 3), pg1 (1 mod 3), pg2 (2 mod 3)";
-    if !out.contains(expected) {
-        return Err(format!(
-            "`segmint db add {name}` did not restore {expected}: {out}"
-        ));
-    }
-    Ok(format!(
-        "out in {:.2} s ({tries} run{}), back in {:.2} s ({tries_back} run{})",
-        removed_in.as_secs_f64(),
-        if tries == 1 { "" } else { "s" },
-        began.elapsed().as_secs_f64(),
-        if tries_back == 1 { "" } else { "s" },
     ))
 }

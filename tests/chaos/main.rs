@@ -1,9 +1,11 @@
 //! Chaos run: three real `segmint serve` processes over three PostgreSQL databases
 //! (classes 0, 1 and 2 mod 3), ten workers asking for IDs through every API (Tinyid's
 //! routes, the v1 API, whole segments, the client library) for `CHAOS_SECS` seconds
-//! (default 60), while a fault injector kills, terminates and freezes the servers and
-//! crashes, kills and stalls the databases. Failed requests are allowed; one ID received
-//! twice fails the test.
+//! (default 60), while a fault injector kills, terminates and freezes the servers,
+//! crashes, kills and stalls the databases, and runs the operator's layout commands
+//! (`segmint db remove` / `db add`: as planned, with a database missing from the
+//! configuration, two at once, killed midway). Failed requests are allowed; one ID
+//! received twice fails the test.
 //!
 //! Every ID anybody received is kept as spans of consecutive members of its residue
 //! class (an ID is `class + modulus × k`), so a long run costs a few bytes per request,
@@ -20,11 +22,14 @@
 //! Layout: this file holds the settings, the shared state and the test itself;
 //! [`ledger`] keeps and audits every ID received, [`processes`] starts and signals the
 //! servers and databases, [`workers`] sends the requests, [`faults`] injects the faults,
+//! [`layout`] holds the layout faults, run through [`commands`] (`segmint db` processes),
 //! [`report`] checks the finished run and writes its report.
 
+mod commands;
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
+mod layout;
 mod ledger;
 mod processes;
 mod report;
@@ -47,7 +52,9 @@ use segmint::client::{Client, ClientError, Protocol};
 use segmint::config::Config;
 use tokio::task::JoinSet;
 
+use commands::*;
 use faults::*;
+use layout::*;
 use ledger::*;
 use processes::*;
 use report::*;
@@ -155,10 +162,15 @@ impl Biz {
     }
 
     /// Every class (delta, remainder) database `db` may issue from: its own in the
-    /// configured layout, and its class in each layout with one other database taken
-    /// out (the layout fault), database `k` of the two left issuing `k mod 2`.
+    /// configured layout, its class in each layout with one other database taken out
+    /// (the layout faults), database `k` of the two left issuing `k mod 2`, and every
+    /// ID alone (two racing removes that ran one after the other leave one database).
     fn classes_of(self, db: usize) -> Vec<(i64, i64)> {
-        let mut classes = vec![(self.modulus(), self.class_of(db))];
+        let alone = match self {
+            Biz::Chaos => (1, 0),
+            Biz::Odd => (2, 1),
+        };
+        let mut classes = vec![(self.modulus(), self.class_of(db)), alone];
         for out in (0..DATABASES).filter(|&o| o != db) {
             let k = (0..DATABASES).filter(|&d| d != out).position(|d| d == db);
             let n = DATABASES as i64 - 1;
@@ -203,6 +215,8 @@ struct Ctx {
     back: AtomicUsize,
     /// What the database did under each disk-full fault, for the report's totals.
     disk_full: Mutex<Vec<DiskOutcome>>,
+    /// What the layout faults' commands did, for the report's checks and totals.
+    layout_log: Mutex<LayoutLog>,
     /// Holds the configuration file and the servers' logs; dropped last.
     _dir: tempfile::TempDir,
 }
@@ -314,6 +328,7 @@ async fn set_up() -> Arc<Ctx> {
         starts: (0..SERVERS).map(|_| AtomicU32::new(0)).collect(),
         back: AtomicUsize::new(0),
         disk_full: Mutex::new(Vec::new()),
+        layout_log: Mutex::new(LayoutLog::default()),
         _dir: dir,
     });
     for s in 0..SERVERS {

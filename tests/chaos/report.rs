@@ -242,6 +242,7 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
         &anomalies,
         "yes",
     ));
+    checks.extend(layout_checks(&ctx.layout_log.lock().unwrap()));
     if run.secs >= 60 {
         let restarts = restarts(&run.faults);
         let mut missing: Vec<String> = FAULT_KINDS
@@ -273,6 +274,154 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
             wasted,
         },
     )
+}
+
+/// The layout faults' verdicts: a command missing a database from its configuration
+/// is refused, naming it (unless no layout was stored yet: see [`MissingRun::first`]),
+/// and changes nothing (exiting 0 is the bug of a change made without a database that
+/// may hold live rows); of two commands started together at most one wins, unless the
+/// second ran from the layout the first made.
+pub(crate) fn layout_checks(log: &LayoutLog) -> Vec<Check> {
+    let mut wrong = Vec::new();
+    for m in &log.missing {
+        let what = format!("t={:.1}s `{}` without pg{}", m.at, m.command, m.missing);
+        if !m.refused() {
+            wrong.push(format!(
+                "{what} was not refused ({}): \"{}\"",
+                m.code.map_or("killed".into(), |c| format!("exit {c}")),
+                short(&m.message, 200)
+            ));
+        } else if !m.named && !m.first {
+            wrong.push(format!(
+                "{what} was refused without naming pg{}: \"{}\"",
+                m.missing,
+                short(&m.message, 200)
+            ));
+        }
+        if let Err(e) = &m.unchanged {
+            wrong.push(format!("layout or biz rows changed: {e}"));
+        }
+    }
+    wrong.dedup();
+    let refused = log.missing.iter().filter(|m| m.refused()).count();
+    let races: Vec<String> = log.races.iter().filter_map(RaceRun::violation).collect();
+    let count = |f: &dyn Fn(&RaceRun) -> bool| log.races.iter().filter(|r| f(r)).count();
+    vec![
+        check(
+            "every layout command missing a database from its configuration was refused, naming it, and changed nothing",
+            &wrong,
+            if log.missing.is_empty() {
+                "none run".to_string()
+            } else {
+                format!("{refused} of {} refused, none exited 0", log.missing.len())
+            },
+        ),
+        check(
+            "of two layout commands started together, at most one won its epoch (both only one after the other)",
+            &races,
+            if log.races.is_empty() {
+                "none run".to_string()
+            } else {
+                format!(
+                    "{} races: one won, the other refused {}; one won, the other a no-op {}; one after the other {}; neither won {}",
+                    log.races.len(),
+                    count(&|r| r.winners() == 1 && r.exits_0() == 1),
+                    count(&|r| r.winners() == 1 && r.exits_0() == 2),
+                    count(&|r| r.winners() == 2),
+                    count(&|r| r.winners() == 0),
+                )
+            },
+        ),
+    ]
+}
+
+/// The layout faults' commands: what each did.
+fn layout_section(w: &mut String, log: &LayoutLog) {
+    use std::fmt::Write as _;
+    let _ = writeln!(w, "\n## Layout commands\n");
+    let refused = log.missing.iter().filter(|m| m.refused()).count();
+    let _ = writeln!(
+        w,
+        "With a database missing from the configuration: {} commands; refused {refused}, naming the missing database {} (before any layout was stored, without naming it: {}); exited 0 (the change made without it) {}.\n",
+        log.missing.len(),
+        log.missing
+            .iter()
+            .filter(|m| m.refused() && m.named)
+            .count(),
+        log.missing
+            .iter()
+            .filter(|m| m.refused() && !m.named && m.first)
+            .count(),
+        log.missing.iter().filter(|m| m.code == Some(0)).count(),
+    );
+    for m in &log.missing {
+        let _ = writeln!(
+            w,
+            "- t = {:.1} s, `{}` without pg{}: {} \"{}\"",
+            m.at,
+            m.command,
+            m.missing,
+            m.code.map_or("killed".into(), |c| format!("exit {c},")),
+            short(&m.message, 200)
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nStarted together: {} pair(s); per pair, commands that exited 0: {:?}, of them winning an epoch: {:?} (a no-op exits 0 too).\n",
+        log.races.len(),
+        log.races.iter().map(RaceRun::exits_0).collect::<Vec<_>>(),
+        log.races.iter().map(RaceRun::winners).collect::<Vec<_>>()
+    );
+    for r in &log.races {
+        let _ = writeln!(
+            w,
+            "- t = {:.1} s: `{}` {}; `{}` {}",
+            r.at,
+            r.commands[0],
+            r.ended[0].describe(),
+            r.commands[1],
+            r.ended[1].describe()
+        );
+    }
+    let _ = writeln!(
+        w,
+        "\nKilled midway (SIGKILL): {}; ended before the kill {}; left a change under way {}; then run again: the same command {}, the opposite {}, nothing to run {}; waited for the killed command's silence {}.\n",
+        log.kills.len(),
+        log.kills.iter().filter(|k| k.ended_first).count(),
+        log.kills.iter().filter(|k| k.cut_off).count(),
+        log.kills
+            .iter()
+            .filter(|k| matches!(k.rerun, Some((_, true))))
+            .count(),
+        log.kills
+            .iter()
+            .filter(|k| matches!(k.rerun, Some((_, false))))
+            .count(),
+        log.kills.iter().filter(|k| k.rerun.is_none()).count(),
+        log.kills.iter().filter(|k| k.waited).count(),
+    );
+    for k in &log.kills {
+        let _ = writeln!(
+            w,
+            "- t = {:.1} s: `{}` killed {}{}{}; then {}",
+            k.at,
+            k.command,
+            k.point,
+            if k.ended_first {
+                " (it had ended first)"
+            } else {
+                ""
+            },
+            if k.cut_off {
+                ", a change left under way"
+            } else {
+                ""
+            },
+            k.rerun
+                .as_ref()
+                .map_or("nothing to run".to_string(), |(c, _)| format!("`{c}`"))
+        );
+    }
 }
 
 /// The longest time one worker went without a success, less the time the test process
@@ -524,13 +673,14 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
         outcomes.iter().filter(|o| o.restarted).count(),
     );
     fault_lines(w, &fills);
+    layout_section(w, &ctx.layout_log.lock().unwrap());
     let _ = writeln!(w, "\n<details><summary>Fault timeline</summary>\n");
     let _ = writeln!(
         w,
         "| t (s) | until | fault | target | hold | note |\n| ---: | ---: | --- | --- | ---: | --- |"
     );
     for f in faults {
-        let target = if f.kind.on_database() || f.kind == FaultKind::Layout {
+        let target = if f.kind.on_database() || f.kind.on_layout() {
             format!("pg{}", f.target)
         } else {
             format!("server {}", f.target)

@@ -96,12 +96,10 @@ impl Store {
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
         let mut read = read;
-        if self.layout_epochs().1.is_some() {
-            if self.heal(&read).await {
-                for (i, snap) in &mut read {
-                    if let Ok(bizs) = self.timed(self.dbs[*i].store.bizs()).await {
-                        snap.bizs = bizs;
-                    }
+        if self.layout_epochs().1.is_some() && self.heal(&read).await {
+            for (i, snap) in &mut read {
+                if let Ok(bizs) = self.timed(self.dbs[*i].store.bizs()).await {
+                    snap.bizs = bizs;
                 }
             }
         }
