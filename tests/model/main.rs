@@ -1,0 +1,122 @@
+//! A model of segmint's layout-change protocol (`segmint db add` / `db remove` /
+//! `db remove NAME --lost`, servers reserving segments and leasing worker IDs while it
+//! runs), checked by [stateright](https://docs.rs/stateright) over every interleaving
+//! of its actors' steps at small sizes.
+//!
+//! The model is the protocol as `src/store/cluster/layout.rs` runs it, one database
+//! statement per step, and it calls the project's own pure functions for every
+//! decision (`layout::merge`, `required`, `plan`, `claim_order`, `fence`, `settled`,
+//! `restriction`, `read`, `current`, `Layout::owner_of`, `Reclass::freezing`,
+//! `Mark::join` …), so it checks the code's rules rather than a copy of them. What it
+//! checks in every reachable state:
+//! - **no duplicate ID**: no ID is issued twice (a reservation issues every ID of its
+//!   segment at once);
+//! - **no worker ID held twice**: no two servers issue with one worker ID at once.
+//!
+//! Faults: a command stops after any step (a crash, or a pause for good); a second
+//! command finishes or supersedes a change at once (not after 3 s of silence: a
+//! paused command may wake up, and safety must hold anyway); databases go down and
+//! come back; a row is restored from a backup; commands run at once, or with a
+//! configuration that names only some databases; leases run out.
+//!
+//! Each scenario is checked twice or more: with every safeguard on ([`Fixes::ALL`]),
+//! where the checker must find no counterexample (and must reach a finished change and
+//! an ID issued in the new layout), and with the safeguard that stops a known bug
+//! switched off, where it must find that bug. Each check prints the states it explored,
+//! its time, and the trace of any counterexample.
+//!
+//! Sizes: the default run keeps each check to seconds (one biz, step 2, `max_id` 4 or
+//! 6, one database outage). `SEGMINT_MODEL_DEEP=1` runs deeper: larger `max_id`, more
+//! outages, more rounds per move and heals, and the bigger scenarios (three
+//! databases, an odd-only biz), in several minutes. `scripts/test` clears `SEGMINT_*`
+//! variables, so run the deep checks directly:
+//! `SEGMINT_MODEL_DEEP=1 cargo test --release --test model -- --nocapture`.
+//!
+//! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
+//! layout-change command; [`mover`] one biz's move (shared by commands and servers'
+//! heals); [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
+//! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
+
+mod command;
+mod model;
+mod mover;
+mod scenarios;
+mod server;
+mod trace;
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use stateright::{Checker, HasDiscoveries, Model};
+
+use model::Sys;
+
+/// Whether the deeper (slower) checks are asked for.
+fn deep() -> bool {
+    std::env::var("SEGMINT_MODEL_DEEP").is_ok_and(|v| v == "1")
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Checks every reachable state of `sys`: no property may fail, and every `sometimes`
+/// property must be reached.
+fn holds(sys: Sys) {
+    let title = sys.spec.title;
+    let started = Instant::now();
+    let mut builder = sys.checker().threads(threads());
+    if let Ok(n) = std::env::var("MODEL_LIMIT") {
+        builder = builder.target_state_count(n.parse().unwrap());
+    }
+    let checker = builder.spawn_bfs().join();
+    eprintln!(
+        "{title}: {} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    for name in ["no duplicate ID", "no worker ID held twice"] {
+        if let Some(path) = checker.discovery(name) {
+            panic!(
+                "{title}: counterexample to \"{name}\":\n{}",
+                checker.model().trace(path)
+            );
+        }
+    }
+    checker.assert_properties();
+}
+
+/// Checks `sys` until a counterexample to `property` is found, and prints it; fails
+/// when every reachable state was explored without one.
+fn finds(sys: Sys, property: &'static str) {
+    let builder = sys
+        .checker()
+        .threads(threads())
+        .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
+    let started = Instant::now();
+    if std::env::var("MODEL_DFS").is_ok() {
+        found(builder.spawn_dfs().join(), property, started);
+    } else {
+        found(builder.spawn_bfs().join(), property, started);
+    }
+}
+
+fn found(checker: impl Checker<Sys>, property: &'static str, started: Instant) {
+    let title = checker.model().spec.title;
+    eprintln!(
+        "{title}: {} states ({} unique), depth {}, {:.1} s",
+        checker.state_count(),
+        checker.unique_state_count(),
+        checker.max_depth(),
+        started.elapsed().as_secs_f64()
+    );
+    let path = checker.discovery(property).unwrap_or_else(|| {
+        panic!("{title}: expected a counterexample to \"{property}\", found none")
+    });
+    eprintln!(
+        "{title}: counterexample to \"{property}\":\n{}",
+        checker.model().trace(path)
+    );
+}

@@ -1,0 +1,646 @@
+//! The model's state (databases, commands, servers, what was issued), its actions, and
+//! the properties checked. The rows and primitives here are the store's statements
+//! (compare-and-set, insert if absent, put a layout row only while it is `moving`);
+//! the decisions are the project's own pure functions, called from [`crate::command`],
+//! [`crate::mover`] and [`crate::server`].
+
+use std::sync::Arc;
+
+use segmint::layout::{Layout, LayoutState, Member};
+use segmint::segment::Residue;
+use segmint::store::{BizRow, LayoutRow, Mark, Reclass};
+use stateright::{Model, Property};
+
+use crate::command::{Cmd, Phase};
+use crate::server::Server;
+
+/// A database, by its index in [`Spec::names`].
+pub type Db = usize;
+
+/// Which of the protocol's safeguards are on. Each test of a known bug switches one
+/// off and expects the checker to find a counterexample; with all on it must find none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fixes {
+    /// A change needs every database [`segmint::layout::required`] names (else only its
+    /// target databases).
+    pub required: bool,
+    /// A change claims its epoch by insert-if-absent in `claim_order` (else it puts
+    /// the row, as a read-then-write would, and carries on whatever it finds).
+    pub claim: bool,
+    /// A change stops when a row was written by a later change (`claimed_by`).
+    pub claimed_by_stamp: bool,
+    /// Servers use only databases whose layout standing is `Current`.
+    pub standing: bool,
+    /// `db remove --lost` retires the lost database's classes (else it is a plain
+    /// removal that does not need the lost database to answer).
+    pub retire_lost: bool,
+    /// Lease writes of a change are made only while its epoch is `moving` there.
+    pub lease_fence: bool,
+}
+
+impl Fixes {
+    pub const ALL: Fixes = Fixes {
+        required: true,
+        claim: true,
+        claimed_by_stamp: true,
+        standing: true,
+        retire_lost: true,
+        lease_fence: true,
+    };
+}
+
+/// A `segmint db add/remove` run: its own configuration and what it asks for.
+#[derive(Debug, Clone)]
+pub struct CommandSpec {
+    /// The databases its configuration names.
+    pub config: Vec<Db>,
+    /// Its configured classes: the layout before any change (epoch 0).
+    pub before: Vec<(Db, Residue)>,
+    /// The layout it moves to (as `main.rs` derives it from the layout in force).
+    pub target: Vec<Db>,
+    /// `db remove NAME --lost`.
+    pub lost: Vec<Db>,
+}
+
+/// A `segmint serve` process and its configuration.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    pub config: Vec<Db>,
+    /// Its configured class of each database of `config`, in that order.
+    pub classes: Vec<Residue>,
+    /// Whether it reserves segments of the biz.
+    pub reserves: bool,
+    /// Whether it leases a snowflake worker ID.
+    pub leases: bool,
+    /// Whether it finishes the bizs of a change cut off (`Store::heal`).
+    pub heals: bool,
+}
+
+/// Everything fixed in one checked model.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub title: &'static str,
+    pub names: Vec<String>,
+    /// The biz's step: a reservation moves `max_id` by this much.
+    pub step: i64,
+    /// Reservations allowed in all (keeps the state space finite).
+    pub reservations: u8,
+    /// Worker IDs `0..workers` are modelled (0: no leases).
+    pub workers: u16,
+    pub commands: Vec<CommandSpec>,
+    pub servers: Vec<ServerSpec>,
+    /// Servers write witnesses and fence a database found behind their evidence.
+    pub witnesses: bool,
+    /// Servers that heal finish the bizs of a pending change (`Store::heal`) at most
+    /// this many times each.
+    pub heals: u8,
+    /// Rounds of one biz's move before it gives up (`MOVE_ATTEMPTS`).
+    pub attempts: u8,
+    pub fixes: Fixes,
+    /// Rows restored from a backup (a fault) allowed.
+    pub restores: u8,
+    /// Servers act only once every command ended: not a fault model, a narrower
+    /// search for tests that only need to find a known bug fast.
+    pub servers_after_commands: bool,
+    /// Commands may pause and wake up: a change is finished, superseded or healed at
+    /// once, its command still able to carry on (else only once its command crashed).
+    pub paused: bool,
+    /// The highest layout epoch stored at the start: "a change is done" means a layout
+    /// above it is done somewhere.
+    pub init_epoch: i64,
+    /// Whether some change must be able to complete (checked as a `sometimes`
+    /// property, so that a model that can do nothing does not pass by accident).
+    pub expect_change: bool,
+}
+
+/// How far a layout's change got (`LayoutState`, hashable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum St {
+    Moving,
+    Done,
+    Superseded,
+}
+
+/// A layout with databases by index: what a `segmint_layout` row holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lay {
+    pub epoch: i64,
+    /// Shared: states are cloned at every step, layouts rarely change.
+    pub members: Arc<[(Db, Residue)]>,
+    pub lost: Arc<[(Db, Residue)]>,
+    pub state: St,
+}
+
+impl Lay {
+    pub fn of(l: &Layout, names: &[String]) -> Lay {
+        let index = |m: &Member| {
+            (
+                names
+                    .iter()
+                    .position(|n| *n == m.name)
+                    .expect("a modelled database"),
+                m.class,
+            )
+        };
+        Lay {
+            epoch: l.epoch,
+            members: l.members.iter().map(index).collect(),
+            lost: l.lost.iter().map(index).collect(),
+            state: match l.state {
+                LayoutState::Moving => St::Moving,
+                LayoutState::Done => St::Done,
+                LayoutState::Superseded => St::Superseded,
+            },
+        }
+    }
+
+    pub fn layout(&self, names: &[String]) -> Layout {
+        let member = |&(d, class): &(Db, Residue)| Member {
+            name: names[d].clone(),
+            class,
+        };
+        Layout {
+            epoch: self.epoch,
+            members: self.members.iter().map(member).collect(),
+            lost: self.lost.iter().map(member).collect(),
+            state: match self.state {
+                St::Moving => LayoutState::Moving,
+                St::Done => LayoutState::Done,
+                St::Superseded => LayoutState::Superseded,
+            },
+        }
+    }
+
+    pub fn row(&self, names: &[String]) -> LayoutRow {
+        self.layout(names).row(1)
+    }
+
+    pub fn class_of(&self, d: Db) -> Option<Residue> {
+        self.members.iter().find(|m| m.0 == d).map(|m| m.1)
+    }
+
+    pub fn with(&self, state: St) -> Lay {
+        Lay {
+            state,
+            ..self.clone()
+        }
+    }
+}
+
+/// The biz's `tiny_id_info` row on one database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Row {
+    pub version: i64,
+    pub max_id: i64,
+    pub class: Residue,
+    pub epoch: i64,
+    pub frozen: bool,
+    pub claimed_by: i64,
+}
+
+impl Row {
+    pub fn new(max_id: i64, class: Residue, epoch: i64) -> Row {
+        Row {
+            version: 1,
+            max_id,
+            class,
+            epoch,
+            frozen: false,
+            claimed_by: 0,
+        }
+    }
+
+    pub fn biz_row(&self, step: i64) -> BizRow {
+        BizRow {
+            biz_type: "biz".into(),
+            begin_id: 0,
+            max_id: self.max_id,
+            step,
+            delta: self.class.delta(),
+            remainder: self.class.remainder(),
+            version: self.version,
+            description: String::new(),
+            epoch: self.epoch,
+            frozen: self.frozen,
+            claimed_by: self.claimed_by,
+        }
+    }
+
+    /// The row as a change's compare-and-set leaves it.
+    pub fn reclassed(r: &Reclass) -> Row {
+        Row {
+            version: r.version,
+            max_id: r.max_id,
+            class: Residue::new(r.delta, r.remainder).expect("a valid class"),
+            epoch: r.epoch,
+            frozen: r.frozen,
+            claimed_by: r.claimed_by,
+        }
+    }
+
+    /// Frozen or thawed by the change to epoch `by` (`Reclass::freezing`).
+    pub fn freezing(&self, frozen: bool, by: i64) -> Row {
+        Row::reclassed(&Reclass::freezing(&self.biz_row(0), frozen, by))
+    }
+
+    pub fn mark(&self) -> Mark {
+        Mark::of(&self.biz_row(0))
+    }
+}
+
+/// A `Mark` (version, max_id, high_id), hashable.
+pub type MarkT = (i64, i64, i64);
+
+pub fn to_mark(m: MarkT) -> Mark {
+    Mark {
+        version: m.0,
+        max_id: m.1,
+        high_id: m.2,
+    }
+}
+
+pub fn of_mark(m: Mark) -> MarkT {
+    (m.version, m.max_id, m.high_id)
+}
+
+/// Joins `m` into what is known (`Mark::join`).
+pub fn learn(known: &mut Option<MarkT>, m: Mark) {
+    *known = Some(of_mark(match known {
+        Some(k) => to_mark(*k).join(m),
+        None => m,
+    }));
+}
+
+/// Who holds a worker ID's lease row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Holder {
+    /// No row, or one free (released, expired at once by a change).
+    Free,
+    Server(usize),
+    /// `segmint-layout`: blocked by a change on a database the worker ID left.
+    Moved,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseRow {
+    pub holder: Holder,
+    pub version: u8,
+    /// The lease ran out (by the database's clock, grace included).
+    pub expired: bool,
+}
+
+impl LeaseRow {
+    pub const FREE: LeaseRow = LeaseRow {
+        holder: Holder::Free,
+        version: 0,
+        expired: true,
+    };
+
+    pub fn takeable(&self) -> bool {
+        match self.holder {
+            Holder::Free => true,
+            Holder::Server(_) => self.expired,
+            Holder::Moved => false,
+        }
+    }
+}
+
+/// One database.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DbState {
+    /// The biz's row.
+    pub row: Option<Row>,
+    /// `segmint_layout`, by epoch.
+    pub layouts: Vec<Lay>,
+    /// Witness rows: the mark recorded here of the row of each database.
+    pub witness: Vec<Option<MarkT>>,
+    /// Lease rows of worker IDs `0..workers`.
+    pub leases: Vec<LeaseRow>,
+    /// A backup of the row taken earlier, to be restored (a fault).
+    pub backup: Option<Option<Row>>,
+}
+
+impl DbState {
+    pub fn new(n: usize, workers: u16, row: Option<Row>, layouts: Vec<Lay>) -> DbState {
+        DbState {
+            row,
+            layouts,
+            witness: vec![None; n],
+            leases: vec![LeaseRow::FREE; usize::from(workers)],
+            backup: None,
+        }
+    }
+
+    /// Compare-and-set on `(version, max_id)`.
+    pub fn cas(&mut self, version: i64, max_id: i64, to: Row) -> Option<Row> {
+        match &mut self.row {
+            Some(r) if r.version == version && r.max_id == max_id => {
+                *r = to;
+                Some(to)
+            }
+            _ => None,
+        }
+    }
+
+    /// `put_layout`: replaces the epoch's row only while it is `moving`.
+    pub fn put_layout(&mut self, l: &Lay) -> bool {
+        match self.layouts.iter_mut().find(|x| x.epoch == l.epoch) {
+            Some(x) if x.state == St::Moving => {
+                *x = l.clone();
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.insert_layout(l);
+                true
+            }
+        }
+    }
+
+    /// `claim_layout`: inserts the epoch's row if it has none.
+    pub fn claim_layout(&mut self, l: &Lay) -> bool {
+        if self.layouts.iter().any(|x| x.epoch == l.epoch) {
+            return false;
+        }
+        self.insert_layout(l);
+        true
+    }
+
+    fn insert_layout(&mut self, l: &Lay) {
+        let at = self.layouts.partition_point(|x| x.epoch < l.epoch);
+        self.layouts.insert(at, l.clone());
+    }
+
+    pub fn moving(&self, epoch: i64) -> bool {
+        self.layouts
+            .iter()
+            .any(|l| l.epoch == epoch && l.state == St::Moving)
+    }
+
+    pub fn layout_rows(&self, names: &[String]) -> Vec<LayoutRow> {
+        self.layouts.iter().map(|l| l.row(names)).collect()
+    }
+}
+
+/// The whole system at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct State {
+    pub dbs: Vec<DbState>,
+    pub cmds: Vec<Cmd>,
+    pub servers: Vec<Server>,
+    /// Every ID issued so far (bit `x` for ID `x`).
+    pub issued: u64,
+    /// The first ID issued twice.
+    pub dup: Option<i64>,
+    /// Whether an ID was issued from a row of a layout above the initial one.
+    pub fresh: bool,
+    /// Reservations left.
+    pub reservations: u8,
+    /// Restores from backup left.
+    pub restores: u8,
+}
+
+impl State {
+    pub fn issue(&mut self, id: i64) {
+        let bit = 1u64 << id;
+        if self.issued & bit != 0 && self.dup.is_none() {
+            self.dup = Some(id);
+        }
+        self.issued |= bit;
+    }
+
+    /// Two servers issuing with one worker ID at once.
+    pub fn two_holders(&self) -> Option<(usize, usize, u16)> {
+        let active: Vec<(usize, u16)> = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter_map(|(s, x)| x.lease.filter(|l| l.active).map(|l| (s, l.w)))
+            .collect();
+        active.iter().enumerate().find_map(|(i, &(a, w))| {
+            active[i + 1..]
+                .iter()
+                .find(|&&(_, v)| v == w)
+                .map(|&(b, _)| (a, b, w))
+        })
+    }
+}
+
+/// A set of positions in a configuration, a bit each: the databases that answer a read.
+pub type Answer = u8;
+
+/// The nonempty subsets of `n` databases.
+pub fn answers(n: usize) -> impl Iterator<Item = Answer> {
+    1..(1u8 << n)
+}
+
+/// The steps of the actors and the faults. A database that does not answer (down,
+/// partitioned, too slow) is one that a read leaves out ([`Answer`]); a write to it
+/// fails, which stops a command as a crash would.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Command `c` reads the layouts of the databases of its configuration in `Answer`,
+    /// and decides.
+    Begin(usize, Answer),
+    /// The next step of command `c`.
+    Cmd(usize),
+    /// Command `c` crashes (when commands cannot pause; else a command that is never
+    /// scheduled again is one that crashed).
+    Crash(usize),
+    /// Server `s` re-reads its catalog (rows, layouts, witnesses) from the databases
+    /// in `Answer`, and may start healing.
+    Refresh(usize, Answer),
+    /// The next step of server `s`'s heal.
+    Heal(usize),
+    /// Server `s` reserves a segment on the database at position `p` of its configuration.
+    Reserve(usize, usize),
+    /// Server `s` takes worker ID `w` on the database at position `p`.
+    Take(usize, usize, u16),
+    /// Server `s`'s wait after taking its worker ID is over: it issues with it.
+    Start(usize),
+    /// Server `s` renews its lease.
+    Renew(usize),
+    /// The lease of worker ID `w` on database `d` runs out (its holder stopped).
+    Expire(Db, u16),
+    /// A backup of database `d`'s row is taken (to be restored later).
+    Backup(Db),
+    /// Database `d`'s row goes back to its backup.
+    Restore(Db),
+}
+
+/// One checked model: a [`Spec`] and its initial state.
+pub struct Sys {
+    pub spec: Spec,
+    pub init: State,
+}
+
+impl Sys {
+    pub fn names(&self) -> &[String] {
+        &self.spec.names
+    }
+
+    pub fn layouts(&self, lays: &[Lay]) -> Vec<Layout> {
+        lays.iter().map(|l| l.layout(self.names())).collect()
+    }
+
+    pub fn lay(&self, l: &Layout) -> Lay {
+        Lay::of(l, self.names())
+    }
+
+    pub fn name_list(&self, dbs: &[Db]) -> Vec<String> {
+        dbs.iter().map(|&d| self.spec.names[d].clone()).collect()
+    }
+
+    pub fn index(&self, name: &str) -> Db {
+        self.spec
+            .names
+            .iter()
+            .position(|n| n == name)
+            .expect("a modelled database")
+    }
+}
+
+impl Model for Sys {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        vec![self.init.clone()]
+    }
+
+    fn actions(&self, st: &State, actions: &mut Vec<Action>) {
+        for (c, cmd) in st.cmds.iter().enumerate() {
+            if cmd.phase == Phase::Start {
+                for answer in answers(self.spec.commands[c].config.len()) {
+                    actions.push(Action::Begin(c, answer));
+                }
+            } else if cmd.running() {
+                actions.push(Action::Cmd(c));
+                if !self.spec.paused {
+                    actions.push(Action::Crash(c));
+                }
+            }
+        }
+        let servers_wait = self.spec.servers_after_commands && st.cmds.iter().any(Cmd::running);
+        for (s, server) in st.servers.iter().enumerate() {
+            let spec = &self.spec.servers[s];
+            if servers_wait {
+                break;
+            }
+            if server.heal.is_some() {
+                actions.push(Action::Heal(s));
+            } else {
+                for answer in answers(spec.config.len()) {
+                    actions.push(Action::Refresh(s, answer));
+                }
+            }
+            if !server.read {
+                continue;
+            }
+            if spec.reserves && st.reservations > 0 {
+                for p in 0..spec.config.len() {
+                    actions.push(Action::Reserve(s, p));
+                }
+            }
+            if spec.leases {
+                match server.lease {
+                    None => {
+                        for p in 0..spec.config.len() {
+                            for w in 0..self.spec.workers {
+                                actions.push(Action::Take(s, p, w));
+                            }
+                        }
+                    }
+                    Some(l) => {
+                        if !l.active {
+                            actions.push(Action::Start(s));
+                        }
+                        actions.push(Action::Renew(s));
+                    }
+                }
+            }
+        }
+        for (d, db) in st.dbs.iter().enumerate() {
+            for (w, l) in db.leases.iter().enumerate() {
+                if matches!(l.holder, Holder::Server(_)) && !l.expired {
+                    actions.push(Action::Expire(d, u16::try_from(w).expect("few worker IDs")));
+                }
+            }
+            if st.restores > 0 {
+                match db.backup {
+                    None => actions.push(Action::Backup(d)),
+                    Some(_) => actions.push(Action::Restore(d)),
+                }
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut st = last.clone();
+        let changed = match action {
+            Action::Begin(c, answer) => {
+                let mut cmd = st.cmds[c].clone();
+                let _ = cmd.begin(self, c, &st, answer);
+                st.cmds[c] = cmd;
+                true
+            }
+            Action::Cmd(c) => {
+                let mut cmd = st.cmds[c].clone();
+                let _ = cmd.step(self, &mut st);
+                st.cmds[c] = cmd;
+                true
+            }
+            Action::Crash(c) => {
+                st.cmds[c].crash();
+                true
+            }
+            Action::Refresh(s, answer) => self.refresh(&mut st, s, answer),
+            Action::Heal(s) => self.heal_step(&mut st, s),
+            Action::Reserve(s, p) => self.reserve(&mut st, s, p),
+            Action::Take(s, p, w) => self.take(&mut st, s, p, w),
+            Action::Start(s) => self.start(&mut st, s),
+            Action::Renew(s) => self.renew(&mut st, s),
+            Action::Expire(d, w) => {
+                self.expire(&mut st, d, w);
+                true
+            }
+            Action::Backup(d) => {
+                st.dbs[d].backup = Some(st.dbs[d].row);
+                true
+            }
+            Action::Restore(d) => {
+                let backup = st.dbs[d].backup.take().expect("a backup");
+                st.dbs[d].row = backup;
+                st.restores -= 1;
+                true
+            }
+        };
+        changed.then_some(st)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        let mut properties = vec![
+            Property::always("no duplicate ID", |_, st: &State| st.dup.is_none()),
+            Property::always("no worker ID held twice", |_, st: &State| {
+                st.two_holders().is_none()
+            }),
+        ];
+        if self.spec.expect_change {
+            properties.push(Property::sometimes(
+                "a change is done",
+                |m: &Sys, st: &State| {
+                    st.dbs.iter().any(|db| {
+                        db.layouts
+                            .iter()
+                            .any(|l| l.epoch > m.spec.init_epoch && l.state == St::Done)
+                    })
+                },
+            ));
+            properties.push(Property::sometimes(
+                "an ID issued in a new layout",
+                |_, st: &State| st.fresh,
+            ));
+        }
+        properties
+    }
+}

@@ -1,0 +1,450 @@
+//! A `segmint serve` process: catalog refreshes (rows, layouts with `layout::read`,
+//! witnesses and the evidence that fences a database gone back in time), reservations
+//! (`Store::attempt`: one compare-and-set, every ID of the row's class in the segment
+//! issued at once), healing a change cut off (`Store::heal`), and a snowflake worker
+//! ID's lease.
+//!
+//! Time, for leases, is abstract: [`Action::Start`](crate::model::Action::Start) is the
+//! wait a new holder makes (a lease's length) before issuing with a worker ID it took:
+//! every other holder of that worker ID that did not renew successfully since the take
+//! has passed its deadline by then and stopped. [`Action::Expire`](crate::model::Action::Expire)
+//! is a lease running out by its database's clock: its holder (paused, cut off) has
+//! stopped by its own clock before that.
+
+use segmint::layout::{self, Layout, LayoutState, Member, Standing};
+use segmint::segment::Residue;
+
+use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
+use crate::mover::{Moved, Mover};
+
+/// What the catalog keeps of a row: not its `max_id` nor its version, which only the
+/// reservation's own read uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Seen {
+    pub class: Residue,
+    pub epoch: i64,
+    pub frozen: bool,
+    pub claimed_by: i64,
+}
+
+impl Seen {
+    fn of(r: &Row) -> Seen {
+        Seen {
+            class: r.class,
+            epoch: r.epoch,
+            frozen: r.frozen,
+            claimed_by: r.claimed_by,
+        }
+    }
+}
+
+/// A worker ID this server took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Held {
+    pub db: Db,
+    /// Position of `db` in the server's configuration.
+    pub pos: usize,
+    pub w: u16,
+    /// The lease row's version as this server wrote it.
+    pub version: u8,
+    /// Issuing with it (the wait after taking it is over).
+    pub active: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Server {
+    /// Whether a catalog was read yet (a server serves nothing before).
+    pub read: bool,
+    /// The layouts known (`LayoutView::layouts`).
+    pub layouts: Vec<Lay>,
+    /// Per configured database: its standing is `Current`.
+    pub current: Vec<bool>,
+    /// Per configured database: the class plain bizs get on it in the layout in force
+    /// (`LayoutView::classes`); `None`: not used.
+    pub classes: Vec<Option<Residue>>,
+    /// Per configured database: its row as last read (`None`: never read), as much of
+    /// it as the catalog uses.
+    pub snap: Vec<Option<Option<Seen>>>,
+    /// Per configured database: the evidence of how far its row got.
+    pub marks: Vec<Option<MarkT>>,
+    /// Per configured database: fenced (found behind the evidence).
+    pub fenced: Vec<bool>,
+    pub lease: Option<Held>,
+    /// Servers (bits) that took this server's worker ID elsewhere since this server
+    /// last renewed: when their wait is over, this server has stopped.
+    pub owes: u8,
+    pub heal: Option<Mover>,
+    /// Heals started so far.
+    pub heals: u8,
+}
+
+impl Server {
+    pub fn new(spec: &ServerSpec) -> Server {
+        let n = spec.config.len();
+        Server {
+            read: false,
+            layouts: Vec::new(),
+            current: vec![true; n],
+            classes: spec.classes.iter().copied().map(Some).collect(),
+            snap: vec![None; n],
+            marks: vec![None; n],
+            fenced: vec![false; n],
+            lease: None,
+            owes: 0,
+            heal: None,
+            heals: 0,
+        }
+    }
+}
+
+/// Whether two databases' classes overlap (`catalog::conflict`).
+fn conflict(classes: &[(usize, Residue)]) -> bool {
+    classes.iter().enumerate().any(|(i, &(a, ca))| {
+        classes[i + 1..]
+            .iter()
+            .any(|&(b, cb)| a != b && ca.overlaps(cb))
+    })
+}
+
+impl Sys {
+    /// The server's configured classes: its layout before any change.
+    fn configured(&self, s: usize) -> Layout {
+        let spec = &self.spec.servers[s];
+        Layout {
+            epoch: 0,
+            members: spec
+                .config
+                .iter()
+                .zip(&spec.classes)
+                .map(|(&d, &class)| Member {
+                    name: self.spec.names[d].clone(),
+                    class,
+                })
+                .collect(),
+            state: LayoutState::Done,
+            lost: Vec::new(),
+        }
+    }
+
+    /// The class plain bizs get on the database at position `p` (`Store::class_of`):
+    /// `None` when the layout in force does not name it or its standing is not current.
+    pub fn class_of(&self, st: &State, s: usize, p: usize) -> Option<Residue> {
+        st.servers[s].classes[p]
+    }
+
+    /// `Store::refresh_since`: reads the configured databases in `answer`.
+    pub fn refresh(&self, st: &mut State, s: usize, answer: Answer) -> bool {
+        let spec = &self.spec.servers[s];
+        let names = self.names();
+        let mut server = st.servers[s].clone();
+        let before = server.marks.clone();
+        let mut read: Vec<usize> = Vec::new();
+        let mut per_db = Vec::new();
+        for (p, &d) in spec.config.iter().enumerate() {
+            let db = &st.dbs[d];
+            if answer & (1 << p) == 0 {
+                continue;
+            }
+            read.push(p);
+            if self.spec.witnesses {
+                match db.row {
+                    Some(r) if before[p].is_some_and(|m| to_mark(m).is_ahead_of(&r.biz_row(0))) => {
+                        server.fenced[p] = true;
+                    }
+                    row => {
+                        if let Some(r) = row {
+                            learn(&mut server.marks[p], r.mark());
+                        }
+                        server.fenced[p] = false;
+                    }
+                }
+            }
+            server.snap[p] = Some(db.row.as_ref().map(Seen::of));
+            per_db.push((names[d].clone(), db.layout_rows(names)));
+        }
+        if self.spec.witnesses {
+            for &p in &read {
+                for (j, w) in st.dbs[spec.config[p]].witness.iter().enumerate() {
+                    if let (Some(w), Some(q)) = (w, spec.config.iter().position(|&d| d == j)) {
+                        learn(&mut server.marks[q], to_mark(*w));
+                    }
+                }
+            }
+            // The marks a database lacks are written there.
+            for &p in &read {
+                for (q, &j) in spec.config.iter().enumerate() {
+                    if let (true, Some(m)) = (q != p, server.marks[q]) {
+                        learn(&mut st.dbs[spec.config[p]].witness[j], to_mark(m));
+                    }
+                }
+            }
+        }
+        let known = self.layouts(&server.layouts);
+        if let Ok(reading) = layout::read(&known, &per_db) {
+            for (&p, standing) in read.iter().zip(&reading.standing) {
+                server.current[p] = *standing == Standing::Current;
+            }
+            server.layouts = reading.layouts.iter().map(|l| self.lay(l)).collect();
+            let current = layout::current(&reading.layouts).0;
+            for (p, &d) in spec.config.iter().enumerate() {
+                server.classes[p] = if self.spec.fixes.standing && !server.current[p] {
+                    None
+                } else {
+                    match current {
+                        Some(l) => l.class_of(&names[d]),
+                        None => Some(spec.classes[p]),
+                    }
+                };
+            }
+        }
+        server.read = true;
+        if spec.heals && server.heal.is_none() && server.heals < self.spec.heals {
+            server.heal = self.heal(st, s, &server, &read);
+            if server.heal.is_some() {
+                server.heals += 1;
+            }
+        }
+        st.servers[s] = server;
+        true
+    }
+
+    /// `Store::heal`: the bizs of a change cut off, moved from this server when it is
+    /// configured with, and just read, every database the change needs. The change's
+    /// row is taken as silent at once (a command paused meanwhile may wake up).
+    fn heal(&self, st: &State, s: usize, server: &Server, read: &[usize]) -> Option<Mover> {
+        let spec = &self.spec.servers[s];
+        let layouts = self.layouts(&server.layouts);
+        let pending = layout::current(&layouts).1?;
+        // Its row fell silent: its command stopped (unless commands may pause).
+        if !self.spec.paused
+            && st.cmds.iter().any(|c| {
+                c.running() && c.plan.as_ref().is_some_and(|p| p.to.epoch == pending.epoch)
+            })
+        {
+            return None;
+        }
+        let mut witnessed_names: Vec<String> = Vec::new();
+        let mut witnessed = Vec::new();
+        for &p in read {
+            for (j, w) in st.dbs[spec.config[p]].witness.iter().enumerate() {
+                if let Some((version, max_id, high)) = *w {
+                    witnessed_names.push(self.spec.names[j].clone());
+                    witnessed.push((high.max(max_id), version));
+                }
+            }
+        }
+        witnessed_names.sort();
+        witnessed_names.dedup();
+        let mut need = layout::required(&layouts, &self.configured(s), &witnessed_names, &[]);
+        for m in pending.names() {
+            if !need.contains(&m) {
+                need.push(m);
+            }
+        }
+        let parts: Vec<Db> = need
+            .iter()
+            .map(|n| {
+                let d = self.index(n);
+                spec.config
+                    .iter()
+                    .position(|&x| x == d)
+                    .filter(|p| read.contains(p))
+                    .map(|_| d)
+            })
+            .collect::<Option<_>>()?;
+        let frozen_by_it = spec.config.iter().zip(&server.snap).any(|(&d, snap)| {
+            pending.class_of(&self.spec.names[d]).is_some()
+                && snap
+                    .flatten()
+                    .is_some_and(|r| r.frozen && r.claimed_by == pending.epoch)
+        });
+        frozen_by_it.then(|| {
+            Mover::new(
+                self,
+                self.lay(pending),
+                parts,
+                server.layouts.clone(),
+                witnessed,
+            )
+        })
+    }
+
+    pub fn heal_step(&self, st: &mut State, s: usize) -> bool {
+        let mut mover = st.servers[s].heal.take().expect("healing");
+        if mover.step(self, &mut st.dbs) == Moved::Going {
+            st.servers[s].heal = Some(mover);
+        }
+        true
+    }
+
+    /// `Store::attempt` on the database at position `p`, against the catalog built
+    /// from the rows last read (`Catalog::build`).
+    pub fn reserve(&self, st: &mut State, s: usize, p: usize) -> bool {
+        let spec = &self.spec.servers[s];
+        let d = spec.config[p];
+        if st.servers[s].fenced[p] || self.class_of(st, s, p).is_none() {
+            return false;
+        }
+        let server = &st.servers[s];
+        let rows: Vec<(usize, Seen)> = server
+            .snap
+            .iter()
+            .enumerate()
+            .filter_map(|(q, r)| Some((q, r.flatten()?)))
+            .collect();
+        if rows.is_empty() {
+            return false;
+        }
+        let epoch = rows
+            .iter()
+            .filter(|(_, r)| !r.frozen)
+            .map(|(_, r)| r.epoch)
+            .max()
+            .unwrap_or(0);
+        let classes: Vec<(usize, Residue)> = rows
+            .iter()
+            .filter(|(_, r)| !r.frozen && r.epoch >= epoch)
+            .map(|&(q, r)| (q, r.class))
+            .collect();
+        if conflict(&classes) {
+            return false;
+        }
+        let Some(row) = st.dbs[d].row else {
+            return false;
+        };
+        let server = &mut st.servers[s];
+        if self.spec.witnesses {
+            if server.marks[p].is_some_and(|m| to_mark(m).is_ahead_of(&row.biz_row(0))) {
+                server.fenced[p] = true;
+                return true;
+            }
+            learn(&mut server.marks[p], row.mark());
+        }
+        if row.frozen || row.epoch < epoch {
+            return true;
+        }
+        if !classes.contains(&(p, row.class)) || row.epoch > epoch {
+            return true;
+        }
+        let mut checked: Vec<(usize, Residue)> =
+            classes.iter().copied().filter(|&(q, _)| q != p).collect();
+        checked.push((p, row.class));
+        if conflict(&checked) || self.spec.step < row.class.delta() {
+            return true;
+        }
+        let max_id = row.max_id + self.spec.step;
+        st.reservations -= 1;
+        let updated = Row {
+            version: row.version + 1,
+            max_id,
+            ..row
+        };
+        st.dbs[d].row = Some(updated);
+        for id in row.max_id + 1..=max_id {
+            if row.class.contains(id) {
+                st.issue(id);
+            }
+        }
+        st.fresh |= row.epoch > self.spec.init_epoch;
+        if self.spec.witnesses {
+            learn(&mut st.servers[s].marks[p], updated.mark());
+            // Witnessed in the other databases before use (taken as written in all).
+            for &j in &spec.config {
+                if j != d {
+                    learn(&mut st.dbs[j].witness[d], updated.mark());
+                }
+            }
+        }
+        true
+    }
+
+    /// `Store::take_lease` of worker ID `w` on the database at position `p`.
+    pub fn take(&self, st: &mut State, s: usize, p: usize, w: u16) -> bool {
+        let d = self.spec.servers[s].config[p];
+        let ok = !st.servers[s].fenced[p]
+            && self
+                .class_of(st, s, p)
+                .is_some_and(|c| c.contains(i64::from(w)));
+        let row = &mut st.dbs[d].leases[usize::from(w)];
+        if !ok || !row.takeable() {
+            return false;
+        }
+        row.holder = Holder::Server(s);
+        row.version = row.version.wrapping_add(1);
+        row.expired = false;
+        let version = row.version;
+        st.servers[s].lease = Some(Held {
+            db: d,
+            pos: p,
+            w,
+            version,
+            active: false,
+        });
+        for (t, other) in st.servers.iter_mut().enumerate() {
+            if t != s && other.lease.is_some_and(|l| l.w == w) {
+                other.owes |= 1 << s;
+            }
+        }
+        true
+    }
+
+    /// The wait after a take is over: every other holder of the worker ID that has not
+    /// renewed since has passed its deadline.
+    pub fn start(&self, st: &mut State, s: usize) -> bool {
+        let held = st.servers[s].lease.expect("a lease");
+        st.servers[s].lease = Some(Held {
+            active: true,
+            ..held
+        });
+        for t in 0..st.servers.len() {
+            let other = &st.servers[t];
+            if t != s && other.owes & (1 << s) != 0 && other.lease.is_some_and(|l| l.w == held.w) {
+                drop_lease(st, t);
+            }
+        }
+        for other in &mut st.servers {
+            other.owes &= !(1 << s);
+        }
+        true
+    }
+
+    /// `Store::renew_lease`: given up when the worker ID left its database's class in
+    /// the layout in force; lost when the row is not this holder's at its version.
+    pub fn renew(&self, st: &mut State, s: usize) -> bool {
+        let held = st.servers[s].lease.expect("a lease");
+        if !self
+            .class_of(st, s, held.pos)
+            .is_some_and(|c| c.contains(i64::from(held.w)))
+        {
+            drop_lease(st, s);
+            return true;
+        }
+        let row = st.dbs[held.db].leases[usize::from(held.w)];
+        if row.holder == Holder::Server(s) && row.version == held.version {
+            st.servers[s].owes = 0;
+        } else {
+            drop_lease(st, s);
+        }
+        true
+    }
+
+    /// A lease row runs out by its database's clock: its holder stopped before.
+    pub fn expire(&self, st: &mut State, d: Db, w: u16) {
+        let row = &mut st.dbs[d].leases[usize::from(w)];
+        row.expired = true;
+        if let Holder::Server(t) = row.holder
+            && st.servers[t].lease.is_some_and(|l| l.db == d && l.w == w)
+        {
+            drop_lease(st, t);
+        }
+    }
+}
+
+/// Server `t` stops using its worker ID.
+fn drop_lease(st: &mut State, t: usize) {
+    st.servers[t].lease = None;
+    st.servers[t].owes = 0;
+    for other in &mut st.servers {
+        other.owes &= !(1 << t);
+    }
+}

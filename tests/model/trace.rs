@@ -1,0 +1,255 @@
+//! Counterexamples as readable traces: one line per step, then the databases at the end.
+
+use stateright::Path;
+
+use crate::command::Phase;
+use crate::model::{Action, Lay, Row, St, State, Sys};
+use crate::mover::{MoveStep, Mover};
+
+impl Sys {
+    /// The steps of `path`, one per line, and the databases it ends with.
+    pub fn trace(&self, path: Path<State, Action>) -> String {
+        let steps = path.into_vec();
+        let mut out = Vec::new();
+        for pair in steps.windows(2) {
+            let (before, action) = (&pair[0].0, pair[0].1.as_ref().expect("an action"));
+            out.push(format!("  {}", self.narrate(before, action, &pair[1].0)));
+        }
+        if let Some((last, _)) = steps.last() {
+            out.push(self.summary(last));
+        }
+        out.join("\n")
+    }
+
+    fn db(&self, d: usize) -> &str {
+        &self.spec.names[d]
+    }
+
+    fn describe_lay(&self, l: &Lay) -> String {
+        let members: Vec<String> = l
+            .members
+            .iter()
+            .map(|&(d, c)| format!("{}: {c}", self.db(d)))
+            .chain(
+                l.lost
+                    .iter()
+                    .map(|&(d, c)| format!("lost {}: {c}", self.db(d))),
+            )
+            .collect();
+        format!("epoch {} {{{}}} {:?}", l.epoch, members.join(", "), l.state)
+    }
+
+    fn describe_row(&self, r: &Row) -> String {
+        format!(
+            "{} max {} v{} epoch {}{}{}",
+            r.class,
+            r.max_id,
+            r.version,
+            r.epoch,
+            if r.frozen { " frozen" } else { "" },
+            if r.claimed_by > 0 {
+                format!(" claimed by {}", r.claimed_by)
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    fn describe_move(&self, m: &Mover) -> String {
+        let e = m.to.epoch;
+        match &m.step {
+            MoveStep::Read => format!("reads the biz's rows (move to epoch {e})"),
+            MoveStep::Place { k, rows } => format!(
+                "inserts a frozen placeholder on {} ({})",
+                self.db(rows[*k].0),
+                self.describe_row(&rows[*k].1)
+            ),
+            MoveStep::Freeze { k, .. } => {
+                format!("freezes the row on {} (epoch {e})", self.db(m.parts[*k]))
+            }
+            MoveStep::Thaw { k, .. } => format!("thaws the row on {}", self.db(m.parts[*k])),
+            MoveStep::Switch {
+                k, wanted, fence, ..
+            } => format!(
+                "switches the row on {} to {} at fence {fence} (epoch {e})",
+                self.db(m.parts[*k]),
+                wanted[*k].expect("a member")
+            ),
+        }
+    }
+
+    fn narrate(&self, before: &State, action: &Action, after: &State) -> String {
+        match *action {
+            Action::Cmd(c) => {
+                let cmd = &before.cmds[c];
+                let plan = cmd.plan.as_deref();
+                let on = |k: usize| plan.map_or("?", |p| self.db(p.parts[k]));
+                let epoch = plan.map_or(0, |p| p.to.epoch);
+                let what = match &cmd.phase {
+                    Phase::Epoch0 { k } => format!("claims epoch 0 on {}", on(*k)),
+                    Phase::Claim { k } => format!(
+                        "claims epoch {epoch} on {}",
+                        plan.map_or("?", |p| self.db(p.order[*k]))
+                    ),
+                    Phase::Supersede { k } => {
+                        format!("marks the change cut off superseded on {}", on(*k))
+                    }
+                    Phase::Finish { k } => format!("puts epoch {epoch} (moving) on {}", on(*k)),
+                    Phase::Gather => "reads the bizs and witnesses".into(),
+                    Phase::Move(m) => self.describe_move(m),
+                    Phase::Leases => "reads the lease rows".into(),
+                    Phase::Block { .. } => "blocks the worker IDs leaving a database".into(),
+                    Phase::Free { .. } => "frees the worker IDs arriving on a database".into(),
+                    Phase::Done { k } => format!("marks epoch {epoch} done on {}", on(*k)),
+                    Phase::Start | Phase::Finished | Phase::Stopped(_) => "-".into(),
+                };
+                // The step again, for the reason it stopped (not kept in the state).
+                let why = cmd.clone().step(self, &mut before.clone());
+                let end = match (why, &after.cmds[c].phase) {
+                    (Some(why), _) => format!(" => stops: {why}"),
+                    (None, Phase::Finished) => " => finished".into(),
+                    _ => String::new(),
+                };
+                format!("command {c} {what}{end}")
+            }
+            Action::Begin(c, answer) => {
+                let spec = &self.spec.commands[c];
+                let read: Vec<&str> = (0..spec.config.len())
+                    .filter(|p| answer & (1 << p) != 0)
+                    .map(|p| self.db(spec.config[p]))
+                    .collect();
+                let why = before.cmds[c].clone().begin(self, c, before, answer);
+                let what = match (why, &after.cmds[c].phase, after.cmds[c].plan.as_deref()) {
+                    (Some(why), ..) => format!("refused: {why}"),
+                    (_, Phase::Finished, _) => "nothing to do".into(),
+                    (_, _, Some(p)) => format!(
+                        "plans {} -> {} over [{}]{}{}",
+                        p.from.epoch,
+                        self.describe_lay(&p.to),
+                        p.parts
+                            .iter()
+                            .map(|&d| self.db(d))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        p.supersede.as_ref().map_or(String::new(), |s| format!(
+                            ", superseding epoch {}",
+                            s.epoch
+                        )),
+                        if p.finishing { ", finishing it" } else { "" }
+                    ),
+                    (_, _, None) => "?".into(),
+                };
+                format!(
+                    "command {c} reads the layouts of [{}]: {what}",
+                    read.join(", ")
+                )
+            }
+            Action::Crash(c) => format!("command {c} crashes"),
+            Action::Refresh(s, answer) => {
+                let read: Vec<&str> = (0..self.spec.servers[s].config.len())
+                    .filter(|p| answer & (1 << p) != 0)
+                    .map(|p| self.db(self.spec.servers[s].config[p]))
+                    .collect();
+                let uses: Vec<String> = (0..self.spec.servers[s].config.len())
+                    .filter_map(|p| {
+                        let d = self.spec.servers[s].config[p];
+                        self.class_of(after, s, p)
+                            .map(|c| format!("{} ({c})", self.db(d)))
+                    })
+                    .collect();
+                let heal = match (&before.servers[s].heal, &after.servers[s].heal) {
+                    (None, Some(m)) => format!("; starts healing epoch {}", m.to.epoch),
+                    _ => String::new(),
+                };
+                format!(
+                    "server {s} reads [{}]: would use [{}]{heal}",
+                    read.join(", "),
+                    uses.join(", ")
+                )
+            }
+            Action::Heal(s) => {
+                let m = before.servers[s].heal.as_ref().expect("healing");
+                format!("server {s} heals: {}", self.describe_move(m))
+            }
+            Action::Reserve(s, p) => {
+                let d = self.spec.servers[s].config[p];
+                let ids: Vec<i64> = (0..64)
+                    .filter(|&x| after.issued & !before.issued & (1 << x) != 0)
+                    .collect();
+                let dup = match (before.dup, after.dup) {
+                    (None, Some(x)) => format!(" -- ID {x} AGAIN"),
+                    _ => String::new(),
+                };
+                let row = after.dbs[d]
+                    .row
+                    .map_or("none".into(), |r| self.describe_row(&r));
+                if after.fenced_changed(before, s) {
+                    format!(
+                        "server {s} reads {}: behind its evidence, fenced",
+                        self.db(d)
+                    )
+                } else if after.dbs[d].row == before.dbs[d].row {
+                    format!("server {s} tries {}: nothing reserved ({row})", self.db(d))
+                } else {
+                    format!(
+                        "server {s} reserves on {} (now {row}): issues {ids:?}{dup}",
+                        self.db(d)
+                    )
+                }
+            }
+            Action::Take(s, p, w) => format!(
+                "server {s} takes worker ID {w} on {}",
+                self.db(self.spec.servers[s].config[p])
+            ),
+            Action::Start(s) => {
+                let w = after.servers[s].lease.map_or(0, |l| l.w);
+                format!("server {s} has waited out its lease: issues with worker ID {w}")
+            }
+            Action::Renew(s) => match after.servers[s].lease {
+                Some(_) => format!("server {s} renews its lease"),
+                None => format!("server {s}'s renewal fails: it stops using its worker ID"),
+            },
+            Action::Expire(d, w) => {
+                format!("the lease of worker ID {w} on {} runs out", self.db(d))
+            }
+            Action::Backup(d) => format!("a backup of {} is taken", self.db(d)),
+            Action::Restore(d) => format!("{} is restored from its backup", self.db(d)),
+        }
+    }
+
+    fn summary(&self, st: &State) -> String {
+        let mut out = vec!["  at the end:".to_owned()];
+        for (d, db) in st.dbs.iter().enumerate() {
+            let layouts: Vec<String> = db.layouts.iter().map(|l| self.describe_lay(l)).collect();
+            out.push(format!(
+                "    {}: row {}; layouts [{}]",
+                self.db(d),
+                db.row.map_or("none".into(), |r| self.describe_row(&r)),
+                layouts.join("; ")
+            ));
+            if !db.leases.is_empty() {
+                out.push(format!("      leases {:?}", db.leases));
+            }
+        }
+        for (s, server) in st.servers.iter().enumerate() {
+            let known = server
+                .layouts
+                .iter()
+                .filter(|l| l.state != St::Superseded)
+                .map(|l| self.describe_lay(l))
+                .collect::<Vec<_>>();
+            out.push(format!(
+                "    server {s}: knows [{}]; lease {:?}",
+                known.join("; "),
+                server.lease
+            ));
+        }
+        out.join("\n")
+    }
+}
+
+impl State {
+    fn fenced_changed(&self, before: &State, s: usize) -> bool {
+        self.servers[s].fenced != before.servers[s].fenced
+    }
+}
