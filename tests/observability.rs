@@ -912,6 +912,14 @@ async fn prometheus_evaluates_every_panel_and_alert() {
             Duration::from_secs(30),
         )
         .await;
+    // The server must have read the cut-off epoch (and Prometheus scraped it) before
+    // the databases stop: on a loaded machine the refresh can come after the renewal.
+    prometheus
+        .wait_for(
+            "segmint_layout_change_pending == 1",
+            Duration::from_secs(30),
+        )
+        .await;
     println!(
         "{:?}: {served} requests served under load; pg0 fenced; a lease lost; stopping both databases",
         started.elapsed()

@@ -390,10 +390,8 @@ impl Cmd {
                 return Phase::Stopped("the epoch is no longer moving: superseded");
             }
             for w in ws {
-                let row = &mut db.leases[usize::from(w)];
-                *row = LeaseRow {
+                db.leases[usize::from(w)] = LeaseRow {
                     holder: if block { Holder::Moved } else { Holder::Free },
-                    version: row.version.wrapping_add(1),
                     expired: !block,
                 };
             }

@@ -65,11 +65,7 @@ fn threads() -> usize {
 fn holds(sys: Sys) {
     let title = sys.spec.title;
     let started = Instant::now();
-    let mut builder = sys.checker().threads(threads());
-    if let Ok(n) = std::env::var("MODEL_LIMIT") {
-        builder = builder.target_state_count(n.parse().unwrap());
-    }
-    let checker = builder.spawn_bfs().join();
+    let checker = sys.checker().threads(threads()).spawn_bfs().join();
     eprintln!(
         "{title}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
@@ -96,14 +92,7 @@ fn finds(sys: Sys, property: &'static str) {
         .threads(threads())
         .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
     let started = Instant::now();
-    if std::env::var("MODEL_DFS").is_ok() {
-        found(builder.spawn_dfs().join(), property, started);
-    } else {
-        found(builder.spawn_bfs().join(), property, started);
-    }
-}
-
-fn found(checker: impl Checker<Sys>, property: &'static str, started: Instant) {
+    let checker = builder.spawn_bfs().join();
     let title = checker.model().spec.title;
     eprintln!(
         "{title}: {} states ({} unique), depth {}, {:.1} s",

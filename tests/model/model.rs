@@ -105,6 +105,10 @@ pub struct Spec {
     /// Commands may pause and wake up: a change is finished, superseded or healed at
     /// once, its command still able to carry on (else only once its command crashed).
     pub paused: bool,
+    /// Commands crash explicitly ([`Action::Crash`]), so that a second command or a
+    /// server can take over their change (without it, a command that stops being
+    /// scheduled has crashed too, but nobody takes over while it "runs").
+    pub crashes: bool,
     /// The highest layout epoch stored at the start: "a change is done" means a layout
     /// above it is done somewhere.
     pub init_epoch: i64,
@@ -281,10 +285,13 @@ pub enum Holder {
     Moved,
 }
 
+/// A worker ID's lease row. Its version is left out: a holder's renewal (a
+/// compare-and-set on holder and version) fails exactly when another writer took or
+/// blocked the row since, which the holder tells here, as a holder whose lease ran out
+/// has stopped (see [`Action::Expire`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseRow {
     pub holder: Holder,
-    pub version: u8,
     /// The lease ran out (by the database's clock, grace included).
     pub expired: bool,
 }
@@ -292,7 +299,6 @@ pub struct LeaseRow {
 impl LeaseRow {
     pub const FREE: LeaseRow = LeaseRow {
         holder: Holder::Free,
-        version: 0,
         expired: true,
     };
 
@@ -464,7 +470,8 @@ pub enum Action {
     Expire(Db, u16),
     /// A backup of database `d`'s row is taken (to be restored later).
     Backup(Db),
-    /// Database `d`'s row goes back to its backup.
+    /// Database `d`'s row goes back to its backup (and every server reads every
+    /// database again before it serves: the restore takes longer than a refresh).
     Restore(Db),
 }
 
@@ -516,7 +523,7 @@ impl Model for Sys {
                 }
             } else if cmd.running() {
                 actions.push(Action::Cmd(c));
-                if !self.spec.paused {
+                if self.spec.crashes && !self.spec.paused {
                     actions.push(Action::Crash(c));
                 }
             }
@@ -534,7 +541,7 @@ impl Model for Sys {
                     actions.push(Action::Refresh(s, answer));
                 }
             }
-            if !server.read {
+            if !server.read || server.reread {
                 continue;
             }
             if spec.reserves && st.reservations > 0 {
@@ -612,6 +619,12 @@ impl Model for Sys {
                 let backup = st.dbs[d].backup.take().expect("a backup");
                 st.dbs[d].row = backup;
                 st.restores -= 1;
+                // A restore takes the database away for longer than a catalog refresh:
+                // every server has read every database (and its witnesses) again before
+                // it serves again.
+                for server in &mut st.servers {
+                    server.reread = true;
+                }
                 true
             }
         };

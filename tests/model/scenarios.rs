@@ -35,7 +35,7 @@ fn spec(title: &'static str, names: Vec<String>, fixes: Fixes) -> Spec {
         title,
         names,
         step: 2,
-        reservations: if deep() { 4 } else { 2 },
+        reservations: if deep() { 3 } else { 2 },
         workers: 0,
         commands: Vec::new(),
         servers: Vec::new(),
@@ -47,7 +47,8 @@ fn spec(title: &'static str, names: Vec<String>, fixes: Fixes) -> Spec {
         expect_change: true,
         restores: 0,
         servers_after_commands: false,
-        paused: deep(),
+        paused: false,
+        crashes: false,
     }
 }
 
@@ -229,10 +230,11 @@ enum Second {
     Back,
 }
 
-/// C: `db remove pg1` cut off at any step (or paused), and a second command run at
-/// any time, finishing or superseding it at once (as if its row had been silent);
-/// a server configured with both databases heals the change meanwhile, one configured
-/// with pg1 alone reserves.
+/// C: `db remove pg1` cut off at any step, and a second command run at any time,
+/// finishing or superseding it once it is silent (crashed; with `SEGMINT_MODEL_DEEP`,
+/// at once, the first command able to wake up afterwards); a server configured with
+/// both databases reserves and heals the change meanwhile (and, deeper, one configured
+/// with pg1 alone reserves).
 fn cut_off(fixes: Fixes, second: Second, within: Residue) -> Sys {
     let title = match (second, within == Residue::ALL) {
         (Second::Again, true) => "C cut off, run again",
@@ -243,19 +245,21 @@ fn cut_off(fixes: Fixes, second: Second, within: Residue) -> Sys {
     let mut spec = spec(title, names(&["pg0", "pg1"]), fixes);
     spec.step = 2 * within.delta();
     spec.heals = if deep() { 2 } else { 1 };
+    spec.paused = deep();
+    spec.crashes = true;
     let target: &[usize] = match second {
         Second::Again => &[0],
         Second::Back => &[0, 1],
     };
     spec.commands = vec![two_command(&both().0, &[0]), two_command(&both().0, target)];
-    spec.servers = vec![two_server(&[0, 1], true, false)];
-    if std::env::var("MODEL_C_FULL").is_ok() {
+    let mut healer = two_server(&[0, 1], true, false);
+    healer.heals = true;
+    spec.servers = vec![healer];
+    if deep() {
         spec.servers.push(two_server(&[1], true, false));
     }
     let dbs = two_databases(&spec, within, true);
-    let mut sys = system(spec, dbs);
-    sys.spec.servers[0].heals = true;
-    sys
+    system(spec, dbs)
 }
 
 #[test]
@@ -269,10 +273,9 @@ fn c_a_change_cut_off_and_superseded_is_safe() {
 }
 
 #[test]
-#[ignore = "its state space is not yet small enough for every CI run: run with `cargo test --release --test model -- --ignored`"]
 fn c_an_odd_only_biz_is_safe() {
+    holds(cut_off(Fixes::ALL, Second::Back, class(2, 1)));
     if deep() {
-        holds(cut_off(Fixes::ALL, Second::Back, class(2, 1)));
         holds(cut_off(Fixes::ALL, Second::Again, class(2, 1)));
     }
 }
@@ -334,7 +337,6 @@ fn leases(fixes: Fixes) -> Sys {
 }
 
 #[test]
-#[ignore = "its state space is not yet small enough for every CI run: run with `cargo test --release --test model -- --ignored`"]
 fn e_worker_ids_across_a_remove_are_never_held_twice() {
     holds(leases(Fixes::ALL));
 }
@@ -351,8 +353,8 @@ fn e_without_required_a_worker_id_is_held_twice() {
 }
 
 /// E2: worker ID 1 moving from q0 to q1 with `db add q1` onto {q0} (epoch 0 stored on
-/// q0 alone), a server configured with q0 holding it, and one configured with both
-/// classes the add will give, which may read only q1.
+/// q0 alone), a server configured with q0 holding it, and a server configured with the
+/// classes the add gives (q0: 0 mod 2, q1: 1 mod 2) that may reach only q1.
 fn leases_add(fixes: Fixes) -> Sys {
     let mut spec = spec("E2 worker IDs across an add", names(&["q0", "q1"]), fixes);
     spec.workers = 2;
@@ -373,14 +375,15 @@ fn leases_add(fixes: Fixes) -> Sys {
 }
 
 #[test]
-#[ignore = "its state space is not yet small enough for every CI run: run with `cargo test --release --test model -- --ignored`"]
+#[ignore = "open protocol gap: a server that reads only a database with no layout done (the new one, before or during `db add`) falls back to its configured classes and leases a worker ID another database still leases"]
 fn e2_worker_ids_across_an_add_are_never_held_twice() {
     holds(leases_add(Fixes::ALL));
 }
 
-/// F: `db remove pg1` while a database's row may be restored from a backup taken
-/// earlier; servers configured with both databases witness every reservation in the
-/// other and fence a database found behind their evidence.
+/// F: `db remove pg1` while a row may be restored from a backup taken earlier (every
+/// server reading every database again before it serves after the restore); servers
+/// configured with both databases witness each reservation in the other database and
+/// fence a database found behind their evidence.
 fn restore(fixes: Fixes) -> Sys {
     let mut spec = spec(
         "F a row restored from a backup",
@@ -390,16 +393,42 @@ fn restore(fixes: Fixes) -> Sys {
     spec.witnesses = true;
     spec.restores = 1;
     spec.commands = vec![two_command(&both().0, &[0])];
-    spec.servers = vec![
-        two_server(&[0, 1], true, false),
-        two_server(&[0, 1], true, false),
-    ];
+    spec.servers = vec![two_server(&[0, 1], true, false)];
+    if deep() {
+        spec.servers.push(two_server(&[0, 1], true, false));
+    }
     let dbs = two_databases(&spec, Residue::ALL, true);
     system(spec, dbs)
 }
 
 #[test]
-#[ignore = "its state space is not yet small enough for every CI run: run with `cargo test --release --test model -- --ignored`"]
+#[ignore = "open protocol gap: a row restored between a change's witness read and its freeze is fenced too low, and the change's version bump hides the regression from the servers' evidence"]
 fn f_a_row_restored_from_a_backup_is_fenced() {
     holds(restore(Fixes::ALL));
+}
+
+/// With `SEGMINT_MODEL_DEEP`: the safeguards that no scenario needs at these sizes
+/// (servers' layout standing, the `claimed_by` stamp) switched off, every check still
+/// holds: they are defense in depth, and this shows what else stops those faults.
+#[test]
+fn defense_in_depth_safeguards_off_still_hold() {
+    if !deep() {
+        return;
+    }
+    let no_standing = Fixes {
+        standing: false,
+        ..Fixes::ALL
+    };
+    holds(partial_remove(no_standing));
+    holds(concurrent_adds(no_standing, true));
+    holds(lost(no_standing));
+    holds(leases(no_standing));
+    holds(cut_off(
+        Fixes {
+            claimed_by_stamp: false,
+            ..Fixes::ALL
+        },
+        Second::Back,
+        Residue::ALL,
+    ));
 }

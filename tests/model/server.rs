@@ -45,8 +45,6 @@ pub struct Held {
     /// Position of `db` in the server's configuration.
     pub pos: usize,
     pub w: u16,
-    /// The lease row's version as this server wrote it.
-    pub version: u8,
     /// Issuing with it (the wait after taking it is over).
     pub active: bool,
 }
@@ -55,6 +53,9 @@ pub struct Held {
 pub struct Server {
     /// Whether a catalog was read yet (a server serves nothing before).
     pub read: bool,
+    /// A database was restored from a backup since this server's last read of every
+    /// database: it serves nothing until it has read them all.
+    pub reread: bool,
     /// The layouts known (`LayoutView::layouts`).
     pub layouts: Vec<Lay>,
     /// Per configured database: its standing is `Current`.
@@ -83,6 +84,7 @@ impl Server {
         let n = spec.config.len();
         Server {
             read: false,
+            reread: false,
             layouts: Vec::new(),
             current: vec![true; n],
             classes: spec.classes.iter().copied().map(Some).collect(),
@@ -198,6 +200,9 @@ impl Sys {
             }
         }
         server.read = true;
+        if read.len() == spec.config.len() {
+            server.reread = false;
+        }
         if spec.heals && server.heal.is_none() && server.heals < self.spec.heals {
             server.heal = self.heal(st, s, &server, &read);
             if server.heal.is_some() {
@@ -370,14 +375,11 @@ impl Sys {
             return false;
         }
         row.holder = Holder::Server(s);
-        row.version = row.version.wrapping_add(1);
         row.expired = false;
-        let version = row.version;
         st.servers[s].lease = Some(Held {
             db: d,
             pos: p,
             w,
-            version,
             active: false,
         });
         for (t, other) in st.servers.iter_mut().enumerate() {
@@ -409,7 +411,7 @@ impl Sys {
     }
 
     /// `Store::renew_lease`: given up when the worker ID left its database's class in
-    /// the layout in force; lost when the row is not this holder's at its version.
+    /// the layout in force; lost when the row is no longer this holder's.
     pub fn renew(&self, st: &mut State, s: usize) -> bool {
         let held = st.servers[s].lease.expect("a lease");
         if !self
@@ -420,7 +422,7 @@ impl Sys {
             return true;
         }
         let row = st.dbs[held.db].leases[usize::from(held.w)];
-        if row.holder == Holder::Server(s) && row.version == held.version {
+        if row.holder == Holder::Server(s) {
             st.servers[s].owes = 0;
         } else {
             drop_lease(st, s);
