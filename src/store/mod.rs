@@ -228,6 +228,12 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError>;
     /// Every witness row of this database.
     async fn witnesses(&self) -> Result<Vec<Witness>, DbError>;
+    /// The witness rows of `biz` (of every database) in this database.
+    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
+        let mut all = self.witnesses().await?;
+        all.retain(|w| w.biz == biz);
+        Ok(all)
+    }
     /// Every biz row.
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
     /// Inserts a biz row; `false` when the biz already exists.

@@ -171,6 +171,33 @@ fn shape_row(row: &Row) -> ShapeRow {
     }
 }
 
+impl PgStore {
+    /// The witness rows of this database, of `biz` alone if given.
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness
+                 WHERE $1::text IS NULL OR biz_type = $1::text",
+                &[&biz],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| Witness {
+                database: r.get(0),
+                biz: r.get(1),
+                mark: Mark {
+                    version: r.get(2),
+                    max_id: r.get(3),
+                    high_id: r.get(4),
+                },
+            })
+            .collect())
+    }
+}
+
 fn lease_row(row: &Row) -> LeaseRow {
     LeaseRow {
         // The column's CHECK keeps it within 0..=1023.
@@ -314,26 +341,11 @@ impl SegmentStore for PgStore {
     }
 
     async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness",
-                &[],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| Witness {
-                database: r.get(0),
-                biz: r.get(1),
-                mark: Mark {
-                    version: r.get(2),
-                    max_id: r.get(3),
-                    high_id: r.get(4),
-                },
-            })
-            .collect())
+        self.witness_rows(None).await
+    }
+
+    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
+        self.witness_rows(Some(biz)).await
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {

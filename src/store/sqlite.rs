@@ -286,6 +286,31 @@ fn lease_row(row: &Row) -> rusqlite::Result<LeaseRow> {
     })
 }
 
+impl SqliteStore {
+    /// The witness rows of this database, of `biz` alone if given.
+    async fn witness_rows(&self, biz: Option<String>) -> Result<Vec<Witness>, DbError> {
+        self.with(move |c| {
+            c.prepare_cached(
+                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness
+                 WHERE ?1 IS NULL OR biz_type = ?1",
+            )?
+            .query_map([biz], |r| {
+                Ok(Witness {
+                    database: r.get(0)?,
+                    biz: r.get(1)?,
+                    mark: Mark {
+                        version: r.get(2)?,
+                        max_id: r.get(3)?,
+                        high_id: r.get(4)?,
+                    },
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+}
+
 fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
     Ok(BizRow {
         biz_type: row.get(0)?,
@@ -383,24 +408,11 @@ impl SegmentStore for SqliteStore {
     }
 
     async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
-        self.with(|c| {
-            c.prepare_cached(
-                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness",
-            )?
-            .query_map([], |r| {
-                Ok(Witness {
-                    database: r.get(0)?,
-                    biz: r.get(1)?,
-                    mark: Mark {
-                        version: r.get(2)?,
-                        max_id: r.get(3)?,
-                        high_id: r.get(4)?,
-                    },
-                })
-            })?
-            .collect()
-        })
-        .await
+        self.witness_rows(None).await
+    }
+
+    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
+        self.witness_rows(Some(biz.to_owned())).await
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {

@@ -36,6 +36,14 @@ pub struct Fixes {
     pub retire_lost: bool,
     /// Lease writes of a change are made only while its epoch is `moving` there.
     pub lease_fence: bool,
+    /// A move reads the biz's witnesses again once every row is frozen, and stops on a
+    /// row behind them or behind what it saw itself (else it fences with the witnesses
+    /// read when the command started).
+    pub fresh_witnesses: bool,
+    /// Servers lease worker IDs only from a layout done, or from configured classes
+    /// once every configured database answered without a layout (else from the
+    /// configured classes whenever no layout is done).
+    pub confirmed_classes: bool,
 }
 
 impl Fixes {
@@ -46,6 +54,8 @@ impl Fixes {
         standing: true,
         retire_lost: true,
         lease_fence: true,
+        fresh_witnesses: true,
+        confirmed_classes: true,
     };
 }
 

@@ -7,7 +7,7 @@ use segmint::layout;
 use segmint::segment::Residue;
 use segmint::store::{BizRow, Reclass};
 
-use crate::model::{Db, DbState, Lay, Row, Sys};
+use crate::model::{Db, DbState, Lay, MarkT, Row, Sys, learn, to_mark};
 
 /// Where a move is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -23,11 +23,30 @@ pub enum MoveStep {
         frozen: Vec<Row>,
         wanted: Vec<Option<Residue>>,
     },
-    /// Thaw what this pass froze (from `k` on), then read again.
+    /// Thaw what this pass froze (from `k` on), then read again (or stop, for `stop`).
     Thaw {
         k: usize,
         rows: Vec<Row>,
         frozen: Vec<Row>,
+        stop: Option<&'static str>,
+    },
+    /// Every row frozen: on the database `parts[k]`, record the other frozen rows as
+    /// witnesses and read its witnesses of the biz into `fresh`; after the last, check
+    /// the frozen rows against them and fence.
+    Witnesses {
+        k: usize,
+        rows: Vec<Row>,
+        frozen: Vec<Row>,
+        wanted: Vec<Option<Residue>>,
+        fresh: Vec<Option<MarkT>>,
+    },
+    /// Read every row again: each still as frozen (else it went back in time, or
+    /// another change wrote it), then switch.
+    Verify {
+        rows: Vec<Row>,
+        frozen: Vec<Row>,
+        wanted: Vec<Option<Residue>>,
+        fence: i64,
     },
     /// Switch each row of the new layout's databases (from `k` on) to its class at
     /// `fence`.
@@ -48,6 +67,8 @@ pub struct Mover {
     pub layouts: Vec<Lay>,
     /// What the witnesses recorded of the biz's rows: `(max_id, version)`.
     pub witnessed: Vec<(i64, i64)>,
+    /// What the move saw of each database's row (its own writes included).
+    pub seen: Vec<Option<MarkT>>,
     /// Rounds left (`MOVE_ATTEMPTS`).
     pub attempts: u8,
     pub step: MoveStep,
@@ -74,6 +95,7 @@ impl Mover {
             parts,
             layouts,
             witnessed,
+            seen: Vec::new(),
             attempts: sys.spec.attempts,
             step: MoveStep::Read,
         }
@@ -105,8 +127,11 @@ impl Mover {
                 let Some(done) = dbs[d].cas(r.version, r.max_id, r.freezing(true, self.to.epoch))
                 else {
                     // A reservation (or another change) got in: give back, read again.
-                    return self.thaw(0, rows, frozen);
+                    return self.thaw(0, rows, frozen, None);
                 };
+                if sys.spec.fixes.fresh_witnesses {
+                    learn(&mut self.seen[k], done.mark());
+                }
                 frozen.push(done);
                 if k + 1 < rows.len() {
                     self.step = MoveStep::Freeze {
@@ -114,6 +139,16 @@ impl Mover {
                         rows,
                         frozen,
                         wanted,
+                    };
+                    return Moved::Going;
+                }
+                if sys.spec.fixes.fresh_witnesses {
+                    self.step = MoveStep::Witnesses {
+                        k: 0,
+                        rows,
+                        frozen,
+                        wanted,
+                        fresh: vec![None; self.parts.len()],
                     };
                     return Moved::Going;
                 }
@@ -125,14 +160,102 @@ impl Mover {
                 );
                 self.switch(0, frozen, wanted, fence)
             }
-            MoveStep::Thaw { k, rows, frozen } => {
+            MoveStep::Witnesses {
+                k,
+                rows,
+                frozen,
+                wanted,
+                mut fresh,
+            } => {
+                // `Store::witness_freeze` on one database: `witness`, then
+                // `witnesses_of`.
+                let j = self.parts[k];
+                for (q, &d) in self.parts.iter().enumerate() {
+                    if d != j {
+                        learn(&mut dbs[j].witness[d], frozen[q].mark());
+                    }
+                }
+                for (q, &d) in self.parts.iter().enumerate() {
+                    if let Some(w) = dbs[j].witness[d] {
+                        learn(&mut fresh[q], to_mark(w));
+                    }
+                }
+                if k + 1 < self.parts.len() {
+                    self.step = MoveStep::Witnesses {
+                        k: k + 1,
+                        rows,
+                        frozen,
+                        wanted,
+                        fresh,
+                    };
+                    return Moved::Going;
+                }
+                // Against the rows as frozen: a witness ahead of one is a reservation the
+                // row lost.
+                if let Some(k) = frozen
+                    .iter()
+                    .zip(&fresh)
+                    .position(|(r, w)| w.is_some_and(|w| to_mark(w).is_ahead_of(&r.biz_row(0))))
+                {
+                    // The others are thawed; the row behind stays frozen (taken as
+                    // frozen before the pass, `thaw` leaves it).
+                    let mut rows = rows;
+                    rows[k].frozen = true;
+                    return self.thaw(0, rows, frozen, Some("a row was behind its witnesses"));
+                }
+                let (fence, _) = layout::fence(
+                    frozen
+                        .iter()
+                        .map(|r| (r.max_id, r.version))
+                        .chain(self.witnessed.iter().copied())
+                        .chain(fresh.iter().flatten().map(|&(v, m, h)| (h.max(m), v))),
+                );
+                self.step = MoveStep::Verify {
+                    rows,
+                    frozen,
+                    wanted,
+                    fence,
+                };
+                Moved::Going
+            }
+            MoveStep::Verify {
+                rows,
+                frozen,
+                wanted,
+                fence,
+            } => {
+                // Every row read again at once (`all_parts`): still as frozen?
+                let again: Vec<Option<Row>> = self.parts.iter().map(|&d| dbs[d].row).collect();
+                if let Some(k) = frozen.iter().zip(&again).position(|(was, is)| match is {
+                    None => true,
+                    Some(is) => was.mark().is_ahead_of(&is.biz_row(0)),
+                }) {
+                    let mut rows = rows;
+                    rows[k].frozen = true;
+                    return self.thaw(0, rows, frozen, Some("a frozen row went back in time"));
+                }
+                if frozen
+                    .iter()
+                    .zip(&again)
+                    .any(|(was, is)| is.is_some_and(|is| is.version != was.version))
+                {
+                    return self.thaw(0, rows, frozen, None);
+                }
+                self.switch(0, frozen, wanted, fence)
+            }
+            MoveStep::Thaw {
+                k,
+                rows,
+                frozen,
+                stop,
+            } => {
                 let now = frozen[k];
                 dbs[self.parts[k]].cas(
                     now.version,
                     now.max_id,
                     now.freezing(false, now.claimed_by),
                 );
-                self.thaw(k + 1, rows, frozen)
+                self.thaw(k + 1, rows, frozen, stop)
             }
             MoveStep::Switch {
                 k,
@@ -170,6 +293,22 @@ impl Mover {
         }
         self.attempts -= 1;
         let rows: Vec<Option<Row>> = self.parts.iter().map(|&d| dbs[d].row).collect();
+        if sys.spec.fixes.fresh_witnesses {
+            self.seen.resize(self.parts.len(), None);
+            for (k, row) in rows.iter().enumerate() {
+                let back = match (self.seen[k], row) {
+                    (Some(m), Some(r)) => to_mark(m).is_ahead_of(&r.biz_row(0)),
+                    (Some(_), None) => true,
+                    (None, _) => false,
+                };
+                if back {
+                    return Moved::Stopped("a row went back in time while the change ran");
+                }
+                if let Some(r) = row {
+                    learn(&mut self.seen[k], r.mark());
+                }
+            }
+        }
         if sys.spec.fixes.claimed_by_stamp
             && rows.iter().flatten().any(|r| r.claimed_by > self.to.epoch)
         {
@@ -261,12 +400,24 @@ impl Mover {
     }
 
     /// Thaws the rows this pass froze, from index `k` on (those frozen now that were
-    /// not before); then reads again.
-    fn thaw(&mut self, k: usize, rows: Vec<Row>, frozen: Vec<Row>) -> Moved {
+    /// not before); then reads again, or stops for `stop`.
+    fn thaw(
+        &mut self,
+        k: usize,
+        rows: Vec<Row>,
+        frozen: Vec<Row>,
+        stop: Option<&'static str>,
+    ) -> Moved {
         if let Some(k) = (k..frozen.len()).find(|&j| !rows[j].frozen && frozen[j].frozen) {
-            self.step = MoveStep::Thaw { k, rows, frozen };
+            self.step = MoveStep::Thaw {
+                k,
+                rows,
+                frozen,
+                stop,
+            };
+            return Moved::Going;
         }
-        Moved::Going
+        stop.map_or(Moved::Going, Moved::Stopped)
     }
 
     fn switch(

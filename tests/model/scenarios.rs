@@ -402,9 +402,19 @@ fn restore(fixes: Fixes) -> Sys {
 }
 
 #[test]
-#[ignore = "open protocol gap: a row restored between a change's witness read and its freeze is fenced too low, and the change's version bump hides the regression from the servers' evidence"]
 fn f_a_row_restored_from_a_backup_is_fenced() {
     holds(restore(Fixes::ALL));
+}
+
+#[test]
+fn f_with_the_witnesses_read_once_a_restored_row_issues_an_id_twice() {
+    finds(
+        restore(Fixes {
+            fresh_witnesses: false,
+            ..Fixes::ALL
+        }),
+        DUP,
+    );
 }
 
 /// With `SEGMINT_MODEL_DEEP`: the safeguards that no scenario needs at these sizes

@@ -68,6 +68,11 @@ impl Sys {
                 format!("freezes the row on {} (epoch {e})", self.db(m.parts[*k]))
             }
             MoveStep::Thaw { k, .. } => format!("thaws the row on {}", self.db(m.parts[*k])),
+            MoveStep::Verify { .. } => "reads the biz's rows again: still frozen?".to_string(),
+            MoveStep::Witnesses { k, .. } => format!(
+                "records the frozen rows as witnesses on {} and reads its witnesses",
+                self.db(m.parts[*k])
+            ),
             MoveStep::Switch {
                 k, wanted, fence, ..
             } => format!(

@@ -40,6 +40,7 @@ use super::{Store, now};
 use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
+use crate::store::evidence::{self, Evidence, Mark};
 use crate::store::{BizRow, DbError, LayoutRow, LeaseSet, Reclass, ShapeRow, StoreError};
 
 /// The holder name of a worker ID blocked on a database it moved away from.
@@ -810,8 +811,26 @@ impl Store {
             ))
         };
         let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice);
+        // What this change saw of each row, to tell a row that went back in time (a
+        // restore from a backup) while the change ran.
+        let mut seen = Evidence::default();
         for _ in 0..MOVE_ATTEMPTS {
             let rows = self.all_parts(parts, |db| db.biz(biz), "stopped").await?;
+            for (k, row) in rows.iter().enumerate() {
+                let i = parts[k];
+                let back = match row {
+                    Some(r) => seen.check(i, r).err().map(|g| g.to_string()),
+                    None => seen
+                        .mark(i, biz)
+                        .map(|m| format!("its row of biz `{biz}` (version {}) is gone", m.version)),
+                };
+                if let Some(why) = back {
+                    return Err(self.went_back(biz, i, &why));
+                }
+                if let Some(r) = row {
+                    seen.learn(i, biz, Mark::of(r));
+                }
+            }
             if let Some(r) = rows.iter().flatten().find(|r| r.claimed_by > to.epoch) {
                 return Err(fail(format!(
                     "a later change (layout epoch {}) moved it: this change to epoch {} was superseded",
@@ -895,7 +914,10 @@ impl Store {
                     )
                     .await
                 {
-                    Ok(Some(done)) => frozen.push(Some(done)),
+                    Ok(Some(done)) => {
+                        seen.learn(i, biz, Mark::of(&done));
+                        frozen.push(Some(done));
+                    }
                     Ok(None) => {
                         lost = true;
                         break;
@@ -916,13 +938,88 @@ impl Store {
             }
             // 2. Fence: every row is frozen; nothing issued under the old layout lies
             // above the highest max_id (a give-back lowers it only to the first ID not
-            // issued), nor, to be sure, above what any witness saw.
+            // issued), nor above what any witness saw. Each database of the change
+            // first records the frozen rows of the others as witnesses (a row restored
+            // from a backup taken before its freeze is then fenced by every server that
+            // reads them), then gives its witnesses of the biz, read now that no row can
+            // move: a row restored since the change's first read is found behind the
+            // witnesses of the reservations it lost (written before their IDs were
+            // used), and the fence lies above them.
+            let fresh = match self.witness_freeze(biz, parts, &frozen).await {
+                Ok(w) => w,
+                Err(e) => {
+                    self.thaw(biz, parts, &rows, &frozen).await;
+                    return Err(fail(e));
+                }
+            };
+            let mut evidence = Evidence::default();
+            for w in &fresh {
+                if let Some(i) = self.names.iter().position(|n| *n == w.database) {
+                    evidence.learn(i, biz, w.mark);
+                }
+            }
+            // The rows as frozen (by this pass, or before): a witness ahead of one is a
+            // reservation the row lost.
+            let now: Vec<&BizRow> = rows
+                .iter()
+                .zip(&frozen)
+                .map(|(r, f)| f.as_ref().unwrap_or(r))
+                .collect();
+            if let Some((k, g)) = now
+                .iter()
+                .enumerate()
+                .find_map(|(k, r)| evidence.check(parts[k], r).err().map(|g| (k, g)))
+            {
+                // The rows of the others are given back; the one behind stays frozen
+                // (thawed, its version bump would pass it off as caught up).
+                let mut thawed = frozen.clone();
+                thawed[k] = None;
+                self.thaw(biz, parts, &rows, &thawed).await;
+                return Err(self.went_back(biz, parts[k], &g.to_string()));
+            }
+            // Every row must still be as frozen, now that the witnesses of the freeze
+            // are written: a row restored from a backup between its freeze and them
+            // would otherwise serve again beside the new layout, unknown to servers.
+            let again = match self.all_parts(parts, |db| db.biz(biz), "stopped").await {
+                Ok(r) => r,
+                Err(e) => {
+                    self.thaw(biz, parts, &rows, &frozen).await;
+                    return Err(e);
+                }
+            };
+            let mut moved = false;
+            for (k, (was, is)) in now.iter().zip(&again).enumerate() {
+                let back = match is {
+                    None => Some(format!("its row of biz `{biz}` is gone")),
+                    Some(is) => evidence::behind(Some(Mark::of(was)), is)
+                        .err()
+                        .map(|g| g.to_string()),
+                };
+                if let Some(why) = back {
+                    let mut thawed = frozen.clone();
+                    thawed[k] = None;
+                    self.thaw(biz, parts, &rows, &thawed).await;
+                    return Err(self.went_back(biz, parts[k], &why));
+                }
+                moved |= is.as_ref().is_some_and(|is| is.version != was.version);
+            }
+            if moved {
+                // Another change wrote a frozen row since: read again (a later one
+                // stops this change).
+                self.thaw(biz, parts, &rows, &frozen).await;
+                continue;
+            }
             let (fence, _) = layout::fence(
                 frozen
                     .iter()
                     .flatten()
                     .map(|r| (r.max_id, r.version))
-                    .chain(witnessed.iter().copied()),
+                    .chain(witnessed.iter().copied())
+                    .chain(
+                        fresh
+                            .iter()
+                            .map(|w| (w.mark.high_id.max(w.mark.max_id), w.mark.version)),
+                    ),
             );
             // 3. Switch.
             let mut switched = 0;
@@ -975,6 +1072,54 @@ impl Store {
         Err(fail(format!(
             "lost {MOVE_ATTEMPTS} races in a row against other writers"
         )))
+    }
+
+    /// Writes, on each database of `parts`, the frozen rows of the others as witnesses,
+    /// and reads its witnesses of `biz`.
+    async fn witness_freeze(
+        &self,
+        biz: &str,
+        parts: &[usize],
+        frozen: &[Option<BizRow>],
+    ) -> Result<Vec<crate::store::Witness>, String> {
+        let mut read = Vec::new();
+        for &i in parts {
+            let marks: Vec<crate::store::Witness> = parts
+                .iter()
+                .zip(frozen)
+                .filter(|(j, _)| **j != i)
+                .filter_map(|(&j, row)| {
+                    row.as_ref().map(|r| crate::store::Witness {
+                        database: self.names[j].clone(),
+                        biz: biz.to_owned(),
+                        mark: Mark::of(r),
+                    })
+                })
+                .collect();
+            let store = &self.dbs[i].store;
+            let failed = |e: DbError| {
+                format!(
+                    "database \"{}\" failed while recording the frozen rows ({e}); the rows frozen so far were thawed",
+                    self.names[i]
+                )
+            };
+            self.step(i, store.witness(&marks)).await.map_err(failed)?;
+            read.extend(
+                self.step(i, store.witnesses_of(biz))
+                    .await
+                    .map_err(failed)?,
+            );
+        }
+        Ok(read)
+    }
+
+    /// The error of a move that found database `i`'s row of `biz` gone back in time
+    /// (`why`): servers fence that database too; nothing is switched.
+    fn went_back(&self, biz: &str, i: usize, why: &str) -> StoreError {
+        StoreError::Refused(format!(
+            "biz `{biz}`: database \"{name}\" went back in time while the change ran ({why}); servers fence it: raise its rows above every issued ID with `segmint db fence {name}`, then run the command again; stopped, what was done is safe to serve from",
+            name = self.names[i]
+        ))
     }
 
     /// Unfreezes the rows this pass froze (`frozen[k]` where `rows[k]` was not): it
