@@ -43,7 +43,7 @@ pub enum Phase {
     },
     /// Read which bizs exist and the witnesses, on every database of the change.
     Gather,
-    Move(Mover),
+    Move(Box<Mover>),
     /// Read the lease rows of every database of the change.
     Leases,
     /// Block the worker IDs leaving `parts[k]`.
@@ -327,13 +327,13 @@ impl Cmd {
                         layouts.push(l.clone());
                     }
                 }
-                Phase::Move(Mover::new(
+                Phase::Move(Box::new(Mover::new(
                     sys,
                     plan.to.clone(),
                     plan.parts.clone(),
                     layouts,
                     witnessed,
-                ))
+                )))
             }
             Phase::Leases => {
                 if sys.spec.workers == 0 {
