@@ -285,6 +285,21 @@ pub fn current(layouts: &[Layout]) -> (Option<&Layout>, Option<&Layout>) {
     (done, pending)
 }
 
+/// Whether worker IDs may be leased under the `layouts` read. Only the classes of a
+/// layout done say which database holds which worker ID: under a change still moving
+/// (a new database that holds nothing else yet), or under configured classes no
+/// database confirmed, a worker ID may be leased on another database this process did
+/// not reach. Before any layout is stored, the configured classes hold once every
+/// configured database answered one read without a layout (`confirmed`): a static
+/// cluster, each member agreeing.
+pub fn leases_allowed(layouts: &[Layout], confirmed: bool) -> bool {
+    match current(layouts) {
+        (Some(_), _) => true,
+        (None, None) => layouts.is_empty() && confirmed,
+        (None, Some(_)) => false,
+    }
+}
+
 /// The restriction of a biz (odd-only: `1 mod 2`) whose row has the class `row` on a
 /// database of class `db`: the inverse of [`Residue::restrict`]. `None` when `row` is
 /// not a restriction of `db`.
@@ -990,6 +1005,16 @@ mod tests {
             claim_order(&prev, &names(&["c", "b", "a"])),
             names(&["a", "b", "c"])
         );
+    }
+
+    #[test]
+    fn worker_ids_follow_a_layout_done_or_a_confirmed_static_cluster() {
+        let zero = lay(0, &[("a", 1, 0)], LayoutState::Done);
+        let moving = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Moving);
+        assert!(leases_allowed(&[zero.clone(), moving.clone()], false));
+        assert!(!leases_allowed(std::slice::from_ref(&moving), true));
+        assert!(!leases_allowed(&[], false));
+        assert!(leases_allowed(&[], true));
     }
 
     #[test]

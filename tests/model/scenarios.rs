@@ -375,9 +375,19 @@ fn leases_add(fixes: Fixes) -> Sys {
 }
 
 #[test]
-#[ignore = "open protocol gap: a server that reads only a database with no layout done (the new one, before or during `db add`) falls back to its configured classes and leases a worker ID another database still leases"]
 fn e2_worker_ids_across_an_add_are_never_held_twice() {
     holds(leases_add(Fixes::ALL));
+}
+
+#[test]
+fn e2_with_unconfirmed_classes_a_worker_id_is_held_twice() {
+    finds(
+        leases_add(Fixes {
+            confirmed_classes: false,
+            ..Fixes::ALL
+        }),
+        TWO_HOLDERS,
+    );
 }
 
 /// F: `db remove pg1` while a row may be restored from a backup taken earlier (every

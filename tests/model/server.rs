@@ -56,6 +56,9 @@ pub struct Server {
     /// A database was restored from a backup since this server's last read of every
     /// database: it serves nothing until it has read them all.
     pub reread: bool,
+    /// Every configured database answered one read with no layout in any
+    /// (`LayoutView::confirmed`).
+    pub confirmed: bool,
     /// The layouts known (`LayoutView::layouts`).
     pub layouts: Vec<Lay>,
     /// Per configured database: its standing is `Current`.
@@ -85,6 +88,7 @@ impl Server {
         Server {
             read: false,
             reread: false,
+            confirmed: false,
             layouts: Vec::new(),
             current: vec![true; n],
             classes: spec.classes.iter().copied().map(Some).collect(),
@@ -132,6 +136,15 @@ impl Sys {
     /// `None` when the layout in force does not name it or its standing is not current.
     pub fn class_of(&self, st: &State, s: usize, p: usize) -> Option<Residue> {
         st.servers[s].classes[p]
+    }
+
+    /// The class whose worker IDs the database at position `p` may lease
+    /// (`Store::worker_ids_of`): none unless [`layout::leases_allowed`].
+    fn worker_class(&self, st: &State, s: usize, p: usize) -> Option<Residue> {
+        let server = &st.servers[s];
+        let allowed = !self.spec.fixes.confirmed_classes
+            || layout::leases_allowed(&self.layouts(&server.layouts), server.confirmed);
+        self.class_of(st, s, p).filter(|_| allowed)
     }
 
     /// `Store::refresh_since`: reads the configured databases in `answer`.
@@ -186,6 +199,7 @@ impl Sys {
             for (&p, standing) in read.iter().zip(&reading.standing) {
                 server.current[p] = *standing == Standing::Current;
             }
+            server.confirmed |= read.len() == spec.config.len() && reading.layouts.is_empty();
             server.layouts = reading.layouts.iter().map(|l| self.lay(l)).collect();
             let current = layout::current(&reading.layouts).0;
             for (p, &d) in spec.config.iter().enumerate() {
@@ -368,7 +382,7 @@ impl Sys {
         let d = self.spec.servers[s].config[p];
         let ok = !st.servers[s].fenced[p]
             && self
-                .class_of(st, s, p)
+                .worker_class(st, s, p)
                 .is_some_and(|c| c.contains(i64::from(w)));
         let row = &mut st.dbs[d].leases[usize::from(w)];
         if !ok || !row.takeable() {
@@ -415,7 +429,7 @@ impl Sys {
     pub fn renew(&self, st: &mut State, s: usize) -> bool {
         let held = st.servers[s].lease.expect("a lease");
         if !self
-            .class_of(st, s, held.pos)
+            .worker_class(st, s, held.pos)
             .is_some_and(|c| c.contains(i64::from(held.w)))
         {
             drop_lease(st, s);

@@ -80,6 +80,9 @@ pub(crate) struct LayoutView {
     /// The change under way as last read: its epoch, its row's `changed_ms`, and when
     /// this process first saw that pair (its own monotonic clock).
     watched: Option<(i64, i64, Instant)>,
+    /// Every configured database answered one read, with no layout stored in any: the
+    /// configured classes are confirmed for worker IDs ([`layout::leases_allowed`]).
+    confirmed: bool,
 }
 
 impl LayoutView {
@@ -90,6 +93,7 @@ impl LayoutView {
             standing: vec![Standing::Current; classes.len()],
             configured: classes,
             watched: None,
+            confirmed: false,
         }
     }
 }
@@ -180,7 +184,14 @@ impl Store {
             );
         }
         view.classes = classes;
+        view.confirmed |= per_db.len() == self.names.len() && reading.layouts.is_empty();
         view.layouts = reading.layouts;
+    }
+
+    /// Whether worker IDs may be leased now ([`layout::leases_allowed`]).
+    pub fn leases_allowed(&self) -> bool {
+        let view = self.layout.lock();
+        layout::leases_allowed(&view.layouts, view.confirmed)
     }
 
     /// The class plain bizs get on database `i` in the layout in force; `None` when the

@@ -59,7 +59,7 @@ impl Store {
     /// The worker IDs database `i` may lease: those of its residue class.
     /// None for a database the layout in force does not name.
     pub fn worker_ids_of(&self, i: usize) -> Vec<u16> {
-        let Some(residue) = self.class_of(i) else {
+        let Some(residue) = self.class_of(i).filter(|_| self.leases_allowed()) else {
             return Vec::new();
         };
         (0..WORKER_IDS)
@@ -90,6 +90,11 @@ impl Store {
         // where it left, so a stale read costs worker IDs, never a duplicate).
         if !self.catalog().is_read() {
             self.refresh_since(super::now()).await;
+        }
+        if !self.leases_allowed() {
+            return Err(StoreError::Unavailable(
+                "no worker ID could be leased: no layout done was read, and not every configured database has answered yet (a new database, or one whose layout change is still moving, does not say which worker IDs are its own)".into(),
+            ));
         }
         let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
