@@ -913,3 +913,130 @@ async fn servers_finish_a_biz_left_frozen_by_a_killed_command_within_the_bound()
     assert_unique(&plain);
     assert_unique(&odd);
 }
+
+/// A database restored from a backup while a change runs: `db remove pg1` freezes
+/// `plain` on pg0 and pg1 and is held (a lock on pg0's witness row of pg1) just before
+/// it records the frozen rows as witnesses; meanwhile pg1's row goes back to a backup
+/// taken before the last reservations (unfrozen, an older version and `max_id`), as a
+/// restore would. The command reads the rows again before switching, finds pg1's
+/// behind what it froze, stops non-zero naming pg1 (pg0's row thawed, pg1's left as it
+/// is), and the server fences pg1; no ID repeats. Once the operator raises pg1 with
+/// `db fence`, the command runs through.
+///
+/// Without the read before the switch (as on 3eb127e), the change went on and was
+/// marked done beside a live pg1 row of the old layout; servers that had not read the
+/// witnesses of the freeze could reserve from it (the model's scenario F).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
+    let c = Cluster::start(2, 1, "10", false);
+    let (dbs, token) = (&c.dbs, &c.plain_token);
+    cli_ok(&c.toml, &["db", "add", "pg1", &c.urls[1]]);
+    let two = toml_for(dbs, &[0, 1]);
+    let server = ServerProcess::start(&two).await;
+    let remote = server.remote(Duration::from_secs(5));
+    let mut ids = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dbs.version(0, "plain") < 4 || dbs.version(1, "plain") < 4 {
+        assert!(Instant::now() < deadline, "both databases serve");
+        ids.extend(try_v1_ids(&remote, "plain", token, 10).await.unwrap());
+    }
+    // The backup of pg1's row, then more reservations on pg1 (witnessed on pg0).
+    let backup = dbs.sql(
+        1,
+        "SELECT max_id, version, frozen, claimed_by FROM tiny_id_info WHERE biz_type = 'plain'",
+    );
+    let v1 = dbs.version(1, "plain");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while dbs.version(1, "plain") < v1 + 3 {
+        assert!(Instant::now() < deadline, "pg1 serves past its backup");
+        ids.extend(try_v1_ids(&remote, "plain", token, 10).await.unwrap());
+    }
+    let issued = *ids.iter().max().unwrap();
+    let witnessed = dbs.sql(
+        0,
+        "SELECT count(*) FROM segmint_witness WHERE database = 'pg1' AND biz_type = 'plain'",
+    );
+    assert_eq!(witnessed, "1", "pg1's reservations are witnessed on pg0");
+
+    // Hold the command where it records the frozen rows as witnesses on pg0.
+    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
+        .await
+        .expect("connect to pg0");
+    tokio::spawn(connection);
+    client
+        .batch_execute(
+            "BEGIN; SELECT 1 FROM segmint_witness \
+             WHERE database = 'pg1' AND biz_type = 'plain' FOR UPDATE",
+        )
+        .await
+        .expect("lock pg0's witness of pg1");
+    let command = {
+        let two = two.clone();
+        tokio::task::spawn_blocking(move || cli(&two, &["db", "remove", "pg1"]))
+    };
+    let frozen = "SELECT frozen AND claimed_by = 2 FROM tiny_id_info WHERE biz_type = 'plain'";
+    eventually(
+        Duration::from_secs(30),
+        "both rows frozen by the change",
+        async || match (dbs.sql(0, frozen), dbs.sql(1, frozen)) {
+            (a, b) if a == "t" && b == "t" => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
+    // The restore: pg1's row as it was at the backup.
+    let f: Vec<&str> = backup.split('|').collect();
+    dbs.sql(
+        1,
+        &format!(
+            "UPDATE tiny_id_info SET max_id = {}, version = {}, frozen = '{}', claimed_by = {} \
+             WHERE biz_type = 'plain'",
+            f[0], f[1], f[2], f[3]
+        ),
+    );
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let run = command.await.expect("the command");
+    let said = format!("{}{}", run.stdout, run.stderr);
+    assert!(!run.ok(), "not refused:\n{said}");
+    for w in ["database \"pg1\" went back in time", "segmint db fence pg1"] {
+        assert!(said.contains(w), "the command does not say `{w}`:\n{said}");
+    }
+    eprintln!("the command said:\n{}", said_last(&run));
+    assert_eq!(
+        dbs.sql(
+            0,
+            "SELECT frozen, layout_epoch FROM tiny_id_info WHERE biz_type = 'plain'"
+        ),
+        "f|1",
+        "pg0's row is thawed in epoch 1"
+    );
+    assert!(newest_layout(dbs, 0).ends_with("moving"));
+
+    // The server fences pg1: it is behind what the server saw and what was witnessed.
+    eventually(Duration::from_secs(20), "pg1 fenced", async || {
+        let pg1 = readyz_entry(&remote, "pg1").await;
+        if pg1["fenced"].is_string() {
+            Ok(())
+        } else {
+            Err(pg1.to_string())
+        }
+    })
+    .await;
+    for _ in 0..20 {
+        ids.extend(try_v1_ids(&remote, "plain", token, 10).await.unwrap());
+    }
+    assert_unique(&ids);
+    assert!(ids.iter().max().unwrap() > &issued);
+
+    // The operator raises pg1 above every issued ID; the change then runs through.
+    cli_ok(&two, &["db", "fence", "pg1"]);
+    let out = cli_ok(&two, &["db", "remove", "pg1"]);
+    assert!(
+        out.contains("layout epoch 2 is done: pg0 (0 mod 1)"),
+        "{out}"
+    );
+    for _ in 0..20 {
+        ids.extend(try_v1_ids(&remote, "plain", token, 10).await.unwrap());
+    }
+    assert_unique(&ids);
+}
