@@ -1040,3 +1040,81 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
     }
     assert_unique(&ids);
 }
+
+/// Worker IDs around a database about to be added. Two servers on pg0 alone hold
+/// worker IDs 0 and 1 there (pg0 is 0 mod 1: every worker ID is pg0's). A third server
+/// is started configured with pg0 and the new, empty pg1 as `db add pg1` will make them
+/// (pg1: 1 mod 2), but cut off from pg0: it reads only pg1, which holds no layout, and
+/// leases no worker ID there (worker ID 1 is in use on pg0), saying why in its log.
+/// Once `db add pg1` has stored the layout (blocking worker ID 1 on pg0, freeing it on
+/// pg1 with its bound), it leases an odd worker ID there. No snowflake ID repeats.
+///
+/// On 3eb127e the third server fell back to its configured classes and leased worker
+/// ID 1 on pg1 at once, beside the holder on pg0 (the model's scenario E2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reaching_only_a_new_database_leases_no_worker_id_there() {
+    let c = Cluster::start(2, 1, "10", false);
+    let (dbs, token) = (&c.dbs, &c.plain_token);
+    cli_ok(&toml_for(dbs, &[1]), &["migrate"]);
+    let one = format!("{SNOWFLAKE}\n{}", toml_for(dbs, &[0]));
+    let old = [
+        ServerProcess::start(&one).await,
+        ServerProcess::start(&one).await,
+    ];
+    let mut ids = Vec::new();
+    let mut workers = HashSet::new();
+    for s in &old {
+        let r = s.remote(Duration::from_secs(5));
+        let got = eventually(Duration::from_secs(10), "a worker ID on pg0", async || {
+            try_snowflakes(&r, token, 10).await
+        })
+        .await;
+        workers.extend(got.iter().map(|&id| worker_of(id)));
+        ids.extend(got);
+    }
+    assert_eq!(workers, HashSet::from([0, 1]), "worker IDs held on pg0");
+
+    // pg0 unreachable from the new server: its URL points at a closed port.
+    let cut_off = format!("{SNOWFLAKE}\n{}", toml_for(dbs, &[0, 1]))
+        .replace(&c.urls[0], "postgres://postgres@127.0.0.1:9/segmint");
+    let new = ServerProcess::start(&cut_off).await;
+    eventually(
+        Duration::from_secs(10),
+        "the new server refuses to lease on pg1",
+        async || {
+            let log = new.log_text();
+            if log.contains("no layout done was read") {
+                Ok(())
+            } else {
+                Err(log)
+            }
+        },
+    )
+    .await;
+    for s in &old {
+        let r = s.remote(Duration::from_secs(5));
+        ids.extend(try_snowflakes(&r, token, 10).await.unwrap());
+    }
+    assert_eq!(
+        dbs.sql(1, "SELECT count(*) FROM segmint_worker_lease"),
+        "0",
+        "a worker ID leased on pg1 without a layout"
+    );
+
+    // The change stores the layout; the new server leases on pg1, above the bound.
+    cli_ok(&c.toml, &["db", "add", "pg1", &c.urls[1]]);
+    let remote = new.remote(Duration::from_secs(5));
+    let got = eventually(Duration::from_secs(20), "a worker ID on pg1", async || {
+        try_snowflakes(&remote, token, 10).await
+    })
+    .await;
+    assert!(got.iter().all(|&id| worker_of(id) % 2 == 1), "{got:?}");
+    ids.extend(got);
+    for s in &old {
+        let r = s.remote(Duration::from_secs(5));
+        if let Ok(got) = try_snowflakes(&r, token, 10).await {
+            ids.extend(got);
+        }
+    }
+    assert_unique(&ids);
+}
