@@ -1029,7 +1029,19 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
     assert!(ids.iter().max().unwrap() > &issued);
 
     // The operator raises pg1 above every issued ID; the change then runs through.
+    // The change is still pending: the row raised is frozen for it, never put back
+    // into service in the class epoch 2 takes away (the model's scenario F found IDs
+    // issued twice when `db fence` raised it live).
     cli_ok(&two, &["db", "fence", "pg1"]);
+    assert_eq!(
+        dbs.sql(
+            1,
+            "SELECT frozen OR layout_epoch >= 2, version >= 1099511627776 \
+             FROM tiny_id_info WHERE biz_type = 'plain'"
+        ),
+        "t|t",
+        "pg1's row is raised, and not live in epoch 1"
+    );
     let out = cli_ok(&two, &["db", "remove", "pg1"]);
     assert!(
         out.contains("layout epoch 2 is done: pg0 (0 mod 1)"),

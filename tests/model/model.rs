@@ -44,6 +44,9 @@ pub struct Fixes {
     /// once every configured database answered without a layout (else from the
     /// configured classes whenever no layout is done).
     pub confirmed_classes: bool,
+    /// `db fence` raises a row frozen while a change is pending, or when its epoch is
+    /// below the layout in force (else it raises it live, as it was).
+    pub fence_freezes: bool,
 }
 
 impl Fixes {
@@ -56,6 +59,7 @@ impl Fixes {
         lease_fence: true,
         fresh_witnesses: true,
         confirmed_classes: true,
+        fence_freezes: true,
     };
 }
 
@@ -109,6 +113,8 @@ pub struct Spec {
     pub fixes: Fixes,
     /// Rows restored from a backup (a fault) allowed.
     pub restores: u8,
+    /// `db fence` runs allowed, each after a restore.
+    pub fences: u8,
     /// Servers act only once every command ended: not a fault model, a narrower
     /// search for tests that only need to find a known bug fast.
     pub servers_after_commands: bool,
@@ -414,6 +420,8 @@ pub struct State {
     pub reservations: u8,
     /// Restores from backup left.
     pub restores: u8,
+    /// `db fence` runs left.
+    pub fences: u8,
 }
 
 impl State {
@@ -441,6 +449,11 @@ impl State {
         })
     }
 }
+
+/// The version step of `db fence` (`FENCE_EPOCH` in src/store/cluster/admin.rs, 2^40
+/// there): small here, to keep versions small; what matters is that it lies above
+/// every version known.
+const FENCE_EPOCH: i64 = 8;
 
 /// A set of positions in a configuration, a bit each: the databases that answer a read.
 pub type Answer = u8;
@@ -483,6 +496,10 @@ pub enum Action {
     /// Database `d`'s row goes back to its backup (and every server reads every
     /// database again before it serves: the restore takes longer than a refresh).
     Restore(Db),
+    /// `segmint db fence NAME` on database `d`, after a restore: its row raised above
+    /// every witness of it on the other databases (`Store::raise_database`; its reads
+    /// and its compare-and-set taken as one step).
+    Fence(Db),
 }
 
 /// One checked model: a [`Spec`] and its initial state.
@@ -494,6 +511,57 @@ pub struct Sys {
 impl Sys {
     pub fn names(&self) -> &[String] {
         &self.spec.names
+    }
+
+    /// `Store::raise_database` on database `d`: its row raised to the next multiple of
+    /// [`FENCE_EPOCH`] above every version known, its `max_id` to the highest witnessed,
+    /// when the row is behind the witnesses of it on the other databases.
+    fn fence(&self, st: &mut State, d: Db) -> bool {
+        let mut mark: Option<MarkT> = None;
+        for (j, db) in st.dbs.iter().enumerate() {
+            if let (true, Some(w)) = (j != d, db.witness[d]) {
+                learn(&mut mark, to_mark(w));
+            }
+        }
+        let Some(row) = st.dbs[d].row else {
+            return false;
+        };
+        let floor = mark.map_or(row.max_id, |m| m.2);
+        let behind = mark.is_some_and(|m| to_mark(m).is_ahead_of(&row.biz_row(0)));
+        if !behind && row.max_id >= floor {
+            return false;
+        }
+        let newest = mark.map_or(row.version, |m| m.0.max(row.version));
+        let mut raised = Row {
+            version: (newest / FENCE_EPOCH + 1) * FENCE_EPOCH,
+            max_id: row.max_id.max(floor),
+            ..row
+        };
+        // A change under way (`load_layout`, then `layouts`): the row raised is frozen
+        // for it.
+        let names = self.names();
+        let per_db: Vec<_> = st
+            .dbs
+            .iter()
+            .enumerate()
+            .map(|(j, db)| (names[j].clone(), db.layout_rows(names)))
+            .collect();
+        // A row of an epoch below the layout in force (a restore undid its move) is
+        // raised frozen too.
+        let reading = segmint::layout::read(&[], &per_db).ok();
+        if let Some(reading) = reading.filter(|_| self.spec.fixes.fence_freezes) {
+            match segmint::layout::current(&reading.layouts) {
+                (_, Some(change)) => {
+                    raised.frozen = true;
+                    raised.claimed_by = row.claimed_by.max(change.epoch);
+                }
+                (Some(done), None) if row.epoch < done.epoch => raised.frozen = true,
+                _ => {}
+            }
+        }
+        st.dbs[d].cas(row.version, row.max_id, raised);
+        st.fences -= 1;
+        true
     }
 
     pub fn layouts(&self, lays: &[Lay]) -> Vec<Layout> {
@@ -589,6 +657,9 @@ impl Model for Sys {
                     Some(_) => actions.push(Action::Restore(d)),
                 }
             }
+            if st.fences > 0 && st.restores < self.spec.restores {
+                actions.push(Action::Fence(d));
+            }
         }
     }
 
@@ -637,6 +708,7 @@ impl Model for Sys {
                 }
                 true
             }
+            Action::Fence(d) => self.fence(&mut st, d),
         };
         changed.then_some(st)
     }

@@ -46,6 +46,7 @@ fn spec(title: &'static str, names: Vec<String>, fixes: Fixes) -> Spec {
         init_epoch: 1,
         expect_change: true,
         restores: 0,
+        fences: 0,
         servers_after_commands: false,
         paused: false,
         crashes: false,
@@ -81,6 +82,7 @@ fn system(spec: Spec, dbs: Vec<DbState>) -> Sys {
         fresh: false,
         reservations: spec.reservations,
         restores: spec.restores,
+        fences: spec.fences,
     };
     Sys { spec, init }
 }
@@ -402,6 +404,7 @@ fn restore(fixes: Fixes) -> Sys {
     );
     spec.witnesses = true;
     spec.restores = 1;
+    spec.fences = 1;
     spec.commands = vec![two_command(&both().0, &[0])];
     spec.servers = vec![two_server(&[0, 1], true, false)];
     if deep() {
@@ -421,6 +424,17 @@ fn f_with_the_witnesses_read_once_a_restored_row_issues_an_id_twice() {
     finds(
         restore(Fixes {
             fresh_witnesses: false,
+            ..Fixes::ALL
+        }),
+        DUP,
+    );
+}
+
+#[test]
+fn f_with_a_fence_that_raises_rows_live_a_restored_row_issues_an_id_twice() {
+    finds(
+        restore(Fixes {
+            fence_freezes: false,
             ..Fixes::ALL
         }),
         DUP,

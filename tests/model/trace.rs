@@ -219,6 +219,13 @@ impl Sys {
             }
             Action::Backup(d) => format!("a backup of {} is taken", self.db(d)),
             Action::Restore(d) => format!("{} is restored from its backup", self.db(d)),
+            Action::Fence(d) => format!(
+                "`db fence {}` raises its row (now {})",
+                self.db(d),
+                after.dbs[d]
+                    .row
+                    .map_or("none".into(), |r| self.describe_row(&r))
+            ),
         }
     }
 

@@ -7,7 +7,7 @@ use super::Store;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::evidence::{self, Evidence, Mark, Witness};
-use crate::store::{BizRow, DbError, SegmentStore, ShapeRow, StoreError};
+use crate::store::{BizRow, DbError, Reclass, SegmentStore, ShapeRow, StoreError};
 
 /// `segmint db fence` raises a row's version to the next multiple of this: far above
 /// every version reached by reservations since the last fence (one per reservation),
@@ -349,6 +349,15 @@ impl Store {
                 }
             }
         }
+        // A change under way: a row raised now is frozen for it (stamped with its
+        // epoch), never put back into service in a class the change may be taking
+        // away; the change, run again, or the servers healing it, move it on. A row of
+        // an epoch below the layout in force (a restore undid its move) is raised
+        // frozen too: its class may belong to another database now; the next change
+        // moves it.
+        self.load_layout().await;
+        let (done, pending) = self.layouts();
+        let stale = |row: &BizRow| done.as_ref().is_some_and(|d| row.epoch < d.epoch);
         let rows = self
             .call(t, self.dbs[t].store.bizs())
             .await
@@ -381,15 +390,33 @@ impl Store {
                 continue;
             };
             let max_id = row.max_id.max(floor);
-            let done = match self
-                .call(
-                    t,
-                    self.dbs[t]
-                        .store
-                        .raise(biz, row.version, row.max_id, version, max_id),
-                )
-                .await
-            {
+            let freeze_by = match &pending {
+                Some(change) => Some(change.epoch),
+                None if stale(&row) => Some(row.claimed_by),
+                None => None,
+            };
+            let write = async {
+                match freeze_by {
+                    None => {
+                        self.dbs[t]
+                            .store
+                            .raise(biz, row.version, row.max_id, version, max_id)
+                            .await
+                    }
+                    Some(by) => {
+                        let to = Reclass {
+                            version,
+                            max_id,
+                            ..Reclass::freezing(&row, true, row.claimed_by.max(by))
+                        };
+                        self.dbs[t]
+                            .store
+                            .reclass(biz, row.version, row.max_id, &to)
+                            .await
+                    }
+                }
+            };
+            let done = match self.call(t, write).await {
                 Ok(done) => done,
                 // Rows raised before stay raised (that is safe); say which they were.
                 Err(e) => {
