@@ -419,7 +419,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     use segmint::segment::Residue;
     use segmint::store::postgres::PgStore;
     use segmint::store::sqlite::SqliteStore;
-    use segmint::store::{LeaseSet, Reclass, SegmentStore, Store};
+    use segmint::store::{BizRow, Inserted, LeaseSet, Reclass, SegmentStore, Store};
 
     let dbs = Databases::start(kind, 2);
     let urls = dbs.urls();
@@ -582,6 +582,28 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     assert!(!raw.claim_layout(&moving(3)).await.unwrap(), "claimed once");
     assert!(raw.put_layout(&moving(3)).await.unwrap(), "a heartbeat");
     assert_eq!(epochs(), "0:done\n1:done\n2:done\n3:moving");
+    // A biz row is created only in an epoch no later layout is stored above: a command
+    // that read the layouts before a change claimed epoch 3 writes nothing here.
+    let fresh = |epoch: i64| BizRow {
+        biz_type: "fresh".into(),
+        begin_id: 0,
+        max_id: 0,
+        step: 10,
+        delta: 1,
+        remainder: 0,
+        version: 0,
+        description: String::new(),
+        epoch,
+        frozen: false,
+        claimed_by: 0,
+    };
+    assert_eq!(
+        raw.insert_biz(&fresh(2)).await.unwrap(),
+        Inserted::LayoutAbove(3)
+    );
+    assert!(raw.biz("fresh").await.unwrap().is_none(), "nothing written");
+    assert_eq!(raw.insert_biz(&fresh(3)).await.unwrap(), Inserted::Yes);
+    assert_eq!(raw.insert_biz(&fresh(3)).await.unwrap(), Inserted::Exists);
     // Lease rows: bounds only grow, the holder and expiry are set.
     let set = |holder: &str, expires_ms, last_ms, bound_ms| LeaseSet {
         worker_id: 7,

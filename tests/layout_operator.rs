@@ -1130,3 +1130,80 @@ async fn a_server_reaching_only_a_new_database_leases_no_worker_id_there() {
     }
     assert_unique(&ids);
 }
+
+/// `segmint import` racing `db remove`: the import reads the layouts (epoch 1, none
+/// pending) and is then held on a table lock on pg0 before it creates the biz; the
+/// remove starts meanwhile. Once the lock goes, whatever the order, the imported biz
+/// ends up moved by the change (live on pg0 in epoch 2), never left behind in epoch 1
+/// where no server serves it and no change moves it; an import that loses the race
+/// stops naming the change.
+///
+/// Without the layout check in the insert's transaction (as on e763dd1), the change
+/// claimed its epoch and listed the bizs while the import waited, and the import then
+/// created rows in epoch 1 that the change never moved (the model's scenario G).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_racing_a_change_leaves_no_row_behind() {
+    let c = Cluster::start(2, 1, "10", false);
+    let dbs = &c.dbs;
+    cli_ok(&c.toml, &["db", "add", "pg1", &c.urls[1]]);
+    let two = toml_for(dbs, &[0, 1]);
+    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
+        .await
+        .expect("connect to pg0");
+    tokio::spawn(connection);
+    client
+        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN EXCLUSIVE MODE")
+        .await
+        .expect("lock pg0's biz rows");
+    let waiting = async |n: i64, what: &'static str| {
+        eventually(Duration::from_secs(30), what, async || {
+            let now: i64 = dbs
+                .sql(0, "SELECT count(*) FROM pg_locks WHERE NOT granted")
+                .parse()
+                .map_err(|e| format!("{e}"))?;
+            if now >= n {
+                Ok(())
+            } else {
+                Err(format!("{now} waiting"))
+            }
+        })
+        .await;
+    };
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(
+        file.path(),
+        "id\tbiz_type\tbegin_id\tmax_id\tstep\tdelta\tremainder\tcreate_time\tupdate_time\tversion\n\
+         1\tlate\t1\t2001\t1000\t1\t0\t2017-11-19 00:00:00\t2017-11-20 10:00:00\t3\n",
+    )
+    .expect("write the export");
+    let path = file.path().to_str().expect("a path").to_owned();
+    let import = {
+        let two = two.clone();
+        tokio::task::spawn_blocking(move || cli(&two, &["import", "tinyid", &path]))
+    };
+    waiting(1, "the import waits for the lock").await;
+    let remove = {
+        let two = two.clone();
+        tokio::task::spawn_blocking(move || cli(&two, &["db", "remove", "pg1"]))
+    };
+    waiting(2, "the remove waits too").await;
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let removed = remove.await.expect("the remove");
+    assert!(removed.ok(), "{removed:?}");
+    let imported = import.await.expect("the import");
+    let said = format!("{}{}", imported.stdout, imported.stderr);
+    assert!(
+        imported.ok() || said.contains("a change to layout epoch 2 began meanwhile"),
+        "{said}"
+    );
+    let row = "SELECT layout_epoch, frozen FROM tiny_id_info WHERE biz_type = 'late'";
+    assert_eq!(dbs.sql(0, row), "2|f", "pg0 serves the biz in epoch 2");
+    let left = "SELECT count(*) FROM tiny_id_info WHERE layout_epoch < 2 AND NOT frozen";
+    for i in 0..2 {
+        assert_eq!(
+            dbs.sql(i, left),
+            "0",
+            "no live row left in epoch 1 on pg{i}"
+        );
+    }
+}

@@ -51,6 +51,17 @@ pub struct BizRow {
     pub claimed_by: i64,
 }
 
+/// What [`SegmentStore::insert_biz`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inserted {
+    /// The row was inserted.
+    Yes,
+    /// The biz already has a row here; nothing written.
+    Exists,
+    /// This database holds the layout of this epoch, above the row's; nothing written.
+    LayoutAbove(i64),
+}
+
 /// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
 /// these values (see [`SegmentStore::reclass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,8 +247,12 @@ pub trait SegmentStore: Send + Sync + 'static {
     }
     /// Every biz row.
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
-    /// Inserts a biz row; `false` when the biz already exists.
-    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError>;
+    /// Inserts a biz row, unless the biz already exists or this database holds a
+    /// layout above the row's epoch (a change claimed since the caller read the layouts:
+    /// the change may have listed the bizs already, and would leave a row created now
+    /// behind in the old layout). The check and the insert are one transaction that
+    /// excludes a concurrent claim of a layout.
+    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError>;
     /// Every shape row.
     async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError>;
     /// Writes a shape row, replacing the biz's row if there is one (only ever done

@@ -9,8 +9,8 @@ use tokio_postgres::Row;
 use crate::config::PgTarget;
 
 use super::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass, SegmentStore,
-    ShapeRow, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass,
+    SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
@@ -360,9 +360,27 @@ impl SegmentStore for PgStore {
         Ok(rows.iter().map(biz_row).collect())
     }
 
-    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
-        let client = self.client().await?;
-        let n = client
+    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(db_error)?;
+        // SHARE conflicts with the ROW EXCLUSIVE lock of a claim's INSERT: a claim
+        // either committed before this reads the layouts, or waits for this insert to
+        // commit (and the change then lists this biz among the rows it moves).
+        tx.batch_execute("LOCK TABLE segmint_layout IN SHARE MODE")
+            .await
+            .map_err(db_error)?;
+        let above: Option<i64> = tx
+            .query_one(
+                "SELECT max(epoch) FROM segmint_layout WHERE epoch > $1::bigint",
+                &[&row.epoch],
+            )
+            .await
+            .map_err(db_error)?
+            .get(0);
+        if let Some(epoch) = above {
+            return Ok(Inserted::LayoutAbove(epoch));
+        }
+        let n = tx
             .execute(
                 "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (biz_type) DO NOTHING",
@@ -370,7 +388,12 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(n == 1)
+        tx.commit().await.map_err(db_error)?;
+        Ok(if n == 1 {
+            Inserted::Yes
+        } else {
+            Inserted::Exists
+        })
     }
 
     async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {

@@ -21,8 +21,8 @@ use rusqlite::{
 };
 
 use super::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass, SegmentStore,
-    ShapeRow, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass,
+    SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
@@ -426,17 +426,28 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
+    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
         let row = row.clone();
         self.with(move |c| {
-            let n = write(c, |tx| {
-                tx.execute(
+            // An immediate transaction: no claim of a layout can come between the
+            // check and the insert.
+            let done = write(c, |tx| {
+                let above: Option<i64> = tx.query_row(
+                    "SELECT max(epoch) FROM segmint_layout WHERE epoch > ?1",
+                    params![row.epoch],
+                    |r| r.get(0),
+                )?;
+                if let Some(epoch) = above {
+                    return Ok(Inserted::LayoutAbove(epoch));
+                }
+                let n = tx.execute(
                     "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING",
                     params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by],
-                )
+                )?;
+                Ok(if n == 1 { Inserted::Yes } else { Inserted::Exists })
             })?;
-            Ok(n == 1)
+            Ok(done)
         })
         .await
     }

@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Reclass, SegmentStore, ShapeRow,
-    Store, Timing, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Reclass, SegmentStore,
+    ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
@@ -230,14 +230,15 @@ impl SegmentStore for MemoryStore {
         Ok(self.inner.lock().rows.values().cloned().collect())
     }
 
-    async fn insert_biz(&self, row: &BizRow) -> Result<bool, DbError> {
+    /// No layout is ever stored here (see `layouts`): only the biz's own row decides.
+    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
         self.enter("insert_biz").await?;
         let mut inner = self.inner.lock();
         if inner.rows.contains_key(&row.biz_type) {
-            return Ok(false);
+            return Ok(Inserted::Exists);
         }
         inner.rows.insert(row.biz_type.clone(), row.clone());
-        Ok(true)
+        Ok(Inserted::Yes)
     }
 
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {

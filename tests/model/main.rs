@@ -11,13 +11,16 @@
 //! checks in every reachable state:
 //! - **no duplicate ID**: no ID is issued twice (a reservation issues every ID of its
 //!   segment at once);
-//! - **no worker ID held twice**: no two servers issue with one worker ID at once.
+//! - **no worker ID held twice**: no two servers issue with one worker ID at once;
+//! - **no live row left below the layout done** (without restores): a row that no
+//!   server will serve from and no change will move.
 //!
 //! Faults: a command stops after any step (a crash, or a pause for good); a second
 //! command finishes or supersedes a change at once (not after 3 s of silence: a
 //! paused command may wake up, and safety must hold anyway); databases go down and
-//! come back; a row is restored from a backup; commands run at once, or with a
-//! configuration that names only some databases; leases run out.
+//! come back; a row is restored from a backup (and `db fence` run after it); commands
+//! run at once, or with a configuration that names only some databases; an import
+//! creating the biz while a change starts; leases run out.
 //!
 //! Each scenario is checked twice or more: with every safeguard on ([`Fixes::ALL`]),
 //! where the checker must find no counterexample (and must reach a finished change and
@@ -34,10 +37,11 @@
 //!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
 //! layout-change command; [`mover`] one biz's move (shared by commands and servers'
-//! heals); [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
+//! heals); [`import`] an import creating the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
 //! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
 
 mod command;
+mod import;
 mod model;
 mod mover;
 mod scenarios;
@@ -73,7 +77,11 @@ fn holds(sys: Sys) {
         checker.max_depth(),
         started.elapsed().as_secs_f64()
     );
-    for name in ["no duplicate ID", "no worker ID held twice"] {
+    for name in [
+        "no duplicate ID",
+        "no worker ID held twice",
+        "no live row left below the layout done",
+    ] {
         if let Some(path) = checker.discovery(name) {
             panic!(
                 "{title}: counterexample to \"{name}\":\n{}",

@@ -12,6 +12,7 @@ use segmint::store::{BizRow, LayoutRow, Mark, Reclass};
 use stateright::{Model, Property};
 
 use crate::command::{Cmd, Phase};
+use crate::import::Imp;
 use crate::server::Server;
 
 /// A database, by its index in [`Spec::names`].
@@ -47,6 +48,9 @@ pub struct Fixes {
     /// `db fence` raises a row frozen while a change is pending, or when its epoch is
     /// below the layout in force (else it raises it live, as it was).
     pub fence_freezes: bool,
+    /// A biz row is created only where no layout above its epoch is stored, checked in
+    /// the insert's transaction (else wherever the command's first read allowed it).
+    pub insert_fence: bool,
 }
 
 impl Fixes {
@@ -60,6 +64,7 @@ impl Fixes {
         fresh_witnesses: true,
         confirmed_classes: true,
         fence_freezes: true,
+        insert_fence: true,
     };
 }
 
@@ -115,6 +120,9 @@ pub struct Spec {
     pub restores: u8,
     /// `db fence` runs allowed, each after a restore.
     pub fences: u8,
+    /// `segmint import` of the biz (while it has no row), configured with these
+    /// databases.
+    pub import: Option<Vec<Db>>,
     /// Servers act only once every command ended: not a fault model, a narrower
     /// search for tests that only need to find a known bug fast.
     pub servers_after_commands: bool,
@@ -422,6 +430,8 @@ pub struct State {
     pub restores: u8,
     /// `db fence` runs left.
     pub fences: u8,
+    /// The import command, if the scenario runs one.
+    pub import: Imp,
 }
 
 impl State {
@@ -431,6 +441,22 @@ impl State {
             self.dup = Some(id);
         }
         self.issued |= bit;
+    }
+
+    /// A database holding a live row of an epoch below its own layout done: no server
+    /// serves from it (a row left in an earlier layout gives out nothing), and no
+    /// change will move it (they list the bizs once).
+    pub fn stranded(&self) -> Option<Db> {
+        self.dbs.iter().position(|db| {
+            let done = db
+                .layouts
+                .iter()
+                .filter(|l| l.state == St::Done)
+                .map(|l| l.epoch)
+                .max();
+            db.row
+                .is_some_and(|r| !r.frozen && done.is_some_and(|e| r.epoch < e))
+        })
     }
 
     /// Two servers issuing with one worker ID at once.
@@ -500,6 +526,8 @@ pub enum Action {
     /// every witness of it on the other databases (`Store::raise_database`; its reads
     /// and its compare-and-set taken as one step).
     Fence(Db),
+    /// The next step of the import command.
+    Import,
 }
 
 /// One checked model: a [`Spec`] and its initial state.
@@ -661,6 +689,9 @@ impl Model for Sys {
                 actions.push(Action::Fence(d));
             }
         }
+        if self.spec.import.is_some() && st.import != Imp::Ended {
+            actions.push(Action::Import);
+        }
     }
 
     fn next_state(&self, last: &State, action: Action) -> Option<State> {
@@ -709,6 +740,10 @@ impl Model for Sys {
                 true
             }
             Action::Fence(d) => self.fence(&mut st, d),
+            Action::Import => {
+                let config = self.spec.import.clone().expect("an import");
+                self.import_step(&mut st, &config)
+            }
         };
         changed.then_some(st)
     }
@@ -720,6 +755,13 @@ impl Model for Sys {
                 st.two_holders().is_none()
             }),
         ];
+        if self.spec.restores == 0 {
+            // Else a row is left behind only by a restore (which fencing deals with).
+            properties.push(Property::always(
+                "no live row left below the layout done",
+                |_, st: &State| st.stranded().is_none(),
+            ));
+        }
         if self.spec.expect_change {
             properties.push(Property::sometimes(
                 "a change is done",

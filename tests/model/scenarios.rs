@@ -5,6 +5,7 @@
 use segmint::segment::Residue;
 
 use crate::command::Cmd;
+use crate::import::Imp;
 use crate::model::{CommandSpec, DbState, Fixes, Lay, Row, ServerSpec, Spec, St, State, Sys};
 use crate::server::Server;
 use crate::{deep, finds, holds};
@@ -47,6 +48,7 @@ fn spec(title: &'static str, names: Vec<String>, fixes: Fixes) -> Spec {
         expect_change: true,
         restores: 0,
         fences: 0,
+        import: None,
         servers_after_commands: false,
         paused: false,
         crashes: false,
@@ -83,6 +85,7 @@ fn system(spec: Spec, dbs: Vec<DbState>) -> Sys {
         reservations: spec.reservations,
         restores: spec.restores,
         fences: spec.fences,
+        import: Imp::Idle,
     };
     Sys { spec, init }
 }
@@ -438,6 +441,33 @@ fn f_with_a_fence_that_raises_rows_live_a_restored_row_issues_an_id_twice() {
             ..Fixes::ALL
         }),
         DUP,
+    );
+}
+
+/// G: `segmint import` creating the biz (no row anywhere yet) on both databases while
+/// `db remove pg1` runs; a server reserves.
+fn import_race(fixes: Fixes) -> Sys {
+    let mut spec = spec("G an import during a remove", names(&["pg0", "pg1"]), fixes);
+    spec.import = Some(vec![0, 1]);
+    spec.commands = vec![two_command(&both().0, &[0])];
+    spec.servers = vec![two_server(&[0, 1], true, false)];
+    let dbs = two_databases(&spec, Residue::ALL, false);
+    system(spec, dbs)
+}
+
+#[test]
+fn g_an_import_racing_a_change_leaves_no_row_behind() {
+    holds(import_race(Fixes::ALL));
+}
+
+#[test]
+fn g_with_the_insert_unfenced_an_import_leaves_a_row_behind() {
+    finds(
+        import_race(Fixes {
+            insert_fence: false,
+            ..Fixes::ALL
+        }),
+        "no live row left below the layout done",
     );
 }
 

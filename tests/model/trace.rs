@@ -3,6 +3,7 @@
 use stateright::Path;
 
 use crate::command::Phase;
+use crate::import::Imp;
 use crate::model::{Action, Lay, Row, St, State, Sys};
 use crate::mover::{MoveStep, Mover};
 
@@ -219,6 +220,26 @@ impl Sys {
             }
             Action::Backup(d) => format!("a backup of {} is taken", self.db(d)),
             Action::Restore(d) => format!("{} is restored from its backup", self.db(d)),
+            Action::Import => match (&before.import, &after.import) {
+                (Imp::Idle, Imp::Insert { epoch, .. }) => {
+                    format!("import reads the layouts: creates the biz in epoch {epoch}")
+                }
+                (Imp::Idle, _) => "import reads the layouts: refused".into(),
+                (Imp::Insert { classes, k, .. }, _) => {
+                    let d = classes[*k].0;
+                    match (before.dbs[d].row, after.dbs[d].row) {
+                        (None, Some(r)) => {
+                            format!(
+                                "import creates the row on {} ({})",
+                                self.db(d),
+                                self.describe_row(&r)
+                            )
+                        }
+                        _ => format!("import writes nothing on {}: stops", self.db(d)),
+                    }
+                }
+                (Imp::Ended, _) => "import ended".into(),
+            },
             Action::Fence(d) => format!(
                 "`db fence {}` raises its row (now {})",
                 self.db(d),

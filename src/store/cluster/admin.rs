@@ -7,7 +7,15 @@ use super::Store;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::evidence::{self, Evidence, Mark, Witness};
-use crate::store::{BizRow, DbError, Reclass, SegmentStore, ShapeRow, StoreError};
+use crate::store::{BizRow, DbError, Inserted, Reclass, SegmentStore, ShapeRow, StoreError};
+
+/// Why a command that creates biz rows stopped when a database already holds a later
+/// layout than the one it read.
+pub(super) fn layout_began(epoch: i64) -> String {
+    format!(
+        "not written: a change to layout epoch {epoch} began meanwhile; the rows written before it are moved by the change; run the command again once the change is done"
+    )
+}
 
 /// `segmint db fence` raises a row's version to the next multiple of this: far above
 /// every version reached by reservations since the last fence (one per reservation),
@@ -285,17 +293,22 @@ impl Store {
         }
         for (db, row) in members.iter().map(|&(i, _)| &self.dbs[i]).zip(&rows) {
             let line = match db.store.insert_biz(row).await {
-                Ok(true) => {
+                Ok(Inserted::Yes) => {
                     changed.push(db.name.as_str());
                     format!(
                         "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
                         db.name, row.remainder, row.delta
                     )
                 }
-                Ok(false) => format!(
+                Ok(Inserted::Exists) => format!(
                     "\"{}\": biz `{biz}` appeared meanwhile; left as it is",
                     db.name
                 ),
+                Ok(Inserted::LayoutAbove(epoch)) => {
+                    audit("biz add", biz.as_str(), "", &changed);
+                    report.push(format!("\"{}\": {}", db.name, layout_began(epoch)));
+                    return Err(StoreError::Refused(report.join("\n")));
+                }
                 Err(e) => {
                     audit("biz add", biz.as_str(), "", &changed);
                     report.push(format!("\"{}\": FAILED: {e}", db.name));

@@ -2,10 +2,10 @@
 //! every ID the old system could have issued.
 
 use super::Store;
-use super::admin::audit;
+use super::admin::{audit, layout_began};
 use crate::import::Import;
 use crate::segment::Residue;
-use crate::store::{BizRow, DbError, StoreError};
+use crate::store::{BizRow, DbError, Inserted, StoreError};
 
 /// What an import did (or, in a dry run, would do): one line per biz and database.
 #[derive(Debug, Default)]
@@ -114,12 +114,19 @@ impl Store {
                     Plan::Create(row) => {
                         report.changes += 1;
                         let written = match dry_run {
-                            true => true,
+                            true => Inserted::Yes,
                             false => self
                                 .call(i, self.dbs[i].store.insert_biz(&row))
                                 .await
                                 .map_err(|e| failed_midway(&mut report, name, biz, e))?,
                         };
+                        if let Inserted::LayoutAbove(epoch) = written {
+                            report
+                                .lines
+                                .push(format!("\"{name}\": biz `{biz}`: {}", layout_began(epoch)));
+                            return Err(StoreError::Refused(report.lines.join("\n")));
+                        }
+                        let written = written == Inserted::Yes;
                         if written {
                             changed.push(name.as_str());
                         }
