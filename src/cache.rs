@@ -112,8 +112,8 @@ impl Cache {
                 reported: 0,
             }),
             fetched: watch::Sender::new(0),
-            issued_metric: self.store.metrics().issued_counter(biz),
-            waits_metric: self.store.metrics().cache_waits_counter(biz),
+            issued_metric: self.store.metrics().bizs().issued_counter(biz),
+            waits_metric: self.store.metrics().bizs().cache_waits_counter(biz),
             sizing: Mutex::new(Sizing::starting_now()),
         });
         // Another request may add the biz meanwhile: the first buffer stays.
@@ -197,7 +197,7 @@ impl Cache {
             )
         }))
         .await;
-        let metrics = self.store.metrics();
+        let metrics = self.store.metrics().bizs();
         let (mut given, mut wasted) = (0u64, 0u64);
         for ((b, held), backs) in closed.iter().zip(backs) {
             let cached = held
@@ -393,7 +393,7 @@ impl Buffer {
             previous_step = hint.previous.unwrap_or(0),
             "reserved a segment"
         );
-        store.metrics().step_chosen(&self.biz, r.reason);
+        store.metrics().bizs().step_chosen(&self.biz, r.reason);
         self.sizing.lock().last = Some((step, delta, r.reason));
     }
 

@@ -59,7 +59,7 @@ impl AppState {
     ) -> Result<Reservation, StoreError> {
         let request = asked.map_or(StepRequest::Row, StepRequest::Asked);
         let r = self.store.reserve_for(biz, request, None).await?;
-        let metrics = self.store.metrics();
+        let metrics = self.store.metrics().bizs();
         metrics.segment_handed_out(biz, r.range.len());
         if asked.is_some() {
             metrics.client_step_chosen(biz, r.range.step(), r.reason);
@@ -128,7 +128,10 @@ impl AppState {
             .fold(0, u64::saturating_add);
         let given = backs.into_iter().fold(0, u64::saturating_add).min(cached);
         let wasted = wasted.saturating_add(cached - given);
-        self.store.metrics().client_gave_back(biz, given, wasted);
+        self.store
+            .metrics()
+            .bizs()
+            .client_gave_back(biz, given, wasted);
         GaveBack {
             given_back: given,
             wasted,

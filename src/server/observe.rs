@@ -144,14 +144,14 @@ where
         let usual = (
             "GET",
             usual,
-            metrics.http_requests(self.route, "GET", usual.as_str()),
+            metrics.http().requests(self.route, "GET", usual.as_str()),
         );
         ready(Ok(ObserveService {
             service: Rc::new(service),
             route: Rc::new(RouteState {
                 route: self.route,
                 in_flight: self.observer.in_flight.clone(),
-                seconds: metrics.http_seconds(self.route),
+                seconds: metrics.http().seconds(self.route),
                 counters: RefCell::new(vec![usual]),
                 metrics: metrics.clone(),
             }),
@@ -185,7 +185,8 @@ impl RouteState {
         }
         let counter = self
             .metrics
-            .http_requests(self.route, method, status.as_str());
+            .http()
+            .requests(self.route, method, status.as_str());
         counter.inc();
         counters.push((method, status, counter));
     }

@@ -107,14 +107,15 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .collect();
     let metrics = state.store.metrics();
     let (epoch, pending) = state.store.layout_epochs();
-    metrics.set_layout(epoch, pending.is_some());
+    metrics.layout().set(epoch, pending.is_some());
     // Idle bizs get their series too (at zero), as long as that cannot take labels
     // from bizs that will serve later.
-    let stats: Vec<BizStats> = if state.store.catalog().biz_names().len() <= metrics.max_bizs() {
-        report(&state).bizs.into_iter().map(|b| b.stats).collect()
-    } else {
-        state.cache.stats()
-    };
+    let stats: Vec<BizStats> =
+        if state.store.catalog().biz_names().len() <= metrics.bizs().max_bizs() {
+            report(&state).bizs.into_iter().map(|b| b.stats).collect()
+        } else {
+            state.cache.stats()
+        };
     let text = metrics.render(&stats, &databases);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

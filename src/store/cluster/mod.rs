@@ -198,7 +198,7 @@ impl Store {
                 .into_iter()
                 .map(|(name, location, _, store)| Database {
                     location,
-                    metrics: metrics.database(&name),
+                    metrics: metrics.databases().database(&name),
                     name,
                     store: Arc::from(store),
                     health: Mutex::new(Health::default()),

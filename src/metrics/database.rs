@@ -1,0 +1,152 @@
+//! The metrics of the configured databases: segment reservations on each, and its
+//! state (up, fenced, in the layout) set at scrape time.
+
+use std::time::Duration;
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
+
+use super::registered;
+
+/// Segment fetch latency buckets: a round trip and an UPDATE, up to the fetch timeout.
+const FETCH_BUCKETS: &[f64] = &[
+    0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// What a reservation attempt on one database came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// A segment was reserved.
+    Ok,
+    /// A version-checked UPDATE lost to another writer.
+    Conflict,
+    /// The database failed or timed out.
+    Error,
+    /// The row cannot serve the biz (invalid, overlapping, or overflowing).
+    Refused,
+}
+
+/// Per-database handles, resolved once.
+pub struct DatabaseMetrics {
+    ok: IntCounter,
+    conflict: IntCounter,
+    error: IntCounter,
+    refused: IntCounter,
+    latency: Histogram,
+}
+
+impl DatabaseMetrics {
+    pub fn outcome(&self, outcome: FetchOutcome) {
+        match outcome {
+            FetchOutcome::Ok => &self.ok,
+            FetchOutcome::Conflict => &self.conflict,
+            FetchOutcome::Error => &self.error,
+            FetchOutcome::Refused => &self.refused,
+        }
+        .inc();
+    }
+
+    pub fn observe(&self, took: Duration) {
+        self.latency.observe(took.as_secs_f64());
+    }
+}
+
+/// One database's state gauges, set at scrape time.
+pub struct DatabaseState {
+    pub name: String,
+    pub up: bool,
+    pub fenced: bool,
+    /// The layout in force names it and this server may use it.
+    pub in_layout: bool,
+    /// Not used because of its layout rows: behind another database's, lost, or
+    /// disagreeing (see [`crate::layout::Standing`]).
+    pub layout_behind: bool,
+}
+
+/// Every database-labelled metric.
+pub struct DatabasesMetrics {
+    up: IntGaugeVec,
+    fenced: IntGaugeVec,
+    in_layout: IntGaugeVec,
+    layout_behind: IntGaugeVec,
+    fetches: IntCounterVec,
+    fetch_seconds: HistogramVec,
+}
+
+impl DatabasesMetrics {
+    /// Registers the database metrics with `r`.
+    pub(super) fn new(r: &Registry) -> DatabasesMetrics {
+        let state = |name: &str, help: &str| {
+            registered(r, IntGaugeVec::new(Opts::new(name, help), &["database"]))
+        };
+        DatabasesMetrics {
+            up: state(
+                "segmint_database_up",
+                "1 when the database is in use, 0 while it backs off after a failure",
+            ),
+            fenced: state(
+                "segmint_database_fenced",
+                "1 while the database is fenced: a row went back in time (a restore, a promoted replica) and reserving from it could reissue IDs",
+            ),
+            in_layout: state(
+                "segmint_database_in_layout",
+                "1 while the database layout in force names the database, 0 once `segmint db remove` took it out (it is then not used)",
+            ),
+            layout_behind: state(
+                "segmint_database_layout_behind",
+                "1 while the database is not used because of its layout rows: its newest layout epoch is below another database's, it was declared lost, or its rows disagree with another database's (/status says which)",
+            ),
+            fetches: registered(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_segment_fetches_total",
+                        "Segment reservation attempts by outcome (ok, conflict, error, refused)",
+                    ),
+                    &["database", "outcome"],
+                ),
+            ),
+            fetch_seconds: registered(
+                r,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "segmint_segment_fetch_duration_seconds",
+                        "Time of one segment reservation on one database",
+                    )
+                    .buckets(FETCH_BUCKETS.to_vec()),
+                    &["database"],
+                ),
+            ),
+        }
+    }
+
+    /// Handles for the database `name`.
+    pub fn database(&self, name: &str) -> DatabaseMetrics {
+        let outcome = |o: &str| self.fetches.with_label_values(&[name, o]);
+        DatabaseMetrics {
+            ok: outcome("ok"),
+            conflict: outcome("conflict"),
+            error: outcome("error"),
+            refused: outcome("refused"),
+            latency: self.fetch_seconds.with_label_values(&[name]),
+        }
+    }
+
+    /// Sets the state gauges from `databases`.
+    pub(super) fn set_state(&self, databases: &[DatabaseState]) {
+        for d in databases {
+            let name = [d.name.as_str()];
+            self.up.with_label_values(&name).set(i64::from(d.up));
+            self.fenced
+                .with_label_values(&name)
+                .set(i64::from(d.fenced));
+            self.in_layout
+                .with_label_values(&name)
+                .set(i64::from(d.in_layout));
+            self.layout_behind
+                .with_label_values(&name)
+                .set(i64::from(d.layout_behind));
+        }
+    }
+}
