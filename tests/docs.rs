@@ -1,5 +1,6 @@
-//! Keeps the documentation honest: every relative link in the README and `docs/`
-//! reaches a file and a heading that exist, and the reference pages name every
+//! Keeps the documentation honest: every relative link in the README, ARCHITECTURE.md
+//! and `docs/` reaches a file and a heading that exist, every code link of
+//! ARCHITECTURE.md names an item its file defines, and the reference pages name every
 //! configuration key, every metric and every route segmint has.
 
 use std::collections::HashSet;
@@ -15,10 +16,13 @@ fn read(path: &Path) -> String {
 
 /// The Markdown files whose links are checked.
 fn pages() -> Vec<PathBuf> {
-    let mut pages: Vec<PathBuf> = ["README.md", "RELIABILITY.md", "grafana/README.md"]
-        .iter()
-        .map(|p| root().join(p))
-        .collect();
+    let top = [
+        "README.md",
+        "ARCHITECTURE.md",
+        "RELIABILITY.md",
+        "grafana/README.md",
+    ];
+    let mut pages: Vec<PathBuf> = top.iter().map(|p| root().join(p)).collect();
     let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
         .expect("docs/ exists")
         .map(|e| e.unwrap().path())
@@ -122,6 +126,74 @@ fn every_relative_link_reaches_a_file_and_a_heading() {
     }
     assert!(checked > 50, "links were found ({checked})");
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+}
+
+/// The code links of a page, outside code blocks: `[`name`](path.rs)`, whose text is an
+/// item name in backticks (`Type::method` or a bare name) and whose target is a
+/// relative path to a Rust file. Returns `(name, target)`.
+fn code_links(text: &str) -> Vec<(String, String)> {
+    let is_item = |name: &str| {
+        name.split("::").all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let mut found = Vec::new();
+    for line in prose(text) {
+        let mut rest = line;
+        while let Some(at) = rest.find("[`") {
+            let tail = &rest[at + 2..];
+            let Some(close) = tail.find("`](") else { break };
+            let (name, after) = (&tail[..close], &tail[close + 3..]);
+            let end = after.find(')').unwrap_or(after.len());
+            let target = &after[..end];
+            if is_item(name) && target.ends_with(".rs") && !target.contains("://") {
+                found.push((name.to_owned(), target.to_owned()));
+            }
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+/// The items a bare name in a code link may be.
+const ITEM_KINDS: [&str; 7] = ["fn", "struct", "enum", "trait", "const", "mod", "type"];
+
+/// Whether `source` defines what a code link names: `fn method` for `Type::method` (or
+/// `module::function`); for a bare name a function, struct, enum, trait, constant,
+/// module or type alias of that name. Whole words only: `fn raise` is not
+/// `fn raise_database`.
+fn defines(source: &str, name: &str) -> bool {
+    let (item, kinds): (&str, &[&str]) = match name.rsplit_once("::") {
+        Some((_, method)) => (method, &["fn"]),
+        None => (name, &ITEM_KINDS),
+    };
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    kinds.iter().any(|kind| {
+        let needle = format!("{kind} {item}");
+        source.match_indices(&needle).any(|(at, _)| {
+            !source[..at].ends_with(ident) && !source[at + needle.len()..].starts_with(ident)
+        })
+    })
+}
+
+#[test]
+fn architecture_links_name_items_that_exist() {
+    let page = root().join("ARCHITECTURE.md");
+    let links = code_links(&read(&page));
+    assert!(links.len() > 100, "code links were found ({})", links.len());
+    let broken: Vec<String> = links
+        .iter()
+        .filter(|(name, target)| {
+            let path = root().join(target);
+            !path.is_file() || !defines(&read(&path), name)
+        })
+        .map(|(name, target)| format!("[`{name}`]({target})"))
+        .collect();
+    assert!(
+        broken.is_empty(),
+        "ARCHITECTURE.md links to items their files do not define:\n{}",
+        broken.join("\n")
+    );
 }
 
 /// The field names of `struct NAME { … }` in `source`.
