@@ -2,16 +2,20 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+
+#[path = "cli/lists.rs"]
+mod lists;
+
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::import::Source;
-use segmint::layout::{Layout, LayoutChange, LayoutState, Member, Standing};
+use segmint::layout::{Layout, LayoutChange, LayoutState, Member};
 use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::{HASH_PREFIX, OpenMode, ShapeRow, Store, unix_now};
+use segmint::store::{OpenMode, ShapeRow, Store};
 
 #[derive(Parser)]
 #[command(
@@ -79,6 +83,9 @@ struct ImportFile {
     /// Show what the import would do, and change nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -107,7 +114,11 @@ enum DbCommand {
         lost: bool,
     },
     /// Show the layout in force, its epoch, a change under way, and each database.
-    List,
+    List {
+        /// Print one JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Bring a database back after it went back in time (restored from a backup, a
     /// promoted replica): raises its biz rows above every ID that the witnesses in the
     /// other databases say was reserved from it. Servers use it again at their next
@@ -127,7 +138,11 @@ enum BizCommand {
     /// Add a biz to every database.
     Add(BizAdd),
     /// List the biz rows of every database.
-    List,
+    List {
+        /// Print one JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -259,7 +274,11 @@ enum TokenCommand {
     },
     /// List tokens (their hashes; tokens themselves are never stored), merged over the
     /// databases.
-    List,
+    List {
+        /// Print one JSON document instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -376,7 +395,7 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 }
                 Ok(())
             }
-            AdminCommand::Biz(BizCommand::List) => list_bizs(&store).await,
+            AdminCommand::Biz(BizCommand::List { json }) => lists::list_bizs(&store, json).await,
             AdminCommand::Token(TokenCommand::Add {
                 biz,
                 remark,
@@ -416,12 +435,14 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                     .into()),
                 }
             }
-            AdminCommand::Token(TokenCommand::List) => list_tokens(&store).await,
+            AdminCommand::Token(TokenCommand::List { json }) => {
+                lists::list_tokens(&store, json).await
+            }
             AdminCommand::Import(ImportCommand::Tinyid(file)) => {
-                import(&store, Source::Tinyid, &file).await
+                lists::import(&store, Source::Tinyid, &file).await
             }
             AdminCommand::Import(ImportCommand::Leaf(file)) => {
-                import(&store, Source::Leaf, &file).await
+                lists::import(&store, Source::Leaf, &file).await
             }
             AdminCommand::Id(IdCommand::Decode { biz, id }) => {
                 let biz = BizTag::parse(&biz)?;
@@ -430,7 +451,7 @@ fn admin(config: Config, command: AdminCommand) -> Result {
             }
             // Run by `change_layout` before the store is opened.
             AdminCommand::Db(DbCommand::Add { .. } | DbCommand::Remove { .. }) => Ok(()),
-            AdminCommand::Db(DbCommand::List) => list_layout(&store).await,
+            AdminCommand::Db(DbCommand::List { json }) => lists::list_layout(&store, json).await,
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
                 for line in store.raise_database(&name, above).await? {
                     println!("{line}");
@@ -525,65 +546,6 @@ async fn change_layout(config: Config, change: DbCommand) -> Result {
     Ok(())
 }
 
-async fn list_layout(store: &Store) -> Result {
-    let report = store.layout_report().await;
-    match &report.current {
-        Some(l) => println!("layout epoch {} (done): {}", l.epoch, l.describe()),
-        None => println!("layout epoch 0 (the configured classes; no change made yet)"),
-    }
-    if let Some(l) = report.current.as_ref().filter(|l| !l.lost.is_empty()) {
-        let lost: Vec<String> = l
-            .lost
-            .iter()
-            .map(|m| format!("{} ({})", m.name, m.class))
-            .collect();
-        println!(
-            "declared lost (their classes are never given again): {}",
-            lost.join(", ")
-        );
-    }
-    match &report.pending {
-        Some(l) => println!(
-            "change under way to epoch {}: {} (cut off? run the same command again to finish it, or the opposite one to roll it back)",
-            l.epoch,
-            l.describe()
-        ),
-        None => println!("no change under way"),
-    }
-    println!(
-        "{:<16} {:<12} {:<14} {:>6} {:>7} {:>6}",
-        "DATABASE", "CLASS", "STATE", "ROWS", "FROZEN", "EPOCH"
-    );
-    let mut unreachable = 0;
-    for d in &report.databases {
-        let state = match (&d.error, d.class, &d.standing) {
-            (Some(_), ..) => "unreachable",
-            (None, Some(_), _) => "in layout",
-            (None, None, Standing::Lost { .. }) => "lost",
-            (None, None, Standing::Behind { .. }) => "layout behind",
-            (None, None, Standing::Disagrees) => "disagrees",
-            (None, None, Standing::Current) => "not in layout",
-        };
-        println!(
-            "{:<16} {:<12} {:<14} {:>6} {:>7} {:>6}",
-            d.name,
-            d.class.map_or_else(|| "-".into(), |c| c.to_string()),
-            state,
-            d.rows,
-            d.frozen,
-            d.epoch
-        );
-        if let Some(e) = &d.error {
-            unreachable += 1;
-            eprintln!("\"{}\": {e}", d.name);
-        }
-    }
-    match unreachable {
-        0 => Ok(()),
-        n => Err(format!("{n} database(s) could not be read").into()),
-    }
-}
-
 async fn migrate(store: &Store) -> Result {
     let mut failed = 0;
     for (db, result) in store.migrate().await {
@@ -598,124 +560,6 @@ async fn migrate(store: &Store) -> Result {
     }
     if failed > 0 {
         return Err(format!("migration failed on {failed} database(s)").into());
-    }
-    Ok(())
-}
-
-async fn import(store: &Store, source: Source, file: &ImportFile) -> Result {
-    let path = file.file.display();
-    let text =
-        std::fs::read_to_string(&file.file).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let imports = segmint::import::parse(source, &text)
-        .map_err(|e| format!("{path}: {e}; nothing changed"))?;
-    let report = store.import(&imports, file.dry_run).await?;
-    for line in &report.lines {
-        println!("{line}");
-    }
-    let done = match (file.dry_run, report.changes) {
-        (true, _) => "dry run: nothing changed",
-        (false, 0) => "nothing to change: every biz is imported already",
-        (false, _) => "imported",
-    };
-    println!("{} biz(s) in {path}: {done}", imports.len());
-    match report.refused.is_empty() {
-        true => Ok(()),
-        false => Err(format!(
-            "refused {} biz(s): {}; the others were imported",
-            report.refused.len(),
-            report.refused.join(", ")
-        )
-        .into()),
-    }
-}
-
-async fn list_bizs(store: &Store) -> Result {
-    println!(
-        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {:>6} {:<6} DESCRIPTION",
-        "DATABASE", "BIZ", "MAX_ID", "STEP", "DELTA", "REMAINDER", "VERSION", "EPOCH", "STATE"
-    );
-    let mut failed = 0;
-    for (db, result) in store.list_bizs().await {
-        match result {
-            Ok(rows) => {
-                for r in rows {
-                    println!(
-                        "{:<16} {:<24} {:>20} {:>12} {:>8} {:>9} {:>10} {:>6} {:<6} {}",
-                        db,
-                        r.biz_type,
-                        r.max_id,
-                        r.step,
-                        r.delta,
-                        r.remainder,
-                        r.version,
-                        r.epoch,
-                        if r.frozen { "frozen" } else { "live" },
-                        one_line(&r.description)
-                    );
-                }
-            }
-            Err(e) => {
-                failed += 1;
-                eprintln!("\"{db}\": unreachable: {e}");
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(format!("{failed} database(s) could not be read").into());
-    }
-    Ok(())
-}
-
-/// `text` on one line of a table: tabs, line breaks and backslashes escaped as
-/// `mysql --batch` escapes them.
-fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-async fn list_tokens(store: &Store) -> Result {
-    let list = store.list_tokens().await;
-    let now = unix_now();
-    let time = |t: Option<i64>| match t.and_then(|t| u64::try_from(t).ok()) {
-        Some(t) => {
-            humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(t)).to_string()
-        }
-        None => "-".into(),
-    };
-    println!(
-        "{:<17} {:<24} {:<8} {:<20} {:<20} {:<20} {:<16} REMARK",
-        "TOKEN_SHA256", "BIZ", "STATE", "CREATED", "EXPIRES", "LAST_USED(~)", "DATABASES"
-    );
-    let names = store.database_names();
-    for t in list.tokens {
-        let bizs: Vec<&str> = t.bizs.iter().map(String::as_str).collect();
-        let dbs: Vec<&str> = t.databases.iter().map(|&i| names[i].as_str()).collect();
-        println!(
-            "{:<17} {:<24} {:<8} {:<20} {:<20} {:<20} {:<16} {}",
-            t.hash.get(..HASH_PREFIX).unwrap_or(&t.hash),
-            bizs.join(","),
-            t.state(now),
-            time(Some(t.created)),
-            time(t.expires),
-            time(t.last_used),
-            dbs.join(","),
-            t.remark
-        );
-    }
-    for (db, e) in &list.unreachable {
-        eprintln!("\"{db}\": unreachable: {e}");
-    }
-    if !list.unreachable.is_empty() {
-        return Err(format!("{} database(s) could not be read", list.unreachable.len()).into());
     }
     Ok(())
 }

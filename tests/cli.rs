@@ -90,7 +90,78 @@ fn admin_commands_report_per_database() {
         "{out}"
     );
 
+    // The same facts as JSON, for scripts.
+    let json = |args: &[&str]| -> (bool, serde_json::Value) {
+        let (ok, out, err) = segmint(&cfg, args);
+        let doc = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}{err}"));
+        (ok, doc)
+    };
+    let (ok, bizs) = json(&["biz", "list", "--json"]);
+    assert!(ok);
+    let rows: Vec<(&str, i64, i64, i64, bool)> = bizs["bizs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["database"].as_str().unwrap(),
+                r["step"].as_i64().unwrap(),
+                r["delta"].as_i64().unwrap(),
+                r["remainder"].as_i64().unwrap(),
+                r["frozen"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("pg0", 1000, 4, 0, false), ("pg1", 1000, 4, 2, false)]
+    );
+    assert_eq!(bizs["unreachable"], serde_json::json!([]));
+    let (ok, tokens) = json(&["token", "list", "--json"]);
+    assert!(ok);
+    let t = &tokens["tokens"][0];
+    assert_eq!(t["bizs"], serde_json::json!(["order"]));
+    assert_eq!(t["remark"], "orders service");
+    assert_eq!(t["state"], "active");
+    assert_eq!(t["databases"], serde_json::json!(["pg0", "pg1"]));
+    assert!(
+        segmint::biz::hash_token(token).starts_with(t["token_sha256"].as_str().unwrap()),
+        "{t}"
+    );
+    let (ok, layout) = json(&["db", "list", "--json"]);
+    assert!(ok);
+    assert_eq!(layout["layout"], serde_json::Value::Null, "no change made yet");
+    assert_eq!(layout["pending"], serde_json::Value::Null);
+    assert_eq!(layout["databases"][1]["name"], "pg1");
+    assert_eq!(
+        layout["databases"][1]["class"],
+        serde_json::json!({ "delta": 2, "remainder": 1 })
+    );
+    assert_eq!(layout["databases"][1]["rows"], 1);
+    let export = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        export.path(),
+        "biz_tag\tmax_id\tstep\tdescription\tupdate_time\ninvoice\t73000\t1000\tinvoices\t2019-01-01 12:00:00\n",
+    )
+    .unwrap();
+    let path = export.path().to_str().unwrap();
+    let (ok, dry) = json(&["import", "leaf", path, "--dry-run", "--json"]);
+    assert!(ok, "{dry}");
+    assert_eq!(
+        (&dry["dry_run"], &dry["bizs"], &dry["changes"]),
+        (&serde_json::json!(true), &serde_json::json!(1), &serde_json::json!(2))
+    );
+    assert_eq!(dry["refused"], serde_json::json!([]));
+
     a.stop();
+    // A database that cannot be read: named in the document, and the exit is non-zero.
+    let (ok, bizs) = json(&["biz", "list", "--json"]);
+    assert!(!ok);
+    assert_eq!(bizs["unreachable"][0]["database"], "pg0");
+    assert_eq!(bizs["bizs"][0]["database"], "pg1");
+    let (ok, layout) = json(&["db", "list", "--json"]);
+    assert!(!ok);
+    assert_eq!(layout["databases"][0]["state"], "unreachable");
     let (ok, _, err) = segmint(&cfg, &["biz", "add", "late", "--step", "10"]);
     assert!(
         !ok && err.contains("\"pg0\" is unreachable") && err.contains("nothing changed"),
