@@ -6,12 +6,14 @@ use crate::by_kind;
 use crate::common;
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::error::Error as _;
+use std::time::{Duration, Instant};
 
 use common::*;
 use segmint::biz::{BizTag, hash_token, token_digest};
 use segmint::segment::Residue;
-use segmint::store::{Store, StoreError, unix_now};
+use segmint::store::sqlite::SqliteStore;
+use segmint::store::{DbError, OpenMode, Store, StoreError, unix_now};
 
 fn tag(biz: &str) -> BizTag {
     BizTag::parse(biz).unwrap()
@@ -280,6 +282,83 @@ async fn tokens_are_stored_hashed_and_granted_everywhere(kind: Kind) {
     ));
 }
 
+/// A statement that fails is a query error keeping the engine's own error as its
+/// source, and PostgreSQL's SQLSTATE; the text reads as the engine put it.
+async fn a_failed_statement_keeps_the_engines_error(kind: Kind) {
+    let (dbs, config, _store) = setup(kind, &[]).await;
+    dbs.sql(0, "DROP TABLE segmint_biz_shape");
+    let err = raw_store(&config, 0).shapes().await.unwrap_err();
+    assert!(matches!(err, DbError::Query { .. }), "{err:?}");
+    let source = err.source().expect("the engine's error is kept");
+    match kind {
+        Kind::Postgres => {
+            assert_eq!(err.sqlstate(), Some("42P01"), "{err}");
+            assert_eq!(
+                err.to_string(),
+                "42P01: relation \"segmint_biz_shape\" does not exist"
+            );
+            let pg = source
+                .downcast_ref::<tokio_postgres::Error>()
+                .expect("a tokio-postgres error");
+            assert_eq!(
+                pg.code(),
+                Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+            );
+        }
+        Kind::Embedded => {
+            assert_eq!(err.sqlstate(), None);
+            assert!(
+                err.to_string().contains("no such table: segmint_biz_shape"),
+                "{err}"
+            );
+            assert!(
+                source.downcast_ref::<rusqlite::Error>().is_some(),
+                "{source:?}"
+            );
+        }
+    }
+}
+
+/// A database that cannot be reached is a connect error that keeps its cause: the
+/// pool's error for PostgreSQL, the file system's for an embedded file.
+async fn an_unreachable_database_is_a_connect_error_with_its_cause(kind: Kind) {
+    let (dbs, config, _store) = setup(kind, &[]).await;
+    let err = match kind {
+        Kind::Postgres => {
+            dbs.stop(0);
+            raw_store(&config, 0).ping().await.unwrap_err()
+        }
+        Kind::Embedded => {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            let below_a_file = file.path().join("db.sqlite");
+            match SqliteStore::open(&below_a_file, Duration::from_secs(5), OpenMode::Create) {
+                Ok(_) => panic!("a store below a plain file opened"),
+                Err(e) => e,
+            }
+        }
+    };
+    assert!(matches!(err, DbError::Connect { .. }), "{err:?}");
+    let source = err.source().expect("the cause is kept");
+    match kind {
+        Kind::Postgres => {
+            assert!(err.to_string().contains("Connection refused"), "{err}");
+            assert!(
+                source
+                    .downcast_ref::<deadpool_postgres::PoolError>()
+                    .is_some(),
+                "{source:?}"
+            );
+        }
+        Kind::Embedded => {
+            assert!(err.to_string().starts_with("cannot look for "), "{err}");
+            assert!(
+                source.downcast_ref::<std::io::Error>().is_some(),
+                "{source:?}"
+            );
+        }
+    }
+}
+
 by_kind!(
     migrations_are_idempotent,
     reservations_advance_each_row_by_its_step,
@@ -289,6 +368,8 @@ by_kind!(
     overlapping_rows_refuse_only_that_biz,
     add_biz_restricts_classes_and_refuses_partial_names,
     tokens_are_stored_hashed_and_granted_everywhere,
+    a_failed_statement_keeps_the_engines_error,
+    an_unreachable_database_is_a_connect_error_with_its_cause,
 );
 
 /// PostgreSQL and an embedded file in one configuration: each keeps its own class.

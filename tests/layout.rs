@@ -414,12 +414,9 @@ async fn a_class_changed_by_hand_without_a_fence_is_refused() {
 async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     use segmint::biz::BizTag;
     use segmint::config::Config;
-    use segmint::config::DatabaseKind;
     use segmint::layout::{Layout, LayoutChange, LayoutState};
     use segmint::segment::Residue;
-    use segmint::store::postgres::PgStore;
-    use segmint::store::sqlite::SqliteStore;
-    use segmint::store::{BizRow, Inserted, LeaseSet, Reclass, SegmentStore, Store};
+    use segmint::store::{BizRow, Inserted, LeaseSet, Reclass, Store};
 
     let dbs = Databases::start(kind, 2);
     let urls = dbs.urls();
@@ -544,19 +541,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
         frozen: true,
         claimed_by: 2,
     };
-    let raw: Box<dyn SegmentStore> = match &two.databases[0].kind {
-        DatabaseKind::Postgres(pg) => {
-            Box::new(PgStore::new(pg, 2, Duration::from_secs(5)).unwrap())
-        }
-        DatabaseKind::Sqlite(path) => Box::new(
-            SqliteStore::open(
-                path,
-                Duration::from_secs(5),
-                segmint::store::OpenMode::Existing,
-            )
-            .unwrap(),
-        ),
-    };
+    let raw = raw_store(&two, 0);
     assert!(raw.reclass("plain", v - 1, m, &to).await.unwrap().is_none());
     assert!(raw.reclass("plain", v, m + 1, &to).await.unwrap().is_none());
     let frozen = raw.reclass("plain", v, m, &to).await.unwrap().unwrap();

@@ -7,6 +7,7 @@
 
 pub(crate) mod catalog;
 mod cluster;
+mod error;
 mod evidence;
 pub mod postgres;
 pub mod sqlite;
@@ -20,14 +21,9 @@ pub use cluster::layout::LayoutReport;
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
+pub use error::{Cause, DbError};
 pub use evidence::{Mark, Witness};
 pub use sqlite::OpenMode;
-
-/// A failure talking to one database: unreachable, timed out, or a query error.
-/// The database is backed off and another one is tried.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0}")]
-pub struct DbError(pub String);
 
 /// One `tiny_id_info` row.
 #[derive(Debug, Clone, PartialEq, Eq)]

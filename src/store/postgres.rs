@@ -8,6 +8,7 @@ use tokio_postgres::Row;
 
 use crate::config::PgTarget;
 
+use super::error::with_causes;
 use super::{
     BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass,
     SegmentStore, ShapeRow, TokenRow, Witness,
@@ -107,35 +108,28 @@ impl PgStore {
             .create_timeout(Some(timeout))
             .recycle_timeout(Some(timeout))
             .build()
-            .map_err(|e| DbError(format!("cannot build connection pool: {e}")))?;
+            .map_err(|e| DbError::connect(format!("cannot build connection pool: {e}"), e))?;
         Ok(PgStore { pool })
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, DbError> {
-        self.pool.get().await.map_err(|e| DbError(with_causes(&e)))
+        self.pool
+            .get()
+            .await
+            .map_err(|e| DbError::connect(with_causes(&e), e))
     }
 }
 
 fn db_error(e: tokio_postgres::Error) -> DbError {
-    match e.as_db_error() {
-        Some(db) => DbError(format!("{}: {}", db.code().code(), db.message())),
-        None => DbError(with_causes(&e)),
+    let (sqlstate, message) = match e.as_db_error() {
+        Some(db) => (Some(db.code().code().to_owned()), db.message().to_owned()),
+        None => (None, with_causes(&e)),
+    };
+    DbError::Query {
+        sqlstate,
+        message,
+        source: Some(Box::new(e)),
     }
-}
-
-/// The error and its chain of causes ("error connecting to server: Connection refused").
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 fn biz_row(row: &Row) -> BizRow {
@@ -261,9 +255,11 @@ impl SegmentStore for PgStore {
             .map_err(db_error)?;
         match row.get::<_, &str>(0) {
             "on" => Ok(()),
-            other => Err(DbError(format!(
-                "synchronous_commit is {other}, not on: a crash could lose reservations"
-            ))),
+            other => Err(DbError::Refused {
+                reason: format!(
+                    "synchronous_commit is {other}, not on: a crash could lose reservations"
+                ),
+            }),
         }
     }
 

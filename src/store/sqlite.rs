@@ -144,14 +144,15 @@ impl SqliteStore {
         let mut flags = OpenFlags::default();
         let missing = !path
             .try_exists()
-            .map_err(|e| DbError(format!("cannot look for {}: {e}", path.display())))?;
+            .map_err(|e| DbError::connect(format!("cannot look for {}: {e}", path.display()), e))?;
         if missing {
             if let Some(refused) = mode.refuse_missing(path) {
-                return Err(DbError(refused));
+                return Err(DbError::Refused { reason: refused });
             }
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)
-                    .map_err(|e| DbError(format!("cannot create {}: {e}", dir.display())))?;
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    DbError::connect(format!("cannot create {}: {e}", dir.display()), e)
+                })?;
             }
             // Said loudly: a store created in the wrong place starts from the beginning.
             tracing::warn!(path = %absolute(path).display(), "creating a new embedded store");
@@ -160,16 +161,18 @@ impl SqliteStore {
             flags.remove(OpenFlags::SQLITE_OPEN_CREATE);
         }
         let conn = Connection::open_with_flags(path, flags)
-            .map_err(|e| DbError(format!("cannot open {}: {e}", path.display())))?;
+            .map_err(|e| DbError::connect(format!("cannot open {}: {e}", path.display()), e))?;
         conn.busy_timeout(timeout).map_err(sql_error)?;
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
             .map_err(sql_error)?;
         if !mode.eq_ignore_ascii_case("wal") {
-            return Err(DbError(format!(
-                "{}: cannot use the WAL journal (got {mode})",
-                path.display()
-            )));
+            return Err(DbError::Refused {
+                reason: format!(
+                    "{}: cannot use the WAL journal (got {mode})",
+                    path.display()
+                ),
+            });
         }
         conn.execute_batch("PRAGMA synchronous = FULL")
             .map_err(sql_error)?;
@@ -188,7 +191,7 @@ impl SqliteStore {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || f(&mut conn.lock()).map_err(sql_error))
             .await
-            .map_err(|e| DbError(format!("embedded database call failed: {e}")))?
+            .map_err(|source| DbError::Embedded { source })?
     }
 
     /// Runs `sql`, an UPDATE of token rows taking the hash as `?1` and a time as `?2`,
@@ -207,7 +210,11 @@ impl SqliteStore {
 }
 
 fn sql_error(e: rusqlite::Error) -> DbError {
-    DbError(e.to_string())
+    DbError::Query {
+        sqlstate: None,
+        message: e.to_string(),
+        source: Some(Box::new(e)),
+    }
 }
 
 /// Runs `f` in a transaction and commits it; the result counts only once the commit
@@ -333,7 +340,7 @@ impl SegmentStore for SqliteStore {
         let conn = self.conn.clone();
         tokio::task::spawn_blocking(move || migrate(&mut conn.lock()))
             .await
-            .map_err(|e| DbError(format!("embedded database call failed: {e}")))?
+            .map_err(|source| DbError::Embedded { source })?
     }
 
     async fn ping(&self) -> Result<(), DbError> {

@@ -103,7 +103,10 @@ impl MemoryStore {
             tokio::time::sleep(latency).await;
         }
         match &self.inner.lock().failing {
-            Some(error) => Err(DbError(error.clone())),
+            Some(error) => Err(DbError::Connect {
+                message: error.clone(),
+                source: None,
+            }),
             None => Ok(()),
         }
     }
@@ -333,7 +336,9 @@ impl SegmentStore for MemoryStore {
 /// Tokens, descriptions and worker-ID leases are no timing concern of reservations:
 /// the in-memory store keeps none of them, and says so.
 fn untested(method: &str) -> DbError {
-    DbError(format!(
-        "the in-memory store keeps no tokens, descriptions or leases ({method})"
-    ))
+    DbError::Query {
+        sqlstate: None,
+        message: format!("the in-memory store keeps no tokens, descriptions or leases ({method})"),
+        source: None,
+    }
 }

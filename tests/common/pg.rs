@@ -18,7 +18,10 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use segmint::config::Config;
+use segmint::config::{Config, DatabaseKind};
+use segmint::store::postgres::PgStore;
+use segmint::store::sqlite::SqliteStore;
+use segmint::store::{OpenMode, SegmentStore};
 
 use super::ChildGuard;
 
@@ -439,6 +442,20 @@ pub fn config_toml_urls(urls: &[String], extra: &str) -> String {
 
 pub fn config(clusters: &[&PgCluster], extra: &str) -> Config {
     Config::from_toml(&config_toml(clusters, extra)).expect("test configuration")
+}
+
+/// Database `i` of `config` as one bare [`SegmentStore`], without the checks of the
+/// [`segmint::store::Store`] above it: for primitives the cluster never calls so.
+/// An embedded file must exist already.
+pub fn raw_store(config: &Config, i: usize) -> Box<dyn SegmentStore> {
+    match &config.databases[i].kind {
+        DatabaseKind::Postgres(pg) => {
+            Box::new(PgStore::new(pg, 2, Duration::from_secs(5)).unwrap())
+        }
+        DatabaseKind::Sqlite(path) => {
+            Box::new(SqliteStore::open(path, Duration::from_secs(5), OpenMode::Existing).unwrap())
+        }
+    }
 }
 
 /// Which kind of database a test runs against.

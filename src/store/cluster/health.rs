@@ -78,7 +78,7 @@ impl Store {
             }
             Err(e) => {
                 drop(health);
-                self.failed(i, &e.0);
+                self.failed(i, &e.to_string());
             }
         }
         result
@@ -99,7 +99,7 @@ impl Store {
     ) -> Result<T, DbError> {
         match tokio::time::timeout(limit, op).await {
             Ok(r) => r,
-            Err(_) => Err(DbError(format!("timed out after {limit:?}"))),
+            Err(_) => Err(DbError::Timeout { after: limit }),
         }
     }
 

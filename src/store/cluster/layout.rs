@@ -284,7 +284,7 @@ impl Store {
             .map(|(i, rows)| {
                 let (error, rows) = match rows {
                     Ok(rows) => (None, rows),
-                    Err(e) => (Some(e.0), Vec::new()),
+                    Err(e) => (Some(e.to_string()), Vec::new()),
                 };
                 DatabaseLayout {
                     name: self.names[i].clone(),

@@ -80,7 +80,7 @@ impl Store {
         for (&i, read) in live.iter().zip(&reads) {
             if let Err(e) = read {
                 tracing::warn!(database = %self.dbs[i].name, error = %e, "catalog read failed; keeping the last one");
-                self.dbs[i].health.lock().last_error = Some(e.0.clone());
+                self.dbs[i].health.lock().last_error = Some(e.to_string());
             }
         }
         let read: Vec<(usize, Snapshot)> = live

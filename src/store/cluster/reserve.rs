@@ -381,7 +381,9 @@ impl Store {
             // Against what was known before the read: see `refresh_since`.
             if let Err(regression) = evidence::behind(seen, &row) {
                 self.fence(i, &regression);
-                return Err(DbError(format!("fenced: {regression}")));
+                return Err(DbError::Fenced {
+                    reason: regression.to_string(),
+                });
             }
             self.evidence.lock().learn(i, biz.as_str(), Mark::of(&row));
             if row.frozen || row.epoch < epoch {

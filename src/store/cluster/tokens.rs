@@ -79,7 +79,7 @@ impl Store {
             let uses = &uses;
             join_all(targets.iter().map(|(name, db)| async move {
                 let outcome = tokio::time::timeout(timeout, db.touch_tokens(uses)).await;
-                if let Err(e) = outcome.unwrap_or_else(|_| Err(DbError("timed out".into()))) {
+                if let Err(e) = outcome.unwrap_or_else(|_| Err(DbError::Timeout { after: timeout })) {
                     // Last use is approximate: a missed write is made good by the next use.
                     tracing::warn!(database = %name, error = %e, "could not record token last uses");
                 }
