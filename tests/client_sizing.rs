@@ -79,9 +79,10 @@ async fn a_client_at_full_speed_grows_its_segments_up_to_step_max() {
         per_million_last * 10.0 < per_million_ramp,
         "fetches per million IDs: {per_million_ramp:.1} at first, {per_million_last:.1} in the last second ({last_second:?}; {steps:?})"
     );
-    // Callers wait while segments are shorter than a fetch: the first few fetches of
-    // the ramp, not one per segment.
-    assert!(stats.waits <= 20, "{stats:?}; {steps:?}");
+    // Callers wait while segments are shorter than a fetch: in the ramp, not on every
+    // segment. (How many depends on how fast this machine issues IDs against how long
+    // a fetch takes under its load: at most half the fetches, not an absolute count.)
+    assert!(stats.waits * 2 < stats.fetches, "{stats:?}; {steps:?}");
     app.stop().await;
 }
 
