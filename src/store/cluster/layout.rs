@@ -32,7 +32,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
@@ -83,6 +83,22 @@ impl LayoutView {
             watched: None,
             confirmed: false,
         }
+    }
+}
+
+impl LayoutView {
+    /// Whether the change to `epoch`, whose row was last read with `changed_ms` `beat`
+    /// at `at` (this process's monotonic clock), counts as cut off: its row released
+    /// (`beat` 0), or unchanged for `silent` since this process first read it so.
+    fn cut_off(&mut self, epoch: i64, beat: i64, at: Instant, silent: Duration) -> bool {
+        let since = match self.watched {
+            Some((e, b, since)) if e == epoch && b == beat => since,
+            _ => {
+                self.watched = Some((epoch, beat, at));
+                at
+            }
+        };
+        beat == 0 || at.saturating_duration_since(since) >= silent
     }
 }
 
@@ -1360,15 +1376,7 @@ impl Store {
                 .map(|r| r.changed_ms)
                 .max()
                 .unwrap_or(0);
-            let at = self.clock.now();
-            let since = match view.watched {
-                Some((e, b, since)) if e == pending.epoch && b == beat => since,
-                _ => {
-                    view.watched = Some((pending.epoch, beat, at));
-                    at
-                }
-            };
-            if beat != 0 && at.saturating_duration_since(since) < self.protocol.silent {
+            if !view.cut_off(pending.epoch, beat, self.clock.now(), self.protocol.silent) {
                 return false;
             }
             (pending, view.layouts.clone())
@@ -1449,4 +1457,32 @@ fn witnessed(witnesses: impl Iterator<Item = crate::store::Witness>) -> Witnesse
             .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::LayoutView;
+
+    /// The silence is judged on the instants given (the store's clock), from the first
+    /// read of a beat: no sleep needed to test it.
+    #[test]
+    fn a_change_is_cut_off_once_its_row_stayed_the_same_for_the_silence() {
+        let silent = Duration::from_millis(300);
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut view = LayoutView::configured(Vec::new());
+        assert!(!view.cut_off(2, 1000, ms(0), silent), "first seen");
+        assert!(!view.cut_off(2, 1000, ms(299), silent));
+        assert!(view.cut_off(2, 1000, ms(300), silent));
+        assert!(
+            !view.cut_off(2, 1100, ms(400), silent),
+            "a beat restarts it"
+        );
+        assert!(!view.cut_off(2, 1100, ms(650), silent));
+        assert!(view.cut_off(2, 1100, ms(700), silent));
+        assert!(!view.cut_off(3, 1100, ms(800), silent), "another epoch");
+        assert!(view.cut_off(3, 0, ms(800), silent), "released: at once");
+    }
 }
