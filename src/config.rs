@@ -15,10 +15,12 @@ use crate::step::StepPolicy;
 
 mod leaf;
 mod libpq;
+mod protocol;
 mod snowflake;
 
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
+pub use protocol::Protocol;
 pub use snowflake::SnowflakeConfig;
 
 /// Default configuration file, relative to the working directory.
@@ -73,6 +75,9 @@ struct RawSettings {
     /// Optional, as every key of `[snowflake]` has its default.
     #[serde(default)]
     snowflake: snowflake::RawSnowflake,
+    /// Optional, as every key of `[protocol]` has its default.
+    #[serde(default)]
+    protocol: protocol::RawProtocol,
     databases: Vec<RawDatabase>,
 }
 
@@ -101,6 +106,7 @@ impl Default for RawSettings {
             operator_token_file: None,
             leaf: leaf::RawLeaf::default(),
             snowflake: snowflake::RawSnowflake::default(),
+            protocol: protocol::RawProtocol::default(),
             databases: Vec::new(),
         }
     }
@@ -192,6 +198,8 @@ pub struct Config {
     pub leaf: LeafConfig,
     /// Snowflake IDs: whether, for which bizs, and the timing of worker-ID leases.
     pub snowflake: SnowflakeConfig,
+    /// The timings of the cluster protocol, shared by every server and command.
+    pub protocol: Protocol,
     /// The databases, with pairwise disjoint residue classes.
     pub databases: Vec<DatabaseConfig>,
 }
@@ -584,6 +592,7 @@ impl RawSettings {
         taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
         let leaf = self.leaf.validate(&taken)?;
         let snowflake = self.snowflake.validate()?;
+        let protocol = self.protocol.validate()?;
         let preload_percent = u8::try_from(self.preload_percent)
             .ok()
             .filter(|p| *p <= 100)
@@ -697,6 +706,7 @@ impl RawSettings {
             operator_token,
             leaf,
             snowflake,
+            protocol,
             pool_size: self.pool_size,
             workers: self.workers,
             databases,

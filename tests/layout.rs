@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use common::cli::config_file;
 use common::http::{Remote, get, metric, try_v1_ids, v1_ids};
 use common::layout::{
-    Cluster, assert_consistent, bulk_bizs, cli_ok, highest_max_id, kill_midway, live_rows, toml_for,
+    Cluster, SILENT, assert_consistent, bulk_bizs, cli_ok, highest_max_id, kill_midway, live_rows,
+    toml_for,
 };
 use common::traffic::{Traffic, check_streams};
 use common::*;
@@ -217,9 +218,10 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     assert!(list.contains("change under way to epoch 1"), "{list}");
     assert_consistent(&dbs, 2);
     // Run again at once: it watches the cut-off command's row until it has been
-    // silent for 3 s (no clock of another host is read), then finishes the change.
+    // silent for SILENT (no clock of another host is read), then finishes the change.
     let out = cli_ok(&one, &["db", "add", "pg1", &urls[1]]);
-    assert!(out.contains("waiting 3 s to see whether"), "{out}");
+    let waiting = format!("waiting {} s to see whether", SILENT.as_secs_f64());
+    assert!(out.contains(&waiting), "{out}");
     assert!(
         out.contains("finishing the change to layout epoch 1"),
         "{out}"
@@ -274,7 +276,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     dbs.start_again(1);
     assert_consistent(&dbs, 3);
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    tokio::time::sleep(SILENT + Duration::from_millis(100)).await;
     let out = cli_ok(&two, &["db", "add", "pg2", &urls[2]]);
     assert!(out.contains("layout epoch 2 is done"), "{out}");
     let three = toml_for(&dbs, &[0, 1, 2]);
@@ -284,7 +286,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     let out = kill_midway(&three, &["db", "remove", "pg1"], "rows moved", 100);
     assert!(out.contains("layout epoch 2 → 3"), "{out}");
     assert_consistent(&dbs, 3);
-    tokio::time::sleep(Duration::from_millis(3100)).await;
+    tokio::time::sleep(SILENT + Duration::from_millis(100)).await;
     let out = cli_ok(&three, &["db", "add", "pg1"]);
     assert!(
         out.contains("superseding the change to layout epoch 3"),

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use common::cli::CliRun;
 use common::http::{Remote, Target, bearer, get, metric, try_v1_ids, v1};
 use common::layout::{
-    Cluster, assert_consistent, bulk_bizs, cli, cli_ok, highest_max_id, kill_midway, live_rows,
-    toml_for,
+    Cluster, REFRESH, SILENT, assert_consistent, bulk_bizs, cli, cli_ok, highest_max_id,
+    kill_midway, live_rows, toml_for,
 };
 use common::traffic::{Stream, Traffic, check_streams};
 use common::*;
@@ -777,8 +777,9 @@ async fn a_server_does_not_use_a_database_whose_layout_is_behind() {
 /// layout epoch 2, then every row of `plain` frozen by SQL exactly as the command's
 /// first step freezes them (`frozen`, `claimed_by` 2, `version + 1`). The two servers
 /// under requests finish moving the biz themselves once the change's row has been
-/// silent for 3 s: `plain` is served again with IDs above the fence within 3 s + the
-/// catalog refresh (500 ms) + 10 s of slack (the figure is printed), its rows end in
+/// silent for the configured silence (`SILENT`, 1.5 s): `plain` is served again with
+/// IDs above the fence within that silence + the catalog refresh (500 ms) + 10 s of
+/// slack (the figure is printed), its rows end in
 /// epoch 2's class (pg0: 0 mod 1; pg1's frozen), no ID repeats; running the command
 /// again finishes the change.
 ///
@@ -786,11 +787,8 @@ async fn a_server_does_not_use_a_database_whose_layout_is_behind() {
 /// again (and there was no `claimed_by` column).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn servers_finish_a_biz_left_frozen_by_a_killed_command_within_the_bound() {
-    /// How long a change's row must stay the same before servers finish its bizs
-    /// (`SILENT` in src/store/cluster/layout.rs), and the catalog refresh `toml_for`
-    /// configures.
-    const SILENT: Duration = Duration::from_secs(3);
-    const REFRESH: Duration = Duration::from_millis(500);
+    // How long a change's row must stay the same before servers finish its bizs
+    // (`protocol.silent_ms`), and the catalog refresh, both as `toml_for` configures.
     let bound = SILENT + REFRESH + Duration::from_secs(10);
 
     let c = Cluster::start(2, 1, "10", true);
@@ -889,7 +887,7 @@ async fn servers_finish_a_biz_left_frozen_by_a_killed_command_within_the_bound()
         .await;
     }
 
-    // Run again, the command finishes the change (after watching its row for 3 s).
+    // Run again, the command finishes the change (after watching its row for SILENT).
     let out = cli_ok(&two, &["db", "remove", "pg1"]);
     assert!(
         out.contains("finishing the change to layout epoch 2"),

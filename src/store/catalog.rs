@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use std::sync::Arc;
 
@@ -90,9 +89,7 @@ pub fn live_at(expires: Option<i64>, now: i64) -> bool {
 
 /// The server's clock in unix seconds, as token times are kept.
 pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
+    super::Clock::unix_ms(&super::RuntimeClock).div_euclid(1000)
 }
 
 /// One token across the databases: the rows of its hash merged. A token revoked on

@@ -6,6 +6,7 @@
 //! back-off for one that fails, and the residue checks that keep bizs collision-free.
 
 pub(crate) mod catalog;
+mod clock;
 mod cluster;
 mod error;
 mod evidence;
@@ -16,6 +17,7 @@ pub mod tls;
 use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
+pub use clock::{Clock, RuntimeClock};
 pub use cluster::import::ImportReport;
 pub use cluster::layout::LayoutReport;
 pub use cluster::lease::{Lease, WORKER_IDS};

@@ -5,18 +5,38 @@
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use super::cli::{CliRun, config_file, segmint_cli, segmint_ok};
 use super::{ChildGuard, Databases, Kind, segmint_bin};
 
+/// How often a running change rewrites its layout row in the layout tests' clusters
+/// (`protocol.heartbeat_ms`; 1 s by default).
+pub const HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// How long a change's row must stay the same before the layout tests' servers and
+/// commands take it for cut off (`protocol.silent_ms`; 3 s by default). Six beats, as
+/// many as the default's three with room for a loaded machine: a command whose beat
+/// comes over a second late is still taken for alive.
+pub const SILENT: Duration = Duration::from_millis(1500);
+
+/// The configuration's catalog refresh (`catalog_refresh_ms`).
+pub const REFRESH: Duration = Duration::from_millis(500);
+
 /// Configuration naming the databases `members` (indexes into `dbs`, as `pg{i}`), the
 /// k-th of n with the class `k mod n`: the classes `segmint db add/remove` gives them.
+/// Servers and commands alike get the short [`HEARTBEAT`] and [`SILENT`], so that a
+/// cut-off change is taken over sooner, as every process of a cluster must share them.
 pub fn toml_for(dbs: &Databases, members: &[usize]) -> String {
     let urls = dbs.urls();
     let n = members.len();
-    let mut toml = String::from(
+    let mut toml = format!(
         "bind = \"127.0.0.1:0\"\nworkers = 2\nfetch_timeout_ms = 1000\nwait_timeout_ms = 3000\n\
-         backoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = 500\nadaptive_step = false\n",
+         backoff_initial_ms = 100\nbackoff_max_ms = 400\ncatalog_refresh_ms = {}\nadaptive_step = false\n\
+         protocol = {{ heartbeat_ms = {}, silent_ms = {} }}\n",
+        REFRESH.as_millis(),
+        HEARTBEAT.as_millis(),
+        SILENT.as_millis(),
     );
     for (k, &i) in members.iter().enumerate() {
         toml.push_str(&format!(

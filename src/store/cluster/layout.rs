@@ -20,9 +20,10 @@
 //!    removed databases stay frozen.
 //!
 //! Every new ID is above the fence, and the new classes are disjoint: no ID repeats.
-//! While the command runs it rewrites its layout row every second. A change whose row
-//! has not changed for [`SILENT`] (watched by the reader's own monotonic clock: no two
-//! hosts' clocks are compared) was cut off: servers finish its bizs themselves
+//! While the command runs it rewrites its layout row every heartbeat (1 s by default;
+//! see [`Protocol`](crate::config::Protocol)). A change whose row has not changed for the
+//! silence (3 s; watched by the reader's own monotonic clock: no two hosts' clocks are
+//! compared) was cut off: servers finish its bizs themselves
 //! ([`Store::heal`]), and running the command again (or the opposite one) finishes it.
 //! Worker IDs move last, under the same epoch (a lease write checks in its transaction
 //! that the epoch is still `moving`): blocked where they leave (the holder's renewals
@@ -35,8 +36,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
+use super::Store;
 use super::lease::WORKER_IDS;
-use super::{Store, now};
 use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
@@ -52,19 +53,6 @@ const MOVE_ATTEMPTS: usize = 50;
 
 /// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
 type Witnessed = HashMap<String, Vec<(i64, i64)>>;
-
-/// How often a running change rewrites its layout row.
-const HEARTBEAT: Duration = Duration::from_secs(1);
-
-/// How long a change's row must have stayed the same before it counts as cut off: a
-/// second command then finishes or supersedes it, and servers finish its bizs. Only
-/// liveness hangs on it: two commands running one change at once, or a later change
-/// superseding a running one, still never issue an ID twice.
-pub const SILENT: Duration = Duration::from_secs(3);
-
-/// Bound on one step of a change on one database (a read, a freeze, a transaction of
-/// up to 1024 lease rows): an admin step is not judged by a request's fetch timeout.
-const STEP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The layouts as servers see them.
 pub(crate) struct LayoutView {
@@ -95,6 +83,22 @@ impl LayoutView {
             watched: None,
             confirmed: false,
         }
+    }
+}
+
+impl LayoutView {
+    /// Whether the change to `epoch`, whose row was last read with `changed_ms` `beat`
+    /// at `at` (this process's monotonic clock), counts as cut off: its row released
+    /// (`beat` 0), or unchanged for `silent` since this process first read it so.
+    fn cut_off(&mut self, epoch: i64, beat: i64, at: Instant, silent: Duration) -> bool {
+        let since = match self.watched {
+            Some((e, b, since)) if e == epoch && b == beat => since,
+            _ => {
+                self.watched = Some((epoch, beat, at));
+                at
+            }
+        };
+        beat == 0 || at.saturating_duration_since(since) >= silent
     }
 }
 
@@ -129,14 +133,12 @@ enum Moved {
     Moved { fence: i64, rows: usize },
 }
 
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .max(1)
-}
-
 impl Store {
+    /// The wall time stamped on a layout row: never 0, which says a row was released.
+    fn unix_ms(&self) -> i64 {
+        self.clock.unix_ms().max(1)
+    }
+
     /// Takes in the layout rows read from each database (`(index, rows)`: at a catalog
     /// refresh, or by an admin command): each database's class and standing follow the
     /// layouts merged with those known before. A database whose rows disagree with
@@ -313,7 +315,8 @@ impl Store {
     /// Every database that may hold live rows or leases must be configured and answer
     /// ([`layout::required`]). A change under way with the same databases is finished;
     /// one with other databases is superseded (every biz is moved to `target` from
-    /// wherever it got); either only once its row has been silent for [`SILENT`].
+    /// wherever it got); either only once its row has been silent for
+    /// [`Protocol::silent`](crate::config::Protocol::silent).
     ///
     /// # Errors
     /// [`StoreError::Refused`] when a database is missing or does not answer, another
@@ -438,7 +441,7 @@ impl Store {
                 ));
             }
         }
-        let now = unix_ms();
+        let now = self.unix_ms();
         if layouts.is_empty() {
             // The configured classes become epoch 0, as a claim: a command that raced
             // this one wrote the same or its claim below fails.
@@ -537,16 +540,17 @@ impl Store {
         result
     }
 
-    /// Rewrites the layout row of the change to `to` every [`HEARTBEAT`] until
+    /// Rewrites the layout row of the change to `to` every
+    /// [`Protocol::heartbeat`](crate::config::Protocol::heartbeat) until
     /// `finishing` is set. Returns only when the row is no longer `moving` on some
     /// database before that: a later change superseded this one.
     async fn heartbeat(&self, parts: &[usize], to: &Layout, finishing: &AtomicBool) -> StoreError {
         loop {
-            tokio::time::sleep(HEARTBEAT).await;
+            tokio::time::sleep(self.protocol.heartbeat).await;
             if finishing.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
-            let row = to.row(unix_ms());
+            let row = to.row(self.unix_ms());
             let row = &row;
             for (k, written) in self
                 .on_parts(parts, move |db| db.put_layout(row))
@@ -564,7 +568,8 @@ impl Store {
         }
     }
 
-    /// Waits until the change to `running` has been silent for [`SILENT`]: its row's
+    /// Waits until the change to `running` has been silent for
+    /// [`Protocol::silent`](crate::config::Protocol::silent): its row's
     /// `changed_ms` unchanged on every database of `parts` (or released, 0), as watched
     /// by this process's monotonic clock.
     ///
@@ -589,22 +594,23 @@ impl Store {
         if first == 0 {
             return Ok(());
         }
+        let silent = self.protocol.silent;
         say(format!(
             "a change to layout epoch {} ({}) is under way or was cut off: waiting {} s to see whether its command still runs",
             running.epoch,
             running.describe(),
-            SILENT.as_secs()
+            silent.as_secs_f64()
         ));
-        let until = Instant::now() + SILENT;
-        while Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        let until = self.clock.now() + silent;
+        while self.clock.now() < until {
+            tokio::time::sleep(self.protocol.silence_poll()).await;
             let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
             if seen != first {
                 return Err(StoreError::Refused(format!(
                     "another `segmint db` command is running the change to layout epoch {} ({}): its row changed within {} s; run this again once it is done; nothing changed",
                     running.epoch,
                     running.describe(),
-                    SILENT.as_secs()
+                    silent.as_secs_f64()
                 )));
             }
         }
@@ -673,7 +679,7 @@ impl Store {
             ..to
         };
         finishing.store(true, Ordering::SeqCst);
-        let row = done.row(unix_ms());
+        let row = done.row(self.unix_ms());
         for &i in parts {
             self.step(i, self.dbs[i].store.put_layout(&row))
                 .await
@@ -690,7 +696,8 @@ impl Store {
         Ok(done)
     }
 
-    /// Runs `op` on each database of `parts` at once, each within [`STEP_TIMEOUT`].
+    /// Runs `op` on each database of `parts` at once, each within
+    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout).
     async fn on_parts<'a, T, F>(
         &'a self,
         parts: &[usize],
@@ -726,14 +733,20 @@ impl Store {
             .collect()
     }
 
-    /// One step of a change on database `i`, within [`STEP_TIMEOUT`].
+    /// One step of a change on database `i`, within
+    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) (or the fetch
+    /// timeout, when longer).
     async fn step<T>(
         &self,
         i: usize,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        self.call_within(i, STEP_TIMEOUT.max(self.timing.fetch_timeout), op)
-            .await
+        self.call_within(
+            i,
+            self.protocol.step_timeout.max(self.timing.fetch_timeout),
+            op,
+        )
+        .await
     }
 
     /// The refusal of a change stopped by database `i`'s error.
@@ -1321,7 +1334,7 @@ impl Store {
                 if held.is_some_and(|r| r.state != LayoutState::Moving.as_str()) {
                     continue;
                 }
-                let row = l.row(unix_ms());
+                let row = l.row(self.unix_ms());
                 let store = &self.dbs[*i].store;
                 let written = match held {
                     None => self.timed(store.claim_layout(&row)).await,
@@ -1341,7 +1354,8 @@ impl Store {
     }
 
     /// Finishes the bizs of a change that was cut off, from a server: once the change's
-    /// row has stayed the same for [`SILENT`] (by this process's clock, from the first
+    /// row has stayed the same for [`Protocol::silent`](crate::config::Protocol::silent)
+    /// (by this process's clock, from the first
     /// read that saw it), every biz with a member's row frozen by the change is moved
     /// as the command would move it, provided this server is configured with, and just
     /// `read`, every database the change needs. Moving a biz twice at once (two
@@ -1362,15 +1376,7 @@ impl Store {
                 .map(|r| r.changed_ms)
                 .max()
                 .unwrap_or(0);
-            let at = now();
-            let since = match view.watched {
-                Some((e, b, since)) if e == pending.epoch && b == beat => since,
-                _ => {
-                    view.watched = Some((pending.epoch, beat, at));
-                    at
-                }
-            };
-            if beat != 0 && at.saturating_duration_since(since) < SILENT {
+            if !view.cut_off(pending.epoch, beat, self.clock.now(), self.protocol.silent) {
                 return false;
             }
             (pending, view.layouts.clone())
@@ -1451,4 +1457,32 @@ fn witnessed(witnesses: impl Iterator<Item = crate::store::Witness>) -> Witnesse
             .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::LayoutView;
+
+    /// The silence is judged on the instants given (the store's clock), from the first
+    /// read of a beat: no sleep needed to test it.
+    #[test]
+    fn a_change_is_cut_off_once_its_row_stayed_the_same_for_the_silence() {
+        let silent = Duration::from_millis(300);
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut view = LayoutView::configured(Vec::new());
+        assert!(!view.cut_off(2, 1000, ms(0), silent), "first seen");
+        assert!(!view.cut_off(2, 1000, ms(299), silent));
+        assert!(view.cut_off(2, 1000, ms(300), silent));
+        assert!(
+            !view.cut_off(2, 1100, ms(400), silent),
+            "a beat restarts it"
+        );
+        assert!(!view.cut_off(2, 1100, ms(650), silent));
+        assert!(view.cut_off(2, 1100, ms(700), silent));
+        assert!(!view.cut_off(3, 1100, ms(800), silent), "another epoch");
+        assert!(view.cut_off(3, 0, ms(800), silent), "released: at once");
+    }
 }

@@ -31,19 +31,18 @@ use super::catalog::Snapshot;
 use super::evidence::Evidence;
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
-use super::{Catalog, SegmentStore, StoreError};
+use super::{Catalog, Clock, RuntimeClock, SegmentStore, StoreError};
 use crate::backoff::{Backoff, Failures};
 use crate::biz::{BizTag, TokenDigest};
-use crate::config::{Config, DatabaseKind};
+use crate::config::{Config, DatabaseKind, Protocol};
 use crate::metrics::{DatabaseMetrics, Metrics};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
-/// The runtime's clock: real time in production, the paused clock of a timing test
-/// (`tokio::time::pause`), so that back-off, hedging and deadlines can be tested to the
-/// microsecond without a database.
+/// [`RuntimeClock`]'s monotonic time, for the paths that do not hold a [`Store`]
+/// (a database's health) or are not yet given its clock (reservations).
 pub(super) fn now() -> Instant {
-    tokio::time::Instant::now().into_std()
+    RuntimeClock.now()
 }
 
 /// Timeouts and back-off, from the configuration.
@@ -109,6 +108,11 @@ pub struct Store {
     /// Database names by index, for catalog messages.
     names: Vec<String>,
     timing: Timing,
+    /// The timings of the cluster protocol (layout heartbeat and silence, admin step
+    /// timeout, refresh gap, least hedge), shared by every process of the cluster.
+    protocol: Protocol,
+    /// Where the layout, heal and refresh paths read the time.
+    clock: Arc<dyn Clock>,
     /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
@@ -178,10 +182,12 @@ impl Store {
             },
             config.step,
             Arc::new(Metrics::new(config.metrics_max_bizs)),
-        ))
+        )
+        .with_protocol(config.protocol))
     }
 
-    /// A store over `dbs`: `(name, location, residue class, database)`.
+    /// A store over `dbs`: `(name, location, residue class, database)`, with the
+    /// default [`Protocol`] and the [`RuntimeClock`].
     pub fn new(
         dbs: Vec<(String, String, Residue, Box<dyn SegmentStore>)>,
         timing: Timing,
@@ -207,6 +213,8 @@ impl Store {
                 .collect(),
             names,
             timing,
+            protocol: Protocol::default(),
+            clock: Arc::new(RuntimeClock),
             policy,
             metrics,
             usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
@@ -216,6 +224,26 @@ impl Store {
             uses: Mutex::new(HashMap::new()),
             writing_uses: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// This store with the protocol timings `protocol` (validated where they were
+    /// built: [`Config`] refuses timings that break their rules).
+    #[must_use]
+    pub fn with_protocol(mut self, protocol: Protocol) -> Store {
+        self.protocol = protocol;
+        self
+    }
+
+    /// This store reading the time from `clock`.
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Store {
+        self.clock = clock;
+        self
+    }
+
+    /// The protocol timings in use.
+    pub fn protocol(&self) -> &Protocol {
+        &self.protocol
     }
 
     /// The metrics of this store's databases, shared with the server.

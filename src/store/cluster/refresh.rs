@@ -2,11 +2,11 @@
 //! the rows against the evidence, and writing back the witnesses a database lacks.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures_util::future::join_all;
 
-use super::{Store, now};
+use super::Store;
 use crate::segment::Residue;
 use crate::store::catalog::Snapshot;
 use crate::store::evidence::{Evidence, Mark, Witness};
@@ -35,23 +35,21 @@ impl SeenRow {
     }
 }
 
-/// Shortest time between the starts of two catalog refreshes.
-pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
-
 impl Store {
     /// Re-reads bizs and tokens, unless a refresh started at or after `since` (then
     /// its result is returned). Concurrent callers share one refresh, and refreshes
-    /// start at least [`MIN_REFRESH_GAP`] apart, so a flood of misses (unknown tokens)
-    /// costs the databases a bounded number of reads.
+    /// start at least [`Protocol::min_refresh_gap`](crate::config::Protocol::min_refresh_gap)
+    /// apart, so a flood of misses (unknown tokens) costs the databases a bounded
+    /// number of reads.
     pub async fn refresh_since(&self, since: Instant) -> Arc<Catalog> {
         let mut last_start = self.refreshed.lock().await;
         if let Some(last) = *last_start {
             if last >= since {
                 return self.catalog();
             }
-            tokio::time::sleep_until((last + MIN_REFRESH_GAP).into()).await;
+            tokio::time::sleep_until((last + self.protocol.min_refresh_gap).into()).await;
         }
-        *last_start = Some(now());
+        *last_start = Some(self.clock.now());
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.len())
             .filter(|&i| self.is_reachable(i))

@@ -21,9 +21,6 @@ type Known<'a> = (&'a [(usize, Residue)], i64);
 /// Compare-and-set attempts on one database before trying another.
 const CAS_ATTEMPTS: usize = 3;
 
-/// Shortest hedge delay a short runway can bring about.
-const MIN_HEDGE: Duration = Duration::from_millis(5);
-
 /// A segment reserved for a caller, and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reservation {
@@ -294,8 +291,9 @@ impl Store {
     /// `hedge_after` (`None`: hedging is off), at most half the fetch timeout. When the
     /// caller's cache has less `runway` than that, half the runway instead, so that
     /// the other database's answer still comes before the cache is empty; never less
-    /// than twice the recent reservation time or [`MIN_HEDGE`], so that a merely busy
-    /// database is not hedged on every fetch.
+    /// than twice the recent reservation time or
+    /// [`Protocol::min_hedge`](crate::config::Protocol::min_hedge), so that a merely
+    /// busy database is not hedged on every fetch.
     fn hedge_delay(&self, runway: Option<Duration>) -> Option<Duration> {
         let least = self.timing.hedge_after?;
         let usual = Duration::from_micros(
@@ -304,7 +302,7 @@ impl Store {
         );
         let delay = (usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least));
         Some(match runway {
-            Some(runway) => delay.min((runway / 2).max(usual * 2).max(MIN_HEDGE)),
+            Some(runway) => delay.min((runway / 2).max(usual * 2).max(self.protocol.min_hedge)),
             None => delay,
         })
     }

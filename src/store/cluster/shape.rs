@@ -1,7 +1,5 @@
 //! Reading an issued ID back: `segmint id decode`.
 
-use std::time::Instant;
-
 use super::Store;
 use crate::biz::BizTag;
 use crate::store::StoreError;
@@ -14,7 +12,7 @@ impl Store {
     /// [`StoreError::NotFound`] for an unknown biz; [`StoreError::Refused`] when
     /// `text` is not an ID of the biz's format or order.
     pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<String, StoreError> {
-        let catalog = self.refresh_since(Instant::now()).await;
+        let catalog = self.refresh_since(self.clock.now()).await;
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
