@@ -130,7 +130,11 @@ fn admin_commands_report_per_database() {
     );
     let (ok, layout) = json(&["db", "list", "--json"]);
     assert!(ok);
-    assert_eq!(layout["layout"], serde_json::Value::Null, "no change made yet");
+    assert_eq!(
+        layout["layout"],
+        serde_json::Value::Null,
+        "no change made yet"
+    );
     assert_eq!(layout["pending"], serde_json::Value::Null);
     assert_eq!(layout["databases"][1]["name"], "pg1");
     assert_eq!(
@@ -149,7 +153,11 @@ fn admin_commands_report_per_database() {
     assert!(ok, "{dry}");
     assert_eq!(
         (&dry["dry_run"], &dry["bizs"], &dry["changes"]),
-        (&serde_json::json!(true), &serde_json::json!(1), &serde_json::json!(2))
+        (
+            &serde_json::json!(true),
+            &serde_json::json!(1),
+            &serde_json::json!(2)
+        )
     );
     assert_eq!(dry["refused"], serde_json::json!([]));
 
