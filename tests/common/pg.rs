@@ -181,13 +181,13 @@ impl PgCluster {
                 .arg(&data)
                 .output(),
         );
-        let cluster = PgCluster {
+        let mut cluster = PgCluster {
             dir,
             data,
             settings: String::new(),
             port: free_port(),
         };
-        cluster.start_again();
+        cluster.first_start();
         cluster
     }
 
@@ -212,13 +212,13 @@ impl PgCluster {
                 .arg(&data)
                 .output(),
         );
-        let cluster = PgCluster {
+        let mut cluster = PgCluster {
             dir,
             data,
             settings: settings.to_owned(),
             port: free_port(),
         };
-        cluster.start_again();
+        cluster.first_start();
         cluster.psql_db("postgres", CREATE_DATABASE);
         cluster
     }
@@ -235,22 +235,54 @@ impl PgCluster {
 
     /// Starts the cluster (again) on its port, with its data directory.
     pub fn start_again(&self) {
+        if let Err(why) = self.try_start() {
+            panic!("{why}");
+        }
+    }
+
+    /// Starts a new cluster: as [`PgCluster::start_again`], but a port that another
+    /// process took between [`free_port`] and the start (tests run in parallel, and
+    /// the kernel hands out released ports as clients' source ports) is replaced by a
+    /// new one, a few times.
+    fn first_start(&mut self) {
+        for _ in 0..4 {
+            match self.try_start() {
+                Ok(()) => return,
+                Err(why) if why.contains("Address already in use") => self.port = free_port(),
+                Err(why) => panic!("{why}"),
+            }
+        }
+        self.start_again();
+    }
+
+    /// `pg_ctl start`; on failure, what it said and the end of the server's log.
+    fn try_start(&self) -> Result<(), String> {
         let opts = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 {}",
             self.port,
             self.dir.path().display(),
             self.settings,
         );
-        check(
-            "pg_ctl start",
-            pg_command("pg_ctl")
-                .arg("-D")
-                .arg(&self.data)
-                .arg("-l")
-                .arg(self.log())
-                .args(["-o", &opts, "-w", "-t", "30", "start"])
-                .output(),
-        );
+        let out = pg_command("pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-l")
+            .arg(self.log())
+            .args(["-o", &opts, "-w", "-t", "30", "start"])
+            .output()
+            .map_err(|e| format!("pg_ctl start: {e}"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let log = std::fs::read_to_string(self.log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        Err(format!(
+            "pg_ctl start failed (port {}): {}\n{}\nserver log, last lines:\n{}",
+            self.port,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ))
     }
 
     /// `pg_ctl stop` with `args`.
