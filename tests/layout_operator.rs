@@ -777,7 +777,7 @@ async fn a_server_does_not_use_a_database_whose_layout_is_behind() {
 /// layout epoch 2, then every row of `plain` frozen by SQL exactly as the command's
 /// first step freezes them (`frozen`, `claimed_by` 2, `version + 1`). The two servers
 /// under requests finish moving the biz themselves once the change's row has been
-/// silent for the configured silence (`SILENT`, 1.5 s): `plain` is served again with
+/// silent for the configured silence (`SILENT`, 2.5 s): `plain` is served again with
 /// IDs above the fence within that silence + the catalog refresh (500 ms) + 10 s of
 /// slack (the figure is printed), its rows end in
 /// epoch 2's class (pg0: 0 mod 1; pg1's frozen), no ID repeats; running the command

@@ -15,10 +15,10 @@ use super::{ChildGuard, Databases, Kind, segmint_bin};
 pub const HEARTBEAT: Duration = Duration::from_millis(250);
 
 /// How long a change's row must stay the same before the layout tests' servers and
-/// commands take it for cut off (`protocol.silent_ms`; 3 s by default). Six beats, as
-/// many as the default's three with room for a loaded machine: a command whose beat
-/// comes over a second late is still taken for alive.
-pub const SILENT: Duration = Duration::from_millis(1500);
+/// commands take it for cut off (`protocol.silent_ms`; 3 s by default). Ten beats: a
+/// command whose beat comes 2.25 s late (a loaded machine) is still taken for alive,
+/// more room than the defaults leave (2 s).
+pub const SILENT: Duration = Duration::from_millis(2500);
 
 /// The configuration's catalog refresh (`catalog_refresh_ms`).
 pub const REFRESH: Duration = Duration::from_millis(500);
