@@ -857,8 +857,15 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     let started = Instant::now();
     let (a, b) = (PgCluster::start(), PgCluster::start());
     // Segments of 10 IDs, at most 20: far below the recommendation at any real rate, and
-    // a cache that empties at once when the databases go.
-    let config = config(&[&a, &b], &format!("step_max = 20\n{SNOWFLAKE}"));
+    // a cache that empties at once when the databases go. The cut-off change written
+    // below must stay pending, never finished by the server: a finish that froze the
+    // biz just before the databases stop would turn every later fetch into a wait for
+    // the layout rather than an error, and SegmintFetchErrors would never see its share
+    // (a CI run on a loaded machine met exactly that).
+    let config = config(
+        &[&a, &b],
+        &format!("step_max = 20\n{SNOWFLAKE}\nprotocol = {{ silent_ms = 3600000 }}"),
+    );
     let token = setup_biz(&config, BIZ, 10, false).await;
     let app = shared(spawn_app(config).await);
     let (rules, alert_names) = rules_for_test();
@@ -966,8 +973,16 @@ async fn prometheus_evaluates_every_panel_and_alert() {
             if pending.is_empty() {
                 Ok(())
             } else {
+                // What the fetch counters and the server say, for a failure's reader.
+                let fetches: Vec<String> = prometheus
+                    .query("segmint_segment_fetches_total")
+                    .await
+                    .iter()
+                    .map(|s| format!("{} {} {}", s["metric"]["database"], s["metric"]["outcome"], s["value"][1]))
+                    .collect();
+                let (_, ready) = app.get_v1("/readyz", None).await;
                 Err(format!(
-                    "{} of {total} return nothing: {pending:#?}",
+                    "{} of {total} return nothing: {pending:#?}\nfetches: {fetches:#?}\nreadyz: {ready}",
                     pending.len()
                 ))
             }
