@@ -32,26 +32,37 @@
 FROM rust:1-bookworm AS builder
 WORKDIR /src
 
-# Dependencies first, against stub sources: this layer is rebuilt only when
-# Cargo.toml or Cargo.lock change, not on every change to segmint itself.
-# (The benches declared in Cargo.toml need stubs too; the image never builds them.)
+# Dependencies first, against stub sources: this layer is rebuilt only when a manifest
+# or Cargo.lock changes, not on every change to segmint itself. The workspace's crates
+# (crates/*) and the benches declared in Cargo.toml need stubs too; the image never
+# builds the benches.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src benches \
+COPY crates/core/Cargo.toml crates/core/
+COPY crates/client/Cargo.toml crates/client/
+COPY crates/config/Cargo.toml crates/config/
+COPY crates/metrics/Cargo.toml crates/metrics/
+COPY crates/store/Cargo.toml crates/store/
+RUN mkdir -p src benches \
+    && for crate in core client config metrics store; do \
+           mkdir -p crates/$crate/src && touch crates/$crate/src/lib.rs; \
+       done \
     && echo 'fn main() {}' > src/main.rs \
     && echo 'fn main() {}' > benches/client.rs \
     && echo 'fn main() {}' > benches/server.rs \
     && touch src/lib.rs \
     && cargo build --release --locked --bin segmint \
-    && rm -rf src
+    && rm -rf src crates/*/src
 
-# The real sources. sql/ (sql/postgres/ and sql/sqlite/) is compiled in: the migrations
-# are include_str!'d. rusqlite builds its bundled SQLite with the image's C compiler (gcc).
+# The real sources. sql/ (sql/postgres/ and sql/sqlite/) is compiled in: the
+# migrations are include_str!'d by crates/store. rusqlite builds its bundled SQLite
+# with the image's C compiler (gcc).
 COPY src ./src
+COPY crates ./crates
 COPY sql ./sql
-# Forget the stub's build of segmint itself: COPY keeps the files' old modification
-# times, which cargo could otherwise take for "already built".
-RUN rm -rf target/release/.fingerprint/segmint-* target/release/deps/segmint-* \
-        target/release/deps/libsegmint-* target/release/segmint \
+# Forget the stubs' builds of segmint's own crates: COPY keeps the files' old
+# modification times, which cargo could otherwise take for "already built".
+RUN rm -rf target/release/.fingerprint/segmint* target/release/deps/segmint* \
+        target/release/deps/libsegmint* target/release/segmint \
     && cargo build --release --locked --bin segmint
 
 

@@ -217,7 +217,7 @@ fn fields(source: &str, name: &str) -> Vec<String> {
 
 #[test]
 fn the_configuration_page_names_every_key() {
-    let source = read(&root().join("src/config.rs"));
+    let source = read(&root().join("crates/config/src/lib.rs"));
     let page = read(&root().join("docs/configuration.md"));
     let mut missing = Vec::new();
     let mut keys = fields(&source, "RawSettings");
@@ -234,9 +234,9 @@ fn the_configuration_page_names_every_key() {
 #[test]
 fn the_observability_page_names_every_metric() {
     // One file per subsystem; split each on its own so a quote cannot pair across files.
-    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("src/metrics"))
-        .expect("src/metrics")
-        .map(|entry| entry.expect("src/metrics entry").path())
+    let mut files: Vec<PathBuf> = std::fs::read_dir(root().join("crates/metrics/src"))
+        .expect("crates/metrics/src")
+        .map(|entry| entry.expect("crates/metrics/src entry").path())
         .collect();
     files.sort();
     let sources: Vec<String> = files.iter().map(|file| read(file)).collect();

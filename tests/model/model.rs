@@ -476,7 +476,7 @@ impl State {
     }
 }
 
-/// The version step of `db fence` (`FENCE_EPOCH` in src/store/cluster/admin.rs, 2^40
+/// The version step of `db fence` (`FENCE_EPOCH` in crates/store/src/cluster/admin.rs, 2^40
 /// there): small here, to keep versions small; what matters is that it lies above
 /// every version known.
 const FENCE_EPOCH: i64 = 8;

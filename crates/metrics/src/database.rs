@@ -60,7 +60,7 @@ pub struct DatabaseState {
     /// The layout in force names it and this server may use it.
     pub in_layout: bool,
     /// Not used because of its layout rows: behind another database's, lost, or
-    /// disagreeing (see [`crate::layout::Standing`]).
+    /// disagreeing (see [`segmint_core::layout::Standing`]).
     pub layout_behind: bool,
 }
 

@@ -1,6 +1,9 @@
 //! Layered settings: a TOML file, then `SEGMINT_…` environment variables, validated
 //! once at load so the rest of the code works with parsed types only.
 
+// The core, under the names the configuration's modules use.
+use segmint_core::{biz, segment, step};
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -17,6 +20,7 @@ mod leaf;
 mod libpq;
 mod protocol;
 mod snowflake;
+pub mod tls;
 
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
@@ -372,7 +376,7 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
         return Ok(DatabaseKind::Sqlite(path.into()));
     }
     let (config, tls) = libpq::parse(url)?;
-    let connector = crate::store::tls::connector(&tls)?;
+    let connector = crate::tls::connector(&tls)?;
     Ok(DatabaseKind::Postgres(Box::new(PgTarget {
         config,
         tls,
@@ -765,7 +769,7 @@ mod tests {
     /// the built-in defaults plus [`BUILT_IN`], and must mention every key.
     #[test]
     fn default_toml_matches_the_built_in_defaults() {
-        let text = include_str!("../config/default.toml");
+        let text = include_str!("../../../config/default.toml");
         // Read alone, so a key missing from the file fails here instead of taking the
         // built-in value.
         let file: RawSettings = Figment::from(Toml::string(text)).extract().unwrap();

@@ -64,7 +64,7 @@ impl RawLeaf {
 
 #[cfg(test)]
 mod tests {
-    use crate::config::with_one_database as load;
+    use crate::with_one_database as load;
 
     #[test]
     fn off_by_default() {

@@ -13,8 +13,8 @@
 //! ([`claim_order`]), where a biz's new rows start ([`fence`]), and which databases a
 //! server may use ([`standing`]).
 
+use crate::rows::LayoutRow;
 use crate::segment::Residue;
-use crate::store::LayoutRow;
 
 /// How far a layout's change got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -667,7 +667,7 @@ pub fn read(known: &[Layout], per_db: &[(String, Vec<LayoutRow>)]) -> Result<Rea
 /// every member's row unfrozen in its class at `epoch`, every other row frozen or
 /// absent.
 pub fn settled(
-    rows: &[Option<&crate::store::BizRow>],
+    rows: &[Option<&crate::rows::BizRow>],
     wanted: &[Option<Residue>],
     epoch: i64,
 ) -> bool {

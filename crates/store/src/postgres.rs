@@ -16,41 +16,45 @@ use super::{
 
 /// Schema migrations, applied in order, each once per database.
 const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (1, "init", include_str!("../../sql/postgres/0001_init.sql")),
+    (
+        1,
+        "init",
+        include_str!("../../../sql/postgres/0001_init.sql"),
+    ),
     (
         2,
         "witness",
-        include_str!("../../sql/postgres/0002_witness.sql"),
+        include_str!("../../../sql/postgres/0002_witness.sql"),
     ),
     (
         3,
         "token_lifecycle",
-        include_str!("../../sql/postgres/0003_token_lifecycle.sql"),
+        include_str!("../../../sql/postgres/0003_token_lifecycle.sql"),
     ),
     (
         4,
         "description",
-        include_str!("../../sql/postgres/0004_description.sql"),
+        include_str!("../../../sql/postgres/0004_description.sql"),
     ),
     (
         5,
         "worker_lease",
-        include_str!("../../sql/postgres/0005_worker_lease.sql"),
+        include_str!("../../../sql/postgres/0005_worker_lease.sql"),
     ),
     (
         6,
         "biz_shape",
-        include_str!("../../sql/postgres/0006_biz_shape.sql"),
+        include_str!("../../../sql/postgres/0006_biz_shape.sql"),
     ),
     (
         7,
         "layout",
-        include_str!("../../sql/postgres/0007_layout.sql"),
+        include_str!("../../../sql/postgres/0007_layout.sql"),
     ),
     (
         8,
         "layout_claim",
-        include_str!("../../sql/postgres/0008_layout_claim.sql"),
+        include_str!("../../../sql/postgres/0008_layout_claim.sql"),
     ),
 ];
 
@@ -295,7 +299,7 @@ impl SegmentStore for PgStore {
         // The statement runs in an implicit transaction that commits at Sync, before
         // ReadyForQuery. `query_opt` reads the stream until ReadyForQuery
         // (tokio-postgres 0.7.18, src/query.rs:358) and turns an ErrorResponse or a
-        // closed connection into an error (src/client.rs:50, :57), so a failed or
+        // closed connection into an error (crates/client/src.rs:50, :57), so a failed or
         // unknown commit returns an error and its segment is never used.
         let row = client
             .query_opt(&stmt, &[&biz, &version, &max_id, &new_version, &new_max_id])

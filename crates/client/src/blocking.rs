@@ -2,7 +2,7 @@
 //! its own for the background fetches.
 //!
 //! ```no_run
-//! use segmint::client::blocking::BlockingClient;
+//! use segmint_client::blocking::BlockingClient;
 //! let client = BlockingClient::builder()
 //!     .servers(["http://127.0.0.1:9999"])
 //!     .token("3f9a…")

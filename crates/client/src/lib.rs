@@ -1,8 +1,8 @@
 //! The segmint client: issues IDs locally from segments fetched over HTTP.
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), segmint::client::ClientError> {
-//! use segmint::client::Client;
+//! # async fn demo() -> Result<(), segmint_client::ClientError> {
+//! use segmint_client::Client;
 //! let client = Client::builder()
 //!     .servers(["http://10.0.0.1:9999", "http://10.0.0.2:9999"])
 //!     .token("3f9a…")
@@ -31,6 +31,9 @@
 //! The client speaks segmint's `GET /v1/segments/{biz}` (the default) or Tinyid's
 //! `nextSegmentIdSimple` ([`Protocol::Tinyid`]), so it also works against a Tinyid
 //! server. [`blocking::BlockingClient`] wraps it for code without an async runtime.
+
+// The core, under the names the client's modules use.
+use segmint_core::{backoff, biz, rate, segment, step};
 
 pub mod blocking;
 mod close;

@@ -9,8 +9,8 @@ use parking_lot::Mutex;
 use prometheus::{GaugeVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry};
 
 use super::registered;
-use crate::biz::BizTag;
 use crate::step::StepReason;
+use segmint_core::biz::BizTag;
 
 /// Label shared by the bizs past the cap.
 pub const OTHER_BIZ: &str = "_other";

@@ -3,7 +3,7 @@
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::registered;
-use crate::biz::BizTag;
+use segmint_core::biz::BizTag;
 
 /// The states of this server's snowflake worker ID, for `segmint_snowflake_lease_state`.
 pub const LEASE_STATES: [&str; 3] = ["none", "waiting", "active"];

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::BizRow;
+use crate::rows::BizRow;
 
 /// The progress of one biz row: versions only grow (a give-back bumps it too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,6 +18,9 @@
 //! [`LayoutMetrics`], [`HttpMetrics`] and [`SnowflakeMetrics`]. [`Metrics`] holds one
 //! of each on one registry, and renders them.
 
+// The core, under the names the metrics' modules use.
+use segmint_core::{rate, step};
+
 mod biz;
 mod database;
 mod http;
@@ -155,8 +158,8 @@ fn infinities_as_prometheus_writes_them(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::biz::BizTag;
     use crate::step::StepReason;
+    use segmint_core::biz::BizTag;
 
     fn tag(s: &str) -> BizTag {
         BizTag::parse(s).unwrap()

@@ -117,7 +117,7 @@ impl RawProtocol {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::with_one_database as load;
+    use crate::with_one_database as load;
 
     #[test]
     fn defaults_are_todays_timings() {

@@ -1,7 +1,6 @@
 //! Parsed request inputs: biz tags, batch sizes and tokens. The biz-name rule is shared
 //! by the server and the client library; the token and duration parts are the server's.
 
-#[cfg(feature = "server")]
 use sha2::{Digest, Sha256};
 
 /// Largest batch one request may ask for.
@@ -14,14 +13,12 @@ pub enum InputError {
     BizTag,
     #[error("{name} must be an integer between 1 and {MAX_BATCH}, got `{value}`")]
     Batch { name: &'static str, value: String },
-    #[cfg(feature = "server")]
     #[error(
         "`{value}` is not a duration: give a number and a unit, e.g. 30s, 15m, 12h, 90d ({reason})"
     )]
     Duration { value: String, reason: String },
 }
 
-#[cfg(feature = "server")]
 /// Longest token lifetime or grace period: far beyond any sensible one, and well
 /// inside what both stores' timestamps hold.
 pub const MAX_LIFETIME: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 86_400);
@@ -86,7 +83,6 @@ impl BatchSize {
     }
 }
 
-#[cfg(feature = "server")]
 /// A token's lifetime or grace period: a duration such as `30s`, `15m`, `12h`, `90d`
 /// (or `1h 30m`), at most [`MAX_LIFETIME`]; `0` is accepted and means none.
 ///
@@ -104,7 +100,6 @@ pub fn parse_duration(value: &str) -> Result<std::time::Duration, InputError> {
     Ok(d)
 }
 
-#[cfg(feature = "server")]
 /// A token's lifetime from its creation: as [`parse_duration`], and at least a second
 /// (a token that expires as it is made is of no use).
 ///
@@ -120,23 +115,19 @@ pub fn parse_lifetime(value: &str) -> Result<std::time::Duration, InputError> {
     }
 }
 
-#[cfg(feature = "server")]
 /// A fresh random token: 32 random bytes, hex-encoded. Shown once, stored hashed.
 pub fn generate_token() -> String {
     hex::encode(rand::random::<[u8; 32]>())
 }
 
-#[cfg(feature = "server")]
 /// A token's SHA-256 digest: what a request's token is checked by.
 pub type TokenDigest = [u8; 32];
 
-#[cfg(feature = "server")]
 /// The SHA-256 digest of `token`, computed for every request.
 pub fn token_digest(token: &str) -> TokenDigest {
     Sha256::digest(token.as_bytes()).into()
 }
 
-#[cfg(feature = "server")]
 /// What the databases store in place of a token: its SHA-256, hex-encoded. A leaked
 /// table reveals no usable token, and lookups by hash leak no timing about the token.
 pub fn hash_token(token: &str) -> String {
@@ -168,7 +159,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "server")]
     fn durations() {
         use std::time::Duration;
         let ok = [
@@ -199,7 +189,6 @@ mod tests {
     }
 
     #[test]
-    #[cfg(feature = "server")]
     fn tokens_are_random_and_hashed() {
         let (a, b) = (generate_token(), generate_token());
         assert_ne!(a, b);

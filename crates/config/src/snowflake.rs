@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ConfigError, biz_list, invalid};
 use crate::biz::BizTag;
-use crate::snowflake::LEAF_EPOCH_MS;
+use segmint_core::snowflake::LEAF_EPOCH_MS;
 
 /// `[snowflake]` as written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -74,7 +74,8 @@ impl RawSnowflake {
     /// Validates `[snowflake]`.
     pub(super) fn validate(self) -> Result<SnowflakeConfig, ConfigError> {
         let bizs = biz_list("snowflake.bizs", &self.bizs)?;
-        let now_ms = crate::snowflake::Clock::now_ms(&mut crate::snowflake::SystemClock);
+        let now_ms =
+            segmint_core::snowflake::Clock::now_ms(&mut segmint_core::snowflake::SystemClock);
         if !(0..now_ms).contains(&self.epoch_ms) {
             return Err(invalid(
                 "snowflake.epoch_ms",
@@ -121,7 +122,7 @@ impl RawSnowflake {
 mod tests {
     use std::time::Duration;
 
-    use crate::config::with_one_database as load;
+    use crate::with_one_database as load;
 
     #[test]
     fn off_by_default_with_leafs_epoch_and_a_six_second_lease() {

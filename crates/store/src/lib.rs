@@ -9,10 +9,18 @@ pub(crate) mod catalog;
 mod clock;
 mod cluster;
 mod error;
-mod evidence;
 pub mod postgres;
 pub mod sqlite;
-pub mod tls;
+
+// The layers below, under the names the store's modules use.
+/// This crate under the name its modules use for it.
+use crate as store;
+pub(crate) use segmint_config as config;
+pub use segmint_config::tls;
+pub(crate) use segmint_core::{
+    backoff, biz, evidence, import, layout, segment, shape, snowflake, step,
+};
+pub(crate) use segmint_metrics as metrics;
 
 use async_trait::async_trait;
 
@@ -24,30 +32,9 @@ pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
 pub use error::{Cause, DbError};
-pub use evidence::{Mark, Witness};
+pub use segmint_core::evidence::{Mark, Witness};
+pub use segmint_core::rows::{BizRow, LayoutRow};
 pub use sqlite::OpenMode;
-
-/// One `tiny_id_info` row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BizRow {
-    pub biz_type: String,
-    pub begin_id: i64,
-    pub max_id: i64,
-    pub step: i64,
-    pub delta: i64,
-    pub remainder: i64,
-    pub version: i64,
-    /// The operator's note on the biz (Leaf's `description`); empty when none.
-    pub description: String,
-    /// The layout epoch the row's class was set in (0: before any layout change).
-    pub epoch: i64,
-    /// A frozen row gives out no segment: a layout change is moving it, or its database
-    /// was removed from the layout.
-    pub frozen: bool,
-    /// The layout epoch of the last change that wrote the row (0: none): a change to an
-    /// earlier epoch never writes it again.
-    pub claimed_by: i64,
-}
 
 /// What [`SegmentStore::insert_biz`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,18 +74,6 @@ impl Reclass {
             claimed_by: by,
         }
     }
-}
-
-/// One `segmint_layout` row: which databases issue IDs from which class at `epoch`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayoutRow {
-    pub epoch: i64,
-    /// `name=delta:remainder`, joined by commas (see [`crate::layout::Layout`]).
-    pub members: String,
-    /// `moving`, `done` or `superseded`.
-    pub state: String,
-    /// When the row was last written, by the writer's clock (Unix milliseconds).
-    pub changed_ms: i64,
 }
 
 /// One `segmint_biz_shape` row: how a biz's IDs look (see [`crate::shape`]).

@@ -27,41 +27,41 @@ use super::{
 
 /// Schema migrations, applied in order, each once per file.
 const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "init", include_str!("../../sql/sqlite/0001_init.sql")),
+    (1, "init", include_str!("../../../sql/sqlite/0001_init.sql")),
     (
         2,
         "witness",
-        include_str!("../../sql/sqlite/0002_witness.sql"),
+        include_str!("../../../sql/sqlite/0002_witness.sql"),
     ),
     (
         3,
         "token_lifecycle",
-        include_str!("../../sql/sqlite/0003_token_lifecycle.sql"),
+        include_str!("../../../sql/sqlite/0003_token_lifecycle.sql"),
     ),
     (
         4,
         "description",
-        include_str!("../../sql/sqlite/0004_description.sql"),
+        include_str!("../../../sql/sqlite/0004_description.sql"),
     ),
     (
         5,
         "worker_lease",
-        include_str!("../../sql/sqlite/0005_worker_lease.sql"),
+        include_str!("../../../sql/sqlite/0005_worker_lease.sql"),
     ),
     (
         6,
         "biz_shape",
-        include_str!("../../sql/sqlite/0006_biz_shape.sql"),
+        include_str!("../../../sql/sqlite/0006_biz_shape.sql"),
     ),
     (
         7,
         "layout",
-        include_str!("../../sql/sqlite/0007_layout.sql"),
+        include_str!("../../../sql/sqlite/0007_layout.sql"),
     ),
     (
         8,
         "layout_claim",
-        include_str!("../../sql/sqlite/0008_layout_claim.sql"),
+        include_str!("../../../sql/sqlite/0008_layout_claim.sql"),
     ),
 ];
 

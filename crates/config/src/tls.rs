@@ -20,7 +20,7 @@ use rustls::{
 };
 use tokio_postgres_rustls::MakeRustlsConnect;
 
-use crate::config::{RootCert, SslMode, TlsSettings};
+use crate::{RootCert, SslMode, TlsSettings};
 
 /// Builds the connector, reading every certificate and key file now so that a bad one
 /// is a configuration error rather than a failure at the first connection.

@@ -1,0 +1,26 @@
+//! segmint's pure core: the rules every other layer applies, with no IO, no tokio, no
+//! SQL and no HTTP (the dependency graph keeps it so: this crate depends on none of
+//! them).
+//!
+//! - [`segment`]: residue classes, segments, the double buffer, give-back plans.
+//! - [`step`] and [`rate`]: issue rates and the step sized from them.
+//! - [`layout`]: database layouts and the rules of a layout change.
+//! - [`rows`]: the database rows those rules read.
+//! - [`evidence`]: how far every row has advanced, and what a row behind it means.
+//! - [`shape`]: a biz's ID order (sequential, shuffled, opaque) and format.
+//! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard.
+//! - [`backoff`]: the back-off after failures.
+//! - [`biz`]: biz names, batch sizes, tokens and their digests.
+//! - [`import`]: parsing Tinyid's and Leaf's table exports.
+
+pub mod backoff;
+pub mod biz;
+pub mod evidence;
+pub mod import;
+pub mod layout;
+pub mod rate;
+pub mod rows;
+pub mod segment;
+pub mod shape;
+pub mod snowflake;
+pub mod step;
