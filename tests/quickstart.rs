@@ -70,7 +70,7 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
     for item in ["Cargo.toml", "Cargo.lock", "README.md"] {
         std::fs::copy(root.join(item), checkout.path().join(item)).unwrap();
     }
-    for dir in ["src", "sql", "config", "benches"] {
+    for dir in ["src", "crates", "sql", "config", "benches"] {
         copy_tree(&root.join(dir), &checkout.path().join(dir));
     }
 
