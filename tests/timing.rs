@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::memory::{self, MemoryStore};
+use common::memory::{self, Injected, MemoryStore};
 use segmint::biz::BizTag;
 use segmint::cache::Cache;
 use segmint::segment::Residue;
@@ -201,6 +201,73 @@ async fn a_stalled_reservation_is_hedged_on_another_database_after_the_hedge_del
         return;
     }
     panic!("the stalled database never came first");
+}
+
+/// A transaction that lost to another's (a serialization failure, a deadlock) is no
+/// failure of its database: the reservation tries again at once, the database is not
+/// backed off, and the attempt counts as a conflict, not an error.
+#[tokio::test(start_paused = true)]
+async fn a_transaction_lost_to_another_is_retried_without_backing_the_database_off() {
+    let db = one_db();
+    let store = ready_store(std::slice::from_ref(&db), timing()).await;
+    for code in ["40001", "40P01"] {
+        let before = db.calls("biz");
+        db.fail_next(3, Some(Injected::Query(code)));
+        let started = tokio::time::Instant::now();
+        store.reserve(&biz(), None, None).await.unwrap();
+        assert!(
+            db.calls("biz") > before + 1,
+            "{code}: the reservation was retried"
+        );
+        assert!(store.is_live(0), "{code}: the database is not backed off");
+        assert!(
+            started.elapsed() < timing().backoff_initial,
+            "{code}: no back-off was waited out ({:?})",
+            started.elapsed()
+        );
+        assert!(store.status()[0].last_error.is_none(), "{code}");
+    }
+    let metrics = store.metrics().render(&[], &[]);
+    assert!(
+        metrics.contains("segmint_segment_fetches_total{database=\"db0\",outcome=\"error\"} 0"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains("segmint_segment_fetches_total{database=\"db0\",outcome=\"conflict\"} 0"),
+        "{metrics}"
+    );
+    // Any other query error is a failure of the database: backed off.
+    db.fail_next(1, Some(Injected::Query("57P01")));
+    assert!(store.reserve(&biz(), None, None).await.is_err());
+    assert!(!store.is_live(0));
+}
+
+/// A database that answers but may not be used as it is (a durability setting, a
+/// missing file) is backed off for the longest back-off at once: no retry soon finds it
+/// changed.
+#[tokio::test(start_paused = true)]
+async fn a_database_unusable_as_it_is_is_backed_off_for_the_longest_back_off_at_once() {
+    let db = one_db();
+    let store = ready_store(
+        std::slice::from_ref(&db),
+        Timing {
+            backoff_initial: Duration::from_millis(400),
+            backoff_max: Duration::from_millis(5000),
+            ..timing()
+        },
+    )
+    .await;
+    db.fail_next(u32::MAX, Some(Injected::Refused));
+    assert!(matches!(
+        store.reserve(&biz(), None, None).await,
+        Err(StoreError::Unavailable(_))
+    ));
+    let failed = tokio::time::Instant::now();
+    assert!(
+        !live_at(&store, failed + Duration::from_millis(4990)).await,
+        "still backed off just before the longest back-off ends"
+    );
+    assert!(live_at(&store, failed + Duration::from_millis(5000)).await);
 }
 
 /// Sleeps until `at`, then says whether database 0 is in use.

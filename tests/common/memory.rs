@@ -18,6 +18,17 @@ use segmint::store::{
     ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
+/// How an injected failure fails.
+#[derive(Debug, Clone, Copy)]
+pub enum Injected {
+    /// As a database that cannot be reached.
+    Down,
+    /// A query error with this SQLSTATE.
+    Query(&'static str),
+    /// As a database that answers but may not be used as it is.
+    Refused,
+}
+
 /// One in-memory database; clones share it, so a test keeps a handle on what it gave
 /// to a [`Store`].
 #[derive(Clone, Default)]
@@ -34,8 +45,10 @@ struct Inner {
     witnesses: HashMap<(String, String), Witness>,
     /// How long every call takes before it answers.
     latency: Duration,
-    /// While set, every call fails (after the latency) with this message.
-    failing: Option<String>,
+    /// While set, calls fail (after the latency) so.
+    failing: Option<Injected>,
+    /// How many more calls fail while `failing` is set.
+    failures_left: u32,
     /// How many of the next compare-and-sets lose their race.
     races_to_lose: u32,
     /// Calls so far, by method name.
@@ -71,9 +84,17 @@ impl MemoryStore {
         self.inner.lock().latency = latency;
     }
 
-    /// Every call from now on fails, or answers again when `failing` is false.
+    /// Every call from now on fails as a database down would, or answers again when
+    /// `failing` is false.
     pub fn set_failing(&self, failing: bool) {
-        self.inner.lock().failing = failing.then(|| "injected failure".to_string());
+        self.fail_next(u32::MAX, failing.then_some(Injected::Down));
+    }
+
+    /// The next `n` calls fail with `failure`; `None` ends the failures.
+    pub fn fail_next(&self, n: u32, failure: Option<Injected>) {
+        let mut inner = self.inner.lock();
+        inner.failing = failure;
+        inner.failures_left = n;
     }
 
     /// The next `n` compare-and-sets lose their race, as if another writer got there
@@ -102,13 +123,25 @@ impl MemoryStore {
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
-        match &self.inner.lock().failing {
-            Some(error) => Err(DbError::Connect {
-                message: error.clone(),
+        let mut inner = self.inner.lock();
+        let Some(failure) = inner.failing.filter(|_| inner.failures_left > 0) else {
+            return Ok(());
+        };
+        inner.failures_left -= 1;
+        Err(match failure {
+            Injected::Down => DbError::Connect {
+                message: "injected failure".into(),
                 source: None,
-            }),
-            None => Ok(()),
-        }
+            },
+            Injected::Query(sqlstate) => DbError::Query {
+                sqlstate: Some(sqlstate.into()),
+                message: "injected query failure".into(),
+                source: None,
+            },
+            Injected::Refused => DbError::Refused {
+                reason: "injected refusal".into(),
+            },
+        })
     }
 
     /// Moves the row of `biz` from `(version, max_id)` to `(new_version, new_max_id)`,

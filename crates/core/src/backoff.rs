@@ -41,6 +41,14 @@ impl Failures {
         wait
     }
 
+    /// Records a failure that no retry soon will see changed: the peer is skipped for
+    /// `wait` at once; it counts as one more consecutive failure.
+    pub fn fail_for(&mut self, wait: Duration, now: Instant) -> Duration {
+        self.count = self.count.saturating_add(1);
+        self.until = Some(now + wait);
+        wait
+    }
+
     /// Whether the peer may be used at `now`: no back-off, or it is over.
     pub fn is_over(&self, now: Instant) -> bool {
         self.until.is_none_or(|t| now >= t)

@@ -19,7 +19,8 @@ const FETCH_BUCKETS: &[f64] = &[
 pub enum FetchOutcome {
     /// A segment was reserved.
     Ok,
-    /// A version-checked UPDATE lost to another writer.
+    /// A version-checked UPDATE lost to another writer, or the transaction was rolled
+    /// back for another's (a serialization failure, a deadlock).
     Conflict,
     /// The database failed or timed out.
     Error,

@@ -56,6 +56,38 @@ pub enum DbError {
     },
 }
 
+/// What a failed call says about its database, for its back-off and its metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Unreachable, timed out, or failing: backed off, the back-off doubling with each
+    /// consecutive failure.
+    Down,
+    /// The database answered and a retry may succeed at once: the transaction lost to
+    /// another (serialization failure, deadlock, a lock not available, an embedded file
+    /// busy with another process's write). Not a failure of the database: no back-off,
+    /// and a reservation counts it as a lost race and tries again.
+    Transient,
+    /// The database answered, but may not be used as it is (a durability setting, a
+    /// missing file, a fence): backed off for the longest back-off at once, since no
+    /// retry soon will find it changed.
+    Unusable,
+}
+
+/// SQLSTATE prefixes of failures a retry may not meet: class 40 (transaction
+/// rollback: `40001` serialization failure, `40P01` deadlock) and `55P03` (lock not
+/// available).
+const TRANSIENT_SQLSTATES: &[&str] = &["40", "55P03"];
+
+/// Whether `e` is SQLite's "database is busy" or "locked": another connection holds
+/// the write lock past the busy timeout.
+fn sqlite_busy(e: &(dyn Error + Send + Sync + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<rusqlite::Error>(),
+        Some(rusqlite::Error::SqliteFailure(f, _))
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 /// `"40001: "` before a query error's message, when the server gave a SQLSTATE.
 fn code_prefix(sqlstate: Option<&str>) -> String {
     sqlstate.map(|code| format!("{code}: ")).unwrap_or_default()
@@ -67,6 +99,27 @@ impl DbError {
         DbError::Connect {
             message: message.into(),
             source: Some(source.into()),
+        }
+    }
+
+    /// What this failure says about the database's health, which decides its back-off
+    /// ([`Verdict`]).
+    pub fn verdict(&self) -> Verdict {
+        match self {
+            DbError::Connect { .. } | DbError::Timeout { .. } | DbError::Embedded { .. } => {
+                Verdict::Down
+            }
+            DbError::Refused { .. } | DbError::Fenced { .. } => Verdict::Unusable,
+            DbError::Query {
+                sqlstate, source, ..
+            } => match sqlstate.as_deref() {
+                Some(code) if TRANSIENT_SQLSTATES.iter().any(|t| code.starts_with(t)) => {
+                    Verdict::Transient
+                }
+                Some(_) => Verdict::Down,
+                None if source.as_deref().is_some_and(sqlite_busy) => Verdict::Transient,
+                None => Verdict::Down,
+            },
         }
     }
 
@@ -98,6 +151,62 @@ pub(super) fn with_causes(e: &dyn Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn query(sqlstate: Option<&str>, source: Option<Cause>) -> DbError {
+        DbError::Query {
+            sqlstate: sqlstate.map(String::from),
+            message: "m".into(),
+            source,
+        }
+    }
+
+    #[test]
+    fn the_verdict_follows_the_kind_and_the_sqlstate() {
+        for code in ["40001", "40P01", "55P03"] {
+            assert_eq!(
+                query(Some(code), None).verdict(),
+                Verdict::Transient,
+                "{code}"
+            );
+        }
+        // Undefined table, admin shutdown, too many connections, a connection failure.
+        for code in ["42P01", "57P01", "53300", "08006"] {
+            assert_eq!(query(Some(code), None).verdict(), Verdict::Down, "{code}");
+        }
+        assert_eq!(query(None, None).verdict(), Verdict::Down);
+        let busy = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_BUSY),
+            None,
+        );
+        assert_eq!(
+            query(None, Some(Box::new(busy))).verdict(),
+            Verdict::Transient
+        );
+        let full = rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_FULL),
+            None,
+        );
+        assert_eq!(query(None, Some(Box::new(full))).verdict(), Verdict::Down);
+        assert_eq!(
+            DbError::Timeout {
+                after: Duration::from_secs(1)
+            }
+            .verdict(),
+            Verdict::Down
+        );
+        assert_eq!(
+            DbError::connect("refused", std::io::Error::other("x")).verdict(),
+            Verdict::Down
+        );
+        assert_eq!(
+            DbError::Refused { reason: "r".into() }.verdict(),
+            Verdict::Unusable
+        );
+        assert_eq!(
+            DbError::Fenced { reason: "r".into() }.verdict(),
+            Verdict::Unusable
+        );
+    }
 
     #[test]
     fn a_query_error_keeps_its_sqlstate_in_value_and_text() {

@@ -31,7 +31,7 @@ pub use cluster::layout::LayoutReport;
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
-pub use error::{Cause, DbError};
+pub use error::{Cause, DbError, Verdict};
 pub use segmint_core::evidence::{Mark, Witness};
 pub use segmint_core::rows::{BizRow, LayoutRow};
 pub use sqlite::OpenMode;

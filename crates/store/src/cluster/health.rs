@@ -7,8 +7,8 @@ use futures_util::future::join_all;
 
 use super::{Store, now};
 use crate::backoff::Failures;
-use crate::store::DbError;
 use crate::store::evidence::Regression;
+use crate::store::{DbError, Verdict};
 
 /// How a database looks from here, for `/readyz` and status pages.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -52,7 +52,9 @@ impl Store {
     }
 
     /// Runs `op` on database `i` within the fetch timeout, recording the outcome in the
-    /// database's health: a failure backs it off, a success clears the back-off.
+    /// database's health by the failure's [`Verdict`]: a database down is backed off
+    /// (doubling), one unusable as it is for the longest back-off, a transient failure
+    /// (a lost transaction) not at all; a success clears the back-off.
     pub(super) async fn call<T>(
         &self,
         i: usize,
@@ -78,10 +80,27 @@ impl Store {
             }
             Err(e) => {
                 drop(health);
-                self.failed(i, &e.to_string());
+                match e.verdict() {
+                    Verdict::Down => self.failed(i, &e.to_string()),
+                    Verdict::Unusable => self.unusable(i, &e.to_string()),
+                    Verdict::Transient => {
+                        tracing::debug!(database = %self.dbs[i].name, error = %e, "transient failure; retried, not backed off");
+                    }
+                }
             }
         }
         result
+    }
+
+    /// Records that database `i` answered but may not be used as it is: it is skipped
+    /// for the longest back-off at once.
+    pub(super) fn unusable(&self, i: usize, error: &str) {
+        let db = &self.dbs[i];
+        let mut health = db.health.lock();
+        let backoff = self.timing.backoff();
+        let wait = health.failures.fail_for(backoff.max, now());
+        health.last_error = Some(error.to_string());
+        tracing::warn!(database = %db.name, %error, backoff = ?wait, "database unusable as it is; backing off for the longest back-off");
     }
 
     /// Runs `op` within the fetch timeout.

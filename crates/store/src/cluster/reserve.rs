@@ -13,7 +13,7 @@ use crate::segment::{Residue, SegmentRange};
 use crate::step::{StepHint, StepReason, StepRequest};
 use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
-use crate::store::{BizRow, DbError, StoreError};
+use crate::store::{BizRow, DbError, StoreError, Verdict};
 
 /// The classes the catalog knows of a biz's rows, and their layout epoch.
 type Known<'a> = (&'a [(usize, Residue)], i64);
@@ -265,6 +265,8 @@ impl Store {
                 Ok(Attempt::Moving | Attempt::Stale) => moving += 1,
                 Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
                 Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
+                // A transaction that lost to another is a lost race: retried.
+                Err(e) if e.verdict() == Verdict::Transient => contended += 1,
                 Err(e) => failed.push(format!("\"{}\": {e}", self.dbs[i].name)),
             }
         }
@@ -348,6 +350,7 @@ impl Store {
             Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
             // Each lost compare-and-set was counted as it happened.
             Ok(Attempt::Contended | Attempt::Moving | Attempt::Stale) => {}
+            Err(e) if e.verdict() == Verdict::Transient => db.outcome(FetchOutcome::Conflict),
             Err(_) => db.outcome(FetchOutcome::Error),
         }
         (i, result)
