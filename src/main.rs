@@ -6,13 +6,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+#[path = "cli/changes.rs"]
+mod changes;
 #[path = "cli/lists.rs"]
 mod lists;
+#[path = "cli/reports.rs"]
+mod reports;
 
 use segmint::biz::BizTag;
 use segmint::config::Config;
 use segmint::import::Source;
-use segmint::layout::{Layout, LayoutChange, LayoutState, Member};
 use segmint::segment::Residue;
 use segmint::server::Application;
 use segmint::store::{OpenMode, ShapeRow, Store};
@@ -28,6 +31,10 @@ struct Cli {
     /// Without one: config/default.toml if present, else one embedded database in data/.
     #[arg(long, global = true, env = "SEGMINT_CONFIG")]
     config: Option<PathBuf>,
+    /// Print what an admin command did (or why it failed) as one JSON document, for
+    /// scripts; the same facts as the text.
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -83,9 +90,6 @@ struct ImportFile {
     /// Show what the import would do, and change nothing.
     #[arg(long)]
     dry_run: bool,
-    /// Print the report as one JSON document.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -114,11 +118,7 @@ enum DbCommand {
         lost: bool,
     },
     /// Show the layout in force, its epoch, a change under way, and each database.
-    List {
-        /// Print one JSON document instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    List,
     /// Bring a database back after it went back in time (restored from a backup, a
     /// promoted replica): raises its biz rows above every ID that the witnesses in the
     /// other databases say was reserved from it. Servers use it again at their next
@@ -138,11 +138,7 @@ enum BizCommand {
     /// Add a biz to every database.
     Add(BizAdd),
     /// List the biz rows of every database.
-    List {
-        /// Print one JSON document instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    List,
 }
 
 #[derive(Args)]
@@ -274,11 +270,7 @@ enum TokenCommand {
     },
     /// List tokens (their hashes; tokens themselves are never stored), merged over the
     /// databases.
-    List {
-        /// Print one JSON document instead of the table.
-        #[arg(long)]
-        json: bool,
-    },
+    List,
 }
 
 fn main() -> ExitCode {
@@ -286,11 +278,16 @@ fn main() -> ExitCode {
     segmint::telemetry::init();
     let config = match Config::load_or_default(cli.config.as_deref()) {
         Ok(c) => c,
+        Err(e) if cli.json => {
+            eprintln!("{}", reports::error_json(&e));
+            return ExitCode::from(2);
+        }
         Err(e) => {
             eprintln!("segmint: {e}");
             return ExitCode::from(2);
         }
     };
+    let out = reports::Output { json: cli.json };
     let result = match cli.command {
         Command::Serve { init } => serve(
             config,
@@ -299,12 +296,19 @@ fn main() -> ExitCode {
                 false => OpenMode::FirstStart,
             },
         ),
-        Command::Admin(command) => admin(config, command),
+        Command::Admin(command) => admin(config, command, out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if out.json => {
+            eprintln!("{}", reports::error_json(e.as_ref()));
+            ExitCode::FAILURE
+        }
         Err(e) => {
             eprintln!("segmint: {e}");
+            if let (_, Some(hint)) = reports::kind_and_hint(e.as_ref()) {
+                eprintln!("hint: {hint}");
+            }
             ExitCode::FAILURE
         }
     }
@@ -362,12 +366,12 @@ fn exit_after_stop_limit() -> Result {
     Ok(())
 }
 
-fn admin(config: Config, command: AdminCommand) -> Result {
+fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     if let AdminCommand::Db(change @ (DbCommand::Add { .. } | DbCommand::Remove { .. })) = command {
-        return runtime.block_on(change_layout(config, change));
+        return runtime.block_on(changes::change_layout(config, change, out));
     }
     runtime.block_on(async move {
         // Only `migrate` initialises a store: the other commands on a missing embedded
@@ -378,7 +382,7 @@ fn admin(config: Config, command: AdminCommand) -> Result {
         };
         let store = Store::open(&config, mode)?;
         match command {
-            AdminCommand::Migrate => migrate(&store).await,
+            AdminCommand::Migrate => changes::migrate(&store, out).await,
             AdminCommand::Biz(BizCommand::Add(add)) => {
                 let within = match (add.odd, add.even) {
                     (true, _) => Some(Residue::new(2, 1)?),
@@ -387,34 +391,58 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 };
                 let biz = BizTag::parse(&add.name)?;
                 let shape = add.shape().map_err(|e| format!("{e}; nothing changed"))?;
-                for line in store
-                    .add_shaped_biz(&biz, add.step, add.start, within, &add.description, shape)
-                    .await?
-                {
-                    println!("{line}");
-                }
-                Ok(())
+                let notes = store
+                    .add_shaped_biz(
+                        &biz,
+                        add.step,
+                        add.start,
+                        within,
+                        &add.description,
+                        shape.clone(),
+                    )
+                    .await?;
+                let report = reports::BizAdded::new(
+                    biz.as_str(),
+                    (add.step, add.start),
+                    within,
+                    &add.description,
+                    shape.as_ref(),
+                    notes,
+                );
+                out.emit(&report, |r| r.notes.clone())
             }
-            AdminCommand::Biz(BizCommand::List { json }) => lists::list_bizs(&store, json).await,
+            AdminCommand::Biz(BizCommand::List) => lists::list_bizs(&store, out.json).await,
             AdminCommand::Token(TokenCommand::Add {
                 biz,
                 remark,
                 expires_in,
             }) => {
-                let (token, report) = store
+                let (token, notes) = store
                     .add_token_expiring(&BizTag::parse(&biz)?, &remark, expires_in)
                     .await?;
-                for line in report {
-                    eprintln!("{line}");
-                }
-                println!("{token}");
-                Ok(())
+                let report = reports::TokenIssued {
+                    token,
+                    biz: Some(biz),
+                    rotated: None,
+                    expires_in_seconds: expires_in.map(|d| d.as_secs()),
+                    grace_seconds: None,
+                    failed: Vec::new(),
+                    notes,
+                };
+                // The steps on stderr, the token alone on stdout: `$(segmint token add …)`.
+                out.emit(&report, |r| {
+                    r.notes.iter().for_each(|line| eprintln!("{line}"));
+                    vec![r.token.clone()]
+                })
             }
             AdminCommand::Token(TokenCommand::Revoke { prefix }) => {
-                for line in store.revoke_token(&prefix).await? {
-                    println!("{line}");
-                }
-                Ok(())
+                let notes = store.revoke_token(&prefix).await?;
+                let report = reports::Changed {
+                    command: "token revoke",
+                    target: prefix,
+                    notes,
+                };
+                out.emit(&report, |r| r.notes.clone())
             }
             AdminCommand::Token(TokenCommand::Rotate {
                 prefix,
@@ -422,144 +450,56 @@ fn admin(config: Config, command: AdminCommand) -> Result {
                 expires_in,
             }) => {
                 let rotation = store.rotate_token(&prefix, grace, expires_in).await?;
-                for line in rotation.report {
-                    eprintln!("{line}");
-                }
-                println!("{}", rotation.token);
-                match rotation.failed.is_empty() {
+                let report = reports::TokenIssued {
+                    token: rotation.token,
+                    biz: None,
+                    rotated: Some(prefix),
+                    expires_in_seconds: expires_in.map(|d| d.as_secs()),
+                    grace_seconds: Some(grace.as_secs()),
+                    failed: rotation.failed,
+                    notes: rotation.report,
+                };
+                out.emit(&report, |r| {
+                    r.notes.iter().for_each(|line| eprintln!("{line}"));
+                    vec![r.token.clone()]
+                })?;
+                match report.failed.is_empty() {
                     true => Ok(()),
                     false => Err(format!(
                         "the new token works, but the old one keeps working on {} until its expiry is lowered there: run `segmint token rotate` again with the old prefix",
-                        rotation.failed.join(", ")
+                        report.failed.join(", ")
                     )
                     .into()),
                 }
             }
-            AdminCommand::Token(TokenCommand::List { json }) => {
-                lists::list_tokens(&store, json).await
+            AdminCommand::Token(TokenCommand::List) => {
+                lists::list_tokens(&store, out.json).await
             }
             AdminCommand::Import(ImportCommand::Tinyid(file)) => {
-                lists::import(&store, Source::Tinyid, &file).await
+                lists::import(&store, Source::Tinyid, &file, out.json).await
             }
             AdminCommand::Import(ImportCommand::Leaf(file)) => {
-                lists::import(&store, Source::Leaf, &file).await
+                lists::import(&store, Source::Leaf, &file, out.json).await
             }
             AdminCommand::Id(IdCommand::Decode { biz, id }) => {
                 let biz = BizTag::parse(&biz)?;
-                println!("{}", store.decode_id(&biz, &id).await?);
-                Ok(())
+                let decoded = store.decode_id(&biz, &id).await?;
+                out.emit(&reports::decoded_json(&decoded), |_| {
+                    vec![decoded.to_string()]
+                })
             }
             // Run by `change_layout` before the store is opened.
             AdminCommand::Db(DbCommand::Add { .. } | DbCommand::Remove { .. }) => Ok(()),
-            AdminCommand::Db(DbCommand::List { json }) => lists::list_layout(&store, json).await,
+            AdminCommand::Db(DbCommand::List) => lists::list_layout(&store, out.json).await,
             AdminCommand::Db(DbCommand::Fence { name, above }) => {
-                for line in store.raise_database(&name, above).await? {
-                    println!("{line}");
-                }
-                Ok(())
+                let notes = store.raise_database(&name, above).await?;
+                let report = reports::Changed {
+                    command: "db fence",
+                    target: name,
+                    notes,
+                };
+                out.emit(&report, |r| r.notes.clone())
             }
         }
     })
-}
-
-/// `segmint db add` / `db remove`: moves the cluster to the layout with (or without)
-/// the database, printing each step as it goes.
-async fn change_layout(config: Config, change: DbCommand) -> Result {
-    let before = Layout {
-        epoch: 0,
-        members: config
-            .databases
-            .iter()
-            .map(|d| Member {
-                name: d.name.clone(),
-                class: d.residue,
-            })
-            .collect(),
-        state: LayoutState::Done,
-        lost: Vec::new(),
-    };
-    let (config, adding) = match &change {
-        DbCommand::Add { name, url } => {
-            let configured = config.databases.iter().any(|d| d.name == *name);
-            let config = match (configured, url) {
-                (true, _) => config,
-                (false, Some(url)) => config.with_database(name, url)?,
-                (false, None) => {
-                    return Err(format!(
-                        "database \"{name}\" is not configured: give its URL (`segmint db add {name} URL`); nothing changed"
-                    )
-                    .into());
-                }
-            };
-            (config, Some(name.clone()))
-        }
-        _ => (config, None),
-    };
-    let store = Store::open(&config, OpenMode::Create)?;
-    if let Some(name) = &adding {
-        // The new database gets the schema first; the others have it, or get what is
-        // pending, as `segmint migrate` would. One that does not answer is left to the
-        // change, which refuses if it needs it.
-        for (db, result) in store.migrate().await {
-            match result {
-                Ok(applied) if applied.is_empty() => {}
-                Ok(applied) => println!("\"{db}\": applied {}", applied.join(", ")),
-                Err(e) if db == *name => {
-                    return Err(format!("\"{db}\": migration failed: {e}; nothing changed").into());
-                }
-                Err(e) => println!("\"{db}\": not migrated ({e})"),
-            }
-        }
-    }
-    let intent = match &change {
-        DbCommand::Add { name, .. } => LayoutChange::Add(name.clone()),
-        DbCommand::Remove { name, lost: false } => LayoutChange::Remove(name.clone()),
-        DbCommand::Remove { name, lost: true } => LayoutChange::Lost(name.clone()),
-        _ => return Ok(()),
-    };
-    let mut say = |line: String| println!("{line}");
-    let done = store.change_layout(&intent, &before, &mut say).await?;
-    println!();
-    println!(
-        "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):"
-    );
-    for m in &done.members {
-        println!(
-            "  name = \"{}\"  delta = {}  remainder = {}",
-            m.name,
-            m.class.delta(),
-            m.class.remainder()
-        );
-    }
-    match change {
-        DbCommand::Add { name, .. } => println!(
-            "Servers use \"{name}\" once their configuration names it: add it and restart them one at a time; until then they serve from the others."
-        ),
-        DbCommand::Remove { name, lost: false } => println!(
-            "Servers stopped using \"{name}\" at their next catalog refresh; take it out of their configuration at leisure."
-        ),
-        DbCommand::Remove { name, lost: true } => println!(
-            "\"{name}\" is lost for good: servers that read any other database never use it again, and its classes and worker IDs are never given to another database. Take it out of every server's configuration, and wipe its data before the machine is reused: a server that could reach only it would not know it was lost."
-        ),
-        _ => {}
-    }
-    Ok(())
-}
-
-async fn migrate(store: &Store) -> Result {
-    let mut failed = 0;
-    for (db, result) in store.migrate().await {
-        match result {
-            Ok(applied) if applied.is_empty() => println!("\"{db}\": schema up to date"),
-            Ok(applied) => println!("\"{db}\": applied {}", applied.join(", ")),
-            Err(e) => {
-                failed += 1;
-                println!("\"{db}\": FAILED: {e}");
-            }
-        }
-    }
-    if failed > 0 {
-        return Err(format!("migration failed on {failed} database(s)").into());
-    }
-    Ok(())
 }

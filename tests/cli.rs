@@ -181,6 +181,162 @@ fn admin_commands_report_per_database() {
     );
 }
 
+/// Every admin command speaks JSON under `--json` (before or after the subcommand): one
+/// document on stdout with the facts the text gives; a failure is a JSON document on
+/// stderr with its kind and a hint, and the exit is non-zero. The text of a failure
+/// carries the hint too.
+#[test]
+fn every_admin_command_speaks_json() {
+    let dbs = Databases::start(Kind::Embedded, 2);
+    let urls = dbs.urls();
+    let cfg = config_file(&config_toml_urls(&urls[..1], ""));
+    let json = |args: &[&str]| -> serde_json::Value {
+        let run = segmint_cli(cfg.path(), args, &[]);
+        assert!(run.ok(), "{args:?}: {}{}", run.stdout, run.stderr);
+        serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", run.stdout))
+    };
+    let failure = |args: &[&str]| -> serde_json::Value {
+        let run = segmint_cli(cfg.path(), args, &[]);
+        assert!(!run.ok(), "{args:?} should fail: {}", run.stdout);
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+        serde_json::from_str(run.stderr.lines().last().unwrap_or_default())
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", run.stderr))
+    };
+
+    let migrated = json(&["--json", "migrate"]);
+    assert_eq!(migrated["databases"][0]["name"], "pg0");
+    assert_eq!(migrated["databases"][0]["error"], serde_json::Value::Null);
+    // The test's databases were created migrated: nothing to apply.
+    assert_eq!(migrated["databases"][0]["applied"], serde_json::json!([]));
+
+    let added = json(&[
+        "biz", "add", "order", "--step", "100", "--odd", "--prefix", "ORD", "--json",
+    ]);
+    assert_eq!(added["biz"], "order");
+    assert_eq!(added["step"], 100);
+    assert_eq!(
+        added["within"],
+        serde_json::json!({ "delta": 2, "remainder": 1 })
+    );
+    assert_eq!(added["shape"]["prefix"], "ORD");
+    assert!(
+        added["notes"].as_array().unwrap().iter().any(|n| n
+            .as_str()
+            .unwrap()
+            .starts_with("\"pg0\": added biz `order`")),
+        "{added}"
+    );
+
+    let issued = json(&[
+        "token",
+        "add",
+        "--biz",
+        "order",
+        "--expires-in",
+        "1h",
+        "--json",
+    ]);
+    let token = issued["token"].as_str().unwrap().to_owned();
+    assert_eq!(token.len(), 64, "{issued}");
+    assert_eq!(issued["biz"], "order");
+    assert_eq!(issued["expires_in_seconds"], 3600);
+
+    let decoded = json(&["id", "decode", "order", "ORD7", "--json"]);
+    assert_eq!(
+        (
+            &decoded["number"],
+            &decoded["sequential"],
+            &decoded["database"]
+        ),
+        (
+            &serde_json::json!(7),
+            &serde_json::json!(7),
+            &serde_json::json!("pg0")
+        )
+    );
+    assert_eq!(
+        decoded["class"],
+        serde_json::json!({ "delta": 2, "remainder": 1 })
+    );
+
+    // Tokens are named by a prefix of their hash, as `token list` shows them.
+    let hash = segmint::biz::hash_token(&token);
+    let prefix = &hash[..8];
+    let rotated = json(&["token", "rotate", prefix, "--grace", "1m", "--json"]);
+    assert_eq!(rotated["rotated"], prefix);
+    assert_eq!(rotated["grace_seconds"], 60);
+    assert_eq!(rotated["failed"], serde_json::json!([]));
+    assert_ne!(rotated["token"], token.as_str());
+    let revoked = json(&["token", "revoke", prefix, "--json"]);
+    assert_eq!(
+        (&revoked["command"], &revoked["target"]),
+        (
+            &serde_json::json!("token revoke"),
+            &serde_json::json!(prefix)
+        )
+    );
+
+    let fenced = json(&["db", "fence", "pg0", "--json"]);
+    assert_eq!(fenced["target"], "pg0");
+
+    let changed = json(&["db", "add", "pg1", &urls[1], "--json"]);
+    assert_eq!(changed["change"], "add");
+    assert_eq!(changed["database"], "pg1");
+    assert_eq!(changed["layout"]["epoch"], 1);
+    let members: Vec<&str> = changed["layout"]["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(members, ["pg0", "pg1"]);
+    assert!(
+        !changed["steps"].as_array().unwrap().is_empty(),
+        "{changed}"
+    );
+
+    // Failures: typed, with a hint.
+    let missing = failure(&["token", "add", "--biz", "missing", "--json"]);
+    assert_eq!(missing["error"]["kind"], "not_found");
+    assert!(
+        missing["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("segmint biz add"),
+        "{missing}"
+    );
+    let unknown = failure(&["db", "fence", "nowhere", "--json"]);
+    assert_eq!(unknown["error"]["kind"], "refused");
+    assert!(
+        unknown["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("nowhere"),
+        "{unknown}"
+    );
+    let text = segmint_cli(cfg.path(), &["token", "add", "--biz", "missing"], &[]);
+    assert!(!text.ok());
+    assert!(
+        text.stderr
+            .contains("segmint: biz `missing` does not exist\nhint: create the biz"),
+        "{}",
+        text.stderr
+    );
+    let bad = config_file("pool_size = \"many\"\n");
+    let run = segmint_cli(bad.path(), &["--json", "biz", "list"], &[]);
+    assert_eq!(run.code, Some(2));
+    let doc: serde_json::Value = serde_json::from_str(run.stderr.trim()).unwrap();
+    assert_eq!(doc["error"]["kind"], "config");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("pool_size"),
+        "{doc}"
+    );
+}
+
 /// SIGTERM stops accepting, lets the in-flight request finish, and exits 0. The
 /// listen address comes from `SEGMINT_BIND`, overriding the file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -135,7 +135,7 @@ pub async fn list_layout(store: &Store, as_json: bool) -> Result {
     unreadable(unreachable)
 }
 
-pub async fn import(store: &Store, source: Source, file: &ImportFile) -> Result {
+pub async fn import(store: &Store, source: Source, file: &ImportFile, json: bool) -> Result {
     let path = file.file.display();
     let text =
         std::fs::read_to_string(&file.file).map_err(|e| format!("cannot read {path}: {e}"))?;
@@ -147,7 +147,7 @@ pub async fn import(store: &Store, source: Source, file: &ImportFile) -> Result 
         (false, 0) => "nothing to change: every biz is imported already",
         (false, _) => "imported",
     };
-    if file.json {
+    if json {
         print_json(&json!({
             "file": path.to_string(),
             "dry_run": file.dry_run,

@@ -30,7 +30,7 @@ pub use cluster::import::ImportReport;
 pub use cluster::layout::LayoutReport;
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
-pub use cluster::{DatabaseStatus, Reservation, Store, Timing};
+pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
 pub use segmint_core::evidence::{Mark, Witness};
 pub use segmint_core::rows::{BizRow, LayoutRow};
@@ -343,4 +343,49 @@ pub enum StoreError {
     Unavailable(String),
     #[error("{0}")]
     Refused(String),
+}
+
+impl StoreError {
+    /// A stable name for the kind of failure, for scripts (`--json`) and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::NotFound(_) => "not_found",
+            StoreError::Overflow { .. } => "overflow",
+            StoreError::ResidueConflict { .. } => "residue_conflict",
+            StoreError::InvalidRow { .. } => "invalid_row",
+            StoreError::Contention(_) => "contention",
+            StoreError::Moving(_) => "moving",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Refused(_) => "refused",
+        }
+    }
+
+    /// What an operator can do about it. `None` for a refusal: its message says what
+    /// was refused and what to run instead.
+    pub fn hint(&self) -> Option<&'static str> {
+        Some(match self {
+            StoreError::NotFound(_) => {
+                "create the biz with `segmint biz add NAME`, or import it with `segmint import`"
+            }
+            StoreError::Overflow { .. } => {
+                "the biz has no IDs left below 2^63 at its step: give a smaller step, or issue from a new biz"
+            }
+            StoreError::ResidueConflict { .. } => {
+                "give the rows disjoint classes (their `delta` and `remainder`); `segmint db list` shows each database's class"
+            }
+            StoreError::InvalidRow { .. } => {
+                "correct the row on the database named; nothing is issued from it until then"
+            }
+            StoreError::Contention(_) => {
+                "try again; if it persists, another writer advances the row without pause"
+            }
+            StoreError::Moving(_) => {
+                "a layout change is moving the biz: `segmint db list` shows it; wait for it, or run the same command again if it was cut off"
+            }
+            StoreError::Unavailable(_) => {
+                "check that the databases answer (`segmint db list`) and that the configuration names them"
+            }
+            StoreError::Refused(_) => return None,
+        })
+    }
 }

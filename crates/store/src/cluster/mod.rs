@@ -26,6 +26,7 @@ use parking_lot::Mutex;
 
 pub use health::DatabaseStatus;
 pub use reserve::Reservation;
+pub use shape::Decoded;
 
 use super::catalog::Snapshot;
 use super::evidence::Evidence;

@@ -2,7 +2,48 @@
 
 use super::Store;
 use crate::biz::BizTag;
+use crate::segment::Residue;
 use crate::store::StoreError;
+
+/// What an issued ID stands for (`segmint id decode`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Decoded {
+    pub biz: String,
+    /// The biz's order: `sequential`, `shuffled` or `opaque`.
+    pub order: &'static str,
+    /// The ID as given.
+    pub id: String,
+    /// The number the ID's format spells.
+    pub number: i64,
+    /// The sequential value behind it, the biz's order undone.
+    pub sequential: i64,
+    /// The database whose class holds the sequential value; `None` when no class of
+    /// the biz holds it (not an ID of this biz).
+    pub database: Option<String>,
+    #[serde(skip)]
+    pub class: Option<Residue>,
+}
+
+impl std::fmt::Display for Decoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Decoded {
+            biz,
+            order,
+            id,
+            number,
+            sequential,
+            ..
+        } = self;
+        write!(
+            f,
+            "biz `{biz}` ({order}): {id} is the number {number}, sequential value {sequential} ("
+        )?;
+        match (&self.database, self.class) {
+            (Some(db), Some(class)) => write!(f, "database \"{db}\", IDs ≡ {class})"),
+            _ => write!(f, "no database's class holds it: not an ID of this biz)"),
+        }
+    }
+}
 
 impl Store {
     /// What `text`, an ID of `biz` as issued, stands for: its number, its sequential
@@ -11,7 +52,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::NotFound`] for an unknown biz; [`StoreError::Refused`] when
     /// `text` is not an ID of the biz's format or order.
-    pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<String, StoreError> {
+    pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<Decoded, StoreError> {
         let catalog = self.refresh_since(self.clock.now()).await;
         let entry = catalog
             .biz(biz.as_str())
@@ -38,17 +79,21 @@ impl Store {
                 )
             }
         };
-        let from = entry
+        let holder = entry
             .classes
             .iter()
-            .find(|(_, class)| class.contains(sequential))
-            .map(|(db, class)| format!("database \"{}\", IDs ≡ {class}", self.names[*db]))
-            .unwrap_or_else(|| "no database's class holds it: not an ID of this biz".into());
+            .find(|(_, class)| class.contains(sequential));
         let order = entry.shape.as_ref().map_or("sequential", |s| {
             crate::shape::order_name(s.ordering.order())
         });
-        Ok(format!(
-            "biz `{biz}` ({order}): {text} is the number {number}, sequential value {sequential} ({from})"
-        ))
+        Ok(Decoded {
+            biz: biz.to_string(),
+            order,
+            id: text.to_string(),
+            number,
+            sequential,
+            database: holder.map(|(db, _)| self.names[*db].clone()),
+            class: holder.map(|(_, class)| *class),
+        })
     }
 }

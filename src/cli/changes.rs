@@ -1,0 +1,144 @@
+//! `segmint db add`, `db remove` and `migrate`: the commands that change the
+//! databases' schema or layout, printing each step as it goes, or under `--json` one
+//! document at the end (see [`reports`](super::reports)).
+
+use segmint::config::Config;
+use segmint::layout::{Layout, LayoutChange, LayoutState, Member};
+use segmint::store::{OpenMode, Store};
+
+use super::{DbCommand, Result, reports};
+
+/// `segmint db add` / `db remove`: moves the cluster to the layout with (or without)
+/// the database, printing each step as it goes (under `--json`, one document at the
+/// end).
+pub async fn change_layout(config: Config, change: DbCommand, out: reports::Output) -> Result {
+    let before = Layout {
+        epoch: 0,
+        members: config
+            .databases
+            .iter()
+            .map(|d| Member {
+                name: d.name.clone(),
+                class: d.residue,
+            })
+            .collect(),
+        state: LayoutState::Done,
+        lost: Vec::new(),
+    };
+    let (config, adding) = match &change {
+        DbCommand::Add { name, url } => {
+            let configured = config.databases.iter().any(|d| d.name == *name);
+            let config = match (configured, url) {
+                (true, _) => config,
+                (false, Some(url)) => config.with_database(name, url)?,
+                (false, None) => {
+                    return Err(format!(
+                        "database \"{name}\" is not configured: give its URL (`segmint db add {name} URL`); nothing changed"
+                    )
+                    .into());
+                }
+            };
+            (config, Some(name.clone()))
+        }
+        _ => (config, None),
+    };
+    let store = Store::open(&config, OpenMode::Create)?;
+    let mut migrated = Vec::new();
+    if let Some(name) = &adding {
+        // The new database gets the schema first; the others have it, or get what is
+        // pending, as `segmint migrate` would. One that does not answer is left to the
+        // change, which refuses if it needs it.
+        for (db, result) in store.migrate().await {
+            match result {
+                Ok(applied) if applied.is_empty() => {}
+                Err(e) if db == *name => {
+                    return Err(format!("\"{db}\": migration failed: {e}; nothing changed").into());
+                }
+                result => {
+                    let line = match &result {
+                        Ok(applied) => format!("\"{db}\": applied {}", applied.join(", ")),
+                        Err(e) => format!("\"{db}\": not migrated ({e})"),
+                    };
+                    if !out.json {
+                        println!("{line}");
+                    }
+                    migrated.push(reports::MigratedDatabase {
+                        name: db,
+                        error: result.as_ref().err().map(ToString::to_string),
+                        applied: result.unwrap_or_default(),
+                    });
+                }
+            }
+        }
+    }
+    let (intent, kind, name) = match &change {
+        DbCommand::Add { name, .. } => (LayoutChange::Add(name.clone()), "add", name),
+        DbCommand::Remove { name, lost: false } => {
+            (LayoutChange::Remove(name.clone()), "remove", name)
+        }
+        DbCommand::Remove { name, lost: true } => (LayoutChange::Lost(name.clone()), "lost", name),
+        _ => return Ok(()),
+    };
+    let mut steps = Vec::new();
+    let mut say = |line: String| {
+        if !out.json {
+            println!("{line}");
+        }
+        steps.push(line);
+    };
+    let done = store.change_layout(&intent, &before, &mut say).await?;
+    let report = reports::LayoutChanged {
+        change: kind,
+        database: name.clone(),
+        migrated,
+        steps,
+        layout: reports::LayoutChanged::layout_json(&done),
+    };
+    out.emit(&report, |r| {
+        let mut lines = vec![
+            String::new(),
+            "Every server can name these databases in its configuration, with these classes (servers follow the stored layout whatever their configuration says):".to_string(),
+        ];
+        lines.extend(done.members.iter().map(|m| {
+            format!(
+                "  name = \"{}\"  delta = {}  remainder = {}",
+                m.name,
+                m.class.delta(),
+                m.class.remainder()
+            )
+        }));
+        let name = &r.database;
+        lines.push(match r.change {
+            "add" => format!(
+                "Servers use \"{name}\" once their configuration names it: add it and restart them one at a time; until then they serve from the others."
+            ),
+            "remove" => format!(
+                "Servers stopped using \"{name}\" at their next catalog refresh; take it out of their configuration at leisure."
+            ),
+            _ => format!(
+                "\"{name}\" is lost for good: servers that read any other database never use it again, and its classes and worker IDs are never given to another database. Take it out of every server's configuration, and wipe its data before the machine is reused: a server that could reach only it would not know it was lost."
+            ),
+        });
+        lines
+    })
+}
+
+pub async fn migrate(store: &Store, out: reports::Output) -> Result {
+    let report = reports::Migrated {
+        databases: store
+            .migrate()
+            .await
+            .into_iter()
+            .map(|(name, result)| reports::MigratedDatabase {
+                name,
+                error: result.as_ref().err().map(ToString::to_string),
+                applied: result.unwrap_or_default(),
+            })
+            .collect(),
+    };
+    out.emit(&report, reports::Migrated::lines)?;
+    match report.failed() {
+        0 => Ok(()),
+        failed => Err(format!("migration failed on {failed} database(s)").into()),
+    }
+}

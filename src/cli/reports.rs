@@ -1,0 +1,203 @@
+//! What the admin commands that change something print: lines for people, or with
+//! `--json` one JSON document on stdout for scripts, built from the same typed report.
+//! A failure is the error's text on stderr with a hint when there is one, or under
+//! `--json` a JSON document `{"error": {"kind", "message", "hint"}}` on stderr; either
+//! way the command exits non-zero.
+//!
+//! The per-database steps the store reports as it goes (`"pg0": inserted at …`) are
+//! carried as `notes`: their facts are in the typed fields beside them.
+
+use segmint::config::ConfigError;
+use segmint::layout::{Layout, Member};
+use segmint::segment::Residue;
+use segmint::store::{Decoded, ShapeRow, StoreError};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use super::Result;
+
+/// How a command prints what it did.
+#[derive(Debug, Clone, Copy)]
+pub struct Output {
+    pub json: bool,
+}
+
+impl Output {
+    /// Prints `report`: as JSON under `--json`, else as the lines `text` gives.
+    pub fn emit<T: Serialize>(&self, report: &T, text: impl FnOnce(&T) -> Vec<String>) -> Result {
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(report)?);
+        } else {
+            for line in text(report) {
+                println!("{line}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kind, text and hint of a failed command.
+pub fn error_json(e: &(dyn std::error::Error + 'static)) -> Value {
+    let (kind, hint) = kind_and_hint(e);
+    json!({ "error": { "kind": kind, "message": e.to_string(), "hint": hint } })
+}
+
+/// A stable name for the kind of `e` and what an operator can do about it.
+pub fn kind_and_hint(
+    e: &(dyn std::error::Error + 'static),
+) -> (&'static str, Option<&'static str>) {
+    if let Some(e) = e.downcast_ref::<StoreError>() {
+        (e.kind(), e.hint())
+    } else if e.downcast_ref::<ConfigError>().is_some() {
+        (
+            "config",
+            Some("fix the key named in the configuration file or its SEGMINT_ variable"),
+        )
+    } else {
+        ("refused", None)
+    }
+}
+
+fn class_json(class: Residue) -> Value {
+    json!({ "delta": class.delta(), "remainder": class.remainder() })
+}
+
+fn members_json(members: &[Member]) -> Value {
+    members
+        .iter()
+        .map(|m| json!({ "name": m.name, "class": class_json(m.class) }))
+        .collect()
+}
+
+/// `segmint migrate`, and the migrations `db add` runs first.
+#[derive(Debug, Serialize)]
+pub struct Migrated {
+    pub databases: Vec<MigratedDatabase>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MigratedDatabase {
+    pub name: String,
+    /// The migrations applied now; empty when the schema was up to date.
+    pub applied: Vec<String>,
+    /// Why it could not be migrated.
+    pub error: Option<String>,
+}
+
+impl Migrated {
+    pub fn failed(&self) -> usize {
+        self.databases.iter().filter(|d| d.error.is_some()).count()
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.databases
+            .iter()
+            .map(|d| match (&d.error, d.applied.is_empty()) {
+                (Some(e), _) => format!("\"{}\": FAILED: {e}", d.name),
+                (None, true) => format!("\"{}\": schema up to date", d.name),
+                (None, false) => format!("\"{}\": applied {}", d.name, d.applied.join(", ")),
+            })
+            .collect()
+    }
+}
+
+/// `segmint biz add`.
+#[derive(Debug, Serialize)]
+pub struct BizAdded {
+    pub biz: String,
+    pub step: i64,
+    pub start: i64,
+    /// The biz's own restriction (odd-only: `2`/`1`), if any.
+    pub within: Option<Value>,
+    pub description: String,
+    /// Its order and format, when not plain sequential numbers.
+    pub shape: Option<Value>,
+    pub notes: Vec<String>,
+}
+
+impl BizAdded {
+    pub fn new(
+        biz: &str,
+        (step, start): (i64, i64),
+        within: Option<Residue>,
+        description: &str,
+        shape: Option<&ShapeRow>,
+        notes: Vec<String>,
+    ) -> BizAdded {
+        BizAdded {
+            biz: biz.to_owned(),
+            step,
+            start,
+            within: within.map(class_json),
+            description: description.to_owned(),
+            shape: shape.map(|s| {
+                json!({
+                    "order": s.id_order,
+                    "domain": s.domain,
+                    "prefix": s.prefix,
+                    "width": s.width,
+                    "base": s.base,
+                    "check_char": s.check_char,
+                    "ids_as_strings": s.as_string,
+                })
+            }),
+            notes,
+        }
+    }
+}
+
+/// `segmint token add` and `token rotate`: the token is shown here once.
+#[derive(Debug, Serialize)]
+pub struct TokenIssued {
+    pub token: String,
+    pub biz: Option<String>,
+    /// The prefix of the token rotated, for `token rotate`.
+    pub rotated: Option<String>,
+    pub expires_in_seconds: Option<u64>,
+    /// For `token rotate`: how long the old token keeps working.
+    pub grace_seconds: Option<u64>,
+    /// Databases where the old token's expiry could not be lowered (`token rotate`).
+    pub failed: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+/// `segmint token revoke` and `db fence`: what was changed, and where.
+#[derive(Debug, Serialize)]
+pub struct Changed {
+    /// `token revoke` or `db fence`.
+    pub command: &'static str,
+    /// The token prefix revoked, or the database fenced.
+    pub target: String,
+    pub notes: Vec<String>,
+}
+
+/// `segmint id decode`.
+pub fn decoded_json(d: &Decoded) -> Value {
+    let mut doc = serde_json::to_value(d).unwrap_or(Value::Null);
+    doc["class"] = d.class.map_or(Value::Null, class_json);
+    doc
+}
+
+/// `segmint db add` and `db remove`.
+#[derive(Debug, Serialize)]
+pub struct LayoutChanged {
+    /// `add`, `remove` or `lost`.
+    pub change: &'static str,
+    pub database: String,
+    /// Migrations run first (`db add`).
+    pub migrated: Vec<MigratedDatabase>,
+    /// The steps of the change, as they were taken.
+    pub steps: Vec<String>,
+    /// The layout in force once the change is done.
+    pub layout: Value,
+}
+
+impl LayoutChanged {
+    pub fn layout_json(l: &Layout) -> Value {
+        json!({
+            "epoch": l.epoch,
+            "members": members_json(&l.members),
+            "lost": members_json(&l.lost),
+        })
+    }
+}
