@@ -92,7 +92,7 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
         database: name.clone(),
         migrated,
         steps,
-        layout: reports::LayoutChanged::layout_json(&done),
+        layout: super::lists::layout_json(&done),
     };
     out.emit(&report, |r| {
         let mut lines = vec![

@@ -28,7 +28,7 @@ fn unreadable(n: usize) -> Result {
     }
 }
 
-fn class_json(class: Residue) -> Value {
+pub fn class_json(class: Residue) -> Value {
     json!({ "delta": class.delta(), "remainder": class.remainder() })
 }
 
@@ -39,7 +39,7 @@ fn members_json(members: &[Member]) -> Value {
         .collect()
 }
 
-fn layout_json(l: &Layout) -> Value {
+pub fn layout_json(l: &Layout) -> Value {
     json!({
         "epoch": l.epoch,
         "members": members_json(&l.members),

@@ -8,13 +8,13 @@
 //! carried as `notes`: their facts are in the typed fields beside them.
 
 use segmint::config::ConfigError;
-use segmint::layout::{Layout, Member};
 use segmint::segment::Residue;
 use segmint::store::{Decoded, ShapeRow, StoreError};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::Result;
+use super::lists::class_json;
 
 /// How a command prints what it did.
 #[derive(Debug, Clone, Copy)]
@@ -56,17 +56,6 @@ pub fn kind_and_hint(
     } else {
         ("refused", None)
     }
-}
-
-fn class_json(class: Residue) -> Value {
-    json!({ "delta": class.delta(), "remainder": class.remainder() })
-}
-
-fn members_json(members: &[Member]) -> Value {
-    members
-        .iter()
-        .map(|m| json!({ "name": m.name, "class": class_json(m.class) }))
-        .collect()
 }
 
 /// `segmint migrate`, and the migrations `db add` runs first.
@@ -190,14 +179,4 @@ pub struct LayoutChanged {
     pub steps: Vec<String>,
     /// The layout in force once the change is done.
     pub layout: Value,
-}
-
-impl LayoutChanged {
-    pub fn layout_json(l: &Layout) -> Value {
-        json!({
-            "epoch": l.epoch,
-            "members": members_json(&l.members),
-            "lost": members_json(&l.lost),
-        })
-    }
 }
