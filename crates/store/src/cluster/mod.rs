@@ -104,6 +104,16 @@ impl Health {
 }
 
 /// All configured databases, with the merged catalog of bizs and tokens.
+///
+/// # Lock order
+/// The plain (`parking_lot`) locks below are held for a few field or map operations,
+/// never across an await, and nest in one order only:
+/// `evidence` → a database's `health` → `layout`, and `snapshots` → `layout` /
+/// `classes_seen`; `uses` nests nothing. Of the async locks, `refreshed` (one refresh
+/// at a time) is taken before any of them and held across the refresh's database calls
+/// (a heal's included); a database's per-biz queue (in `reserving`) is taken before
+/// `evidence` and `health`, and `reserving` itself is released before the queue is
+/// awaited. ARCHITECTURE.md (Locks) names the code path behind each pair.
 pub struct Store {
     dbs: Vec<Database>,
     /// Database names by index, for catalog messages.
