@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::{Store, now};
+use super::Store;
 use crate::backoff::Failures;
 use crate::store::evidence::Regression;
 use crate::store::{DbError, Verdict};
@@ -98,7 +98,7 @@ impl Store {
         let db = &self.dbs[i];
         let mut health = db.health.lock();
         let backoff = self.timing.backoff();
-        let wait = health.failures.fail_for(backoff.max, now());
+        let wait = health.failures.fail_for(backoff.max, self.clock.now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, backoff = ?wait, "database unusable as it is; backing off for the longest back-off");
     }
@@ -127,7 +127,9 @@ impl Store {
     pub(super) fn failed(&self, i: usize, error: &str) {
         let db = &self.dbs[i];
         let mut health = db.health.lock();
-        let backoff = health.failures.fail(self.timing.backoff(), now());
+        let backoff = health
+            .failures
+            .fail(self.timing.backoff(), self.clock.now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
@@ -137,13 +139,13 @@ impl Store {
     /// Also false for a database the layout in force does not name (removed, or not
     /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let up = self.dbs[i].health.lock().up();
+        let up = self.dbs[i].health.lock().up(self.clock.now());
         up && self.class_of(i).is_some()
     }
 
     /// Whether database `i` may be read: not backed off (it may be fenced).
     pub(super) fn is_reachable(&self, i: usize) -> bool {
-        self.dbs[i].health.lock().failures.is_over(now())
+        self.dbs[i].health.lock().failures.is_over(self.clock.now())
     }
 
     pub(super) fn last_errors(&self) -> String {
@@ -185,7 +187,7 @@ impl Store {
                     residue: class.map(|c| c.to_string()),
                     in_layout: class.is_some(),
                     layout: self.standing_of(i).as_str(),
-                    up: health.up(),
+                    up: health.up(self.clock.now()),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
                 }

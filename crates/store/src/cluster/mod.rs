@@ -40,12 +40,6 @@ use crate::metrics::{DatabaseMetrics, Metrics};
 use crate::segment::Residue;
 use crate::step::StepPolicy;
 
-/// [`RuntimeClock`]'s monotonic time, for the paths that do not hold a [`Store`]
-/// (a database's health) or are not yet given its clock (reservations).
-pub(super) fn now() -> Instant {
-    RuntimeClock.now()
-}
-
 /// Timeouts and back-off, from the configuration.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -97,9 +91,9 @@ struct Health {
 }
 
 impl Health {
-    /// Neither backed off after a failure nor fenced.
-    fn up(&self) -> bool {
-        self.fenced.is_none() && self.failures.is_over(now())
+    /// Neither backed off after a failure at `now` nor fenced.
+    fn up(&self, now: Instant) -> bool {
+        self.fenced.is_none() && self.failures.is_over(now)
     }
 }
 

@@ -1,16 +1,18 @@
 //! Reservation of segments: optimistic compare-and-set on a random live database,
 //! hedged when one stalls, witnessed in the other databases before use.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-use super::{Store, now};
+use super::Store;
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
 use crate::segment::{Residue, SegmentRange};
 use crate::step::{StepHint, StepReason, StepRequest};
+use crate::store::Clock;
 use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
 use crate::store::{BizRow, DbError, StoreError, Verdict};
@@ -34,20 +36,33 @@ pub struct Reservation {
     pub version: i64,
 }
 
-/// When the current database round trip of an attempt started, if one is under way.
-#[derive(Default)]
+/// When the current database round trip of an attempt started, if one is under way,
+/// by the store's clock.
 struct RoundTrip {
     /// Microseconds since `epoch` at the start of the round trip; 0 when idle.
     since: std::sync::atomic::AtomicU64,
-    epoch: std::sync::OnceLock<Instant>,
+    epoch: Instant,
+    clock: Arc<dyn Clock>,
 }
 
 impl RoundTrip {
+    fn new(clock: &Arc<dyn Clock>) -> RoundTrip {
+        RoundTrip {
+            since: std::sync::atomic::AtomicU64::new(0),
+            epoch: clock.now(),
+            clock: clock.clone(),
+        }
+    }
+
     fn now_us(&self) -> u64 {
-        let epoch = *self.epoch.get_or_init(now);
-        u64::try_from(now().saturating_duration_since(epoch).as_micros())
-            .unwrap_or(u64::MAX)
-            .max(1)
+        u64::try_from(
+            self.clock
+                .now()
+                .saturating_duration_since(self.epoch)
+                .as_micros(),
+        )
+        .unwrap_or(u64::MAX)
+        .max(1)
     }
 
     /// Runs one round trip, marked as under way meanwhile.
@@ -115,12 +130,12 @@ impl Store {
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
-            catalog = self.refresh_since(now()).await;
+            catalog = self.refresh_since(self.clock.now()).await;
         }
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it, nor does a layout
         // change moving the biz (the catalog is read again for its new classes).
-        let deadline = now() + self.timing.fetch_timeout;
+        let deadline = self.clock.now() + self.timing.fetch_timeout;
         let reserved = loop {
             let entry = catalog
                 .biz(biz.as_str())
@@ -129,16 +144,16 @@ impl Store {
                 return Err(refused.clone());
             }
             let hedge = self.hedge_delay(runway);
-            let started = now();
+            let started = self.clock.now();
             match self
                 .reserve_pass(biz, request, (&entry.classes, entry.epoch), deadline, hedge)
                 .await
             {
-                Err(StoreError::Contention(_)) if now() < deadline => {
+                Err(StoreError::Contention(_)) if self.clock.now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
-                Err(StoreError::Moving(_)) if now() < deadline => {
+                Err(StoreError::Moving(_)) if self.clock.now() < deadline => {
                     catalog = self.refresh_since(started).await;
                 }
                 result => break result?,
@@ -209,7 +224,9 @@ impl Store {
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
         let mut moving = 0;
         // One round-trip tracker per database, declared before the attempts borrow them.
-        let trips: Vec<RoundTrip> = (0..self.dbs.len()).map(|_| RoundTrip::default()).collect();
+        let trips: Vec<RoundTrip> = (0..self.dbs.len())
+            .map(|_| RoundTrip::new(&self.clock))
+            .collect();
         let mut running = futures_util::stream::FuturesUnordered::new();
         let mut tried: Vec<usize> = Vec::new();
         let mut queue = order.into_iter();
@@ -329,11 +346,11 @@ impl Store {
         let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
             return (i, Ok(Attempt::Contended));
         };
-        let started = now();
+        let started = self.clock.now();
         let result = self
             .call(i, self.attempt(i, biz, request, known, trip))
             .await;
-        let took = now().saturating_duration_since(started);
+        let took = self.clock.now().saturating_duration_since(started);
         let db = &self.dbs[i].metrics;
         db.observe(took);
         match &result {
