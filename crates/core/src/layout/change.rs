@@ -1,0 +1,270 @@
+//! A layout change: what it asks for, what it does, which databases must answer, in
+//! which order it claims its epoch, and where a biz's new rows start.
+
+use super::{Layout, LayoutState, MAX_MODULUS, Member, current, gcd};
+use crate::segment::Residue;
+
+/// What a layout command asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayoutChange {
+    /// `segmint db add NAME`.
+    Add(String),
+    /// `segmint db remove NAME`.
+    Remove(String),
+    /// `segmint db remove NAME --lost`.
+    Lost(String),
+}
+
+/// The databases of the layout `change` asks for, in `order` (the configuration's;
+/// names it lacks first), and the databases it declares lost, from the layouts read:
+/// the layout in force (or `before`, the configured classes) with the database added or
+/// taken out.
+///
+/// # Errors
+/// A message when the database to take out is in neither the layout in force nor a
+/// change under way.
+pub fn target(
+    change: &LayoutChange,
+    layouts: &[Layout],
+    before: &Layout,
+    order: &[String],
+) -> Result<(Vec<String>, Vec<String>), String> {
+    let (done, pending) = current(layouts);
+    let from = done.unwrap_or(before);
+    let mut names = from.names();
+    let lost = match change {
+        LayoutChange::Add(name) => {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+            Vec::new()
+        }
+        LayoutChange::Remove(name) | LayoutChange::Lost(name) => {
+            if from.class_of(name).is_none() && pending.is_none_or(|p| p.class_of(name).is_none()) {
+                return Err(format!(
+                    "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
+                    from.epoch,
+                    from.describe()
+                ));
+            }
+            names.retain(|n| n != name);
+            match change {
+                LayoutChange::Lost(_) => vec![name.clone()],
+                _ => Vec::new(),
+            }
+        }
+    };
+    // Database i of n in configuration order (one added by URL comes last), so that
+    // taking a database out and bringing it back restores the classes.
+    names.sort_by_key(|n| order.iter().position(|o| o == n));
+    Ok((names, lost))
+}
+
+/// What a change does, decided from the layouts read from every database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The layout in force already has these databases: nothing to do.
+    Already(Layout),
+    /// Move from `from` (the layout in force) to `to`.
+    Change {
+        from: Layout,
+        to: Layout,
+        /// A change cut off before, replaced by this one (marked superseded).
+        supersede: Option<Layout>,
+        /// `to` is that change cut off before, finished now.
+        finishing: bool,
+    },
+}
+
+/// Decides a change to the layout of `target` (names in order) that declares `lost`
+/// lost, from the stored `layouts` (merged) and `before`, the layout of the configured
+/// classes when none is stored.
+///
+/// # Errors
+/// A message saying what is refused: an empty layout, a database declared lost before,
+/// a lost one that the layout does not name, or classes that cannot be allocated.
+pub fn plan(
+    layouts: &[Layout],
+    before: &Layout,
+    target: &[String],
+    lost: &[String],
+) -> Result<Plan, String> {
+    if target.is_empty() {
+        return Err("a layout needs at least one database; nothing changed".into());
+    }
+    let (done, pending) = current(layouts);
+    if done.is_none() && pending.is_none() {
+        // The first change starts from the configured classes: every database must be
+        // configured, and then their classes cover every ID (database i of n: i mod n).
+        if let Some(id) = uncovered(before.members.iter().map(|m| m.class)) {
+            return Err(format!(
+                "the configured classes ({}) give IDs like {id} to no database: a database is missing from this configuration, and it would keep issuing from its class; configure every database; nothing changed",
+                before.describe()
+            ));
+        }
+    }
+    let from = done.unwrap_or(before).clone();
+    let newest = layouts.last().unwrap_or(&from);
+    for name in target {
+        if newest.is_lost(name) {
+            return Err(format!(
+                "database \"{name}\" was declared lost (layout epoch {}): it may hold rows no change can reach; give a new database another name; nothing changed",
+                newest.epoch
+            ));
+        }
+    }
+    let mut gone = newest.lost.clone();
+    for name in lost {
+        let named =
+            from.class_of(name).is_some() || pending.is_some_and(|p| p.class_of(name).is_some());
+        if !named {
+            return Err(format!(
+                "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
+                from.epoch,
+                from.describe()
+            ));
+        }
+        // Every class it held: a restored backup of it may hold rows of any of them.
+        for l in layouts.iter().chain([before]) {
+            if let Some(class) = l.class_of(name) {
+                let m = Member {
+                    name: name.clone(),
+                    class,
+                };
+                if !gone.contains(&m) {
+                    gone.push(m);
+                }
+            }
+        }
+    }
+    if let Some(p) = pending {
+        if p.names() == target && p.lost == gone {
+            return Ok(Plan::Change {
+                from,
+                to: p.clone(),
+                supersede: None,
+                finishing: true,
+            });
+        }
+    } else if from.names() == target && from.lost == gone {
+        return Ok(Plan::Already(from));
+    }
+    let epoch = layouts
+        .iter()
+        .map(|l| l.epoch)
+        .max()
+        .unwrap_or(from.epoch)
+        .max(from.epoch)
+        + 1;
+    // Declaring a database lost keeps the others' classes where they avoid every lost
+    // class: no biz moves to new classes, and no worker ID changes hands.
+    let kept = (!lost.is_empty())
+        .then(|| {
+            target
+                .iter()
+                .map(|name| {
+                    let class = from.class_of(name)?;
+                    (!gone.iter().any(|g| overlap(g.class, class))).then(|| Member {
+                        name: name.clone(),
+                        class,
+                    })
+                })
+                .collect::<Option<Vec<Member>>>()
+        })
+        .flatten();
+    let to = match kept {
+        Some(members) => Layout {
+            epoch,
+            members,
+            state: LayoutState::Moving,
+            lost: gone,
+        },
+        None => Layout::allocate(epoch, target, gone, LayoutState::Moving)?,
+    };
+    Ok(Plan::Change {
+        from,
+        to,
+        supersede: pending.cloned(),
+        finishing: false,
+    })
+}
+
+/// An ID that none of `classes` holds, if any (checked over one period, the least
+/// common multiple of their moduli, up to [`MAX_MODULUS`]).
+pub fn uncovered(classes: impl Iterator<Item = Residue> + Clone) -> Option<i64> {
+    let m = classes.clone().try_fold(1i64, |m, c| {
+        (m / gcd(m, c.delta()))
+            .checked_mul(c.delta())
+            .filter(|&m| m <= MAX_MODULUS)
+    })?;
+    (0..m).find(|&id| !classes.clone().any(|c| c.contains(id)))
+}
+
+/// Whether two classes share an ID: `a ≡ b` modulo the gcd of their moduli.
+pub fn overlap(a: Residue, b: Residue) -> bool {
+    let g = gcd(a.delta(), b.delta());
+    a.remainder() % g == b.remainder() % g
+}
+
+/// The databases that must be configured and answer before a change starts: every
+/// member of the layout in force (or of `before`, the configured classes, when none is
+/// stored) and of every layout above it (a change under way or cut off), and every
+/// database a witness names that no stored layout explains (it served before layouts
+/// were stored). Lost databases are never required, nor is `lost`, about to be.
+pub fn required(
+    layouts: &[Layout],
+    before: &Layout,
+    witnessed: &[String],
+    lost: &[String],
+) -> Vec<String> {
+    let (done, _) = current(layouts);
+    let from = done.unwrap_or(before);
+    let mut names: Vec<String> = Vec::new();
+    let mut add = |name: &String| {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    };
+    for l in std::iter::once(from).chain(layouts.iter().filter(|l| l.epoch > from.epoch)) {
+        l.members.iter().for_each(|m| add(&m.name));
+    }
+    let known = |name: &String| {
+        layouts
+            .iter()
+            .chain([before])
+            .any(|l| l.class_of(name).is_some() || l.is_lost(name))
+    };
+    witnessed.iter().filter(|w| !known(w)).for_each(&mut add);
+    let gone = layouts.last().map(Layout::lost_names).unwrap_or_default();
+    names.retain(|n| !gone.contains(n) && !lost.contains(n));
+    names
+}
+
+/// The order in which a change claims epoch `prev.epoch + 1` on the databases `all`:
+/// the members of `prev` (the newest epoch stored, whatever its state) first, sorted
+/// by name, then the others, sorted. Two changes racing for the same epoch read the
+/// same `prev` (epochs never differ between databases), so both try its first member
+/// first, and only one can insert the row there.
+pub fn claim_order(prev: &Layout, all: &[String]) -> Vec<String> {
+    let mut first: Vec<String> = all
+        .iter()
+        .filter(|n| prev.class_of(n).is_some())
+        .cloned()
+        .collect();
+    let mut rest: Vec<String> = all.iter().filter(|n| !first.contains(n)).cloned().collect();
+    first.sort();
+    rest.sort();
+    first.extend(rest);
+    first
+}
+
+/// Where a biz's rows start in a new layout, from its frozen rows' `(max_id,
+/// version)` and what witnesses recorded of them: `(fence, version)`, the highest
+/// `max_id` (nothing was issued above it under the old layout: a frozen row gives out
+/// nothing, and a give-back lowers a row only to its first ID not issued) and the
+/// highest version, above which an inserted row starts.
+pub fn fence(rows: impl IntoIterator<Item = (i64, i64)>) -> (i64, i64) {
+    rows.into_iter().fold((0, 0), |(f, v), (max_id, version)| {
+        (f.max(max_id), v.max(version))
+    })
+}
