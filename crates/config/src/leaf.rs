@@ -2,8 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, biz_list, collide, invalid, socket_addr};
 use crate::biz::BizTag;
+use crate::server::{collide, socket_addr};
+use crate::{ConfigError, biz_list, invalid};
 
 /// `[leaf]` as written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -1,0 +1,349 @@
+//! The `[[databases]]`: each one's name, where it is (its URL, read into a
+//! [`DatabaseKind`]), its password and its residue class, and `pool_size`. Classes
+//! are checked pairwise disjoint here, so that no two databases can issue one ID.
+
+use serde::{Deserialize, Serialize};
+
+use crate::secret::password;
+use crate::segment::Residue;
+use crate::{Config, ConfigError, TlsSettings, invalid, libpq};
+
+/// One `[[databases]]` entry as written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawDatabase {
+    name: String,
+    url: String,
+    #[serde(default = "one")]
+    delta: i64,
+    #[serde(default)]
+    remainder: i64,
+    /// A file whose content (less trailing newlines) is the password.
+    #[serde(default)]
+    password_file: Option<std::path::PathBuf>,
+    /// An environment variable holding the password.
+    #[serde(default)]
+    password_env: Option<String>,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// One database: where it is and which residue class it issues from.
+#[derive(Clone)]
+pub struct DatabaseConfig {
+    /// Unique name used in logs, errors and metrics.
+    pub name: String,
+    /// Which engine, and how to reach it.
+    pub kind: DatabaseKind,
+    /// The residue class plain bizs get on this database.
+    pub residue: Residue,
+}
+
+/// The engine behind one configured database, chosen by its URL's scheme.
+#[derive(Clone)]
+pub enum DatabaseKind {
+    /// `postgres://…` or libpq key=value pairs.
+    Postgres(Box<PgTarget>),
+    /// `sqlite://path`: an embedded database file, relative to the working directory
+    /// unless absolute (`sqlite:///var/lib/segmint/a.db`).
+    Sqlite(std::path::PathBuf),
+}
+
+/// How to reach one PostgreSQL database.
+#[derive(Clone)]
+pub struct PgTarget {
+    /// What tokio-postgres reads: host, user, password (whatever its source), options.
+    pub config: tokio_postgres::Config,
+    /// The TLS part of the connection string, after libpq's rules.
+    pub tls: TlsSettings,
+    /// Built once from `tls`, with its certificate files already read.
+    pub connector: tokio_postgres_rustls::MakeRustlsConnect,
+}
+
+impl std::fmt::Debug for DatabaseConfig {
+    /// Never prints the password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseConfig")
+            .field("name", &self.name)
+            .field("location", &self.location())
+            .field("residue", &self.residue)
+            .finish()
+    }
+}
+
+impl DatabaseConfig {
+    /// `host:port/dbname` or the file path, safe to log.
+    pub fn location(&self) -> String {
+        match &self.kind {
+            DatabaseKind::Postgres(target) => {
+                let pg = &target.config;
+                let host = pg
+                    .get_hosts()
+                    .first()
+                    .map(|h| match h {
+                        tokio_postgres::config::Host::Tcp(h) => h.clone(),
+                        tokio_postgres::config::Host::Unix(p) => p.display().to_string(),
+                    })
+                    .unwrap_or_default();
+                let port = pg.get_ports().first().copied().unwrap_or(5432);
+                let db = pg.get_dbname().unwrap_or("");
+                format!("{host}:{port}/{db}")
+            }
+            DatabaseKind::Sqlite(path) => format!("sqlite:{}", path.display()),
+        }
+    }
+
+    pub fn is_embedded(&self) -> bool {
+        matches!(self.kind, DatabaseKind::Sqlite(_))
+    }
+}
+
+/// Whether two embedded database paths name the same file, spelled differently
+/// (`data/a.db`, `./data/a.db`, or absolute from the working directory).
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    fn normal(p: &std::path::Path) -> std::path::PathBuf {
+        let absolute = match std::env::current_dir() {
+            Ok(cwd) if p.is_relative() => cwd.join(p),
+            _ => p.to_path_buf(),
+        };
+        absolute
+            .components()
+            .filter(|c| *c != std::path::Component::CurDir)
+            .collect()
+    }
+    normal(a) == normal(b)
+}
+
+const DATABASE_NAME_RULE: &str = "must be non-empty and use only letters, digits, '-', '_' and '.'";
+
+fn valid_database_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+impl Config {
+    /// This configuration with one more database, `name` at `url`: the one `segmint db
+    /// add` brings in. Its class comes from the layout the change writes, so it is not
+    /// checked against the configured classes.
+    ///
+    /// # Errors
+    /// A message naming the bad argument: a malformed name, one already configured, or
+    /// a malformed URL.
+    pub fn with_database(&self, name: &str, url: &str) -> Result<Config, String> {
+        if !valid_database_name(name) {
+            return Err(format!("NAME `{name}` {DATABASE_NAME_RULE}"));
+        }
+        if self.databases.iter().any(|d| d.name == name) {
+            return Err(format!(
+                "database \"{name}\" is configured already; `segmint db list` shows whether it is in the layout"
+            ));
+        }
+        let kind = database_kind(url).map_err(|e| format!("URL: {e}"))?;
+        let mut config = self.clone();
+        config.databases.push(DatabaseConfig {
+            name: name.to_owned(),
+            kind,
+            residue: Residue::ALL,
+        });
+        Ok(config)
+    }
+
+    /// Whether every database is embedded (a single-node setup).
+    pub fn all_embedded(&self) -> bool {
+        self.databases.iter().all(DatabaseConfig::is_embedded)
+    }
+}
+
+/// Parses a database URL: `sqlite://path` or a PostgreSQL URL / key=value string.
+fn database_kind(url: &str) -> Result<DatabaseKind, String> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err("`sqlite://` needs a file path, e.g. sqlite://data/segmint.db".into());
+        }
+        return Ok(DatabaseKind::Sqlite(path.into()));
+    }
+    let (config, tls) = libpq::parse(url)?;
+    let connector = crate::tls::connector(&tls)?;
+    Ok(DatabaseKind::Postgres(Box::new(PgTarget {
+        config,
+        tls,
+        connector,
+    })))
+}
+
+/// Checks `pool_size` and every `[[databases]]` entry: a unique name, a class that
+/// overlaps no other, a URL (with at most one password) and, for an embedded
+/// database, a file no other entry names.
+pub(crate) fn validate(
+    pool_size: usize,
+    raw: Vec<RawDatabase>,
+) -> Result<Vec<DatabaseConfig>, ConfigError> {
+    if pool_size == 0 {
+        return Err(invalid("pool_size", "must be at least 1"));
+    }
+    if raw.is_empty() {
+        return Err(invalid(
+            "databases",
+            "at least one [[databases]] entry is required",
+        ));
+    }
+    let mut databases: Vec<DatabaseConfig> = Vec::with_capacity(raw.len());
+    for (i, db) in raw.into_iter().enumerate() {
+        let key = |field: &str| format!("databases[{i}].{field} (database \"{}\")", db.name);
+        if !valid_database_name(&db.name) {
+            return Err(invalid(key("name"), DATABASE_NAME_RULE));
+        }
+        if databases.iter().any(|d| d.name == db.name) {
+            return Err(invalid(key("name"), "is used by another database"));
+        }
+        let residue = Residue::new(db.delta, db.remainder).map_err(|e| {
+            let field = if db.delta < 1 { "delta" } else { "remainder" };
+            invalid(key(field), e.to_string())
+        })?;
+        let mut kind = database_kind(&db.url).map_err(|e| invalid(key("url"), e))?;
+        if let Some(password) = password(
+            db.password_file.as_deref(),
+            db.password_env.as_deref(),
+            &kind,
+            key,
+        )? && let DatabaseKind::Postgres(pg) = &mut kind
+        {
+            pg.config.password(password);
+        }
+        if let DatabaseKind::Sqlite(path) = &kind
+            && let Some(other) = databases
+                .iter()
+                .find(|d| matches!(&d.kind, DatabaseKind::Sqlite(p) if same_file(p, path)))
+        {
+            return Err(invalid(
+                key("url"),
+                format!(
+                    "file {} is already database \"{}\"",
+                    path.display(),
+                    other.name
+                ),
+            ));
+        }
+        if let Some(other) = databases.iter().find(|d| d.residue.overlaps(residue)) {
+            return Err(invalid(
+                key("remainder"),
+                format!(
+                    "residue class {residue} overlaps {} of database \"{}\": the two databases could issue the same ID",
+                    other.residue, other.name
+                ),
+            ));
+        }
+        databases.push(DatabaseConfig {
+            name: db.name,
+            kind,
+            residue,
+        });
+    }
+    Ok(databases)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BUILT_IN, TWO, error};
+
+    #[test]
+    fn loads_two_databases_with_defaults() {
+        let cfg = Config::from_toml(TWO).unwrap();
+        assert_eq!(cfg.bind, "127.0.0.1:9999");
+        assert_eq!(cfg.preload_percent, 20);
+        assert_eq!(cfg.databases.len(), 2);
+        assert_eq!(cfg.databases[1].residue, Residue::new(2, 1).unwrap());
+        let shown = format!("{:?}", cfg.databases[0]);
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("127.0.0.1:5432/segmint"), "{shown}");
+    }
+
+    #[test]
+    fn built_in_default_is_one_embedded_database() {
+        let cfg = Config::from_toml(BUILT_IN).unwrap();
+        assert!(cfg.all_embedded());
+        assert_eq!(cfg.databases[0].location(), "sqlite:data/segmint.db");
+        let mixed = TWO.replace(
+            "postgres://postgres@127.0.0.1:5433/segmint",
+            "sqlite:///tmp/b.db",
+        );
+        let cfg = Config::from_toml(&mixed).unwrap();
+        assert!(!cfg.all_embedded() && cfg.databases[1].is_embedded());
+    }
+
+    #[test]
+    fn names_the_offending_key() {
+        let overlap = TWO.replace("remainder = 1", "remainder = 0");
+        let msg = error(&overlap);
+        assert!(msg.contains("databases[1].remainder"), "{msg}");
+        assert!(msg.contains("\"a\""), "{msg}");
+        let msg = error(&TWO.replace("remainder = 1", "remainder = 2"));
+        assert!(
+            msg.contains("databases[1].remainder") && msg.contains("\"b\""),
+            "{msg}"
+        );
+        let msg = error(&TWO.replacen("delta = 2", "delta = 0", 1));
+        assert!(msg.contains("databases[0].delta"), "{msg}");
+        let msg = error(&TWO.replace("name = \"b\"", "name = \"a\""));
+        assert!(msg.contains("databases[1].name"), "{msg}");
+        let msg = error(&TWO.replacen("postgres://", "mysql://", 1));
+        assert!(msg.contains("databases[0].url"), "{msg}");
+        let same_file = TWO.replace(
+            "postgres://postgres:secret@127.0.0.1:5432/segmint",
+            "sqlite://x.db",
+        );
+        let msg = error(&same_file.replace(
+            "postgres://postgres@127.0.0.1:5433/segmint",
+            "sqlite://./x.db",
+        ));
+        assert!(
+            msg.contains("databases[1].url") && msg.contains("x.db"),
+            "{msg}"
+        );
+        assert!(error("").contains("databases"));
+        let msg = error(&format!("pool_size = 0\n{TWO}"));
+        assert!(msg.contains("`pool_size`: must be at least 1"), "{msg}");
+    }
+
+    #[test]
+    fn tls_errors_name_the_url_and_the_file() {
+        let one = |url: &str| format!("[[databases]]\nname = \"a\"\nurl = \"{url}\"\n");
+        let msg = error(&one("postgres://u:hunter2@h/db?sslmode=verify-full"));
+        assert!(msg.contains("databases[0].url (database \"a\")"), "{msg}");
+        assert!(
+            msg.contains("sslrootcert") && !msg.contains("hunter2"),
+            "{msg}"
+        );
+        let msg = error(&one(
+            "host=h sslmode=verify-ca sslrootcert=/nonexistent/ca.crt",
+        ));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("/nonexistent/ca.crt"),
+            "{msg}"
+        );
+        let msg = error(&one("postgres://h/db?sslmode=bogus"));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("bogus"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn with_database_names_the_bad_argument() {
+        let cfg = Config::from_toml(TWO).unwrap();
+        let added = cfg.with_database("c", "sqlite://c.db").unwrap();
+        assert_eq!(added.databases.len(), 3);
+        assert_eq!(added.databases[2].residue, Residue::ALL);
+        let msg = cfg.with_database("no spaces", "sqlite://c.db").unwrap_err();
+        assert!(msg.starts_with("NAME `no spaces`"), "{msg}");
+        let msg = cfg.with_database("a", "sqlite://c.db").unwrap_err();
+        assert!(msg.contains("configured already"), "{msg}");
+        let msg = cfg.with_database("c", "sqlite://").unwrap_err();
+        assert!(msg.starts_with("URL: "), "{msg}");
+    }
+}
