@@ -32,7 +32,7 @@ pub mod tls;
 pub use database::{DatabaseConfig, DatabaseKind, PgTarget};
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
-pub use protocol::Protocol;
+pub use protocol::{BEATS_PER_SILENCE, Protocol};
 pub use server::{OPERATOR_TOKEN_MIN_LEN, OperatorToken};
 pub use snowflake::SnowflakeConfig;
 

@@ -117,7 +117,7 @@ impl Store {
     /// by the step the [`StepPolicy`](crate::step::StepPolicy) gives `request`.
     /// `runway`: how long the caller's cache lasts without this segment, if known; a
     /// stalled database is then hedged in time for the segment to arrive before the
-    /// cache runs dry (see [`Store::hedge_delay`]).
+    /// cache runs dry (see `Store::hedge_delay`).
     ///
     /// # Errors
     /// [`StoreError`]: the biz is unknown, refused (overlapping or invalid rows),
