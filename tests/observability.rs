@@ -860,8 +860,7 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     // a cache that empties at once when the databases go. The cut-off change written
     // below must stay pending, never finished by the server: a finish that froze the
     // biz just before the databases stop would turn every later fetch into a wait for
-    // the layout rather than an error, and SegmintFetchErrors would never see its share
-    // (a CI run on a loaded machine met exactly that).
+    // the layout rather than an error, and SegmintFetchErrors would never see its share.
     let config = config(
         &[&a, &b],
         &format!("step_max = 20\n{SNOWFLAKE}\nprotocol = {{ silent_ms = 3600000 }}"),
@@ -927,6 +926,27 @@ async fn prometheus_evaluates_every_panel_and_alert() {
             Duration::from_secs(30),
         )
         .await;
+    // And read it on both databases: a refresh that came between the two inserts found
+    // pg1 behind pg0's layout, and a database behind is not used; were the databases
+    // stopped before the next refresh, pg1 would stay behind, never tried, and
+    // SegmintFetchErrors would see no error (a CI run on a loaded machine met that).
+    eventually(
+        Duration::from_secs(15),
+        "both databases' layouts current",
+        async || {
+            let (_, ready) = app.get_v1("/readyz", None).await;
+            let layouts: Vec<&Value> = ready["databases"]
+                .as_array()
+                .map(|dbs| dbs.iter().map(|d| &d["layout"]).collect())
+                .unwrap_or_default();
+            if layouts.len() == 2 && layouts.iter().all(|l| *l == "current") {
+                Ok(())
+            } else {
+                Err(ready.to_string())
+            }
+        },
+    )
+    .await;
     println!(
         "{:?}: {served} requests served under load; pg0 fenced; a lease lost; stopping both databases",
         started.elapsed()
