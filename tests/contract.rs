@@ -11,9 +11,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use segmint::biz::{BizTag, hash_token, token_digest};
+use segmint::layout::LayoutState;
 use segmint::segment::Residue;
 use segmint::store::sqlite::SqliteStore;
-use segmint::store::{DbError, OpenMode, Store, StoreError, unix_now};
+use segmint::store::{
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseSet, Mark, OpenMode, RowClass,
+    RowWrite, SegmentStore, ShapeRow, Store, StoreError, Witness, unix_now,
+};
 
 fn tag(biz: &str) -> BizTag {
     BizTag::parse(biz).unwrap()
@@ -359,6 +363,478 @@ async fn an_unreachable_database_is_a_connect_error_with_its_cause(kind: Kind) {
     }
 }
 
+/// One database of `kind`, migrated, and the engine itself (no cluster above it): the
+/// primitives below are checked one by one, so a result that only the cluster's
+/// decisions would hide still shows.
+async fn engine(kind: Kind) -> (Databases, Box<dyn SegmentStore>) {
+    let dbs = Databases::start(kind, 1);
+    let config = dbs.config("");
+    // The cluster creates an embedded file; the engine then opens it as it exists.
+    migrated(&config).await;
+    let raw = raw_store(&config, 0);
+    assert_eq!(raw.migrate().await.unwrap(), Vec::<String>::new());
+    raw.ping().await.unwrap();
+    (dbs, raw)
+}
+
+fn biz_row(biz: &str, epoch: i64) -> BizRow {
+    BizRow {
+        biz_type: biz.into(),
+        begin_id: 0,
+        max_id: 0,
+        step: 10,
+        delta: 2,
+        remainder: 1,
+        version: 0,
+        description: String::new(),
+        epoch,
+        frozen: false,
+        claimed_by: 0,
+    }
+}
+
+fn layout_row(epoch: i64, state: LayoutState, changed_ms: i64) -> LayoutRow {
+    LayoutRow {
+        epoch,
+        members: "pg0=1:0".into(),
+        state: state.as_str().into(),
+        changed_ms,
+    }
+}
+
+/// `insert_biz`, `biz`, `bizs`, `write_row` and `describe`: an insert never replaces,
+/// nor lands below a stored layout; the compare-and-set needs both version and
+/// `max_id`, and a write without a class leaves the class as the row has it now.
+async fn biz_rows_are_inserted_once_and_moved_only_by_compare_and_set(kind: Kind) {
+    let (dbs, raw) = engine(kind).await;
+    assert_eq!(
+        raw.insert_biz(&biz_row("b", 0)).await.unwrap(),
+        Inserted::Yes
+    );
+    let mut other = biz_row("b", 0);
+    other.step = 99;
+    assert_eq!(raw.insert_biz(&other).await.unwrap(), Inserted::Exists);
+    assert_eq!(
+        raw.biz("b").await.unwrap(),
+        Some(biz_row("b", 0)),
+        "not replaced"
+    );
+    assert_eq!(raw.biz("none").await.unwrap(), None);
+    assert!(
+        raw.write_layout(&layout_row(5, LayoutState::Moving, 1), None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        raw.insert_biz(&biz_row("a", 4)).await.unwrap(),
+        Inserted::LayoutAbove(5)
+    );
+    assert_eq!(
+        raw.insert_biz(&biz_row("a", 5)).await.unwrap(),
+        Inserted::Yes
+    );
+    let names: Vec<String> = raw
+        .bizs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.biz_type)
+        .collect();
+    assert_eq!(names, ["a", "b"], "every row, by name");
+
+    let to = RowWrite {
+        version: 1,
+        max_id: 10,
+        class: None,
+    };
+    assert_eq!(
+        raw.write_row("b", 1, 0, &to).await.unwrap(),
+        None,
+        "stale version"
+    );
+    assert_eq!(
+        raw.write_row("b", 0, 5, &to).await.unwrap(),
+        None,
+        "stale max_id"
+    );
+    assert_eq!(raw.write_row("none", 0, 0, &to).await.unwrap(), None);
+    assert_eq!(
+        raw.biz("b").await.unwrap(),
+        Some(biz_row("b", 0)),
+        "nothing written"
+    );
+    // A class edited since the read (by hand, no new version) stays: a write without a
+    // class never puts back the class the caller read.
+    dbs.sql(
+        0,
+        "UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'b'",
+    );
+    let written = raw.write_row("b", 0, 0, &to).await.unwrap().unwrap();
+    assert_eq!(
+        (written.version, written.max_id, written.remainder),
+        (1, 10, 0)
+    );
+    assert_eq!(raw.biz("b").await.unwrap(), Some(written.clone()));
+    let class = RowClass {
+        delta: 4,
+        remainder: 3,
+        epoch: 6,
+        frozen: true,
+        claimed_by: 6,
+    };
+    let to = RowWrite {
+        version: 9,
+        max_id: 40,
+        class: Some(class),
+    };
+    let moved = raw.write_row("b", 1, 10, &to).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            moved.version,
+            moved.max_id,
+            moved.delta,
+            moved.remainder,
+            moved.epoch,
+            moved.frozen,
+            moved.claimed_by
+        ),
+        (9, 40, 4, 3, 6, true, 6)
+    );
+    assert!(raw.describe("b", "orders").await.unwrap());
+    assert!(!raw.describe("none", "x").await.unwrap());
+    let described = raw.biz("b").await.unwrap().unwrap();
+    assert_eq!(described.description, "orders");
+    assert_eq!(described.version, 9, "a description is no new version");
+}
+
+/// `witness` and `witness_rows`: a witness joins as [`Mark::join`] does, whichever
+/// order the marks come in; the rows of one biz are read alone.
+async fn witnesses_join_as_marks_do(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let w = |biz: &str, version, max_id, high_id| Witness {
+        database: "pg1".into(),
+        biz: biz.into(),
+        mark: Mark {
+            version,
+            max_id,
+            high_id,
+        },
+    };
+    let marks = [(3, 30, 30), (2, 50, 50), (3, 10, 40), (5, 20, 20)];
+    let mut joined: Option<Mark> = None;
+    for (v, m, h) in marks {
+        raw.witness(&[w("x", v, m, h), w("y", 1, 1, 1)])
+            .await
+            .unwrap();
+        let mark = Mark {
+            version: v,
+            max_id: m,
+            high_id: h,
+        };
+        joined = Some(joined.map_or(mark, |j| j.join(mark)));
+        assert_eq!(
+            raw.witness_rows(Some("x")).await.unwrap(),
+            [w("x", 0, 0, 0)].map(|mut r| {
+                r.mark = joined.unwrap();
+                r
+            })
+        );
+    }
+    assert_eq!(
+        joined.unwrap(),
+        Mark {
+            version: 5,
+            max_id: 20,
+            high_id: 50
+        }
+    );
+    let mut all = raw.witness_rows(None).await.unwrap();
+    all.sort_by(|a, b| a.biz.cmp(&b.biz));
+    assert_eq!(all, [w("x", 5, 20, 50), w("y", 1, 1, 1)]);
+}
+
+/// `write_layout` and `layouts`: a claim inserts once; a put replaces only a row in the
+/// state it names, whatever that state is (the engine takes it from the caller).
+async fn layout_rows_are_claimed_once_and_replaced_only_in_the_named_state(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let moving = Some(LayoutState::Moving.as_str());
+    assert!(
+        raw.write_layout(&layout_row(2, LayoutState::Moving, 1), None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !raw.write_layout(&layout_row(2, LayoutState::Moving, 2), None)
+            .await
+            .unwrap()
+    );
+    assert!(
+        raw.write_layout(&layout_row(2, LayoutState::Moving, 3), moving)
+            .await
+            .unwrap()
+    );
+    assert!(
+        raw.write_layout(&layout_row(2, LayoutState::Done, 4), moving)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !raw.write_layout(&layout_row(2, LayoutState::Moving, 5), moving)
+            .await
+            .unwrap()
+    );
+    assert!(
+        raw.write_layout(&layout_row(1, LayoutState::Superseded, 6), moving)
+            .await
+            .unwrap()
+    );
+    let done = Some(LayoutState::Done.as_str());
+    assert!(
+        raw.write_layout(&layout_row(2, LayoutState::Superseded, 7), done)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        raw.layouts().await.unwrap(),
+        [
+            layout_row(1, LayoutState::Superseded, 6),
+            layout_row(2, LayoutState::Superseded, 7)
+        ],
+        "every row, by epoch"
+    );
+}
+
+/// `take_lease`, `renew_lease`, `leases` and `set_leases_while`: a lease is taken only
+/// when free past its grace, renewed only at its version (released at any), its bounds
+/// only grow, and a change's leases are written only while its layout has the state
+/// named.
+async fn leases_are_taken_renewed_and_set_by_compare_and_set(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let a = raw
+        .take_lease(3, "a", 60_000, 1_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            a.worker_id,
+            a.holder.as_str(),
+            a.version,
+            a.last_ms,
+            a.bound_ms
+        ),
+        (3, "a", 1, 0, 0)
+    );
+    assert_eq!(
+        a.expires_ms - a.db_now_ms,
+        60_000,
+        "by the database's clock"
+    );
+    assert!((a.db_now_ms - unix_now() * 1000).abs() < 60_000, "{a:?}");
+    assert_eq!(
+        raw.take_lease(3, "b", 60_000, 0).await.unwrap(),
+        None,
+        "held"
+    );
+    let renew = |version, expires_in_ms, last_ms, bound_ms| LeaseRenewal {
+        worker_id: 3,
+        holder: "a".into(),
+        version,
+        expires_in_ms,
+        last_ms,
+        bound_ms,
+    };
+    assert_eq!(
+        raw.renew_lease(&renew(7, 60_000, 5, 10)).await.unwrap(),
+        None,
+        "stale version"
+    );
+    let r = raw
+        .renew_lease(&renew(1, 60_000, 5, 10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((r.version, r.last_ms, r.bound_ms), (2, 5, 10));
+    let r = raw
+        .renew_lease(&renew(2, 60_000, 3, 8))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (r.version, r.last_ms, r.bound_ms),
+        (3, 5, 10),
+        "bounds only grow"
+    );
+    let mut other = renew(3, 60_000, 5, 10);
+    other.holder = "b".into();
+    assert_eq!(raw.renew_lease(&other).await.unwrap(), None, "not b's");
+    let released = raw
+        .renew_lease(&renew(1, -1, 6, 12))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (released.version, released.last_ms, released.bound_ms),
+        (4, 6, 12)
+    );
+    assert!(
+        released.expires_ms < released.db_now_ms,
+        "a release at any version"
+    );
+    assert_eq!(
+        raw.take_lease(3, "b", 60_000, 60_000).await.unwrap(),
+        None,
+        "within the grace"
+    );
+    let b = raw.take_lease(3, "b", 60_000, 0).await.unwrap().unwrap();
+    assert_eq!(
+        (b.holder.as_str(), b.version, b.last_ms, b.bound_ms),
+        ("b", 5, 6, 12),
+        "the earlier bounds stay"
+    );
+
+    let set = |worker_id, last_ms, bound_ms| LeaseSet {
+        worker_id,
+        holder: "mover".into(),
+        expires_ms: 1,
+        last_ms,
+        bound_ms,
+    };
+    raw.write_layout(&layout_row(1, LayoutState::Moving, 1), None)
+        .await
+        .unwrap();
+    let rows = [set(3, 1, 20), set(4, 2, 3)];
+    assert_eq!(
+        raw.set_leases_while(1, LayoutState::Done.as_str(), &rows)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        raw.set_leases_while(2, LayoutState::Moving.as_str(), &rows)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(raw.leases().await.unwrap().len(), 1, "nothing written");
+    let written = raw
+        .set_leases_while(1, LayoutState::Moving.as_str(), &rows)
+        .await
+        .unwrap()
+        .unwrap();
+    let got: Vec<_> = written
+        .iter()
+        .map(|r| {
+            (
+                r.worker_id,
+                r.holder.as_str(),
+                r.version,
+                r.expires_ms,
+                r.last_ms,
+                r.bound_ms,
+            )
+        })
+        .collect();
+    assert_eq!(got, [(3, "mover", 6, 1, 6, 20), (4, "mover", 1, 1, 2, 3)]);
+    let listed: Vec<_> = raw
+        .leases()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.worker_id, r.version))
+        .collect();
+    assert_eq!(listed, [(3, 6), (4, 1)], "every row, by worker ID");
+}
+
+/// `insert_token`, `tokens`, `revoke_tokens`, `expire_token` and `touch_tokens`: a
+/// revocation is kept once, an expiry only comes earlier, a last use only later; the
+/// hash is matched in lower case.
+async fn token_times_move_one_way_only(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let upper = "ABCDEF0123";
+    let lower = upper.to_lowercase();
+    raw.insert_token(upper, "order", "svc", None).await.unwrap();
+    raw.insert_token(upper, "order", "again", Some(9))
+        .await
+        .unwrap();
+    raw.insert_token(upper, "other", "", Some(5_000))
+        .await
+        .unwrap();
+    let rows = raw.tokens().await.unwrap();
+    let got: Vec<_> = rows
+        .iter()
+        .map(|t| {
+            (
+                t.token_hash.as_str(),
+                t.biz_type.as_str(),
+                t.remark.as_str(),
+                t.expires,
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (upper, "order", "svc", None),
+            (upper, "other", "", Some(5_000))
+        ],
+        "one row per token and biz"
+    );
+    assert!((rows[0].create_time - unix_now()).abs() < 600, "{rows:?}");
+    assert_eq!(raw.revoke_tokens(&lower, 100).await.unwrap(), 2);
+    assert_eq!(
+        raw.revoke_tokens(&lower, 200).await.unwrap(),
+        0,
+        "revoked once"
+    );
+    assert_eq!(raw.expire_token(&lower, 4_000).await.unwrap(), 2);
+    assert_eq!(
+        raw.expire_token(&lower, 4_500).await.unwrap(),
+        0,
+        "never later"
+    );
+    assert_eq!(raw.expire_token(&lower, 3_000).await.unwrap(), 2);
+    raw.touch_tokens(&[(lower.clone(), 50)]).await.unwrap();
+    raw.touch_tokens(&[(lower.clone(), 40)]).await.unwrap();
+    let got: Vec<_> = raw
+        .tokens()
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| (t.revoked, t.expires, t.last_used))
+        .collect();
+    assert_eq!(got, [(Some(100), Some(3_000), Some(50)); 2]);
+}
+
+/// `put_shape` and `shapes`: a biz's shape row is replaced whole.
+async fn shape_rows_are_replaced_whole(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let shape = |biz: &str, id_order: &str, width| ShapeRow {
+        biz_type: biz.into(),
+        id_order: id_order.into(),
+        block: 64,
+        domain: 1 << 40,
+        within_delta: 2,
+        within_remainder: 1,
+        key: "00112233445566778899aabbccddeeff".into(),
+        prefix: "ORD-".into(),
+        width,
+        base: 36,
+        check_char: true,
+        as_string: false,
+    };
+    raw.put_shape(&shape("o", "shuffled", 8)).await.unwrap();
+    raw.put_shape(&shape("a", "sequential", 0)).await.unwrap();
+    let mut opaque = shape("o", "opaque", 12);
+    opaque.check_char = false;
+    opaque.as_string = true;
+    raw.put_shape(&opaque).await.unwrap();
+    assert_eq!(
+        raw.shapes().await.unwrap(),
+        [shape("a", "sequential", 0), opaque]
+    );
+}
+
 by_kind!(
     migrations_are_idempotent,
     reservations_advance_each_row_by_its_step,
@@ -370,6 +846,12 @@ by_kind!(
     tokens_are_stored_hashed_and_granted_everywhere,
     a_failed_statement_keeps_the_engines_error,
     an_unreachable_database_is_a_connect_error_with_its_cause,
+    biz_rows_are_inserted_once_and_moved_only_by_compare_and_set,
+    witnesses_join_as_marks_do,
+    layout_rows_are_claimed_once_and_replaced_only_in_the_named_state,
+    leases_are_taken_renewed_and_set_by_compare_and_set,
+    token_times_move_one_way_only,
+    shape_rows_are_replaced_whole,
 );
 
 /// PostgreSQL and an embedded file in one configuration: each keeps its own class.

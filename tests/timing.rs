@@ -68,7 +68,7 @@ async fn concurrent_requests_on_an_empty_cache_share_one_fetch() {
     let answers = futures_util::future::join_all((0..10).map(|_| cache.next_ids(&biz, 1))).await;
     // One read and one compare-and-set of 50 ms each, for all ten requests.
     assert_eq!(start.elapsed(), Duration::from_millis(100));
-    assert_eq!((db.calls("biz"), db.calls("advance")), (1, 1));
+    assert_eq!((db.calls("biz"), db.calls("write_row")), (1, 1));
     let mut ids: Vec<i64> = answers.into_iter().flat_map(Result::unwrap).collect();
     ids.sort_unstable();
     assert_eq!(ids, (1..=10).collect::<Vec<_>>());
@@ -87,14 +87,14 @@ async fn a_request_waiting_on_a_stalled_fetch_gives_up_after_the_wait_timeout() 
         other => panic!("expected the wait timeout, got {other:?}"),
     }
     assert_eq!(start.elapsed(), Duration::from_secs(1));
-    assert_eq!((db.calls("biz"), db.calls("advance")), (1, 0));
+    assert_eq!((db.calls("biz"), db.calls("write_row")), (1, 0));
     // The fetch goes on in the background: once its read and compare-and-set have
     // answered, the next request is served from memory without waiting.
     tokio::time::sleep_until(start + Duration::from_secs(20)).await;
-    assert_eq!(db.calls("advance"), 1);
+    assert_eq!(db.calls("write_row"), 1);
     assert_eq!(cache.next_ids(&biz, 1).await.unwrap(), [1]);
     assert_eq!(start.elapsed(), Duration::from_secs(20));
-    assert_eq!(db.calls("advance"), 1);
+    assert_eq!(db.calls("write_row"), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -109,7 +109,7 @@ async fn lost_races_are_retried_on_the_same_database_then_in_another_pass() {
         assert_eq!(r.version, 1, "{lost} races lost");
         // Each compare-and-set follows a fresh read of the row.
         assert_eq!(
-            (db.calls("biz"), db.calls("advance")),
+            (db.calls("biz"), db.calls("write_row")),
             (advances, advances),
             "{lost} races lost"
         );
@@ -151,13 +151,16 @@ async fn a_reservation_that_loses_every_race_ends_in_contention_at_the_fetch_tim
         "gave up after {took:?}"
     );
     // Every pass tries both databases, three compare-and-sets each.
-    let advances = dbs[0].calls("advance");
+    let advances = dbs[0].calls("write_row");
     assert!(
         advances >= 3 && advances.is_multiple_of(3),
         "{advances} attempts"
     );
     for db in &dbs {
-        assert_eq!((db.calls("biz"), db.calls("advance")), (advances, advances));
+        assert_eq!(
+            (db.calls("biz"), db.calls("write_row")),
+            (advances, advances)
+        );
         assert_eq!(db.row(BIZ).version, 0);
     }
     // Lost races are no failure: both databases are still in use.
@@ -184,7 +187,7 @@ async fn a_stalled_reservation_is_hedged_on_another_database_after_the_hedge_del
         let r = store.reserve(&biz(), None, None).await.unwrap();
         let took = start.elapsed();
         assert_eq!(r.database, 1);
-        assert_eq!(dbs[1].calls("advance"), 1);
+        assert_eq!(dbs[1].calls("write_row"), 1);
         if dbs[0].calls("biz") == 0 {
             continue;
         }
@@ -194,7 +197,7 @@ async fn a_stalled_reservation_is_hedged_on_another_database_after_the_hedge_del
             took >= hedge && took <= hedge * 5 / 4,
             "the reservation took {took:?}"
         );
-        assert_eq!(dbs[0].calls("advance"), 0);
+        assert_eq!(dbs[0].calls("write_row"), 0);
         // The stalled database is backed off.
         assert!(!store.is_live(0));
         assert!(store.status()[0].last_error.is_some());

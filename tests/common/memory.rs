@@ -14,7 +14,7 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Reclass, SegmentStore,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
     ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
@@ -220,27 +220,19 @@ impl SegmentStore for MemoryStore {
         Ok(self.inner.lock().rows.get(biz).cloned())
     }
 
-    async fn advance(
+    /// A layout change never runs here: a write with a class is no timing concern.
+    async fn write_row(
         &self,
         biz: &str,
         version: i64,
         max_id: i64,
-        new_max_id: i64,
+        to: &RowWrite,
     ) -> Result<Option<BizRow>, DbError> {
-        self.enter("advance").await?;
-        Ok(self.compare_and_set(biz, (version, max_id), (version + 1, new_max_id)))
-    }
-
-    async fn raise(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        new_version: i64,
-        new_max_id: i64,
-    ) -> Result<Option<BizRow>, DbError> {
-        self.enter("raise").await?;
-        Ok(self.compare_and_set(biz, (version, max_id), (new_version, new_max_id)))
+        self.enter("write_row").await?;
+        if to.class.is_some() {
+            return Err(untested("write_row with a class"));
+        }
+        Ok(self.compare_and_set(biz, (version, max_id), (to.version, to.max_id)))
     }
 
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
@@ -256,9 +248,14 @@ impl SegmentStore for MemoryStore {
         Ok(())
     }
 
-    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
-        self.enter("witnesses").await?;
-        Ok(self.inner.lock().witnesses.values().cloned().collect())
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
+        self.enter("witness_rows").await?;
+        let inner = self.inner.lock();
+        let rows = inner.witnesses.values();
+        Ok(rows
+            .filter(|w| biz.is_none_or(|b| w.biz == b))
+            .cloned()
+            .collect())
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
@@ -334,44 +331,37 @@ impl SegmentStore for MemoryStore {
         Err(untested("renew_lease"))
     }
 
-    async fn reclass(
-        &self,
-        _biz: &str,
-        _version: i64,
-        _max_id: i64,
-        _to: &Reclass,
-    ) -> Result<Option<BizRow>, DbError> {
-        Err(untested("reclass"))
-    }
-
     /// No layout change ever ran here: the configured classes hold.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         Ok(Vec::new())
     }
 
-    async fn put_layout(&self, _row: &LayoutRow) -> Result<bool, DbError> {
-        Err(untested("put_layout"))
+    async fn write_layout(
+        &self,
+        _row: &LayoutRow,
+        _replacing: Option<&str>,
+    ) -> Result<bool, DbError> {
+        Err(untested("write_layout"))
     }
 
-    async fn claim_layout(&self, _row: &LayoutRow) -> Result<bool, DbError> {
-        Err(untested("claim_layout"))
-    }
-
-    async fn set_leases(
+    async fn set_leases_while(
         &self,
         _epoch: i64,
+        _state: &str,
         _rows: &[LeaseSet],
     ) -> Result<Option<Vec<LeaseRow>>, DbError> {
-        Err(untested("set_leases"))
+        Err(untested("set_leases_while"))
     }
 }
 
-/// Tokens, descriptions and worker-ID leases are no timing concern of reservations:
+/// Tokens, descriptions, worker-ID leases and layouts are no timing concern of reservations:
 /// the in-memory store keeps none of them, and says so.
 fn untested(method: &str) -> DbError {
     DbError::Query {
         sqlstate: None,
-        message: format!("the in-memory store keeps no tokens, descriptions or leases ({method})"),
+        message: format!(
+            "the in-memory store keeps no tokens, descriptions, leases or layouts ({method})"
+        ),
         source: None,
     }
 }

@@ -10,6 +10,7 @@ mod clock;
 mod cluster;
 mod error;
 pub mod postgres;
+pub mod rules;
 pub mod sqlite;
 
 // The layers below, under the names the store's modules use.
@@ -48,7 +49,7 @@ pub enum Inserted {
 }
 
 /// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
-/// these values (see [`SegmentStore::reclass`]).
+/// these values (see [`rules`]'s `reclass`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reclass {
     pub version: i64,
@@ -74,6 +75,26 @@ impl Reclass {
             claimed_by: by,
         }
     }
+}
+
+/// What [`SegmentStore::write_row`] writes: the row's new version and `max_id`, and
+/// with a layout change its class, epoch and frozen state too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowWrite {
+    pub version: i64,
+    pub max_id: i64,
+    /// `None`: the class, epoch, frozen state and claim stay as they are.
+    pub class: Option<RowClass>,
+}
+
+/// The columns of a biz row that only a layout change writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowClass {
+    pub delta: i64,
+    pub remainder: i64,
+    pub epoch: i64,
+    pub frozen: bool,
+    pub claimed_by: i64,
 }
 
 /// One `segmint_biz_shape` row: how a biz's IDs look (see [`crate::shape`]).
@@ -119,7 +140,7 @@ pub struct LeaseRow {
     pub db_now_ms: i64,
 }
 
-/// One lease row as a layout change sets it (see [`SegmentStore::set_leases`]).
+/// One lease row as a layout change sets it (see [`SegmentStore::set_leases_while`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeaseSet {
     pub worker_id: u16,
@@ -171,7 +192,9 @@ pub struct TokenRow {
 /// One database holding `tiny_id_info` and `tiny_id_token`.
 ///
 /// Every method is a single short statement (or one transaction) so that the caller
-/// can bound it with a timeout; none retries on its own.
+/// can bound it with a timeout; none retries on its own. An engine implements only
+/// these primitives; the protocol's decisions are made above it, in [`rules`] and the
+/// cluster, so each is written once whichever engine runs it.
 #[async_trait]
 pub trait SegmentStore: Send + Sync + 'static {
     /// Applies the pending migrations; returns the names of those applied now.
@@ -180,44 +203,23 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), DbError>;
     /// The row of `biz`, if it exists.
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError>;
-    /// Compare-and-set: moves `max_id` from `max_id` to `new_max_id` and bumps the
-    /// version, only if the row still has `version` and `max_id`. Returns the updated
-    /// row, or `None` when another writer got there first.
-    async fn advance(
+    /// Compare-and-set of a biz row, the one write that moves a row's IDs: from
+    /// `version` and `max_id` to `to`, only if the row still has both. Returns the row
+    /// as written, or `None` when another writer got there first (or the row is gone).
+    /// Reservations, give-backs, fences and layout changes are this with their own `to`
+    /// (see [`rules`]).
+    async fn write_row(
         &self,
         biz: &str,
         version: i64,
         max_id: i64,
-        new_max_id: i64,
-    ) -> Result<Option<BizRow>, DbError> {
-        self.raise(biz, version, max_id, version + 1, new_max_id)
-            .await
-    }
-    /// Compare-and-set: moves the row from `version`/`max_id` to `new_version` (above
-    /// `version`) and `new_max_id`, only if it still has `version` and `max_id`. Returns
-    /// the updated row, or `None` when another writer got there first. [`advance`] is
-    /// this with the next version; an operator's fence jumps further.
-    ///
-    /// [`advance`]: SegmentStore::advance
-    async fn raise(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        new_version: i64,
-        new_max_id: i64,
+        to: &RowWrite,
     ) -> Result<Option<BizRow>, DbError>;
     /// Records in this database how far other databases' rows advanced; a witness
-    /// only ever moves forward (see [`Mark::join`]).
+    /// only ever moves forward (the statement joins as [`Mark::join`] does).
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError>;
-    /// Every witness row of this database.
-    async fn witnesses(&self) -> Result<Vec<Witness>, DbError>;
-    /// The witness rows of `biz` (of every database) in this database.
-    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
-        let mut all = self.witnesses().await?;
-        all.retain(|w| w.biz == biz);
-        Ok(all)
-    }
+    /// The witness rows of this database, of `biz` (of every database) alone if given.
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError>;
     /// Every biz row.
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
     /// Inserts a biz row, unless the biz already exists or this database holds a
@@ -253,34 +255,24 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// Records that each token (lower-case hash) was in use at the time given; a row's
     /// last use only moves forward.
     async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError>;
-    /// Compare-and-set for layout changes: moves the row of `biz` from `version` and
-    /// `max_id` to the class, epoch, frozen state, `max_id` and version of `to`. Returns
-    /// the updated row, or `None` when another writer got there first.
-    async fn reclass(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        to: &Reclass,
-    ) -> Result<Option<BizRow>, DbError>;
     /// Every layout row.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
-    /// Writes a layout row, replacing the row of its epoch only while that row is
-    /// `moving` (`done` and `superseded` are final). Returns whether it was written.
-    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError>;
-    /// Inserts a layout row if its epoch has none: a change's claim on this database.
-    /// Returns whether it was inserted.
-    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError>;
+    /// Inserts a layout row if its epoch has none; when it has one, replaces it only
+    /// if that row's state is `replacing` (`None`: never, a claim). One statement, so
+    /// that two writers of one epoch cannot both see the state they need. Returns
+    /// whether the row was written. Which states may be replaced is decided above the
+    /// engine ([`rules::REPLACEABLE`]).
+    async fn write_layout(&self, row: &LayoutRow, replacing: Option<&str>)
+    -> Result<bool, DbError>;
     /// Sets each lease row of `rows` to its holder and expiry (absolute, by the
     /// database's clock), whoever holds it, bumping its version; `last_ms` and
-    /// `bound_ms` only grow. One transaction, made only while layout epoch `epoch` is
-    /// `moving` on this database (`None` otherwise: a later change superseded it). A
-    /// layout change blocks the worker IDs moving away from this database with it
-    /// (their holders' renewals then fail) and frees those moving in. Returns the rows
-    /// as written, in order.
-    async fn set_leases(
+    /// `bound_ms` only grow. One transaction, made only while the layout row of
+    /// `epoch` has state `state` (`None` otherwise), the check holding that row against
+    /// a concurrent rewrite until the commit. Returns the rows as written, in order.
+    async fn set_leases_while(
         &self,
         epoch: i64,
+        state: &str,
         rows: &[LeaseSet],
     ) -> Result<Option<Vec<LeaseRow>>, DbError>;
     /// Every worker-ID lease row.

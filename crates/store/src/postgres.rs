@@ -9,57 +9,17 @@ use tokio_postgres::Row;
 use crate::config::PgTarget;
 
 use super::error::with_causes;
+use super::rules::{
+    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SHAPE_COLUMNS,
+    WITNESS_COLUMNS, migrations,
+};
 use super::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass,
-    SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
+    ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
-const MIGRATIONS: &[(i32, &str, &str)] = &[
-    (
-        1,
-        "init",
-        include_str!("../../../sql/postgres/0001_init.sql"),
-    ),
-    (
-        2,
-        "witness",
-        include_str!("../../../sql/postgres/0002_witness.sql"),
-    ),
-    (
-        3,
-        "token_lifecycle",
-        include_str!("../../../sql/postgres/0003_token_lifecycle.sql"),
-    ),
-    (
-        4,
-        "description",
-        include_str!("../../../sql/postgres/0004_description.sql"),
-    ),
-    (
-        5,
-        "worker_lease",
-        include_str!("../../../sql/postgres/0005_worker_lease.sql"),
-    ),
-    (
-        6,
-        "biz_shape",
-        include_str!("../../../sql/postgres/0006_biz_shape.sql"),
-    ),
-    (
-        7,
-        "layout",
-        include_str!("../../../sql/postgres/0007_layout.sql"),
-    ),
-    (
-        8,
-        "layout_claim",
-        include_str!("../../../sql/postgres/0008_layout_claim.sql"),
-    ),
-];
-
-const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
-     shape_key, prefix, width, base, check_char, as_string";
+const MIGRATIONS: &[Migration] = migrations!("postgres");
 
 /// The database's clock in Unix milliseconds: the time of the statement's execution,
 /// not of its transaction's start.
@@ -67,8 +27,6 @@ const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
-
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by";
 
 /// One PostgreSQL database.
 pub struct PgStore {
@@ -136,77 +94,39 @@ fn db_error(e: tokio_postgres::Error) -> DbError {
     }
 }
 
-fn biz_row(row: &Row) -> BizRow {
-    BizRow {
-        biz_type: row.get(0),
-        begin_id: row.get(1),
-        max_id: row.get(2),
-        step: row.get(3),
-        delta: row.get(4),
-        remainder: row.get(5),
-        version: row.get(6),
-        description: row.get(7),
-        epoch: row.get(8),
-        frozen: row.get(9),
-        claimed_by: row.get(10),
+impl Cells for Row {
+    type Error = tokio_postgres::Error;
+    fn int(&self, i: usize) -> Result<i64, Self::Error> {
+        self.try_get(i)
+    }
+    fn int32(&self, i: usize) -> Result<i32, Self::Error> {
+        self.try_get(i)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, Self::Error> {
+        self.try_get(i)
+    }
+    fn text(&self, i: usize) -> Result<String, Self::Error> {
+        self.try_get(i)
+    }
+    fn flag(&self, i: usize) -> Result<bool, Self::Error> {
+        self.try_get(i)
     }
 }
 
-fn shape_row(row: &Row) -> ShapeRow {
-    ShapeRow {
-        biz_type: row.get(0),
-        id_order: row.get(1),
-        block: row.get(2),
-        domain: row.get(3),
-        within_delta: row.get(4),
-        within_remainder: row.get(5),
-        key: row.get(6),
-        prefix: row.get(7),
-        width: row.get(8),
-        base: row.get(9),
-        check_char: row.get(10),
-        as_string: row.get(11),
-    }
+/// Every row of `rows` read by `read`.
+fn read_all<T>(
+    rows: &[Row],
+    read: impl Fn(&Row) -> Result<T, tokio_postgres::Error>,
+) -> Result<Vec<T>, DbError> {
+    rows.iter().map(|r| read(r).map_err(db_error)).collect()
 }
 
-impl PgStore {
-    /// The witness rows of this database, of `biz` alone if given.
-    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness
-                 WHERE $1::text IS NULL OR biz_type = $1::text",
-                &[&biz],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| Witness {
-                database: r.get(0),
-                biz: r.get(1),
-                mark: Mark {
-                    version: r.get(2),
-                    max_id: r.get(3),
-                    high_id: r.get(4),
-                },
-            })
-            .collect())
-    }
-}
-
-fn lease_row(row: &Row) -> LeaseRow {
-    LeaseRow {
-        // The column's CHECK keeps it within 0..=1023.
-        worker_id: u16::try_from(row.get::<_, i32>(0)).unwrap_or(u16::MAX),
-        holder: row.get(1),
-        version: row.get(2),
-        expires_ms: row.get(3),
-        last_ms: row.get(4),
-        bound_ms: row.get(5),
-        db_now_ms: row.get(6),
-    }
+/// The row `row`, if any, read by `read`.
+fn read_opt<T>(
+    row: Option<Row>,
+    read: impl Fn(&Row) -> Result<T, tokio_postgres::Error>,
+) -> Result<Option<T>, DbError> {
+    row.as_ref().map(read).transpose().map_err(db_error)
 }
 
 #[async_trait]
@@ -223,18 +143,14 @@ impl SegmentStore for PgStore {
         ))
         .await
         .map_err(db_error)?;
-        let applied: Vec<i32> = tx
-            .query("SELECT version FROM segmint_migrations", &[])
-            .await
-            .map_err(db_error)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let applied = read_all(
+            &tx.query("SELECT version FROM segmint_migrations", &[])
+                .await
+                .map_err(db_error)?,
+            |r| r.int32(0),
+        )?;
         let mut done = Vec::new();
-        for (version, name, sql) in MIGRATIONS {
-            if applied.contains(version) {
-                continue;
-            }
+        for migration @ (version, name, sql) in rules::pending(MIGRATIONS, &applied) {
             tx.batch_execute(sql).await.map_err(db_error)?;
             tx.execute(
                 "INSERT INTO segmint_migrations (version, name) VALUES ($1, $2)",
@@ -242,7 +158,7 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-            done.push(format!("{version:04}_{name}"));
+            done.push(rules::migration_name(migration));
         }
         tx.commit().await.map_err(db_error)?;
         Ok(done)
@@ -257,7 +173,7 @@ impl SegmentStore for PgStore {
             .query_one("SHOW synchronous_commit", &[])
             .await
             .map_err(db_error)?;
-        match row.get::<_, &str>(0) {
+        match row.try_get::<_, &str>(0).map_err(db_error)? {
             "on" => Ok(()),
             other => Err(DbError::Refused {
                 reason: format!(
@@ -276,36 +192,57 @@ impl SegmentStore for PgStore {
             .await
             .map_err(db_error)?;
         let row = client.query_opt(&stmt, &[&biz]).await.map_err(db_error)?;
-        Ok(row.as_ref().map(biz_row))
+        read_opt(row, rules::biz_row)
     }
 
-    async fn raise(
+    async fn write_row(
         &self,
         biz: &str,
         version: i64,
         max_id: i64,
-        new_version: i64,
-        new_max_id: i64,
+        to: &RowWrite,
     ) -> Result<Option<BizRow>, DbError> {
         let client = self.client().await?;
+        // A NULL keeps the column: without a class, a write leaves class, epoch, frozen
+        // state and claim as they are, even if edited since the caller's read.
         let stmt = client
             .prepare_cached(&format!(
-                "UPDATE tiny_id_info SET max_id = $5, version = $4, update_time = now()
-                 WHERE biz_type = $1 AND version = $2 AND max_id = $3
+                "UPDATE tiny_id_info SET version = $4::bigint, max_id = $5::bigint,
+                     delta = coalesce($6::bigint, delta),
+                     remainder = coalesce($7::bigint, remainder),
+                     layout_epoch = coalesce($8::bigint, layout_epoch),
+                     frozen = coalesce($9::boolean, frozen),
+                     claimed_by = coalesce($10::bigint, claimed_by), update_time = now()
+                 WHERE biz_type = $1::text AND version = $2::bigint AND max_id = $3::bigint
                  RETURNING {BIZ_COLUMNS}"
             ))
             .await
             .map_err(db_error)?;
+        let class = to.class;
         // The statement runs in an implicit transaction that commits at Sync, before
         // ReadyForQuery. `query_opt` reads the stream until ReadyForQuery
         // (tokio-postgres 0.7.18, src/query.rs:358) and turns an ErrorResponse or a
         // closed connection into an error (crates/client/src.rs:50, :57), so a failed or
         // unknown commit returns an error and its segment is never used.
         let row = client
-            .query_opt(&stmt, &[&biz, &version, &max_id, &new_version, &new_max_id])
+            .query_opt(
+                &stmt,
+                &[
+                    &biz,
+                    &version,
+                    &max_id,
+                    &to.version,
+                    &to.max_id,
+                    &class.map(|c| c.delta),
+                    &class.map(|c| c.remainder),
+                    &class.map(|c| c.epoch),
+                    &class.map(|c| c.frozen),
+                    &class.map(|c| c.claimed_by),
+                ],
+            )
             .await
             .map_err(db_error)?;
-        Ok(row.as_ref().map(biz_row))
+        read_opt(row, rules::biz_row)
     }
 
     async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
@@ -340,12 +277,19 @@ impl SegmentStore for PgStore {
         tx.commit().await.map_err(db_error)
     }
 
-    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
-        self.witness_rows(None).await
-    }
-
-    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
-        self.witness_rows(Some(biz)).await
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {WITNESS_COLUMNS} FROM segmint_witness
+                     WHERE $1::text IS NULL OR biz_type = $1::text"
+                ),
+                &[&biz],
+            )
+            .await
+            .map_err(db_error)?;
+        read_all(&rows, rules::witness_row)
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
@@ -357,7 +301,7 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(rows.iter().map(biz_row).collect())
+        read_all(&rows, rules::biz_row)
     }
 
     async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
@@ -369,21 +313,22 @@ impl SegmentStore for PgStore {
         tx.batch_execute("LOCK TABLE segmint_layout IN SHARE MODE")
             .await
             .map_err(db_error)?;
-        let above: Option<i64> = tx
+        let above = tx
             .query_one(
                 "SELECT max(epoch) FROM segmint_layout WHERE epoch > $1::bigint",
                 &[&row.epoch],
             )
             .await
             .map_err(db_error)?
-            .get(0);
+            .opt_int(0)
+            .map_err(db_error)?;
         if let Some(epoch) = above {
             return Ok(Inserted::LayoutAbove(epoch));
         }
         let n = tx
             .execute(
-                "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (biz_type) DO NOTHING",
+                &format!("INSERT INTO tiny_id_info ({BIZ_COLUMNS})
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (biz_type) DO NOTHING"),
                 &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description, &row.epoch, &row.frozen, &row.claimed_by],
             )
             .await
@@ -405,7 +350,7 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(rows.iter().map(shape_row).collect())
+        read_all(&rows, rules::shape_row)
     }
 
     async fn put_shape(&self, r: &ShapeRow) -> Result<(), DbError> {
@@ -467,19 +412,7 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| TokenRow {
-                id: r.get(0),
-                token_hash: r.get(1),
-                biz_type: r.get(2),
-                remark: r.get(3),
-                create_time: r.get(4),
-                expires: r.get(5),
-                revoked: r.get(6),
-                last_used: r.get(7),
-            })
-            .collect())
+        read_all(&rows, rules::token_row)
     }
 
     async fn insert_token(
@@ -544,114 +477,70 @@ impl SegmentStore for PgStore {
         tx.commit().await.map_err(db_error)
     }
 
-    async fn reclass(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        to: &Reclass,
-    ) -> Result<Option<BizRow>, DbError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &format!(
-                    "UPDATE tiny_id_info SET version = $4::bigint, max_id = $5::bigint,
-                         delta = $6::bigint, remainder = $7::bigint, layout_epoch = $8::bigint,
-                         frozen = $9::boolean, claimed_by = $10::bigint, update_time = now()
-                     WHERE biz_type = $1::text AND version = $2::bigint AND max_id = $3::bigint
-                     RETURNING {BIZ_COLUMNS}"
-                ),
-                &[
-                    &biz,
-                    &version,
-                    &max_id,
-                    &to.version,
-                    &to.max_id,
-                    &to.delta,
-                    &to.remainder,
-                    &to.epoch,
-                    &to.frozen,
-                    &to.claimed_by,
-                ],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(row.as_ref().map(biz_row))
-    }
-
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         let client = self.client().await?;
         let rows = client
             .query(
-                "SELECT epoch, members, state, changed_ms FROM segmint_layout ORDER BY epoch",
+                &format!("SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"),
                 &[],
             )
             .await
             .map_err(db_error)?;
-        Ok(rows
-            .iter()
-            .map(|r| LayoutRow {
-                epoch: r.get(0),
-                members: r.get(1),
-                state: r.get(2),
-                changed_ms: r.get(3),
-            })
-            .collect())
+        read_all(&rows, rules::layout_row)
     }
 
-    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
+    async fn write_layout(
+        &self,
+        row: &LayoutRow,
+        replacing: Option<&str>,
+    ) -> Result<bool, DbError> {
         let client = self.client().await?;
+        // With `replacing` NULL the WHERE is never true: an insert if absent.
         let n = client
             .execute(
-                "INSERT INTO segmint_layout AS l (epoch, members, state, changed_ms)
-                 VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
-                 ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
-                     state = excluded.state, changed_ms = excluded.changed_ms
-                 WHERE l.state = 'moving'",
-                &[&row.epoch, &row.members, &row.state, &row.changed_ms],
+                &format!(
+                    "INSERT INTO segmint_layout AS l ({LAYOUT_COLUMNS})
+                     VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
+                     ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
+                         state = excluded.state, changed_ms = excluded.changed_ms
+                     WHERE l.state = $5::text"
+                ),
+                &[
+                    &row.epoch,
+                    &row.members,
+                    &row.state,
+                    &row.changed_ms,
+                    &replacing,
+                ],
             )
             .await
             .map_err(db_error)?;
         Ok(n == 1)
     }
 
-    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
-        let client = self.client().await?;
-        let n = client
-            .execute(
-                "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
-                 VALUES ($1::bigint, $2::text, $3::text, $4::bigint)
-                 ON CONFLICT (epoch) DO NOTHING",
-                &[&row.epoch, &row.members, &row.state, &row.changed_ms],
-            )
-            .await
-            .map_err(db_error)?;
-        Ok(n == 1)
-    }
-
-    async fn set_leases(
+    async fn set_leases_while(
         &self,
         epoch: i64,
+        state: &str,
         rows: &[LeaseSet],
     ) -> Result<Option<Vec<LeaseRow>>, DbError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
-        // Fenced by the change's epoch: once a later change superseded it (or it is
-        // done), a command still running it writes no lease.
-        let moving = tx
+        // FOR SHARE holds the layout row until the commit: a rewrite of its state (a
+        // later change superseding this one) waits, so no lease is written after it.
+        let held = tx
             .query_opt(
-                "SELECT 1 FROM segmint_layout WHERE epoch = $1::bigint AND state = 'moving' FOR SHARE",
-                &[&epoch],
+                "SELECT 1 FROM segmint_layout WHERE epoch = $1::bigint AND state = $2::text FOR SHARE",
+                &[&epoch, &state],
             )
             .await
             .map_err(db_error)?;
-        if moving.is_none() {
+        if held.is_none() {
             return Ok(None);
         }
         let stmt = tx
             .prepare(&format!(
-                "INSERT INTO segmint_worker_lease AS l
-                     (worker_id, holder, version, expires_ms, last_ms, bound_ms)
+                "INSERT INTO segmint_worker_lease AS l ({LEASE_COLUMNS})
                  VALUES ($1::integer, $2::text, 1, $3::bigint, $4::bigint, $5::bigint)
                  ON CONFLICT (worker_id) DO UPDATE SET
                      holder = excluded.holder, version = l.version + 1,
@@ -659,7 +548,7 @@ impl SegmentStore for PgStore {
                      last_ms = GREATEST(l.last_ms, excluded.last_ms),
                      bound_ms = GREATEST(l.bound_ms, excluded.bound_ms),
                      update_time = now()
-                 RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}"
+                 RETURNING {LEASE_COLUMNS}, {NOW_MS}"
             ))
             .await
             .map_err(db_error)?;
@@ -678,7 +567,7 @@ impl SegmentStore for PgStore {
                 )
                 .await
                 .map_err(db_error)?;
-            written.push(lease_row(&row));
+            written.push(rules::lease_row(&row).map_err(db_error)?);
         }
         tx.commit().await.map_err(db_error)?;
         Ok(Some(written))
@@ -689,14 +578,13 @@ impl SegmentStore for PgStore {
         let rows = client
             .query(
                 &format!(
-                    "SELECT worker_id, holder, version, expires_ms, last_ms, bound_ms, {NOW_MS}
-                     FROM segmint_worker_lease ORDER BY worker_id"
+                    "SELECT {LEASE_COLUMNS}, {NOW_MS} FROM segmint_worker_lease ORDER BY worker_id"
                 ),
                 &[],
             )
             .await
             .map_err(db_error)?;
-        Ok(rows.iter().map(lease_row).collect())
+        read_all(&rows, rules::lease_row)
     }
 
     async fn take_lease(
@@ -714,21 +602,19 @@ impl SegmentStore for PgStore {
         let row = client
             .query_opt(
                 &format!(
-                    "INSERT INTO segmint_worker_lease AS l
-                         (worker_id, holder, version, expires_ms, last_ms, bound_ms)
+                    "INSERT INTO segmint_worker_lease AS l ({LEASE_COLUMNS})
                      VALUES ($1::integer, $2::text, 1, {NOW_MS} + $3::bigint, 0, 0)
                      ON CONFLICT (worker_id) DO UPDATE SET
                          holder = excluded.holder, version = l.version + 1,
                          expires_ms = excluded.expires_ms, update_time = now()
                      WHERE l.expires_ms + $4::bigint < excluded.expires_ms - $3::bigint
-                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
-                               expires_ms - $3::bigint"
+                     RETURNING {LEASE_COLUMNS}, expires_ms - $3::bigint"
                 ),
                 &[&i32::from(worker_id), &holder, &lease_ms, &grace_ms],
             )
             .await
             .map_err(db_error)?;
-        Ok(row.as_ref().map(lease_row))
+        read_opt(row, rules::lease_row)
     }
 
     async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
@@ -742,8 +628,7 @@ impl SegmentStore for PgStore {
                          update_time = now()
                      WHERE worker_id = $1::integer AND holder = $2::text
                        AND (version = $3::bigint OR $4::bigint < 0)
-                     RETURNING worker_id, holder, version, expires_ms, last_ms, bound_ms,
-                               expires_ms - $4::bigint"
+                     RETURNING {LEASE_COLUMNS}, expires_ms - $4::bigint"
                 ),
                 &[
                     &i32::from(renewal.worker_id),
@@ -756,6 +641,6 @@ impl SegmentStore for PgStore {
             )
             .await
             .map_err(db_error)?;
-        Ok(row.as_ref().map(lease_row))
+        read_opt(row, rules::lease_row)
     }
 }

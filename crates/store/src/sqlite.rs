@@ -20,61 +20,21 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Row, Transaction, TransactionBehavior, params,
 };
 
+use super::rules::{
+    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SHAPE_COLUMNS,
+    WITNESS_COLUMNS, migrations,
+};
 use super::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark, Reclass,
-    SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
+    ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
-const MIGRATIONS: &[(i64, &str, &str)] = &[
-    (1, "init", include_str!("../../../sql/sqlite/0001_init.sql")),
-    (
-        2,
-        "witness",
-        include_str!("../../../sql/sqlite/0002_witness.sql"),
-    ),
-    (
-        3,
-        "token_lifecycle",
-        include_str!("../../../sql/sqlite/0003_token_lifecycle.sql"),
-    ),
-    (
-        4,
-        "description",
-        include_str!("../../../sql/sqlite/0004_description.sql"),
-    ),
-    (
-        5,
-        "worker_lease",
-        include_str!("../../../sql/sqlite/0005_worker_lease.sql"),
-    ),
-    (
-        6,
-        "biz_shape",
-        include_str!("../../../sql/sqlite/0006_biz_shape.sql"),
-    ),
-    (
-        7,
-        "layout",
-        include_str!("../../../sql/sqlite/0007_layout.sql"),
-    ),
-    (
-        8,
-        "layout_claim",
-        include_str!("../../../sql/sqlite/0008_layout_claim.sql"),
-    ),
-];
-
-const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
-     shape_key, prefix, width, base, check_char, as_string";
+const MIGRATIONS: &[Migration] = migrations!("sqlite");
 
 /// The database's clock in Unix milliseconds (`julianday('now')` has millisecond
 /// precision and is fixed for the duration of one statement).
 const NOW_MS: &str = "CAST(round((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
-
-const LEASE_COLUMNS: &str = "worker_id, holder, version, expires_ms, last_ms, bound_ms";
-
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by";
 
 /// One SQLite file.
 pub struct SqliteStore {
@@ -239,99 +199,41 @@ fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
                  name TEXT NOT NULL,
                  applied_at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)",
         )?;
+        let applied = tx
+            .prepare("SELECT version FROM segmint_migrations")?
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i32>>>()?;
         let mut done = Vec::new();
-        for (version, name, sql) in MIGRATIONS {
-            let applied: Option<i64> = tx
-                .query_row(
-                    "SELECT version FROM segmint_migrations WHERE version = ?1",
-                    [version],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            if applied.is_some() {
-                continue;
-            }
+        for migration @ (version, name, sql) in rules::pending(MIGRATIONS, &applied) {
             tx.execute_batch(sql)?;
             tx.execute(
                 "INSERT INTO segmint_migrations (version, name) VALUES (?1, ?2)",
                 params![version, name],
             )?;
-            done.push(format!("{version:04}_{name}"));
+            done.push(rules::migration_name(migration));
         }
         Ok(done)
     })
     .map_err(sql_error)
 }
 
-fn shape_row(row: &Row) -> rusqlite::Result<ShapeRow> {
-    Ok(ShapeRow {
-        biz_type: row.get(0)?,
-        id_order: row.get(1)?,
-        block: row.get(2)?,
-        domain: row.get(3)?,
-        within_delta: row.get(4)?,
-        within_remainder: row.get(5)?,
-        key: row.get(6)?,
-        prefix: row.get(7)?,
-        width: row.get(8)?,
-        base: row.get(9)?,
-        check_char: row.get(10)?,
-        as_string: row.get(11)?,
-    })
-}
-
-fn lease_row(row: &Row) -> rusqlite::Result<LeaseRow> {
-    Ok(LeaseRow {
-        // The column's CHECK keeps it within 0..=1023.
-        worker_id: u16::try_from(row.get::<_, i64>(0)?).unwrap_or(u16::MAX),
-        holder: row.get(1)?,
-        version: row.get(2)?,
-        expires_ms: row.get(3)?,
-        last_ms: row.get(4)?,
-        bound_ms: row.get(5)?,
-        db_now_ms: row.get(6)?,
-    })
-}
-
-impl SqliteStore {
-    /// The witness rows of this database, of `biz` alone if given.
-    async fn witness_rows(&self, biz: Option<String>) -> Result<Vec<Witness>, DbError> {
-        self.with(move |c| {
-            c.prepare_cached(
-                "SELECT database, biz_type, version, max_id, high_id FROM segmint_witness
-                 WHERE ?1 IS NULL OR biz_type = ?1",
-            )?
-            .query_map([biz], |r| {
-                Ok(Witness {
-                    database: r.get(0)?,
-                    biz: r.get(1)?,
-                    mark: Mark {
-                        version: r.get(2)?,
-                        max_id: r.get(3)?,
-                        high_id: r.get(4)?,
-                    },
-                })
-            })?
-            .collect()
-        })
-        .await
+impl Cells for Row<'_> {
+    type Error = rusqlite::Error;
+    fn int(&self, i: usize) -> rusqlite::Result<i64> {
+        self.get(i)
     }
-}
-
-fn biz_row(row: &Row) -> rusqlite::Result<BizRow> {
-    Ok(BizRow {
-        biz_type: row.get(0)?,
-        begin_id: row.get(1)?,
-        max_id: row.get(2)?,
-        step: row.get(3)?,
-        delta: row.get(4)?,
-        remainder: row.get(5)?,
-        version: row.get(6)?,
-        description: row.get(7)?,
-        epoch: row.get(8)?,
-        frozen: row.get(9)?,
-        claimed_by: row.get(10)?,
-    })
+    fn int32(&self, i: usize) -> rusqlite::Result<i32> {
+        self.get(i)
+    }
+    fn opt_int(&self, i: usize) -> rusqlite::Result<Option<i64>> {
+        self.get(i)
+    }
+    fn text(&self, i: usize) -> rusqlite::Result<String> {
+        self.get(i)
+    }
+    fn flag(&self, i: usize) -> rusqlite::Result<bool> {
+        self.get(i)
+    }
 }
 
 #[async_trait]
@@ -353,31 +255,47 @@ impl SegmentStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?1"
             ))?
-            .query_row([biz], biz_row)
+            .query_row([biz], |r| rules::biz_row(r))
             .optional()
         })
         .await
     }
 
-    async fn raise(
+    async fn write_row(
         &self,
         biz: &str,
         version: i64,
         max_id: i64,
-        new_version: i64,
-        new_max_id: i64,
+        to: &RowWrite,
     ) -> Result<Option<BizRow>, DbError> {
-        let biz = biz.to_owned();
+        let (biz, to) = (biz.to_owned(), *to);
+        let class = to.class;
+        // A NULL keeps the column: without a class, a write leaves class, epoch, frozen
+        // state and claim as they are, even if edited since the caller's read.
         self.with(move |c| {
             write(c, |tx| {
                 tx.prepare_cached(&format!(
-                    "UPDATE tiny_id_info SET max_id = ?5, version = ?4, update_time = CURRENT_TIMESTAMP
+                    "UPDATE tiny_id_info SET version = ?4, max_id = ?5,
+                         delta = coalesce(?6, delta), remainder = coalesce(?7, remainder),
+                         layout_epoch = coalesce(?8, layout_epoch), frozen = coalesce(?9, frozen),
+                         claimed_by = coalesce(?10, claimed_by), update_time = CURRENT_TIMESTAMP
                      WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
                      RETURNING {BIZ_COLUMNS}"
                 ))?
                 .query_row(
-                    params![biz, version, max_id, new_version, new_max_id],
-                    biz_row,
+                    params![
+                        biz,
+                        version,
+                        max_id,
+                        to.version,
+                        to.max_id,
+                        class.map(|c| c.delta),
+                        class.map(|c| c.remainder),
+                        class.map(|c| c.epoch),
+                        class.map(|c| c.frozen),
+                        class.map(|c| c.claimed_by)
+                    ],
+                    |r| rules::biz_row(r),
                 )
                 .optional()
             })
@@ -414,12 +332,16 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn witnesses(&self) -> Result<Vec<Witness>, DbError> {
-        self.witness_rows(None).await
-    }
-
-    async fn witnesses_of(&self, biz: &str) -> Result<Vec<Witness>, DbError> {
-        self.witness_rows(Some(biz.to_owned())).await
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
+        let biz = biz.map(str::to_owned);
+        self.with(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE ?1 IS NULL OR biz_type = ?1"
+            ))?
+            .query_map([biz], |r| rules::witness_row(r))?
+            .collect()
+        })
+        .await
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
@@ -427,7 +349,7 @@ impl SegmentStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {BIZ_COLUMNS} FROM tiny_id_info ORDER BY biz_type"
             ))?
-            .query_map([], biz_row)?
+            .query_map([], |r| rules::biz_row(r))?
             .collect()
         })
         .await
@@ -448,8 +370,8 @@ impl SegmentStore for SqliteStore {
                     return Ok(Inserted::LayoutAbove(epoch));
                 }
                 let n = tx.execute(
-                    "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING",
+                    &format!("INSERT INTO tiny_id_info ({BIZ_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING"),
                     params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by],
                 )?;
                 Ok(if n == 1 { Inserted::Yes } else { Inserted::Exists })
@@ -464,7 +386,7 @@ impl SegmentStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape ORDER BY biz_type"
             ))?
-            .query_map([], shape_row)?
+            .query_map([], |r| rules::shape_row(r))?
             .collect()
         })
         .await
@@ -533,18 +455,7 @@ impl SegmentStore for SqliteStore {
                         unixepoch(last_used_time)
                  FROM tiny_id_token ORDER BY id",
             )?
-            .query_map([], |r| {
-                Ok(TokenRow {
-                    id: r.get(0)?,
-                    token_hash: r.get(1)?,
-                    biz_type: r.get(2)?,
-                    remark: r.get(3)?,
-                    create_time: r.get(4)?,
-                    expires: r.get(5)?,
-                    revoked: r.get(6)?,
-                    last_used: r.get(7)?,
-                })
-            })?
+            .query_map([], |r| rules::token_row(r))?
             .collect()
         })
         .await
@@ -611,72 +522,34 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn reclass(
-        &self,
-        biz: &str,
-        version: i64,
-        max_id: i64,
-        to: &Reclass,
-    ) -> Result<Option<BizRow>, DbError> {
-        let (biz, to) = (biz.to_owned(), *to);
-        self.with(move |c| {
-            write(c, |tx| {
-                tx.prepare_cached(&format!(
-                    "UPDATE tiny_id_info SET version = ?4, max_id = ?5, delta = ?6, remainder = ?7,
-                         layout_epoch = ?8, frozen = ?9, claimed_by = ?10, update_time = CURRENT_TIMESTAMP
-                     WHERE biz_type = ?1 AND version = ?2 AND max_id = ?3
-                     RETURNING {BIZ_COLUMNS}"
-                ))?
-                .query_row(
-                    params![
-                        biz,
-                        version,
-                        max_id,
-                        to.version,
-                        to.max_id,
-                        to.delta,
-                        to.remainder,
-                        to.epoch,
-                        to.frozen,
-                        to.claimed_by
-                    ],
-                    biz_row,
-                )
-                .optional()
-            })
-        })
-        .await
-    }
-
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         self.with(|c| {
-            c.prepare_cached(
-                "SELECT epoch, members, state, changed_ms FROM segmint_layout ORDER BY epoch",
-            )?
-            .query_map([], |r| {
-                Ok(LayoutRow {
-                    epoch: r.get(0)?,
-                    members: r.get(1)?,
-                    state: r.get(2)?,
-                    changed_ms: r.get(3)?,
-                })
-            })?
+            c.prepare_cached(&format!(
+                "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
+            ))?
+            .query_map([], |r| rules::layout_row(r))?
             .collect()
         })
         .await
     }
 
-    async fn put_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
-        let row = row.clone();
+    async fn write_layout(
+        &self,
+        row: &LayoutRow,
+        replacing: Option<&str>,
+    ) -> Result<bool, DbError> {
+        let (row, replacing) = (row.clone(), replacing.map(str::to_owned));
+        // With `replacing` NULL the WHERE is never true: an insert if absent.
         self.with(move |c| {
             write(c, |tx| {
                 tx.execute(
-                    "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
-                         state = excluded.state, changed_ms = excluded.changed_ms
-                     WHERE segmint_layout.state = 'moving'",
-                    params![row.epoch, row.members, row.state, row.changed_ms],
+                    &format!(
+                        "INSERT INTO segmint_layout ({LAYOUT_COLUMNS}) VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (epoch) DO UPDATE SET members = excluded.members,
+                             state = excluded.state, changed_ms = excluded.changed_ms
+                         WHERE segmint_layout.state = ?5"
+                    ),
+                    params![row.epoch, row.members, row.state, row.changed_ms, replacing],
                 )
                 .map(|n| n == 1)
             })
@@ -684,39 +557,25 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn claim_layout(&self, row: &LayoutRow) -> Result<bool, DbError> {
-        let row = row.clone();
-        self.with(move |c| {
-            write(c, |tx| {
-                tx.execute(
-                    "INSERT INTO segmint_layout (epoch, members, state, changed_ms)
-                     VALUES (?1, ?2, ?3, ?4)
-                     ON CONFLICT (epoch) DO NOTHING",
-                    params![row.epoch, row.members, row.state, row.changed_ms],
-                )
-                .map(|n| n == 1)
-            })
-        })
-        .await
-    }
-
-    async fn set_leases(
+    async fn set_leases_while(
         &self,
         epoch: i64,
+        state: &str,
         rows: &[LeaseSet],
     ) -> Result<Option<Vec<LeaseRow>>, DbError> {
-        let rows = rows.to_vec();
+        let (rows, state) = (rows.to_vec(), state.to_owned());
         self.with(move |c| {
+            // The immediate transaction holds the write lock: no rewrite of the layout
+            // row comes between the check and the leases.
             write(c, |tx| {
-                // Fenced by the change's epoch, as on PostgreSQL.
-                let moving: Option<i64> = tx
+                let held: Option<i64> = tx
                     .query_row(
-                        "SELECT 1 FROM segmint_layout WHERE epoch = ?1 AND state = 'moving'",
-                        params![epoch],
+                        "SELECT 1 FROM segmint_layout WHERE epoch = ?1 AND state = ?2",
+                        params![epoch, state],
                         |r| r.get(0),
                     )
                     .optional()?;
-                if moving.is_none() {
+                if held.is_none() {
                     return Ok(None);
                 }
                 let mut stmt = tx.prepare_cached(&format!(
@@ -735,7 +594,7 @@ impl SegmentStore for SqliteStore {
                     .map(|r| {
                         stmt.query_row(
                             params![r.worker_id, r.holder, r.expires_ms, r.last_ms, r.bound_ms],
-                            lease_row,
+                            |r| rules::lease_row(r),
                         )
                     })
                     .collect::<Result<Vec<_>, _>>()
@@ -750,7 +609,7 @@ impl SegmentStore for SqliteStore {
             c.prepare_cached(&format!(
                 "SELECT {LEASE_COLUMNS}, {NOW_MS} FROM segmint_worker_lease ORDER BY worker_id"
             ))?
-            .query_map([], lease_row)?
+            .query_map([], |r| rules::lease_row(r))?
             .collect()
         })
         .await
@@ -777,7 +636,9 @@ impl SegmentStore for SqliteStore {
                      WHERE segmint_worker_lease.expires_ms + ?4 < excluded.expires_ms - ?3
                      RETURNING {LEASE_COLUMNS}, expires_ms - ?3"
                 ))?
-                .query_row(params![worker_id, holder, lease_ms, grace_ms], lease_row)
+                .query_row(params![worker_id, holder, lease_ms, grace_ms], |r| {
+                    rules::lease_row(r)
+                })
                 .optional()
             })
         })
@@ -805,7 +666,7 @@ impl SegmentStore for SqliteStore {
                         r.last_ms,
                         r.bound_ms
                     ],
-                    lease_row,
+                    |r| rules::lease_row(r),
                 )
                 .optional()
             })
