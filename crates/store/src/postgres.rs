@@ -222,7 +222,7 @@ impl SegmentStore for PgStore {
         // The statement runs in an implicit transaction that commits at Sync, before
         // ReadyForQuery. `query_opt` reads the stream until ReadyForQuery
         // (tokio-postgres 0.7.18, src/query.rs:358) and turns an ErrorResponse or a
-        // closed connection into an error (crates/client/src.rs:50, :57), so a failed or
+        // closed connection into an error (src/client.rs:50, :57), so a failed or
         // unknown commit returns an error and its segment is never used.
         let row = client
             .query_opt(
