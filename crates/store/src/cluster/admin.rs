@@ -31,19 +31,22 @@ impl Store {
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        join_all((0..self.dbs.len()).map(|i| self.call(i, op(self.dbs[i].store.as_ref())))).await
+        join_all(
+            (0..self.dbs.list.len()).map(|i| self.call(i, op(self.dbs.list[i].store.as_ref()))),
+        )
+        .await
     }
 
     /// Applies pending migrations to every database; one line per database.
     pub async fn migrate(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
         let results = self.on_all(|db| db.migrate()).await;
-        self.names.iter().cloned().zip(results).collect()
+        self.dbs.names.iter().cloned().zip(results).collect()
     }
 
     /// Every biz row of every database.
     pub async fn list_bizs(&self) -> Vec<(String, Result<Vec<BizRow>, DbError>)> {
         let results = self.on_all(|db| db.bizs()).await;
-        self.names.iter().cloned().zip(results).collect()
+        self.dbs.names.iter().cloned().zip(results).collect()
     }
 
     /// On a store with no biz at all, creates the biz `test` and a token for it, so that
@@ -92,7 +95,7 @@ impl Store {
         self.on_all(op)
             .await
             .into_iter()
-            .zip(&self.names)
+            .zip(&self.dbs.names)
             .map(|(r, name)| r.map_err(|e| StoreError::Refused(refusal(name, &e))))
             .collect()
     }
@@ -191,11 +194,12 @@ impl Store {
         }
         let epoch = self.layout_for_writes().await?;
         // The databases of the layout in force, each with its class there.
-        let members: Vec<(usize, Residue)> = (0..self.dbs.len())
+        let members: Vec<(usize, Residue)> = (0..self.dbs.list.len())
             .filter_map(|i| Some((i, self.class_of(i)?)))
             .collect();
         let existing = self.biz_everywhere(biz).await?;
         let (have, lack): (Vec<_>, Vec<_>) = self
+            .dbs
             .names
             .iter()
             .zip(&existing)
@@ -223,7 +227,7 @@ impl Store {
         }
         let mut rows = Vec::with_capacity(members.len());
         for &(i, residue) in &members {
-            let db = &self.dbs[i];
+            let db = &self.dbs.list[i];
             let class = match within {
                 Some(w) => residue.restrict(w),
                 None => Ok(residue),
@@ -253,7 +257,7 @@ impl Store {
         let mut report = Vec::with_capacity(rows.len());
         let mut changed = Vec::with_capacity(rows.len());
         if let Some(shape) = &shape {
-            for db in members.iter().map(|&(i, _)| &self.dbs[i]) {
+            for db in members.iter().map(|&(i, _)| &self.dbs.list[i]) {
                 // No database holds a row of the biz (checked above): a shape row
                 // there is left from an interrupted `biz add`, and is replaced.
                 if let Err(e) = db.store.put_shape(shape).await {
@@ -291,7 +295,7 @@ impl Store {
                 }
             ));
         }
-        for (db, row) in members.iter().map(|&(i, _)| &self.dbs[i]).zip(&rows) {
+        for (db, row) in members.iter().map(|&(i, _)| &self.dbs.list[i]).zip(&rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(Inserted::Yes) => {
                     changed.push(db.name.as_str());
@@ -338,9 +342,14 @@ impl Store {
         name: &str,
         above: Option<i64>,
     ) -> Result<Vec<String>, StoreError> {
-        let t = self.names.iter().position(|n| n == name).ok_or_else(|| {
-            StoreError::Refused(format!("no database named \"{name}\" is configured"))
-        })?;
+        let t = self
+            .dbs
+            .names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| {
+                StoreError::Refused(format!("no database named \"{name}\" is configured"))
+            })?;
         let unreachable = |db: &str, e: DbError| {
             StoreError::Refused(format!(
                 "database \"{db}\" is unreachable ({e}); nothing changed"
@@ -356,7 +365,7 @@ impl Store {
             if k == t {
                 continue;
             }
-            for w in read.map_err(|e| unreachable(&self.names[k], e))? {
+            for w in read.map_err(|e| unreachable(&self.dbs.names[k], e))? {
                 if w.database == name {
                     evidence.learn(t, &w.biz, w.mark);
                 }
@@ -372,7 +381,7 @@ impl Store {
         let (done, pending) = self.layouts();
         let stale = |row: &BizRow| done.as_ref().is_some_and(|d| row.epoch < d.epoch);
         let rows = self
-            .call(t, self.dbs[t].store.bizs())
+            .call(t, self.dbs.list[t].store.bizs())
             .await
             .map_err(|e| unreachable(name, e))?;
         let mut report = Vec::with_capacity(rows.len());
@@ -411,7 +420,7 @@ impl Store {
             let write = async {
                 match freeze_by {
                     None => {
-                        self.dbs[t]
+                        self.dbs.list[t]
                             .store
                             .raise(biz, row.version, row.max_id, version, max_id)
                             .await
@@ -422,7 +431,7 @@ impl Store {
                             max_id,
                             ..Reclass::freezing(&row, true, row.claimed_by.max(by))
                         };
-                        self.dbs[t]
+                        self.dbs.list[t]
                             .store
                             .reclass(biz, row.version, row.max_id, &to)
                             .await
@@ -463,8 +472,8 @@ impl Store {
         }
         audit_fence(name, &raised);
         let raised = &raised;
-        let others = (0..self.dbs.len()).filter(|&k| k != t);
-        join_all(others.map(|k| self.call(k, self.dbs[k].store.witness(raised)))).await;
+        let others = (0..self.dbs.list.len()).filter(|&k| k != t);
+        join_all(others.map(|k| self.call(k, self.dbs.list[k].store.witness(raised)))).await;
         Ok(report)
     }
 }

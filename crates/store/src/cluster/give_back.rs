@@ -19,7 +19,7 @@ impl Store {
         deadline: tokio::time::Instant,
         by: &str,
     ) -> u64 {
-        let name = &self.names[plan.database];
+        let name = &self.dbs.names[plan.database];
         if !self.is_live(plan.database) {
             tracing::warn!(biz = %biz, database = %name, by, ids = plan.ids, "not giving back: the database is backing off after failures or fenced; the IDs are wasted");
             return 0;
@@ -66,9 +66,12 @@ impl Store {
         let updated = self
             .call(
                 i,
-                self.dbs[i]
-                    .store
-                    .advance(biz.as_str(), plan.version, plan.max_id, plan.new_max_id),
+                self.dbs.list[i].store.advance(
+                    biz.as_str(),
+                    plan.version,
+                    plan.max_id,
+                    plan.new_max_id,
+                ),
             )
             .await?;
         Ok(updated.is_some())

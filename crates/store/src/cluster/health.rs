@@ -1,14 +1,61 @@
 //! Database health: back-off after failures, fencing of databases that went back in
 //! time, readiness and status.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::{Database, Store, Timing};
 use crate::backoff::Failures;
 use crate::store::evidence::Regression;
 use crate::store::{DbError, Verdict};
+
+/// The configured databases and what is known of their health.
+///
+/// # Lock order
+/// Each [`Database`]'s `health` is a plain (`parking_lot`) mutex held for a few field
+/// reads or updates, never across an await; it may be taken while holding
+/// `CatalogView.evidence` or a per-biz queue, and may hold `Layouts.view` (the only
+/// lock taken under it). A database's `reserving` is held only to clone one per-biz
+/// queue and is released before that queue is awaited; the queue (an async lock) is
+/// taken before `CatalogView.evidence` and `health`. `usual_fetch_us` is an atomic.
+pub(super) struct Databases {
+    /// Every database, in configuration order; indexes are database numbers.
+    pub(super) list: Vec<Database>,
+    /// Database names by index, for catalog messages.
+    pub(super) names: Vec<String>,
+    pub(super) timing: Timing,
+    /// Moving average of successful reservation times, in microseconds.
+    usual_fetch_us: AtomicU64,
+}
+
+impl Databases {
+    pub(super) fn new(list: Vec<Database>, timing: Timing) -> Databases {
+        Databases {
+            names: list.iter().map(|d| d.name.clone()).collect(),
+            list,
+            timing,
+            usual_fetch_us: AtomicU64::new(0),
+        }
+    }
+
+    /// The moving average of successful reservation times.
+    pub(super) fn usual_fetch(&self) -> Duration {
+        Duration::from_micros(self.usual_fetch_us.load(Ordering::Relaxed))
+    }
+
+    /// Counts a successful reservation that took `took` into the moving average, over
+    /// about eight reservations.
+    pub(super) fn note_fetch(&self, took: Duration) {
+        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let _ = self
+            .usual_fetch_us
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| {
+                Some(if avg == 0 { took } else { (avg * 7 + took) / 8 })
+            });
+    }
+}
 
 /// How a database looks from here, for `/readyz` and status pages.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -34,7 +81,7 @@ impl Store {
     /// Fences database `i`: it went back in time, and reserving from it could reissue
     /// IDs.
     pub(super) fn fence(&self, i: usize, regression: &Regression) {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let reason = regression.to_string();
         let mut health = db.health.lock();
         if health.fenced.is_none() {
@@ -45,7 +92,7 @@ impl Store {
 
     /// Lifts the fence of database `i`, if any: its rows are at or above every mark.
     pub(super) fn unfence(&self, i: usize) {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         if db.health.lock().fenced.take().is_some() {
             tracing::warn!(database = %db.name, "database rows are above every mark again; fence lifted");
         }
@@ -60,7 +107,7 @@ impl Store {
         i: usize,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        self.call_within(i, self.timing.fetch_timeout, op).await
+        self.call_within(i, self.dbs.timing.fetch_timeout, op).await
     }
 
     /// [`Store::call`] within `limit`: an admin step that writes many rows in one
@@ -72,7 +119,7 @@ impl Store {
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
         let result = self.timed_within(limit, op).await;
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let mut health = db.health.lock();
         match &result {
             Ok(_) => {
@@ -84,7 +131,7 @@ impl Store {
                     Verdict::Down => self.failed(i, &e.to_string()),
                     Verdict::Unusable => self.unusable(i, &e.to_string()),
                     Verdict::Transient => {
-                        tracing::debug!(database = %self.dbs[i].name, error = %e, "transient failure; retried, not backed off");
+                        tracing::debug!(database = %self.dbs.list[i].name, error = %e, "transient failure; retried, not backed off");
                     }
                 }
             }
@@ -95,9 +142,9 @@ impl Store {
     /// Records that database `i` answered but may not be used as it is: it is skipped
     /// for the longest back-off at once.
     pub(super) fn unusable(&self, i: usize, error: &str) {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let mut health = db.health.lock();
-        let backoff = self.timing.backoff();
+        let backoff = self.dbs.timing.backoff();
         let wait = health.failures.fail_for(backoff.max, self.clock.now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, backoff = ?wait, "database unusable as it is; backing off for the longest back-off");
@@ -108,7 +155,7 @@ impl Store {
         &self,
         op: impl Future<Output = Result<T, DbError>>,
     ) -> Result<T, DbError> {
-        self.timed_within(self.timing.fetch_timeout, op).await
+        self.timed_within(self.dbs.timing.fetch_timeout, op).await
     }
 
     async fn timed_within<T>(
@@ -125,11 +172,11 @@ impl Store {
     /// Records a failure of database `i`: it is skipped for a back-off that doubles
     /// with each consecutive failure.
     pub(super) fn failed(&self, i: usize, error: &str) {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let mut health = db.health.lock();
         let backoff = health
             .failures
-            .fail(self.timing.backoff(), self.clock.now());
+            .fail(self.dbs.timing.backoff(), self.clock.now());
         health.last_error = Some(error.to_string());
         tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
     }
@@ -139,13 +186,17 @@ impl Store {
     /// Also false for a database the layout in force does not name (removed, or not
     /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let up = self.dbs[i].health.lock().up(self.clock.now());
+        let up = self.dbs.list[i].health.lock().up(self.clock.now());
         up && self.class_of(i).is_some()
     }
 
     /// Whether database `i` may be read: not backed off (it may be fenced).
     pub(super) fn is_reachable(&self, i: usize) -> bool {
-        self.dbs[i].health.lock().failures.is_over(self.clock.now())
+        self.dbs.list[i]
+            .health
+            .lock()
+            .failures
+            .is_over(self.clock.now())
     }
 
     pub(super) fn last_errors(&self) -> String {
@@ -164,10 +215,12 @@ impl Store {
 
     /// Pings every database that is not backing off; true when one answers.
     pub async fn ready(&self) -> bool {
-        let live: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        let live: Vec<usize> = (0..self.dbs.list.len())
+            .filter(|&i| self.is_live(i))
+            .collect();
         join_all(
             live.into_iter()
-                .map(|i| self.call(i, self.dbs[i].store.ping())),
+                .map(|i| self.call(i, self.dbs.list[i].store.ping())),
         )
         .await
         .iter()
@@ -176,6 +229,7 @@ impl Store {
 
     pub fn status(&self) -> Vec<DatabaseStatus> {
         self.dbs
+            .list
             .iter()
             .enumerate()
             .map(|(i, db)| {

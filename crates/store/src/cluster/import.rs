@@ -56,12 +56,12 @@ impl Store {
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
         let epoch = self.layout_for_writes().await?;
-        let mut existing = Vec::with_capacity(self.dbs.len());
+        let mut existing = Vec::with_capacity(self.dbs.list.len());
         for (result, name) in self
             .on_all(|db| db.bizs())
             .await
             .into_iter()
-            .zip(&self.names)
+            .zip(&self.dbs.names)
         {
             existing.push(result.map_err(|e| {
                 StoreError::Refused(format!(
@@ -73,7 +73,7 @@ impl Store {
         let mut report = ImportReport::default();
         for import in imports {
             let biz = import.biz.as_str();
-            let plans: Vec<Result<Plan, String>> = (0..self.dbs.len())
+            let plans: Vec<Result<Plan, String>> = (0..self.dbs.list.len())
                 .zip(&existing)
                 .map(|(i, rows)| match self.class_of(i) {
                     Some(class) => plan(import, class, rows.iter().find(|r| r.biz_type == biz))
@@ -82,7 +82,7 @@ impl Store {
                 })
                 .collect();
             if plans.iter().any(Result::is_err) {
-                for (name, plan) in self.names.iter().zip(&plans) {
+                for (name, plan) in self.dbs.names.iter().zip(&plans) {
                     let why = match plan {
                         Err(why) => why.clone(),
                         Ok(_) => "another database refuses it".into(),
@@ -96,7 +96,7 @@ impl Store {
             }
             let mut changed = Vec::new();
             for (i, plan) in plans.into_iter().flatten().enumerate() {
-                let name = &self.names[i];
+                let name = &self.dbs.names[i];
                 // A row that exists takes the old system's description too, when it has one.
                 let describe = match &plan {
                     Plan::Raise(row) | Plan::Unchanged(row)
@@ -116,7 +116,7 @@ impl Store {
                         let written = match dry_run {
                             true => Inserted::Yes,
                             false => self
-                                .call(i, self.dbs[i].store.insert_biz(&row))
+                                .call(i, self.dbs.list[i].store.insert_biz(&row))
                                 .await
                                 .map_err(|e| failed_midway(&mut report, name, biz, e))?,
                         };
@@ -147,7 +147,7 @@ impl Store {
                             false => self
                                 .call(
                                     i,
-                                    self.dbs[i].store.raise(
+                                    self.dbs.list[i].store.raise(
                                         biz,
                                         row.version,
                                         row.max_id,
@@ -176,7 +176,7 @@ impl Store {
                 if let Some(old) = describe {
                     report.changes += 1;
                     if !dry_run {
-                        self.call(i, self.dbs[i].store.describe(biz, &import.description))
+                        self.call(i, self.dbs.list[i].store.describe(biz, &import.description))
                             .await
                             .map_err(|e| failed_midway(&mut report, name, biz, e))?;
                         if !changed.contains(&name.as_str()) {

@@ -54,6 +54,27 @@ const MOVE_ATTEMPTS: usize = 50;
 /// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
 type Witnessed = HashMap<String, Vec<(i64, i64)>>;
 
+/// The layout part of the [`Store`]: the layouts read and each database's class.
+///
+/// # Lock order
+/// `view` is a plain (`parking_lot`) mutex held to read or replace it, never across
+/// an await. It is the innermost lock of the store: taken under a database's `health`
+/// or `CatalogView.snapshots`, it nests nothing.
+pub(super) struct Layouts {
+    /// The layouts read from the databases, and each database's class in the one in
+    /// force.
+    pub(super) view: parking_lot::Mutex<LayoutView>,
+}
+
+impl Layouts {
+    /// The configured classes, before any layout is read.
+    pub(super) fn configured(configured: Vec<Residue>) -> Layouts {
+        Layouts {
+            view: parking_lot::Mutex::new(LayoutView::configured(configured)),
+        }
+    }
+}
+
 /// The layouts as servers see them.
 pub(crate) struct LayoutView {
     /// Every epoch read, merged over the databases.
@@ -145,10 +166,10 @@ impl Store {
     /// another's, whose newest epoch is behind another's, or that was declared lost is
     /// not used (see [`layout::read`]).
     pub(super) fn apply_layouts(&self, per_db: &[(usize, Vec<LayoutRow>)]) {
-        let mut view = self.layout.lock();
+        let mut view = self.layout.view.lock();
         let named: Vec<(String, Vec<LayoutRow>)> = per_db
             .iter()
-            .map(|(i, rows)| (self.names[*i].clone(), rows.clone()))
+            .map(|(i, rows)| (self.dbs.names[*i].clone(), rows.clone()))
             .collect();
         let reading = match layout::read(&view.layouts, &named) {
             Ok(r) => r,
@@ -159,7 +180,7 @@ impl Store {
         };
         for ((i, _), standing) in per_db.iter().zip(reading.standing) {
             if standing != view.standing[*i] {
-                tracing::warn!(database = %self.names[*i], standing = standing.as_str(), detail = ?standing, "database layout standing changed");
+                tracing::warn!(database = %self.dbs.names[*i], standing = standing.as_str(), detail = ?standing, "database layout standing changed");
             }
             view.standing[*i] = standing;
         }
@@ -167,13 +188,13 @@ impl Store {
         // known now than it was seen to hold.
         let newest = reading.layouts.last().map(|l| l.epoch);
         let current = layout::current(&reading.layouts).0;
-        let classes: Vec<Option<Residue>> = (0..self.names.len())
+        let classes: Vec<Option<Residue>> = (0..self.dbs.names.len())
             .map(|i| {
                 if view.standing[i] != Standing::Current {
                     return None;
                 }
                 match current {
-                    Some(l) => l.class_of(&self.names[i]),
+                    Some(l) => l.class_of(&self.dbs.names[i]),
                     None => Some(view.configured[i]),
                 }
             })
@@ -186,30 +207,30 @@ impl Store {
             );
         }
         view.classes = classes;
-        view.confirmed |= per_db.len() == self.names.len() && reading.layouts.is_empty();
+        view.confirmed |= per_db.len() == self.dbs.names.len() && reading.layouts.is_empty();
         view.layouts = reading.layouts;
     }
 
     /// Whether worker IDs may be leased now ([`layout::leases_allowed`]).
     pub fn leases_allowed(&self) -> bool {
-        let view = self.layout.lock();
+        let view = self.layout.view.lock();
         layout::leases_allowed(&view.layouts, view.confirmed)
     }
 
     /// The class plain bizs get on database `i` in the layout in force; `None` when the
     /// layout does not name it, or its standing is not current: it is then never used.
     pub fn class_of(&self, i: usize) -> Option<Residue> {
-        self.layout.lock().classes[i]
+        self.layout.view.lock().classes[i]
     }
 
     /// The standing of database `i` among the layouts last read.
     pub fn standing_of(&self, i: usize) -> Standing {
-        self.layout.lock().standing[i].clone()
+        self.layout.view.lock().standing[i].clone()
     }
 
     /// Every `(epoch, database, class)` of the layouts read.
     pub(super) fn layout_classes(&self) -> Vec<(i64, String, Residue)> {
-        let view = self.layout.lock();
+        let view = self.layout.view.lock();
         view.layouts
             .iter()
             .flat_map(|l| l.members.iter().map(|m| (l.epoch, m.name.clone(), m.class)))
@@ -219,24 +240,25 @@ impl Store {
     /// The layout in force (`None` before any change) and the change under way above
     /// it, as last read.
     pub fn layouts(&self) -> (Option<Layout>, Option<Layout>) {
-        let view = self.layout.lock();
+        let view = self.layout.view.lock();
         let (done, pending) = layout::current(&view.layouts);
         (done.cloned(), pending.cloned())
     }
 
     /// The epoch in force (0 before any change) and the change under way, if any.
     pub fn layout_epochs(&self) -> (i64, Option<i64>) {
-        let view = self.layout.lock();
+        let view = self.layout.view.lock();
         let (done, pending) = layout::current(&view.layouts);
         (done.map_or(0, |l| l.epoch), pending.map(|l| l.epoch))
     }
 
     /// The layout of the configured classes: the layout before any change.
     pub fn configured_layout(&self) -> Layout {
-        let view = self.layout.lock();
+        let view = self.layout.view.lock();
         Layout {
             epoch: 0,
             members: self
+                .dbs
                 .names
                 .iter()
                 .zip(&view.configured)
@@ -289,7 +311,7 @@ impl Store {
                     Err(e) => (Some(e.to_string()), Vec::new()),
                 };
                 DatabaseLayout {
-                    name: self.names[i].clone(),
+                    name: self.dbs.names[i].clone(),
                     class: self.class_of(i),
                     error,
                     rows: rows.len(),
@@ -330,7 +352,7 @@ impl Store {
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
         let refused = StoreError::Refused;
-        let all: Vec<usize> = (0..self.dbs.len()).collect();
+        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
         let reads = self.on_parts(&all, |db| db.layouts()).await;
         let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
         let rows: Vec<LayoutRow> = reads
@@ -345,10 +367,10 @@ impl Store {
             ))
         })?;
         let (target, lost) =
-            layout::target(change, &layouts, before, &self.names).map_err(refused)?;
+            layout::target(change, &layouts, before, &self.dbs.names).map_err(refused)?;
         let (target, lost) = (&target[..], &lost[..]);
         for name in target {
-            if !self.names.contains(name) {
+            if !self.dbs.names.contains(name) {
                 return Err(refused(format!(
                     "database \"{name}\" is not configured; nothing changed"
                 )));
@@ -368,7 +390,10 @@ impl Store {
                 need.push(name.clone());
             }
         }
-        let missing: Vec<&String> = need.iter().filter(|n| !self.names.contains(n)).collect();
+        let missing: Vec<&String> = need
+            .iter()
+            .filter(|n| !self.dbs.names.contains(n))
+            .collect();
         if !missing.is_empty() {
             let names = missing
                 .iter()
@@ -381,18 +406,18 @@ impl Store {
         }
         let parts: Vec<usize> = need
             .iter()
-            .filter_map(|n| self.names.iter().position(|x| x == n))
+            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
             .collect();
         for &i in &parts {
             if let Err(e) = &reads[i] {
                 return Err(refused(format!(
                     "database \"{}\" did not answer ({e}): a change needs every database of the layout; run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {} --lost`; nothing changed",
-                    self.names[i], self.names[i]
+                    self.dbs.names[i], self.dbs.names[i]
                 )));
             }
         }
         for name in lost {
-            if let Some(i) = self.names.iter().position(|n| n == name)
+            if let Some(i) = self.dbs.names.iter().position(|n| n == name)
                 && reads[i].is_ok()
             {
                 return Err(refused(format!(
@@ -417,7 +442,7 @@ impl Store {
                     finishing,
                 } => (from, to, supersede, finishing),
             };
-        let names: Vec<String> = parts.iter().map(|&i| self.names[i].clone()).collect();
+        let names: Vec<String> = parts.iter().map(|&i| self.dbs.names[i].clone()).collect();
         if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
             self.wait_silent(&parts, running, say).await?;
             // What was decided holds only if nothing moved on meanwhile.
@@ -447,7 +472,7 @@ impl Store {
             // this one wrote the same or its claim below fails.
             let row = from.row(now);
             for &i in &parts {
-                self.step(i, self.dbs[i].store.claim_layout(&row))
+                self.step(i, self.dbs.list[i].store.claim_layout(&row))
                     .await
                     .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
             }
@@ -459,7 +484,7 @@ impl Store {
             ));
             let row = to.row(now);
             for &i in &parts {
-                self.step(i, self.dbs[i].store.put_layout(&row))
+                self.step(i, self.dbs.list[i].store.put_layout(&row))
                     .await
                     .map_err(|e| self.stopped(i, &e, "stopped"))?;
             }
@@ -467,11 +492,11 @@ impl Store {
             let prev = layouts.last().unwrap_or(&from);
             let row = to.row(now);
             for (k, name) in layout::claim_order(prev, &names).iter().enumerate() {
-                let Some(i) = self.names.iter().position(|n| n == name) else {
+                let Some(i) = self.dbs.names.iter().position(|n| n == name) else {
                     continue;
                 };
                 let claimed = self
-                    .step(i, self.dbs[i].store.claim_layout(&row))
+                    .step(i, self.dbs.list[i].store.claim_layout(&row))
                     .await
                     .map_err(|e| self.stopped(i, &e, "stopped"))?;
                 if !claimed {
@@ -500,7 +525,7 @@ impl Store {
                 }
                 .row(now);
                 for &i in &parts {
-                    self.step(i, self.dbs[i].store.put_layout(&row))
+                    self.step(i, self.dbs.list[i].store.put_layout(&row))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                 }
@@ -561,7 +586,7 @@ impl Store {
                 if matches!(written, Ok(false)) && !finishing.load(Ordering::SeqCst) {
                     return StoreError::Refused(format!(
                         "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
-                        to.epoch, self.names[parts[k]]
+                        to.epoch, self.dbs.names[parts[k]]
                     ));
                 }
             }
@@ -631,7 +656,7 @@ impl Store {
         let members: Vec<usize> = to
             .members
             .iter()
-            .filter_map(|m| self.names.iter().position(|n| *n == m.name))
+            .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
             .collect();
         self.copy_catalog(parts, &members, say).await?;
         // Every epoch a row can be in: those read, the one moved from and the target.
@@ -681,12 +706,12 @@ impl Store {
         finishing.store(true, Ordering::SeqCst);
         let row = done.row(self.unix_ms());
         for &i in parts {
-            self.step(i, self.dbs[i].store.put_layout(&row))
+            self.step(i, self.dbs.list[i].store.put_layout(&row))
                 .await
                 .map_err(|e| self.stopped(i, &e, "stopped"))?;
         }
         self.load_layout().await;
-        let changed: Vec<&str> = parts.iter().map(|&i| self.names[i].as_str()).collect();
+        let changed: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
         super::admin::audit(&format!("layout epoch {}", done.epoch), "", "", &changed);
         say(format!(
             "layout epoch {} is done: {}",
@@ -709,7 +734,7 @@ impl Store {
         join_all(
             parts
                 .iter()
-                .map(|&i| self.step(i, op(self.dbs[i].store.as_ref()))),
+                .map(|&i| self.step(i, op(self.dbs.list[i].store.as_ref()))),
         )
         .await
     }
@@ -743,7 +768,9 @@ impl Store {
     ) -> Result<T, DbError> {
         self.call_within(
             i,
-            self.protocol.step_timeout.max(self.timing.fetch_timeout),
+            self.protocol
+                .step_timeout
+                .max(self.dbs.timing.fetch_timeout),
             op,
         )
         .await
@@ -753,7 +780,7 @@ impl Store {
     fn stopped(&self, i: usize, e: &DbError, then: &str) -> StoreError {
         StoreError::Refused(format!(
             "database \"{}\" failed ({e}); {then}; what was done is safe to serve from: run the command again once it answers",
-            self.names[i]
+            self.dbs.names[i]
         ))
     }
 
@@ -781,7 +808,7 @@ impl Store {
             let Some(k) = parts.iter().position(|&p| p == i) else {
                 continue;
             };
-            let store = &self.dbs[i].store;
+            let store = &self.dbs.list[i].store;
             let fail = |e: DbError| self.stopped(i, &e, "stopped");
             let mut copied = (0, 0);
             for (biz, shape) in &all_shapes {
@@ -811,7 +838,7 @@ impl Store {
             if copied != (0, 0) {
                 say(format!(
                     "\"{}\": copied {} shape rows and {} token grants",
-                    self.names[i], copied.0, copied.1
+                    self.dbs.names[i], copied.0, copied.1
                 ));
             }
         }
@@ -865,7 +892,7 @@ impl Store {
             let wanted: Vec<Option<Residue>> = parts
                 .iter()
                 .map(|&i| {
-                    to.class_of(&self.names[i])
+                    to.class_of(&self.dbs.names[i])
                         .map(|c| c.restrict(within).map_err(|e| e.to_string()))
                         .transpose()
                 })
@@ -909,12 +936,12 @@ impl Store {
                         claimed_by: to.epoch,
                         ..template.clone()
                     };
-                    self.step(i, self.dbs[i].store.insert_biz(&placeholder))
+                    self.step(i, self.dbs.list[i].store.insert_biz(&placeholder))
                         .await
                         .map_err(|e| {
                             fail(format!(
                                 "database \"{}\" failed while inserting a frozen row ({e})",
-                                self.names[i]
+                                self.dbs.names[i]
                             ))
                         })?;
                 }
@@ -932,7 +959,7 @@ impl Store {
                 match self
                     .step(
                         i,
-                        self.dbs[i]
+                        self.dbs.list[i]
                             .store
                             .reclass(biz, r.version, r.max_id, &to_frozen),
                     )
@@ -950,7 +977,7 @@ impl Store {
                         self.thaw(biz, parts, &rows, &frozen).await;
                         return Err(fail(format!(
                             "database \"{}\" failed while freezing ({e}); the rows frozen so far were thawed",
-                            self.names[i]
+                            self.dbs.names[i]
                         )));
                     }
                 }
@@ -978,7 +1005,7 @@ impl Store {
             };
             let mut evidence = Evidence::default();
             for w in &fresh {
-                if let Some(i) = self.names.iter().position(|n| *n == w.database) {
+                if let Some(i) = self.dbs.names.iter().position(|n| *n == w.database) {
                     evidence.learn(i, biz, w.mark);
                 }
             }
@@ -1065,7 +1092,7 @@ impl Store {
                 match self
                     .step(
                         i,
-                        self.dbs[i]
+                        self.dbs.list[i]
                             .store
                             .reclass(biz, row.version, row.max_id, &to_row),
                     )
@@ -1080,7 +1107,7 @@ impl Store {
                     Err(e) => {
                         return Err(fail(format!(
                             "database \"{}\" failed while switching ({e}); the rows not switched stay frozen",
-                            self.names[i]
+                            self.dbs.names[i]
                         )));
                     }
                 }
@@ -1114,17 +1141,17 @@ impl Store {
                 .filter(|(j, _)| **j != i)
                 .filter_map(|(&j, row)| {
                     row.as_ref().map(|r| crate::store::Witness {
-                        database: self.names[j].clone(),
+                        database: self.dbs.names[j].clone(),
                         biz: biz.to_owned(),
                         mark: Mark::of(r),
                     })
                 })
                 .collect();
-            let store = &self.dbs[i].store;
+            let store = &self.dbs.list[i].store;
             let failed = |e: DbError| {
                 format!(
                     "database \"{}\" failed while recording the frozen rows ({e}); the rows frozen so far were thawed",
-                    self.names[i]
+                    self.dbs.names[i]
                 )
             };
             self.step(i, store.witness(&marks)).await.map_err(failed)?;
@@ -1142,7 +1169,7 @@ impl Store {
     fn went_back(&self, biz: &str, i: usize, why: &str) -> StoreError {
         StoreError::Refused(format!(
             "biz `{biz}`: database \"{name}\" went back in time while the change ran ({why}); servers fence it: raise its rows above every issued ID with `segmint db fence {name}`, then run the command again; stopped, what was done is safe to serve from",
-            name = self.names[i]
+            name = self.dbs.names[i]
         ))
     }
 
@@ -1159,13 +1186,13 @@ impl Store {
             if let Err(e) = self
                 .step(
                     i,
-                    self.dbs[i]
+                    self.dbs.list[i]
                         .store
                         .reclass(biz, now.version, now.max_id, &back),
                 )
                 .await
             {
-                tracing::warn!(biz, database = %self.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
+                tracing::warn!(biz, database = %self.dbs.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
             }
         }
     }
@@ -1182,7 +1209,7 @@ impl Store {
         for (k, row) in rows.iter().enumerate() {
             let Some(r) = row else { continue };
             let class = Residue::new(r.delta, r.remainder).map_err(|e| e.to_string())?;
-            let name = &self.names[parts[k]];
+            let name = &self.dbs.names[parts[k]];
             // Every epoch a row can be in is stored (epoch 0, the configured classes,
             // by the first change) and passed here.
             let within = layouts
@@ -1231,7 +1258,7 @@ impl Store {
         let owner: Vec<Option<usize>> = (0..WORKER_IDS)
             .map(|w| {
                 to.owner_of(w)
-                    .and_then(|n| self.names.iter().position(|x| x == n))
+                    .and_then(|n| self.dbs.names.iter().position(|x| x == n))
             })
             .collect();
         let mut floor: Vec<(i64, i64)> = vec![(0, 0); usize::from(WORKER_IDS)];
@@ -1265,7 +1292,7 @@ impl Store {
             // The rows as blocked: with the last holder's bounds, final now that its
             // renewals fail.
             let written = self
-                .step(i, self.dbs[i].store.set_leases(to.epoch, &block))
+                .step(i, self.dbs.list[i].store.set_leases(to.epoch, &block))
                 .await
                 .map_err(|e| self.stopped(i, &e, "stopped"))?
                 .ok_or_else(superseded)?;
@@ -1303,7 +1330,7 @@ impl Store {
             }
             if !free.is_empty() {
                 freed += free.len();
-                self.step(i, self.dbs[i].store.set_leases(to.epoch, &free))
+                self.step(i, self.dbs.list[i].store.set_leases(to.epoch, &free))
                     .await
                     .map_err(|e| self.stopped(i, &e, "stopped"))?
                     .ok_or_else(superseded)?;
@@ -1322,7 +1349,7 @@ impl Store {
     /// effort: a failed write is written again at a later refresh.
     pub(super) async fn share_layouts(&self, read: &[(usize, Snapshot)]) {
         let (layouts, standing) = {
-            let view = self.layout.lock();
+            let view = self.layout.view.lock();
             (view.layouts.clone(), view.standing.clone())
         };
         for (i, snap) in read {
@@ -1335,18 +1362,18 @@ impl Store {
                     continue;
                 }
                 let row = l.row(self.unix_ms());
-                let store = &self.dbs[*i].store;
+                let store = &self.dbs.list[*i].store;
                 let written = match held {
                     None => self.timed(store.claim_layout(&row)).await,
                     Some(_) => self.timed(store.put_layout(&row)).await,
                 };
                 match written {
                     Ok(true) => {
-                        tracing::info!(database = %self.names[*i], epoch = l.epoch, state = l.state.as_str(), "wrote a layout row the database lacked")
+                        tracing::info!(database = %self.dbs.names[*i], epoch = l.epoch, state = l.state.as_str(), "wrote a layout row the database lacked")
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(database = %self.names[*i], error = %e, "could not write a layout row the database lacks")
+                        tracing::warn!(database = %self.dbs.names[*i], error = %e, "could not write a layout row the database lacks")
                     }
                 }
             }
@@ -1364,7 +1391,7 @@ impl Store {
     /// whether a biz was moved.
     pub(super) async fn heal(&self, read: &[(usize, Snapshot)]) -> bool {
         let (pending, layouts) = {
-            let mut view = self.layout.lock();
+            let mut view = self.layout.view.lock();
             let Some(pending) = layout::current(&view.layouts).1.cloned() else {
                 view.watched = None;
                 return false;
@@ -1398,7 +1425,8 @@ impl Store {
         let parts: Option<Vec<usize>> = need
             .iter()
             .map(|n| {
-                self.names
+                self.dbs
+                    .names
                     .iter()
                     .position(|x| x == n)
                     .filter(|i| read.iter().any(|(k, _)| k == i))
@@ -1412,7 +1440,7 @@ impl Store {
         for (i, snap) in read {
             // A member's row frozen by the change: rows of databases it removes stay
             // frozen for good.
-            if pending.class_of(&self.names[*i]).is_none() {
+            if pending.class_of(&self.dbs.names[*i]).is_none() {
                 continue;
             }
             for r in &snap.bizs {

@@ -69,7 +69,7 @@ impl Store {
 
     /// The name of database `i`.
     pub fn database_name(&self, i: usize) -> &str {
-        &self.names[i]
+        &self.dbs.names[i]
     }
 
     /// Takes a free worker ID for `holder` on a random live database, lowest first: one
@@ -96,7 +96,9 @@ impl Store {
                 "no worker ID could be leased: no layout done was read, and not every configured database has answered yet (a new database, or one whose layout change is still moving, does not say which worker IDs are its own)".into(),
             ));
         }
-        let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        let mut order: Vec<usize> = (0..self.dbs.list.len())
+            .filter(|&i| self.is_live(i))
+            .collect();
         order.shuffle(&mut rand::rng());
         let mut why = Vec::new();
         for i in order {
@@ -104,9 +106,9 @@ impl Store {
                 Ok(Some(lease)) => return Ok(lease),
                 Ok(None) => why.push(format!(
                     "\"{}\": every worker ID of its class is leased",
-                    self.names[i]
+                    self.dbs.names[i]
                 )),
-                Err(e) => why.push(format!("\"{}\": {e}", self.names[i])),
+                Err(e) => why.push(format!("\"{}\": {e}", self.dbs.names[i])),
             }
         }
         if why.is_empty() {
@@ -126,7 +128,7 @@ impl Store {
         lease_ms: i64,
         grace_ms: i64,
     ) -> Result<Option<Lease>, DbError> {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let rows = self.call(i, db.store.leases()).await?;
         let free = self.worker_ids_of(i).into_iter().filter(|w| {
             rows.iter()
@@ -173,11 +175,11 @@ impl Store {
         // database is not used: behind, lost) is given up at once: a change may have
         // freed it on its new database already.
         if lease_for_ms >= 0 && !self.worker_ids_of(i).contains(&lease.worker_id) {
-            tracing::warn!(worker_id = lease.worker_id, database = %self.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
+            tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
             return Ok(None);
         }
         let row = self
-            .call(i, self.dbs[i].store.renew_lease(&renewal))
+            .call(i, self.dbs.list[i].store.renew_lease(&renewal))
             .await?;
         Ok(row.map(|row| Lease {
             floor_ms: lease.floor_ms,
@@ -188,6 +190,6 @@ impl Store {
     /// Every lease row of every database, for status pages and tests.
     pub async fn list_leases(&self) -> Vec<(String, Result<Vec<LeaseRow>, DbError>)> {
         let results = self.on_all(|db| db.leases()).await;
-        self.names.iter().cloned().zip(results).collect()
+        self.dbs.names.iter().cloned().zip(results).collect()
     }
 }

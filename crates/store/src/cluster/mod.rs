@@ -18,23 +18,19 @@ pub(super) mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use parking_lot::Mutex;
 
 pub use health::DatabaseStatus;
 pub use reserve::Reservation;
 pub use shape::Decoded;
 
-use super::catalog::Snapshot;
-use super::evidence::Evidence;
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
 use super::{Catalog, Clock, RuntimeClock, SegmentStore, StoreError};
 use crate::backoff::{Backoff, Failures};
-use crate::biz::{BizTag, TokenDigest};
+use crate::biz::BizTag;
 use crate::config::{Config, DatabaseKind, Protocol};
 use crate::metrics::{DatabaseMetrics, Metrics};
 use crate::segment::Residue;
@@ -99,20 +95,32 @@ impl Health {
 
 /// All configured databases, with the merged catalog of bizs and tokens.
 ///
+/// The state is split by concern, each part owning its locks: `dbs` (`Databases`, in
+/// `health`: the databases, their health and back-off), `view` (`CatalogView`, in
+/// `refresh`: the catalog, refresh and evidence), `layout` (`Layouts`, in `layout`) and
+/// `uses` (`Uses`, in `tokens`: token last uses). The protocol, clock, step policy and
+/// metrics are shared configuration.
+///
 /// # Lock order
 /// The plain (`parking_lot`) locks below are held for a few field or map operations,
 /// never across an await, and nest in one order only:
-/// `evidence` → a database's `health` → `layout`, and `snapshots` → `layout` /
-/// `classes_seen`; `uses` nests nothing. Of the async locks, `refreshed` (one refresh
-/// at a time) is taken before any of them and held across the refresh's database calls
-/// (a heal's included); a database's per-biz queue (in `reserving`) is taken before
-/// `evidence` and `health`, and `reserving` itself is released before the queue is
-/// awaited. ARCHITECTURE.md (Locks) names the code path behind each pair.
+/// `view.evidence` → a database's `health` (in `dbs.list`) → `layout.view`, and
+/// `view.snapshots` → `layout.view` / `view.classes_seen`; `uses.pending` nests
+/// nothing. Of the async locks, `view.refreshed` (one refresh at a time) is taken
+/// before any of them and held across the refresh's database calls (a heal's
+/// included); a database's per-biz queue (in its `reserving`) is taken before
+/// `view.evidence` and `health`, and `reserving` itself is released before the queue
+/// is awaited. Each part states the rule for its own locks; ARCHITECTURE.md (Locks)
+/// names the code path behind each pair.
 pub struct Store {
-    dbs: Vec<Database>,
-    /// Database names by index, for catalog messages.
-    names: Vec<String>,
-    timing: Timing,
+    /// The databases, their names, timings and health.
+    dbs: health::Databases,
+    /// The catalog, the rows last read and the evidence checked against them.
+    view: refresh::CatalogView,
+    /// The layouts read and each database's class.
+    layout: layout::Layouts,
+    /// Token uses noted and not yet written.
+    uses: tokens::Uses,
     /// The timings of the cluster protocol (layout heartbeat and silence, admin step
     /// timeout, refresh gap, least hedge), shared by every process of the cluster.
     protocol: Protocol,
@@ -121,31 +129,6 @@ pub struct Store {
     /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
-    /// Moving average of successful reservation times, in microseconds.
-    usual_fetch_us: std::sync::atomic::AtomicU64,
-    /// Read on every request, replaced on refresh.
-    catalog: ArcSwap<Catalog>,
-    /// Last rows read from each database; kept while a database is down so that its
-    /// rows still take part in the residue checks.
-    snapshots: Mutex<Vec<Option<Snapshot>>>,
-    /// Single flight for refreshes; holds when the last one started.
-    refreshed: tokio::sync::Mutex<Option<Instant>>,
-    /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
-    /// mutex: held for map updates only, never across an await.
-    evidence: Mutex<Evidence>,
-    /// Token uses noted since they were last written, by token. Plain mutex: held for
-    /// one map update, which each HTTP worker makes about once a minute per token.
-    uses: Mutex<HashMap<TokenDigest, i64>>,
-    /// Set while last uses are being written, so that writes never pile up behind a
-    /// slow database.
-    writing_uses: Arc<AtomicBool>,
-    /// The layouts read from the databases, and each database's class in the one in
-    /// force. Plain mutex: held to read or replace it, never across an await.
-    layout: Mutex<layout::LayoutView>,
-    /// What this process accepted of each row's class (by database and biz): a row
-    /// whose class changes is used only once its `max_id` is above every ID issued
-    /// before (see `refresh`). Plain mutex, as `evidence`.
-    classes_seen: Mutex<HashMap<(usize, String), refresh::SeenRow>>,
 }
 
 impl Store {
@@ -199,35 +182,28 @@ impl Store {
         policy: StepPolicy,
         metrics: Arc<Metrics>,
     ) -> Store {
-        let names: Vec<String> = dbs.iter().map(|d| d.0.clone()).collect();
         let configured: Vec<Residue> = dbs.iter().map(|d| d.2).collect();
+        let view = refresh::CatalogView::new(dbs.len());
+        let list = dbs
+            .into_iter()
+            .map(|(name, location, _, store)| Database {
+                location,
+                metrics: metrics.databases().database(&name),
+                name,
+                store: Arc::from(store),
+                health: Mutex::new(Health::default()),
+                reserving: Mutex::new(HashMap::new()),
+            })
+            .collect();
         Store {
-            layout: Mutex::new(layout::LayoutView::configured(configured)),
-            classes_seen: Mutex::new(HashMap::new()),
-            snapshots: Mutex::new(vec![None; dbs.len()]),
-            dbs: dbs
-                .into_iter()
-                .map(|(name, location, _, store)| Database {
-                    location,
-                    metrics: metrics.databases().database(&name),
-                    name,
-                    store: Arc::from(store),
-                    health: Mutex::new(Health::default()),
-                    reserving: Mutex::new(HashMap::new()),
-                })
-                .collect(),
-            names,
-            timing,
+            dbs: health::Databases::new(list, timing),
+            view,
+            layout: layout::Layouts::configured(configured),
+            uses: tokens::Uses::default(),
             protocol: Protocol::default(),
             clock: Arc::new(RuntimeClock),
             policy,
             metrics,
-            usual_fetch_us: std::sync::atomic::AtomicU64::new(0),
-            catalog: ArcSwap::from_pointee(Catalog::default()),
-            refreshed: tokio::sync::Mutex::new(None),
-            evidence: Mutex::new(Evidence::default()),
-            uses: Mutex::new(HashMap::new()),
-            writing_uses: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -262,18 +238,18 @@ impl Store {
     }
 
     pub fn database_names(&self) -> &[String] {
-        &self.names
+        &self.dbs.names
     }
 
     /// The bizs and tokens as last read.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.catalog.load_full()
+        self.view.catalog.load_full()
     }
 
     /// Runs `f` on the bizs and tokens as last read. Unlike [`Store::catalog`], this
     /// writes to nothing the other HTTP workers read (no lock, no reference count),
     /// which is what every ID request needs.
     pub fn with_catalog<R>(&self, f: impl FnOnce(&Catalog) -> R) -> R {
-        f(&self.catalog.load())
+        f(&self.view.catalog.load())
     }
 }

@@ -1,16 +1,59 @@
 //! Catalog refresh: re-reading bizs, tokens and witnesses from every database, checking
 //! the rows against the evidence, and writing back the witnesses a database lacks.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use arc_swap::ArcSwap;
 use futures_util::future::join_all;
+use parking_lot::Mutex;
 
 use super::Store;
 use crate::segment::Residue;
 use crate::store::catalog::Snapshot;
 use crate::store::evidence::{Evidence, Mark, Witness};
 use crate::store::{BizRow, Catalog, StoreError};
+
+/// The catalog as this process sees it, and what the refreshes and evidence checks
+/// keep of the rows read.
+///
+/// # Lock order
+/// `refreshed` (async, one refresh at a time) is taken before any other lock of the
+/// store and held across the refresh's database calls, a heal's included. The plain
+/// (`parking_lot`) mutexes are held for a few map or field operations, never across an
+/// await: `evidence` may hold a database's `health` (and so `Layouts.view` after it);
+/// `snapshots` may hold `Layouts.view`, then `classes_seen`; `classes_seen` nests
+/// nothing. `catalog` is lock-free.
+pub(super) struct CatalogView {
+    /// Read on every request, replaced on refresh.
+    pub(super) catalog: ArcSwap<Catalog>,
+    /// Last rows read from each database; kept while a database is down so that its
+    /// rows still take part in the residue checks.
+    pub(super) snapshots: Mutex<Vec<Option<Snapshot>>>,
+    /// Single flight for refreshes; holds when the last one started.
+    pub(super) refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
+    /// mutex: held for map updates only, never across an await.
+    pub(super) evidence: Mutex<Evidence>,
+    /// What this process accepted of each row's class (by database and biz): a row
+    /// whose class changes is used only once its `max_id` is above every ID issued
+    /// before (see `refresh`). Plain mutex, as `evidence`.
+    pub(super) classes_seen: Mutex<HashMap<(usize, String), SeenRow>>,
+}
+
+impl CatalogView {
+    /// An empty catalog over `databases` databases, never refreshed.
+    pub(super) fn new(databases: usize) -> CatalogView {
+        CatalogView {
+            catalog: ArcSwap::from_pointee(Catalog::default()),
+            snapshots: Mutex::new(vec![None; databases]),
+            refreshed: tokio::sync::Mutex::new(None),
+            evidence: Mutex::new(Evidence::default()),
+            classes_seen: Mutex::new(HashMap::new()),
+        }
+    }
+}
 
 /// What this process accepted of one biz row's class.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +85,7 @@ impl Store {
     /// apart, so a flood of misses (unknown tokens) costs the databases a bounded
     /// number of reads.
     pub async fn refresh_since(&self, since: Instant) -> Arc<Catalog> {
-        let mut last_start = self.refreshed.lock().await;
+        let mut last_start = self.view.refreshed.lock().await;
         if let Some(last) = *last_start {
             if last >= since {
                 return self.catalog();
@@ -51,18 +94,18 @@ impl Store {
         }
         *last_start = Some(self.clock.now());
         // Fenced databases are read too: their rows tell when the fence can be lifted.
-        let live: Vec<usize> = (0..self.dbs.len())
+        let live: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.is_reachable(i))
             .collect();
         // Rows are checked against what was known before they were read: a mark learnt
         // meanwhile (a reservation elsewhere) may be newer than a row read earlier.
-        let before = self.evidence.lock().clone();
+        let before = self.view.evidence.lock().clone();
         // A slow catalog read does not back a database off: only reservations and
         // pings judge its health, so that a read starved under load cannot take a
         // healthy database out of the reservations.
         let reads = join_all(live.iter().map(|&i| {
             self.timed(async move {
-                let db = &self.dbs[i];
+                let db = &self.dbs.list[i];
                 // Bizs before shapes: a shape row is written before its biz's rows,
                 // so every biz read here has its shape read too.
                 Ok(Snapshot {
@@ -77,8 +120,8 @@ impl Store {
         .await;
         for (&i, read) in live.iter().zip(&reads) {
             if let Err(e) = read {
-                tracing::warn!(database = %self.dbs[i].name, error = %e, "catalog read failed; keeping the last one");
-                self.dbs[i].health.lock().last_error = Some(e.to_string());
+                tracing::warn!(database = %self.dbs.list[i].name, error = %e, "catalog read failed; keeping the last one");
+                self.dbs.list[i].health.lock().last_error = Some(e.to_string());
             }
         }
         let read: Vec<(usize, Snapshot)> = live
@@ -90,29 +133,30 @@ impl Store {
         let layouts: Vec<_> = read.iter().map(|(i, s)| (*i, s.layouts.clone())).collect();
         self.apply_layouts(&layouts);
         self.share_layouts(&read).await;
-        let known = self.evidence.lock().clone();
+        let known = self.view.evidence.lock().clone();
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
         let mut read = read;
         if self.layout_epochs().1.is_some() && self.heal(&read).await {
             for (i, snap) in &mut read {
-                if let Ok(bizs) = self.timed(self.dbs[*i].store.bizs()).await {
+                if let Ok(bizs) = self.timed(self.dbs.list[*i].store.bizs()).await {
                     snap.bizs = bizs;
                 }
             }
         }
         let catalog = {
-            let mut snapshots = self.snapshots.lock();
+            let mut snapshots = self.view.snapshots.lock();
             for (i, snap) in read {
                 snapshots[i] = Some(snap);
             }
-            let mut catalog = Catalog::build_at(&self.names, &snapshots, self.layout_epochs().0);
+            let mut catalog =
+                Catalog::build_at(&self.dbs.names, &snapshots, self.layout_epochs().0);
             for (biz, why) in self.check_classes(&known, &snapshots, &catalog) {
                 catalog.refuse(&biz, why);
             }
             Arc::new(catalog)
         };
-        self.catalog.store(catalog.clone());
+        self.view.catalog.store(catalog.clone());
         self.write_uses();
         self.write_witnesses(lagging).await;
         catalog
@@ -128,7 +172,7 @@ impl Store {
         before: &Evidence,
         read: &[(usize, Snapshot)],
     ) -> Vec<(usize, Vec<Witness>)> {
-        let mut evidence = self.evidence.lock();
+        let mut evidence = self.view.evidence.lock();
         for (i, snap) in read {
             let mut behind = None;
             for row in &snap.bizs {
@@ -144,14 +188,14 @@ impl Store {
         }
         for (_, snap) in read {
             for w in &snap.witnesses {
-                if let Some(db) = self.names.iter().position(|n| *n == w.database) {
+                if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
                     evidence.learn(db, &w.biz, w.mark);
                 }
             }
         }
         read.iter()
             .map(|(k, snap)| {
-                let lacking = evidence.lacking(*k, &self.names, &snap.witnesses);
+                let lacking = evidence.lacking(*k, &self.dbs.names, &snap.witnesses);
                 (*k, lacking)
             })
             .filter(|(_, lacking)| !lacking.is_empty())
@@ -173,7 +217,7 @@ impl Store {
         catalog: &Catalog,
     ) -> Vec<(String, StoreError)> {
         let layouts = self.layout_classes();
-        let mut seen = self.classes_seen.lock();
+        let mut seen = self.view.classes_seen.lock();
         let mut refusals = Vec::new();
         for (i, snap) in snapshots.iter().enumerate() {
             let Some(snap) = snap else { continue };
@@ -193,18 +237,18 @@ impl Store {
                 if stored {
                     let db = layouts
                         .iter()
-                        .find(|(epoch, name, _)| *epoch == row.epoch && *name == self.names[i])
+                        .find(|(epoch, name, _)| *epoch == row.epoch && *name == self.dbs.names[i])
                         .map(|(.., c)| *c);
                     if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
                         refusals.push((
                             biz.clone(),
                             StoreError::InvalidRow {
                                 biz: biz.clone(),
-                                database: self.names[i].clone(),
+                                database: self.dbs.names[i].clone(),
                                 reason: format!(
                                     "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
                                     row.epoch,
-                                    self.names[i],
+                                    self.dbs.names[i],
                                     db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
                                 ),
                             },
@@ -232,7 +276,7 @@ impl Store {
                 // A stored layout names the row's epoch with a class holding the row's
                 // (checked above): the layout change moved it.
                 let by_layout = row.epoch > was.epoch && stored;
-                let tops = (0..self.names.len()).filter_map(|k| {
+                let tops = (0..self.dbs.names.len()).filter_map(|k| {
                     let other = snapshots[k]
                         .as_ref()
                         .and_then(|s| s.bizs.iter().find(|r| r.biz_type == *biz));
@@ -256,15 +300,15 @@ impl Store {
                         biz.clone(),
                         StoreError::InvalidRow {
                             biz: biz.clone(),
-                            database: self.names[i].clone(),
+                            database: self.dbs.names[i].clone(),
                             reason: format!(
                                 "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
-                                was.class, was.epoch, row.epoch, row.max_id, self.names[k], self.names[i]
+                                was.class, was.epoch, row.epoch, row.max_id, self.dbs.names[k], self.dbs.names[i]
                             ),
                         },
                     )),
                     _ => {
-                        tracing::info!(%biz, database = %self.names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
+                        tracing::info!(%biz, database = %self.dbs.names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
                         seen.insert(key, SeenRow {
                             earlier: was.top.max(was.earlier),
                             ..SeenRow::first(class, row)
@@ -280,8 +324,8 @@ impl Store {
     /// failure is only logged (the marks are written again at a later refresh).
     async fn write_witnesses(&self, witnesses: Vec<(usize, Vec<Witness>)>) {
         let writes = witnesses.iter().map(|(k, rows)| async move {
-            if let Err(e) = self.timed(self.dbs[*k].store.witness(rows)).await {
-                tracing::warn!(database = %self.dbs[*k].name, error = %e, "could not record witnesses");
+            if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
+                tracing::warn!(database = %self.dbs.list[*k].name, error = %e, "could not record witnesses");
             }
         });
         join_all(writes).await;

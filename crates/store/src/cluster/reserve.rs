@@ -135,7 +135,7 @@ impl Store {
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it, nor does a layout
         // change moving the biz (the catalog is read again for its new classes).
-        let deadline = self.clock.now() + self.timing.fetch_timeout;
+        let deadline = self.clock.now() + self.dbs.timing.fetch_timeout;
         let reserved = loop {
             let entry = catalog
                 .biz(biz.as_str())
@@ -161,7 +161,7 @@ impl Store {
         };
         let bound = self
             .hedge_delay(runway)
-            .unwrap_or(self.timing.fetch_timeout);
+            .unwrap_or(self.dbs.timing.fetch_timeout);
         self.witness_reservation(biz, &reserved, bound).await;
         Ok(reserved)
     }
@@ -175,7 +175,7 @@ impl Store {
     async fn witness_reservation(&self, biz: &BizTag, r: &Reservation, bound: Duration) {
         let max_id = r.range.max_id();
         let witness = [Witness {
-            database: self.names[r.database].clone(),
+            database: self.dbs.names[r.database].clone(),
             biz: biz.to_string(),
             mark: Mark {
                 version: r.version,
@@ -184,9 +184,9 @@ impl Store {
             },
         }];
         let witness = &witness;
-        let writes: Vec<_> = (0..self.dbs.len())
+        let writes: Vec<_> = (0..self.dbs.list.len())
             .filter(|&k| k != r.database && self.is_reachable(k))
-            .map(|k| Box::pin(self.dbs[k].store.witness(witness)))
+            .map(|k| Box::pin(self.dbs.list[k].store.witness(witness)))
             .collect();
         if writes.is_empty() {
             return;
@@ -219,12 +219,14 @@ impl Store {
         hedge: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
         use futures_util::StreamExt;
-        let mut order: Vec<usize> = (0..self.dbs.len()).filter(|&i| self.is_live(i)).collect();
+        let mut order: Vec<usize> = (0..self.dbs.list.len())
+            .filter(|&i| self.is_live(i))
+            .collect();
         order.shuffle(&mut rand::rng());
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
         let mut moving = 0;
         // One round-trip tracker per database, declared before the attempts borrow them.
-        let trips: Vec<RoundTrip> = (0..self.dbs.len())
+        let trips: Vec<RoundTrip> = (0..self.dbs.list.len())
             .map(|_| RoundTrip::new(&self.clock))
             .collect();
         let mut running = futures_util::stream::FuturesUnordered::new();
@@ -247,7 +249,7 @@ impl Store {
                             if trips[newest].stuck_for() >= hedge
                                 && let Some(i) = queue.next()
                             {
-                                tracing::debug!(biz = %biz, database = %self.dbs[i].name, "hedging a stalled reservation");
+                                tracing::debug!(biz = %biz, database = %self.dbs.list[i].name, "hedging a stalled reservation");
                                 tried.push(i);
                                 running.push(self.attempt_on(i, biz, request, known, deadline, &trips[i]));
                             }
@@ -269,10 +271,10 @@ impl Store {
                                 db,
                                 &format!(
                                     "no answer within {stuck:?} while database \"{}\" reserved",
-                                    self.dbs[i].name
+                                    self.dbs.list[i].name
                                 ),
                             );
-                            self.dbs[db].metrics.outcome(FetchOutcome::Error);
+                            self.dbs.list[db].metrics.outcome(FetchOutcome::Error);
                         }
                     }
                     return Ok(r);
@@ -284,7 +286,7 @@ impl Store {
                 Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
                 // A transaction that lost to another is a lost race: retried.
                 Err(e) if e.verdict() == Verdict::Transient => contended += 1,
-                Err(e) => failed.push(format!("\"{}\": {e}", self.dbs[i].name)),
+                Err(e) => failed.push(format!("\"{}\": {e}", self.dbs.list[i].name)),
             }
         }
         Err(if let Some(e) = refused {
@@ -314,12 +316,9 @@ impl Store {
     /// [`Protocol::min_hedge`](crate::config::Protocol::min_hedge), so that a merely
     /// busy database is not hedged on every fetch.
     fn hedge_delay(&self, runway: Option<Duration>) -> Option<Duration> {
-        let least = self.timing.hedge_after?;
-        let usual = Duration::from_micros(
-            self.usual_fetch_us
-                .load(std::sync::atomic::Ordering::Relaxed),
-        );
-        let delay = (usual * 4).clamp(least, (self.timing.fetch_timeout / 2).max(least));
+        let least = self.dbs.timing.hedge_after?;
+        let usual = self.dbs.usual_fetch();
+        let delay = (usual * 4).clamp(least, (self.dbs.timing.fetch_timeout / 2).max(least));
         Some(match runway {
             Some(runway) => delay.min((runway / 2).max(usual * 2).max(self.protocol.min_hedge)),
             None => delay,
@@ -337,7 +336,7 @@ impl Store {
         deadline: Instant,
         trip: &RoundTrip,
     ) -> (usize, Result<Attempt, DbError>) {
-        let lock = self.dbs[i]
+        let lock = self.dbs.list[i]
             .reserving
             .lock()
             .entry(biz.clone())
@@ -351,18 +350,12 @@ impl Store {
             .call(i, self.attempt(i, biz, request, known, trip))
             .await;
         let took = self.clock.now().saturating_duration_since(started);
-        let db = &self.dbs[i].metrics;
+        let db = &self.dbs.list[i].metrics;
         db.observe(took);
         match &result {
             Ok(Attempt::Reserved(_)) => {
                 db.outcome(FetchOutcome::Ok);
-                // A moving average over about eight reservations.
-                let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-                let _ = self.usual_fetch_us.fetch_update(
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                    |avg| Some(if avg == 0 { took } else { (avg * 7 + took) / 8 }),
-                );
+                self.dbs.note_fetch(took);
             }
             Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
             // Each lost compare-and-set was counted as it happened.
@@ -383,7 +376,7 @@ impl Store {
         (known, epoch): Known<'_>,
         trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
-        let db = &self.dbs[i];
+        let db = &self.dbs.list[i];
         let refuse = |reason: String| {
             Attempt::Refused(StoreError::InvalidRow {
                 biz: biz.to_string(),
@@ -392,7 +385,7 @@ impl Store {
             })
         };
         for _ in 0..CAS_ATTEMPTS {
-            let seen = self.evidence.lock().mark(i, biz.as_str());
+            let seen = self.view.evidence.lock().mark(i, biz.as_str());
             let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
                 return Ok(Attempt::Missing);
             };
@@ -403,7 +396,10 @@ impl Store {
                     reason: regression.to_string(),
                 });
             }
-            self.evidence.lock().learn(i, biz.as_str(), Mark::of(&row));
+            self.view
+                .evidence
+                .lock()
+                .learn(i, biz.as_str(), Mark::of(&row));
             if row.frozen || row.epoch < epoch {
                 return Ok(Attempt::Moving);
             }
@@ -451,7 +447,8 @@ impl Store {
                 db.metrics.outcome(FetchOutcome::Conflict);
                 continue;
             };
-            self.evidence
+            self.view
+                .evidence
                 .lock()
                 .learn(i, biz.as_str(), Mark::of(&updated));
             // The class may have been edited by hand between the read and the update:
@@ -486,13 +483,13 @@ impl Store {
         let residue =
             Residue::new(row.delta, row.remainder).map_err(|e| StoreError::InvalidRow {
                 biz: biz.to_string(),
-                database: self.dbs[i].name.clone(),
+                database: self.dbs.list[i].name.clone(),
                 reason: e.to_string(),
             })?;
         let mut classes: Vec<(usize, Residue)> =
             known.iter().copied().filter(|&(db, _)| db != i).collect();
         classes.push((i, residue));
-        match conflict(biz.as_str(), &self.names, &classes) {
+        match conflict(biz.as_str(), &self.dbs.names, &classes) {
             Some(e) => Err(e),
             None => Ok(residue),
         }

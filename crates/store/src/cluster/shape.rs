@@ -92,7 +92,7 @@ impl Store {
             id: text.to_string(),
             number,
             sequential,
-            database: holder.map(|(db, _)| self.names[*db].clone()),
+            database: holder.map(|(db, _)| self.dbs.names[*db].clone()),
             class: holder.map(|(_, class)| *class),
         })
     }

@@ -1,11 +1,13 @@
 //! Token administration on every database (add, revoke, rotate, list), and the last
 //! uses that servers note in memory and write back off the request path.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use parking_lot::Mutex;
 
 use super::Store;
 use super::admin::audit;
@@ -50,31 +52,70 @@ fn from_now(after: Duration) -> i64 {
     unix_now().saturating_add(i64::try_from(after.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// The token uses noted in memory and not yet written to the databases.
+///
+/// # Lock order
+/// `pending` is a plain (`parking_lot`) mutex held for one map update or swap, never
+/// across an await; it nests no other lock. `writing` is an atomic, no lock.
+#[derive(Default)]
+pub(super) struct Uses {
+    /// Token uses noted since they were last written, by token. Plain mutex: held for
+    /// one map update, which each HTTP worker makes about once a minute per token.
+    pub(super) pending: Mutex<HashMap<TokenDigest, i64>>,
+    /// Set while last uses are being written, so that writes never pile up behind a
+    /// slow database.
+    pub(super) writing: Arc<AtomicBool>,
+}
+
+impl Uses {
+    /// Notes that the token of `digest` was used at `at` (unix seconds), keeping the
+    /// latest use per token.
+    fn note(&self, digest: &TokenDigest, at: i64) {
+        let mut uses = self.pending.lock();
+        let last = uses.entry(*digest).or_insert(at);
+        *last = (*last).max(at);
+    }
+
+    /// The uses noted so far, hex-encoded, unless there are none or an earlier write is
+    /// still under way (then the notes wait for the next call). Returning some marks a
+    /// write as under way: clear `writing` when it is over.
+    fn start_write(&self) -> Option<Vec<(String, i64)>> {
+        if self.pending.lock().is_empty() || self.writing.swap(true, Ordering::AcqRel) {
+            return None;
+        }
+        Some(
+            std::mem::take(&mut *self.pending.lock())
+                .into_iter()
+                .map(|(digest, at)| (hex::encode(digest), at))
+                .collect(),
+        )
+    }
+}
+
 impl Store {
     /// Notes that the token of `digest` was used at `at` (unix seconds). The notes are
     /// written to the databases by the next catalog refresh, in the background.
     pub fn note_use(&self, digest: &TokenDigest, at: i64) {
-        let mut uses = self.uses.lock();
-        let last = uses.entry(*digest).or_insert(at);
-        *last = (*last).max(at);
+        self.uses.note(digest, at);
     }
 
     /// Writes the noted token uses to every reachable database in a task of its own,
     /// so that no request waiting on a refresh also waits on these writes. While an
     /// earlier write is under way, the notes wait for the next refresh.
     pub(super) fn write_uses(&self) {
-        if self.uses.lock().is_empty() || self.writing_uses.swap(true, Ordering::AcqRel) {
+        let Some(uses) = self.uses.start_write() else {
             return;
-        }
-        let uses: Vec<(String, i64)> = std::mem::take(&mut *self.uses.lock())
-            .into_iter()
-            .map(|(digest, at)| (hex::encode(digest), at))
-            .collect();
-        let targets: Vec<(String, Arc<dyn crate::store::SegmentStore>)> = (0..self.dbs.len())
+        };
+        let targets: Vec<(String, Arc<dyn crate::store::SegmentStore>)> = (0..self.dbs.list.len())
             .filter(|&i| self.is_reachable(i))
-            .map(|i| (self.dbs[i].name.clone(), self.dbs[i].store.clone()))
+            .map(|i| {
+                (
+                    self.dbs.list[i].name.clone(),
+                    self.dbs.list[i].store.clone(),
+                )
+            })
             .collect();
-        let (timeout, writing) = (self.timing.fetch_timeout, self.writing_uses.clone());
+        let (timeout, writing) = (self.dbs.timing.fetch_timeout, self.uses.writing.clone());
         tokio::spawn(async move {
             let uses = &uses;
             join_all(targets.iter().map(|(name, db)| async move {
@@ -94,7 +135,7 @@ impl Store {
         let mut rows = Vec::new();
         let mut unreachable = Vec::new();
         let reads = self.on_all(|db| db.tokens()).await;
-        for ((i, name), read) in self.names.iter().enumerate().zip(reads) {
+        for ((i, name), read) in self.dbs.names.iter().enumerate().zip(reads) {
             match read {
                 Ok(read) => rows.extend(read.into_iter().map(|r| (i, r))),
                 Err(e) => unreachable.push((name.clone(), e)),
@@ -117,7 +158,7 @@ impl Store {
         }
         let list = self.list_tokens().await;
         let down: Vec<String> = list.unreachable.iter().map(|(n, _)| n.clone()).collect();
-        if down.len() == self.dbs.len() {
+        if down.len() == self.dbs.list.len() {
             let why: Vec<String> = list
                 .unreachable
                 .iter()
@@ -198,10 +239,10 @@ impl Store {
     ) -> Result<(String, Vec<String>), StoreError> {
         let token = generate_token();
         let hash = hash_token(&token);
-        let mut report = Vec::with_capacity(self.dbs.len());
-        let mut changed = Vec::with_capacity(self.dbs.len());
+        let mut report = Vec::with_capacity(self.dbs.list.len());
+        let mut changed = Vec::with_capacity(self.dbs.list.len());
         let mut failed = None;
-        'dbs: for db in &self.dbs {
+        'dbs: for db in &self.dbs.list {
             for biz in bizs {
                 if let Err(e) = db.store.insert_token(&hash, biz, remark, expires).await {
                     report.push(format!("\"{}\": FAILED: {e}", db.name));
@@ -243,7 +284,7 @@ impl Store {
         let results = self.on_all(|db| db.revoke_tokens(hash, now)).await;
         let mut report = Vec::with_capacity(results.len());
         let (mut changed, mut failed) = (Vec::new(), Vec::new());
-        for ((i, name), result) in self.names.iter().enumerate().zip(results) {
+        for ((i, name), result) in self.dbs.names.iter().enumerate().zip(results) {
             report.push(match result {
                 Ok(0) if token.databases.contains(&i) => {
                     format!("\"{name}\": token {}… was already revoked", short(hash))
@@ -309,7 +350,7 @@ impl Store {
         let hash = &old.hash;
         let results = self.on_all(|db| db.expire_token(hash, until)).await;
         let (mut changed, mut failed) = (Vec::new(), Vec::new());
-        for (name, result) in self.names.iter().zip(results) {
+        for (name, result) in self.dbs.names.iter().zip(results) {
             report.push(match result {
                 Ok(0) => format!(
                     "\"{name}\": old token {}… already expires by then",
