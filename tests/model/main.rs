@@ -3,7 +3,7 @@
 //! runs), checked by [stateright](https://docs.rs/stateright) over every interleaving
 //! of its actors' steps at small sizes.
 //!
-//! The model is the protocol as `crates/store/src/cluster/layout.rs` runs it, one database
+//! The model is the protocol as `crates/store/src/cluster/layout/mod.rs` runs it, one database
 //! statement per step, and it calls the project's own pure functions for every
 //! decision (`layout::merge`, `required`, `plan`, `claim_order`, `fence`, `settled`,
 //! `restriction`, `read`, `current`, `Layout::owner_of`, `Reclass::freezing`,

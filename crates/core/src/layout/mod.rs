@@ -1,6 +1,6 @@
 //! Layouts: which databases issue IDs, and from which residue class, at each epoch.
 //! Pure: no IO. `segmint db add` and `db remove` move the cluster from one layout to
-//! the next (see `store/cluster/layout.rs`); servers read the layouts with the catalog.
+//! the next (see `crates/store/src/cluster/layout/`); servers read the layouts with the catalog.
 //!
 //! Epoch 0 is the configuration's classes, before any change. A change claims the next
 //! epoch (inserting its row as `moving` on every database, one at a time in

@@ -1,0 +1,528 @@
+//! Running a layout change: decide, claim, move every biz and the worker IDs, heartbeat
+//! meanwhile, then mark the layout done.
+
+use super::*;
+
+impl Store {
+    /// Moves the cluster to the layout `change` asks for (see [`layout::target`]),
+    /// worked out from the layouts it reads itself. `before` is the layout before any change
+    /// (the configured classes), used when no layout was ever stored. Reports progress
+    /// through `say` as it goes, so that a command killed midway has said how far it
+    /// got.
+    ///
+    /// Every database that may hold live rows or leases must be configured and answer
+    /// ([`layout::required`]). A change under way with the same databases is finished;
+    /// one with other databases is superseded (every biz is moved to `target` from
+    /// wherever it got); either only once its row has been silent for
+    /// [`Protocol::silent`](crate::config::Protocol::silent).
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database is missing or does not answer, another
+    /// command claimed the epoch first or is still running, or a biz cannot be moved:
+    /// what was done so far is safe to serve from, and running the command again
+    /// finishes it.
+    pub async fn change_layout(
+        &self,
+        change: &LayoutChange,
+        before: &Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<Layout, StoreError> {
+        let refused = StoreError::Refused;
+        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
+        let reads = self.on_parts(&all, |db| db.layouts()).await;
+        let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
+        let rows: Vec<LayoutRow> = reads
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .cloned()
+            .collect();
+        let layouts = layout::merge(&rows).map_err(|e| {
+            refused(format!(
+                "{e}: run `segmint db list` and mend the layout rows by hand; nothing changed"
+            ))
+        })?;
+        let (target, lost) =
+            layout::target(change, &layouts, before, &self.dbs.names).map_err(refused)?;
+        let (target, lost) = (&target[..], &lost[..]);
+        for name in target {
+            if !self.dbs.names.contains(name) {
+                return Err(refused(format!(
+                    "database \"{name}\" is not configured; nothing changed"
+                )));
+            }
+        }
+        let mut witnessed: Vec<String> = witnesses
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .map(|w| w.database.clone())
+            .collect();
+        witnessed.sort();
+        witnessed.dedup();
+        let mut need = layout::required(&layouts, before, &witnessed, lost);
+        for name in target {
+            if !need.contains(name) {
+                need.push(name.clone());
+            }
+        }
+        let missing: Vec<&String> = need
+            .iter()
+            .filter(|n| !self.dbs.names.contains(n))
+            .collect();
+        if !missing.is_empty() {
+            let names = missing
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(refused(format!(
+                "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; configure it, or if it is gone for good, declare it lost with `segmint db remove NAME --lost`; nothing changed"
+            )));
+        }
+        let parts: Vec<usize> = need
+            .iter()
+            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
+            .collect();
+        for &i in &parts {
+            if let Err(e) = &reads[i] {
+                return Err(refused(format!(
+                    "database \"{}\" did not answer ({e}): a change needs every database of the layout; run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {} --lost`; nothing changed",
+                    self.dbs.names[i], self.dbs.names[i]
+                )));
+            }
+        }
+        for name in lost {
+            if let Some(i) = self.dbs.names.iter().position(|n| n == name)
+                && reads[i].is_ok()
+            {
+                return Err(refused(format!(
+                    "database \"{name}\" answers: remove it with `segmint db remove {name}` (its rows are then frozen), not as lost; nothing changed"
+                )));
+            }
+        }
+        let (from, to, supersede, finishing) =
+            match layout::plan(&layouts, before, target, lost).map_err(refused)? {
+                Plan::Already(l) => {
+                    say(format!(
+                        "layout epoch {} already has these databases: {}",
+                        l.epoch,
+                        l.describe()
+                    ));
+                    return Ok(l);
+                }
+                Plan::Change {
+                    from,
+                    to,
+                    supersede,
+                    finishing,
+                } => (from, to, supersede, finishing),
+            };
+        let names: Vec<String> = parts.iter().map(|&i| self.dbs.names[i].clone()).collect();
+        if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
+            self.wait_silent(&parts, running, say).await?;
+            // What was decided holds only if nothing moved on meanwhile.
+            let rows: Vec<LayoutRow> = self
+                .all_parts(&parts, |db| db.layouts(), "nothing changed")
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            let key = |l: &[Layout]| {
+                let (done, pending) = layout::current(l);
+                (
+                    l.last().map(|l| l.epoch),
+                    done.map(|l| l.epoch),
+                    pending.map(|l| l.epoch),
+                )
+            };
+            if layout::merge(&rows).map(|l| key(&l)) != Ok(key(&layouts)) {
+                return Err(refused(
+                    "the layouts changed while this command waited (another command ran): run it again; nothing changed".into(),
+                ));
+            }
+        }
+        let now = self.unix_ms();
+        if layouts.is_empty() {
+            // The configured classes become epoch 0, as a claim: a command that raced
+            // this one wrote the same or its claim below fails.
+            let row = from.row(now);
+            for &i in &parts {
+                self.step(i, self.dbs.list[i].store.claim_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
+            }
+        }
+        if finishing {
+            say(format!(
+                "finishing the change to layout epoch {} cut off before",
+                to.epoch
+            ));
+            let row = to.row(now);
+            for &i in &parts {
+                self.step(i, self.dbs.list[i].store.put_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+            }
+        } else {
+            let prev = layouts.last().unwrap_or(&from);
+            let row = to.row(now);
+            for (k, name) in layout::claim_order(prev, &names).iter().enumerate() {
+                let Some(i) = self.dbs.names.iter().position(|n| n == name) else {
+                    continue;
+                };
+                let claimed = self
+                    .step(i, self.dbs.list[i].store.claim_layout(&row))
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                if !claimed {
+                    return Err(refused(if k == 0 {
+                        format!(
+                            "another `segmint db` command claimed layout epoch {} first (on database \"{name}\"): two changes never run at once; see `segmint db list`, and run this again once it is done; nothing changed",
+                            to.epoch
+                        )
+                    } else {
+                        format!(
+                            "layout epoch {} was claimed here but database \"{name}\" holds another row for it: see `segmint db list`",
+                            to.epoch
+                        )
+                    }));
+                }
+            }
+            if let Some(p) = &supersede {
+                say(format!(
+                    "superseding the change to layout epoch {} ({}) cut off before",
+                    p.epoch,
+                    p.describe()
+                ));
+                let row = Layout {
+                    state: LayoutState::Superseded,
+                    ..p.clone()
+                }
+                .row(now);
+                for &i in &parts {
+                    self.step(i, self.dbs.list[i].store.put_layout(&row))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                }
+            }
+        }
+        say(format!(
+            "layout epoch {} → {}: {}{}",
+            from.epoch,
+            to.epoch,
+            to.describe(),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!("; lost for good: {}", lost.join(", "))
+            }
+        ));
+        self.load_layout().await;
+        // The moves run while the row is rewritten every second: another command, and
+        // the servers, then know the change is alive.
+        let finishing_flag = AtomicBool::new(false);
+        let change = self.apply_change(&parts, &from, to.clone(), &layouts, &finishing_flag, say);
+        let beat = self.heartbeat(&parts, &to, &finishing_flag);
+        let result = tokio::select! {
+            biased;
+            r = change => r,
+            e = beat => Err(e),
+        };
+        if result.is_err() {
+            // Stopped by an error, not killed: the next command, and the servers, need
+            // not wait for this one to fall silent (changed_ms 0 says so). Best effort.
+            let released = to.row(0);
+            let released = &released;
+            let _ = self
+                .on_parts(&parts, move |db| db.put_layout(released))
+                .await;
+        }
+        result
+    }
+
+    /// Rewrites the layout row of the change to `to` every
+    /// [`Protocol::heartbeat`](crate::config::Protocol::heartbeat) until
+    /// `finishing` is set. Returns only when the row is no longer `moving` on some
+    /// database before that: a later change superseded this one.
+    pub(super) async fn heartbeat(
+        &self,
+        parts: &[usize],
+        to: &Layout,
+        finishing: &AtomicBool,
+    ) -> StoreError {
+        loop {
+            tokio::time::sleep(self.protocol.heartbeat).await;
+            if finishing.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let row = to.row(self.unix_ms());
+            let row = &row;
+            for (k, written) in self
+                .on_parts(parts, move |db| db.put_layout(row))
+                .await
+                .into_iter()
+                .enumerate()
+            {
+                if matches!(written, Ok(false)) && !finishing.load(Ordering::SeqCst) {
+                    return StoreError::Refused(format!(
+                        "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
+                        to.epoch, self.dbs.names[parts[k]]
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Waits until the change to `running` has been silent for
+    /// [`Protocol::silent`](crate::config::Protocol::silent): its row's
+    /// `changed_ms` unchanged on every database of `parts` (or released, 0), as watched
+    /// by this process's monotonic clock.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the row changes meanwhile: its command runs.
+    pub(super) async fn wait_silent(
+        &self,
+        parts: &[usize],
+        running: &Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
+        let beat = |rows: Vec<Result<Vec<LayoutRow>, DbError>>| {
+            rows.into_iter()
+                .filter_map(Result::ok)
+                .flatten()
+                .filter(|r| r.epoch == running.epoch)
+                .map(|r| r.changed_ms)
+                .max()
+                .unwrap_or(0)
+        };
+        let first = beat(self.on_parts(parts, |db| db.layouts()).await);
+        if first == 0 {
+            return Ok(());
+        }
+        let silent = self.protocol.silent;
+        say(format!(
+            "a change to layout epoch {} ({}) is under way or was cut off: waiting {} s to see whether its command still runs",
+            running.epoch,
+            running.describe(),
+            silent.as_secs_f64()
+        ));
+        let until = self.clock.now() + silent;
+        while self.clock.now() < until {
+            tokio::time::sleep(self.protocol.silence_poll()).await;
+            let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
+            if seen != first {
+                return Err(StoreError::Refused(format!(
+                    "another `segmint db` command is running the change to layout epoch {} ({}): its row changed within {} s; run this again once it is done; nothing changed",
+                    running.epoch,
+                    running.describe(),
+                    silent.as_secs_f64()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The moves of a change from `from` to `to`, whose layout row is claimed, over the
+    /// databases `parts`; `layouts` as read before.
+    pub(super) async fn apply_change(
+        &self,
+        parts: &[usize],
+        from: &Layout,
+        to: Layout,
+        layouts: &[Layout],
+        finishing: &AtomicBool,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<Layout, StoreError> {
+        let members: Vec<usize> = to
+            .members
+            .iter()
+            .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+            .collect();
+        self.copy_catalog(parts, &members, say).await?;
+        // Every epoch a row can be in: those read, the one moved from and the target.
+        let mut layouts = layouts.to_vec();
+        for l in [from, &to] {
+            if !layouts.iter().any(|k| k.epoch == l.epoch) {
+                layouts.push(l.clone());
+            }
+        }
+        let bizs: BTreeSet<String> = self
+            .all_parts(parts, |db| db.bizs(), "stopped")
+            .await?
+            .into_iter()
+            .flatten()
+            .map(|r| r.biz_type)
+            .collect();
+        let witnessed = witnessed(
+            self.all_parts(parts, |db| db.witnesses(), "stopped")
+                .await?
+                .into_iter()
+                .flatten(),
+        );
+        let (mut moved, total) = (0, bizs.len());
+        for biz in &bizs {
+            match self.move_biz(biz, &to, &layouts, &witnessed, parts).await? {
+                Moved::Already => {}
+                Moved::Moved { fence, rows } => {
+                    moved += 1;
+                    say(format!(
+                        "biz `{biz}`: {rows} rows moved above {fence} (epoch {})",
+                        to.epoch
+                    ));
+                }
+            }
+        }
+        say(format!(
+            "{moved} of {total} bizs moved, {} already in epoch {}",
+            total - moved,
+            to.epoch
+        ));
+        let leases = self.move_worker_ids(&to, parts).await?;
+        say(format!("worker IDs: {leases}"));
+        let done = Layout {
+            state: LayoutState::Done,
+            ..to
+        };
+        finishing.store(true, Ordering::SeqCst);
+        let row = done.row(self.unix_ms());
+        for &i in parts {
+            self.step(i, self.dbs.list[i].store.put_layout(&row))
+                .await
+                .map_err(|e| self.stopped(i, &e, "stopped"))?;
+        }
+        self.load_layout().await;
+        let changed: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+        super::super::admin::audit(&format!("layout epoch {}", done.epoch), "", "", &changed);
+        say(format!(
+            "layout epoch {} is done: {}",
+            done.epoch,
+            done.describe()
+        ));
+        Ok(done)
+    }
+
+    /// Runs `op` on each database of `parts` at once, each within
+    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout).
+    pub(super) async fn on_parts<'a, T, F>(
+        &'a self,
+        parts: &[usize],
+        op: impl Fn(&'a dyn crate::store::SegmentStore) -> F,
+    ) -> Vec<Result<T, DbError>>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        join_all(
+            parts
+                .iter()
+                .map(|&i| self.step(i, op(self.dbs.list[i].store.as_ref()))),
+        )
+        .await
+    }
+
+    /// [`Store::on_parts`], every database answering: the error names the first that
+    /// did not, followed by `then` (what that means for the change).
+    pub(super) async fn all_parts<'a, T, F>(
+        &'a self,
+        parts: &[usize],
+        op: impl Fn(&'a dyn crate::store::SegmentStore) -> F,
+        then: &str,
+    ) -> Result<Vec<T>, StoreError>
+    where
+        F: Future<Output = Result<T, DbError>> + 'a,
+    {
+        self.on_parts(parts, op)
+            .await
+            .into_iter()
+            .zip(parts)
+            .map(|(r, &i)| r.map_err(|e| self.stopped(i, &e, then)))
+            .collect()
+    }
+
+    /// One step of a change on database `i`, within
+    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) (or the fetch
+    /// timeout, when longer).
+    pub(super) async fn step<T>(
+        &self,
+        i: usize,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        self.call_within(
+            i,
+            self.protocol
+                .step_timeout
+                .max(self.dbs.timing.fetch_timeout),
+            op,
+        )
+        .await
+    }
+
+    /// The refusal of a change stopped by database `i`'s error.
+    pub(super) fn stopped(&self, i: usize, e: &DbError, then: &str) -> StoreError {
+        StoreError::Refused(format!(
+            "database \"{}\" failed ({e}); {then}; what was done is safe to serve from: run the command again once it answers",
+            self.dbs.names[i]
+        ))
+    }
+
+    /// Copies shape and token rows to the members that lack them: a biz's shape before
+    /// any of its rows, and tokens so that the new database alone can answer.
+    pub(super) async fn copy_catalog(
+        &self,
+        parts: &[usize],
+        members: &[usize],
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
+        let shapes = self.all_parts(parts, |db| db.shapes(), "stopped").await?;
+        let tokens = self.all_parts(parts, |db| db.tokens(), "stopped").await?;
+        let mut all_shapes: HashMap<&str, &ShapeRow> = HashMap::new();
+        for s in shapes.iter().flatten() {
+            all_shapes.entry(s.biz_type.as_str()).or_insert(s);
+        }
+        let merged = merge_tokens(
+            tokens
+                .iter()
+                .enumerate()
+                .flat_map(|(k, rows)| rows.iter().map(move |t| (parts[k], t))),
+        );
+        for &i in members {
+            let Some(k) = parts.iter().position(|&p| p == i) else {
+                continue;
+            };
+            let store = &self.dbs.list[i].store;
+            let fail = |e: DbError| self.stopped(i, &e, "stopped");
+            let mut copied = (0, 0);
+            for (biz, shape) in &all_shapes {
+                if !shapes[k].iter().any(|s| s.biz_type == *biz) {
+                    self.step(i, store.put_shape(shape)).await.map_err(fail)?;
+                    copied.0 += 1;
+                }
+            }
+            for t in &merged {
+                for biz in &t.bizs {
+                    let held = tokens[k]
+                        .iter()
+                        .any(|r| r.token_hash.eq_ignore_ascii_case(&t.hash) && r.biz_type == *biz);
+                    if !held {
+                        self.step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
+                            .await
+                            .map_err(fail)?;
+                        copied.1 += 1;
+                    }
+                }
+                if let Some(at) = t.revoked {
+                    self.step(i, store.revoke_tokens(&t.hash, at))
+                        .await
+                        .map_err(fail)?;
+                }
+            }
+            if copied != (0, 0) {
+                say(format!(
+                    "\"{}\": copied {} shape rows and {} token grants",
+                    self.dbs.names[i], copied.0, copied.1
+                ));
+            }
+        }
+        Ok(())
+    }
+}
