@@ -188,7 +188,7 @@ impl Worker {
         let active = match &mut *state {
             State::Active(a) => a,
             State::Waiting { until, .. } => {
-                let left = until.saturating_duration_since(Instant::now());
+                let left = until.saturating_duration_since(self.store.now());
                 return Err(IssueError::NoWorkerId(format!(
                     "worker ID leased, waiting {} ms more for earlier holders to stop",
                     left.as_millis()
@@ -203,7 +203,7 @@ impl Worker {
         };
         let mut ids = Vec::with_capacity(n);
         let issued = (0..n).try_for_each(|_| {
-            let id = active.next_id()?;
+            let id = active.next_id(|| self.store.now())?;
             ids.push(id);
             Ok(())
         });
@@ -275,7 +275,7 @@ impl Worker {
     }
 
     async fn take(&self) -> Duration {
-        let sent = Instant::now();
+        let sent = self.store.now();
         match self
             .store
             .take_lease(&self.holder, self.config.lease, self.config.grace)
@@ -310,7 +310,7 @@ impl Worker {
     }
 
     async fn renew(&self, lease: &Lease, last_ms: i64) -> Duration {
-        let sent = Instant::now();
+        let sent = self.store.now();
         let bound_ms = SystemClock.now_ms().saturating_add(self.lease_ms());
         let renewed = self
             .store
@@ -331,13 +331,13 @@ impl Worker {
                 self.metrics.renewal("ok");
                 let deadline = self.deadline(sent);
                 let next = match std::mem::replace(&mut *state, State::Idle) {
-                    State::Waiting { until, .. } if Instant::now() < until => {
+                    State::Waiting { until, .. } if self.store.now() < until => {
                         *state = State::Waiting {
                             lease: renewed,
                             until,
                             deadline,
                         };
-                        until.saturating_duration_since(Instant::now())
+                        until.saturating_duration_since(self.store.now())
                     }
                     State::Waiting { .. } => {
                         match Generator::new(
@@ -396,7 +396,7 @@ impl Worker {
             }
             Err(e) => {
                 self.metrics.renewal("failed");
-                if Instant::now() >= current_deadline {
+                if self.store.now() >= current_deadline {
                     self.metrics.set_lease(None, "none");
                     tracing::error!(worker_id = lease.worker_id, error = %e, "could not renew the snowflake worker ID's lease in time; stopped issuing with it");
                     *state = State::Idle;
@@ -449,8 +449,9 @@ impl Worker {
 }
 
 impl Active {
-    /// One ID, checked against the lease after its timestamp was read.
-    fn next_id(&mut self) -> Result<i64, IssueError> {
+    /// One ID, checked against the lease after its timestamp was read; `now` reads the
+    /// store's monotonic clock.
+    fn next_id(&mut self, now: impl Fn() -> Instant) -> Result<i64, IssueError> {
         let id = self
             .generator
             .next_id(&mut self.pause)
@@ -458,7 +459,7 @@ impl Active {
                 SnowflakeError::ClockBehind { by } => IssueError::ClockBehind { by },
                 e => IssueError::Clock(e),
             })?;
-        if Instant::now() >= self.deadline {
+        if now() >= self.deadline {
             return Err(IssueError::NoWorkerId(
                 "the worker ID's lease was not renewed in time".into(),
             ));

@@ -16,8 +16,14 @@ use segmint::segment::Residue;
 use segmint::store::sqlite::SqliteStore;
 use segmint::store::{
     BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseSet, Mark, OpenMode, RowClass,
-    RowWrite, SegmentStore, ShapeRow, Store, StoreError, Witness, unix_now,
+    RowWrite, SegmentStore, ShapeRow, Store, StoreError, Witness,
 };
+
+/// The wall clock in Unix seconds, as token times are kept.
+fn unix_now() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since.map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
 
 fn tag(biz: &str) -> BizTag {
     BizTag::parse(biz).unwrap()

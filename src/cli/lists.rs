@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use segmint::import::Source;
 use segmint::layout::{Layout, Member, Standing};
 use segmint::segment::Residue;
-use segmint::store::{HASH_PREFIX, Store, unix_now};
+use segmint::store::{HASH_PREFIX, Store};
 use serde_json::{Value, json};
 
 use super::{ImportFile, Result};
@@ -246,7 +246,7 @@ fn one_line(text: &str) -> String {
 
 pub async fn list_tokens(store: &Store, as_json: bool) -> Result {
     let list = store.list_tokens().await;
-    let now = unix_now();
+    let now = store.unix_now();
     let names = store.database_names();
     for (db, e) in &list.unreachable {
         eprintln!("\"{db}\": unreachable: {e}");

@@ -1,12 +1,11 @@
 //! Who may use which biz: tokens checked against the in-memory catalog.
 
 use std::cell::RefCell;
-use std::time::Instant;
 
 use subtle::ConstantTimeEq;
 
 use crate::biz::{BizTag, TokenDigest, token_digest};
-use crate::store::{BizEntry, Catalog, Store, StoreError, live_at, unix_now};
+use crate::store::{BizEntry, Catalog, Store, StoreError, live_at};
 
 use super::error::ApiError;
 
@@ -25,7 +24,7 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
         .ok_or(ApiError::Unauthorized("missing token"))?;
     // Expiry is judged by the clock at the request, not at the last refresh. (The clock
     // read is a vDSO call, no system call.)
-    let now = unix_now();
+    let now = store.unix_now();
     if let Some(note) =
         store.with_catalog(|catalog| Recent::allowed(catalog.generation(), token, biz, now))
     {
@@ -48,7 +47,7 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
     let (generation, expires, decision) = match store.with_catalog(served) {
         Some(served) => served,
         None => {
-            let catalog = store.refresh_since(Instant::now()).await;
+            let catalog = store.refresh_since(store.now()).await;
             let expires = catalog.grant(&digest, now).and_then(|g| g.expires);
             let decision = decide(&catalog, &digest, biz, now);
             (catalog.generation(), expires, decision)

@@ -203,7 +203,7 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let port = local_port("bind", &config.bind, &listener)?;
         let store = Arc::new(Store::open(&config, mode)?);
-        store.refresh_since(Instant::now()).await;
+        store.refresh_since(store.now()).await;
         let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
             store.clone(),
             config.catalog_refresh,
@@ -531,7 +531,7 @@ async fn refresh_periodically(store: Arc<Store>, every: Duration) {
     tick.tick().await;
     loop {
         tick.tick().await;
-        store.refresh_since(Instant::now()).await;
+        store.refresh_since(store.now()).await;
     }
 }
 

@@ -3,7 +3,6 @@
 //! not handed out.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::AppState;
 use super::error::ApiError;
@@ -23,7 +22,7 @@ impl AppState {
             return Ok(shape);
         }
         self.store
-            .refresh_since(Instant::now())
+            .refresh_since(self.store.now())
             .await
             .shape_of(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()).into())

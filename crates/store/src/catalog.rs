@@ -87,11 +87,6 @@ pub fn live_at(expires: Option<i64>, now: i64) -> bool {
     expires.is_none_or(|e| now < e)
 }
 
-/// The server's clock in unix seconds, as token times are kept.
-pub fn unix_now() -> i64 {
-    super::Clock::unix_ms(&super::RuntimeClock).div_euclid(1000)
-}
-
 /// One token across the databases: the rows of its hash merged. A token revoked on
 /// any database is revoked, and the earliest expiry holds, so a change that reached
 /// only some databases (one was down) still takes effect.

@@ -25,7 +25,7 @@ pub(crate) use segmint_metrics as metrics;
 
 use async_trait::async_trait;
 
-pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, unix_now};
+pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at};
 pub use clock::{Clock, RuntimeClock};
 pub use cluster::import::ImportReport;
 pub use cluster::layout::LayoutReport;

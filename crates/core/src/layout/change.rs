@@ -190,7 +190,7 @@ pub fn plan(
 }
 
 /// An ID that none of `classes` holds, if any (checked over one period, the least
-/// common multiple of their moduli, up to [`MAX_MODULUS`]).
+/// common multiple of their moduli, up to `MAX_MODULUS`).
 pub fn uncovered(classes: impl Iterator<Item = Residue> + Clone) -> Option<i64> {
     let m = classes.clone().try_fold(1i64, |m, c| {
         (m / gcd(m, c.delta()))

@@ -222,6 +222,22 @@ impl Store {
         self
     }
 
+    /// The clock this store reads: every deadline of the store and of the server's
+    /// parts built on it (worker-ID leases, token expiry) reads it too.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Monotonic time by this store's clock.
+    pub fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// Wall time by this store's clock in Unix seconds, as token times are kept.
+    pub fn unix_now(&self) -> i64 {
+        self.clock.unix_ms().div_euclid(1000)
+    }
+
     /// The protocol timings in use.
     pub fn protocol(&self) -> &Protocol {
         &self.protocol

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use super::Store;
 use super::admin::audit;
 use crate::biz::{BizTag, TokenDigest, generate_token, hash_token};
-use crate::store::catalog::{TokenSummary, merge_tokens, unix_now};
+use crate::store::catalog::{TokenSummary, merge_tokens};
 use crate::store::{DbError, StoreError};
 
 /// Hex digits of a token's hash shown by `token list` and in reports and audit lines.
@@ -47,9 +47,9 @@ fn short(hash: &str) -> &str {
     hash.get(..HASH_PREFIX).unwrap_or(hash)
 }
 
-/// Unix seconds `after` from now.
-fn from_now(after: Duration) -> i64 {
-    unix_now().saturating_add(i64::try_from(after.as_secs()).unwrap_or(i64::MAX))
+/// Unix seconds `after` the Unix second `now`.
+fn after(now: i64, after: Duration) -> i64 {
+    now.saturating_add(i64::try_from(after.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// The token uses noted in memory and not yet written to the databases.
@@ -224,8 +224,13 @@ impl Store {
             return Err(StoreError::NotFound(biz.to_string()));
         }
         let bizs = [biz.to_string()];
-        self.grant_token("token add", &bizs, remark, expires_in.map(from_now))
-            .await
+        self.grant_token(
+            "token add",
+            &bizs,
+            remark,
+            expires_in.map(|e| after(self.unix_now(), e)),
+        )
+        .await
     }
 
     /// Creates a token, grants it `bizs` on every database and logs the change as
@@ -279,7 +284,7 @@ impl Store {
     /// [`StoreError::Unavailable`] when no database answers.
     pub async fn revoke_token(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         let (token, _) = self.find_token(prefix).await?;
-        let now = unix_now();
+        let now = self.unix_now();
         let hash = &token.hash;
         let results = self.on_all(|db| db.revoke_tokens(hash, now)).await;
         let mut report = Vec::with_capacity(results.len());
@@ -344,9 +349,14 @@ impl Store {
         }
         let bizs: Vec<String> = old.bizs.iter().cloned().collect();
         let (token, mut report) = self
-            .grant_token("token rotate", &bizs, &old.remark, expires_in.map(from_now))
+            .grant_token(
+                "token rotate",
+                &bizs,
+                &old.remark,
+                expires_in.map(|e| after(self.unix_now(), e)),
+            )
             .await?;
-        let until = from_now(grace);
+        let until = after(self.unix_now(), grace);
         let hash = &old.hash;
         let results = self.on_all(|db| db.expire_token(hash, until)).await;
         let (mut changed, mut failed) = (Vec::new(), Vec::new());
