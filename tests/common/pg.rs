@@ -570,6 +570,11 @@ impl Databases {
         }
     }
 
+    /// The PostgreSQL cluster of database `i`.
+    pub fn cluster(&self, i: usize) -> &PgCluster {
+        &self.clusters[i]
+    }
+
     /// Stops PostgreSQL database `i` at once, as a crash would.
     pub fn stop(&self, i: usize) {
         self.clusters[i].stop();

@@ -24,6 +24,7 @@ pub(super) struct RawProtocol {
     step_timeout_ms: u64,
     min_refresh_gap_ms: u64,
     min_hedge_ms: u64,
+    full_refresh_ms: u64,
 }
 
 impl Default for RawProtocol {
@@ -34,6 +35,7 @@ impl Default for RawProtocol {
             step_timeout_ms: 30_000,
             min_refresh_gap_ms: 100,
             min_hedge_ms: 5,
+            full_refresh_ms: 600_000,
         }
     }
 }
@@ -61,6 +63,10 @@ pub struct Protocol {
     /// Least hedge delay when a cache's runway is short, so that a merely busy
     /// database is not hedged on every fetch.
     pub min_hedge: Duration,
+    /// How often a server reads every catalog row of a database, between refreshes that
+    /// read only the rows written since the last (the databases' change feeds). The
+    /// feed misses nothing on its own; the full read is a second look, bounded in cost.
+    pub full_refresh: Duration,
 }
 
 impl Default for Protocol {
@@ -89,6 +95,7 @@ impl RawProtocol {
             ("protocol.step_timeout_ms", self.step_timeout_ms),
             ("protocol.min_refresh_gap_ms", self.min_refresh_gap_ms),
             ("protocol.min_hedge_ms", self.min_hedge_ms),
+            ("protocol.full_refresh_ms", self.full_refresh_ms),
         ] {
             if !(1..=MAX_MS).contains(&ms) {
                 return Err(invalid(key, "must be between 1 and 3600000 (an hour)"));
@@ -109,6 +116,7 @@ impl RawProtocol {
             step_timeout: Duration::from_millis(self.step_timeout_ms),
             min_refresh_gap: Duration::from_millis(self.min_refresh_gap_ms),
             min_hedge: Duration::from_millis(self.min_hedge_ms),
+            full_refresh: Duration::from_millis(self.full_refresh_ms),
         })
     }
 }
@@ -128,6 +136,7 @@ mod tests {
         assert_eq!(p.step_timeout, Duration::from_secs(30));
         assert_eq!(p.min_refresh_gap, Duration::from_millis(100));
         assert_eq!(p.min_hedge, Duration::from_millis(5));
+        assert_eq!(p.full_refresh, Duration::from_secs(600));
         assert_eq!(p.silence_poll(), Duration::from_millis(250));
     }
 

@@ -4,7 +4,7 @@
 //! replica, a crash with `synchronous_commit = off`), and reserving from it would
 //! reissue IDs; its database is fenced. Pure: no IO.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::rows::BizRow;
 
@@ -92,19 +92,46 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
     }
 }
 
-/// The marks of every row of every database, by database index and biz.
+/// A database's row of a biz: the database's index and the biz.
+type Key = (usize, String);
+
+/// The marks of every row of every database, by database index and biz, with what a
+/// catalog read in flight must be checked against and what each database's witnesses
+/// may lack. Every operation costs what it touches, never the number of marks, except
+/// the first [`Evidence::take_lacking`] of a database (and the first after
+/// [`Evidence::unsettle`]).
 #[derive(Debug, Clone, Default)]
 pub struct Evidence {
-    marks: HashMap<(usize, String), Mark>,
+    marks: HashMap<Key, Mark>,
+    /// While a catalog read is in flight ([`Evidence::begin_read`]): the marks, as they
+    /// were when it started, of the keys learnt since (`None`: unknown then).
+    journal: Option<HashMap<Key, Option<Mark>>>,
+    /// The databases whose witnesses were last brought up to date (by
+    /// [`Evidence::take_lacking`]), each with the keys learnt since: only those can be
+    /// lacking there. A database not in it may lack any mark.
+    settled: HashMap<usize, HashSet<Key>>,
 }
 
 impl Evidence {
-    /// Adds what is known elsewhere of the row of `biz` on database `db`.
-    pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) {
-        self.marks
-            .entry((db, biz.to_owned()))
-            .and_modify(|m| *m = m.join(mark))
-            .or_insert(mark);
+    /// Adds what is known elsewhere of the row of `biz` on database `db`. Returns
+    /// whether the mark moved.
+    pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) -> bool {
+        let key = (db, biz.to_owned());
+        let old = self.marks.get(&key).copied();
+        let new = old.map_or(mark, |m| m.join(mark));
+        if old == Some(new) {
+            return false;
+        }
+        if let Some(journal) = &mut self.journal {
+            journal.entry(key.clone()).or_insert(old);
+        }
+        for (other, pending) in &mut self.settled {
+            if *other != db {
+                pending.insert(key.clone());
+            }
+        }
+        self.marks.insert(key, new);
+        true
     }
 
     /// Whether `row`, read from database `db`, is behind the evidence.
@@ -120,29 +147,68 @@ impl Evidence {
         self.marks.get(&(db, biz.to_owned())).copied()
     }
 
+    /// Starts a catalog read: until [`Evidence::end_read`], [`Evidence::check_read`]
+    /// judges rows by the marks as they are now. A mark learnt meanwhile (a reservation
+    /// here, a witness) may be newer than a row the read returns, without the row
+    /// having gone back.
+    pub fn begin_read(&mut self) {
+        self.journal = Some(HashMap::new());
+    }
+
+    /// Ends the catalog read begun last.
+    pub fn end_read(&mut self) {
+        self.journal = None;
+    }
+
+    /// As [`Evidence::check`], by the marks as they were when the read in flight
+    /// began (or as they are, when none is).
+    ///
+    /// # Errors
+    /// [`Regression`] when `row` is behind them.
+    pub fn check_read(&self, db: usize, row: &BizRow) -> Result<(), Regression> {
+        let key = (db, row.biz_type.clone());
+        match self.journal.as_ref().and_then(|j| j.get(&key)) {
+            Some(then) => behind(*then, row),
+            None => behind(self.marks.get(&key).copied(), row),
+        }
+    }
+
     /// The marks of the other databases' rows (named by index in `names`) that the
-    /// witnesses `has` of database `db` lack or hold older.
-    pub fn lacking(&self, db: usize, names: &[String], has: &[Witness]) -> Vec<Witness> {
-        let held: HashMap<(&str, &str), Mark> = has
-            .iter()
-            .map(|w| ((w.database.as_str(), w.biz.as_str()), w.mark))
-            .collect();
-        let mut lacking: Vec<Witness> = self
-            .marks
-            .iter()
-            .filter(|((other, _), _)| *other != db)
-            .filter(|((other, biz), mark)| {
-                held.get(&(names[*other].as_str(), biz.as_str()))
-                    .is_none_or(|h| h.join(**mark) != *h)
-            })
-            .map(|((other, biz), mark)| Witness {
-                database: names[*other].clone(),
-                biz: biz.clone(),
-                mark: *mark,
-            })
-            .collect();
+    /// witnesses of database `db` lack or hold older, `held` giving the mark a witness
+    /// there holds of a database (by name) and biz. Only the marks learnt since the
+    /// last call for `db` are looked at, or every mark on the first call (and after
+    /// [`Evidence::unsettle`]); `db` then counts as up to date: call `unsettle` if the
+    /// witnesses returned could not be written.
+    pub fn take_lacking(
+        &mut self,
+        db: usize,
+        names: &[String],
+        held: impl Fn(&str, &str) -> Option<Mark>,
+    ) -> Vec<Witness> {
+        let lacks = |(other, biz): &Key, mark: &Mark| {
+            (*other != db && held(&names[*other], biz).is_none_or(|h| h.join(*mark) != h)).then(
+                || Witness {
+                    database: names[*other].clone(),
+                    biz: biz.clone(),
+                    mark: *mark,
+                },
+            )
+        };
+        let mut lacking: Vec<Witness> = match self.settled.insert(db, HashSet::new()) {
+            Some(pending) => pending
+                .iter()
+                .filter_map(|k| lacks(k, self.marks.get(k)?))
+                .collect(),
+            None => self.marks.iter().filter_map(|(k, m)| lacks(k, m)).collect(),
+        };
         lacking.sort_by(|a, b| (&a.database, &a.biz).cmp(&(&b.database, &b.biz)));
         lacking
+    }
+
+    /// Forgets what database `db`'s witnesses hold: the next
+    /// [`Evidence::take_lacking`] for it looks at every mark.
+    pub fn unsettle(&mut self, db: usize) {
+        self.settled.remove(&db);
     }
 }
 
@@ -235,13 +301,49 @@ mod tests {
                 high_id: max_id,
             },
         };
+        let holding = |has: Vec<Witness>| {
+            move |db: &str, biz: &str| {
+                has.iter()
+                    .find(|w| w.database == db && w.biz == biz)
+                    .map(|w| w.mark)
+            }
+        };
         // Database b holds a's mark as it is and c's older: only c's is written.
-        let lacking = ev.lacking(1, &names, &[held("a", 5, 50), held("c", 6, 60)]);
+        let lacking = ev.take_lacking(1, &names, holding(vec![held("a", 5, 50), held("c", 6, 60)]));
         assert_eq!(lacking, [held("c", 7, 70)]);
+        // Settled: nothing learnt since, nothing looked at (even against no witness).
+        assert!(ev.take_lacking(1, &names, holding(vec![])).is_empty());
+        // What is learnt since is looked at, and only that.
+        observe(&mut ev, 2, &row(8, 80)).unwrap();
+        assert_eq!(
+            ev.take_lacking(1, &names, holding(vec![])),
+            [held("c", 8, 80)]
+        );
         // A witness ahead of what is known here needs nothing.
+        ev.unsettle(1);
         assert!(
-            ev.lacking(1, &names, &[held("a", 9, 90), held("c", 7, 70)])
+            ev.take_lacking(1, &names, holding(vec![held("a", 9, 90), held("c", 8, 80)]))
                 .is_empty()
         );
+        // Unsettled, every mark is looked at again.
+        ev.unsettle(1);
+        assert_eq!(ev.take_lacking(1, &names, holding(vec![])).len(), 2);
+    }
+
+    #[test]
+    fn a_read_in_flight_is_judged_by_the_marks_from_before_it() {
+        let mut ev = Evidence::default();
+        observe(&mut ev, 0, &row(3, 30)).unwrap();
+        ev.begin_read();
+        // A reservation here moves the row on while the read runs.
+        ev.learn(0, "order", Mark::of(&row(4, 40)));
+        ev.learn(1, "order", Mark::of(&row(2, 20)));
+        // The read returned the row as it was: not a regression.
+        assert!(ev.check_read(0, &row(3, 30)).is_ok());
+        assert!(ev.check_read(1, &row(1, 10)).is_ok());
+        // Behind what was known before the read: a regression still.
+        assert!(ev.check_read(0, &row(2, 20)).is_err());
+        ev.end_read();
+        assert!(ev.check_read(0, &row(3, 30)).is_err());
     }
 }

@@ -35,6 +35,9 @@ pub struct DatabaseMetrics {
     error: IntCounter,
     refused: IntCounter,
     latency: Histogram,
+    /// Catalog reads and the rows they returned, full and through the change feed.
+    reads: [IntCounter; 2],
+    rows: [IntCounter; 2],
 }
 
 impl DatabaseMetrics {
@@ -50,6 +53,14 @@ impl DatabaseMetrics {
 
     pub fn observe(&self, took: Duration) {
         self.latency.observe(took.as_secs_f64());
+    }
+
+    /// Counts a catalog read of every row (`full`) or of the change feed, which
+    /// returned `rows` rows.
+    pub fn catalog_read(&self, full: bool, rows: usize) {
+        let i = usize::from(full);
+        self.reads[i].inc();
+        self.rows[i].inc_by(rows as u64);
     }
 }
 
@@ -73,6 +84,8 @@ pub struct DatabasesMetrics {
     layout_behind: IntGaugeVec,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
+    catalog_reads: IntCounterVec,
+    catalog_rows: IntCounterVec,
 }
 
 impl DatabasesMetrics {
@@ -119,6 +132,26 @@ impl DatabasesMetrics {
                     &["database"],
                 ),
             ),
+            catalog_reads: registered(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_catalog_reads_total",
+                        "Catalog reads of the database: of every row (read=\"full\") or of the rows written since the last read (read=\"feed\")",
+                    ),
+                    &["database", "read"],
+                ),
+            ),
+            catalog_rows: registered(
+                r,
+                IntCounterVec::new(
+                    Opts::new(
+                        "segmint_catalog_rows_read_total",
+                        "Rows the catalog reads returned (bizs, shapes, tokens, witnesses), by kind of read: at rest the feed returns none",
+                    ),
+                    &["database", "read"],
+                ),
+            ),
         }
     }
 
@@ -131,6 +164,8 @@ impl DatabasesMetrics {
             error: outcome("error"),
             refused: outcome("refused"),
             latency: self.fetch_seconds.with_label_values(&[name]),
+            reads: ["feed", "full"].map(|k| self.catalog_reads.with_label_values(&[name, k])),
+            rows: ["feed", "full"].map(|k| self.catalog_rows.with_label_values(&[name, k])),
         }
     }
 

@@ -279,6 +279,8 @@ mod tests {
         "segmint_biz_step gauge",
         "segmint_build_info gauge",
         "segmint_cache_waits_total counter",
+        "segmint_catalog_reads_total counter",
+        "segmint_catalog_rows_read_total counter",
         "segmint_client_ids_given_back_total counter",
         "segmint_client_ids_wasted_total counter",
         "segmint_client_segment_step gauge",

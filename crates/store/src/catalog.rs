@@ -1,27 +1,115 @@
 //! What the databases say exists: bizs (with the residue class of each row) and the
 //! tokens granted to them. Held in memory so that requests never query for it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
-use super::{BizRow, ShapeRow, StoreError, TokenRow};
+use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
 use crate::segment::Residue;
 use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
 
-/// The rows of one database, as last read.
+/// The rows of one database, as last read: each catalog read replaces them (a full
+/// read) or updates the rows it returned (a read of the database's change feed).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Snapshot {
-    pub bizs: Vec<BizRow>,
+    pub bizs: BTreeMap<String, BizRow>,
     /// How bizs' IDs look; a biz without a shape row is sequential and plain.
-    pub shapes: Vec<ShapeRow>,
-    pub tokens: Vec<TokenRow>,
-    /// How far the other databases' rows advanced, as recorded here.
-    pub witnesses: Vec<super::Witness>,
-    /// The layouts recorded here (see [`crate::layout`]).
+    pub shapes: BTreeMap<String, ShapeRow>,
+    /// By row ID.
+    pub tokens: BTreeMap<i64, TokenRow>,
+    /// How far the other databases' rows advanced, as recorded here, by database name
+    /// and biz.
+    pub witnesses: BTreeMap<(String, String), super::Witness>,
+    /// The layouts recorded here (see [`crate::layout`]); always read in full.
     pub layouts: Vec<super::LayoutRow>,
+    /// Where the database's change feed stood at the last read.
+    pub position: Option<FeedPosition>,
+    /// When the database was last read in full (by the store's clock).
+    pub full_at: Option<Instant>,
+}
+
+/// What one catalog read changed in a [`Snapshot`].
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    /// Every row was read: anything may have changed.
+    pub full: bool,
+    /// The bizs whose row or shape row here was written.
+    pub bizs: BTreeSet<String>,
+    /// Whether a shape row was written.
+    pub shapes: bool,
+    /// Whether a token row was written other than in its last use, so that grants
+    /// may differ.
+    pub grants: bool,
+}
+
+impl Snapshot {
+    /// A snapshot of `rows`, as a full read would leave it; the token rows numbered
+    /// in order.
+    #[cfg(test)]
+    pub(crate) fn of(bizs: Vec<BizRow>, tokens: Vec<TokenRow>) -> Snapshot {
+        let tokens = (1..)
+            .zip(tokens)
+            .map(|(id, t)| TokenRow { id, ..t })
+            .collect();
+        let mut snap = Snapshot::default();
+        snap.apply(
+            CatalogRows {
+                full: true,
+                bizs,
+                tokens,
+                ..CatalogRows::default()
+            },
+            Instant::now(),
+        );
+        snap
+    }
+
+    /// Takes in the rows of a catalog read made at `now`, and says what changed.
+    pub(crate) fn apply(&mut self, rows: CatalogRows, now: Instant) -> Changes {
+        let mut changes = Changes {
+            full: rows.full,
+            ..Changes::default()
+        };
+        if rows.full {
+            self.bizs.clear();
+            self.shapes.clear();
+            self.tokens.clear();
+            self.witnesses.clear();
+            self.full_at = Some(now);
+        }
+        for row in rows.bizs {
+            changes.bizs.insert(row.biz_type.clone());
+            self.bizs.insert(row.biz_type.clone(), row);
+        }
+        for row in rows.shapes {
+            changes.shapes = true;
+            changes.bizs.insert(row.biz_type.clone());
+            self.shapes.insert(row.biz_type.clone(), row);
+        }
+        let grant = |t: &TokenRow| {
+            (
+                t.token_hash.clone(),
+                t.biz_type.clone(),
+                t.expires,
+                t.revoked,
+            )
+        };
+        for row in rows.tokens {
+            let was = self.tokens.get(&row.id).map(grant);
+            changes.grants |= was != Some(grant(&row));
+            self.tokens.insert(row.id, row);
+        }
+        for w in rows.witnesses {
+            self.witnesses
+                .insert((w.database.clone(), w.biz.clone()), w);
+        }
+        self.layouts = rows.layouts;
+        self.position = rows.position;
+        changes
+    }
 }
 
 /// Bizs and tokens merged over every database.
@@ -40,6 +128,69 @@ pub struct Catalog {
     /// Whether any database's rows went into it. Until then an unknown token or biz
     /// says nothing about the token or biz, only that no database has answered.
     read: bool,
+}
+
+impl BizEntry {
+    /// The entry of `biz` from the rows of the `snapshots` (`None` for a database never
+    /// read) of the databases named `names`, under a layout in force of epoch `floor`;
+    /// `None` when no database holds a row of it.
+    pub(crate) fn of(
+        biz: &str,
+        names: &[String],
+        snapshots: &[Option<Snapshot>],
+        floor: i64,
+    ) -> Option<BizEntry> {
+        let rows = || {
+            snapshots
+                .iter()
+                .enumerate()
+                .filter_map(move |(db, snap)| Some((db, snap.as_ref()?.bizs.get(biz)?)))
+        };
+        let mut entry = BizEntry {
+            classes: Vec::new(),
+            epoch: floor,
+            refused: None,
+            shape: None,
+        };
+        let mut any = false;
+        for (_, row) in rows() {
+            any = true;
+            if !row.frozen {
+                entry.epoch = entry.epoch.max(row.epoch);
+            }
+        }
+        if !any {
+            return None;
+        }
+        for (db, row) in rows() {
+            // A frozen row gives out no segment, nor does one left in an earlier layout
+            // (a layout change froze it after this snapshot was read, or its database
+            // went back in time): they take no part in the checks.
+            if row.frozen || row.epoch < entry.epoch {
+                continue;
+            }
+            match Residue::new(row.delta, row.remainder) {
+                Ok(class) => entry.classes.push((db, class)),
+                Err(e) => {
+                    entry.refused.get_or_insert(StoreError::InvalidRow {
+                        biz: biz.to_owned(),
+                        database: names[db].clone(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        if entry.refused.is_none() {
+            entry.refused = conflict(biz, names, &entry.classes);
+        }
+        match merged_shape(biz, names, snapshots, &entry.classes) {
+            Ok(shape) => entry.shape = shape,
+            Err(e) => {
+                entry.refused.get_or_insert(e);
+            }
+        }
+        Some(entry)
+    }
 }
 
 /// The generation of the next catalog built.
@@ -196,42 +347,12 @@ impl Catalog {
         floor: i64,
     ) -> Catalog {
         let mut bizs: HashMap<String, BizEntry> = HashMap::new();
-        let rows = || {
-            snapshots
-                .iter()
-                .enumerate()
-                .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
-                .flat_map(|(db, snap)| snap.bizs.iter().map(move |r| (db, r)))
-        };
-        for (_, row) in rows() {
-            let entry = bizs.entry(row.biz_type.clone()).or_insert(BizEntry {
-                classes: Vec::new(),
-                epoch: floor,
-                refused: None,
-                shape: None,
-            });
-            if !row.frozen {
-                entry.epoch = entry.epoch.max(row.epoch);
-            }
-        }
-        for (db, row) in rows() {
-            let Some(entry) = bizs.get_mut(&row.biz_type) else {
-                continue;
-            };
-            // A frozen row gives out no segment, nor does one left in an earlier layout
-            // (a layout change froze it after this snapshot was read, or its database
-            // went back in time): they take no part in the checks.
-            if row.frozen || row.epoch < entry.epoch {
-                continue;
-            }
-            match Residue::new(row.delta, row.remainder) {
-                Ok(class) => entry.classes.push((db, class)),
-                Err(e) => {
-                    entry.refused.get_or_insert(StoreError::InvalidRow {
-                        biz: row.biz_type.clone(),
-                        database: names[db].clone(),
-                        reason: e.to_string(),
-                    });
+        for snap in snapshots.iter().flatten() {
+            for biz in snap.bizs.keys() {
+                if !bizs.contains_key(biz)
+                    && let Some(entry) = BizEntry::of(biz, names, snapshots, floor)
+                {
+                    bizs.insert(biz.clone(), entry);
                 }
             }
         }
@@ -239,7 +360,7 @@ impl Catalog {
             .iter()
             .enumerate()
             .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
-            .flat_map(|(db, snap)| snap.tokens.iter().map(move |t| (db, t)));
+            .flat_map(|(db, snap)| snap.tokens.values().map(move |t| (db, t)));
         let mut tokens: HashMap<[u8; 4], Vec<Grant>> = HashMap::new();
         // A revoked token is left out: it is then refused exactly as an unknown one.
         for t in merge_tokens(rows)
@@ -257,23 +378,39 @@ impl Catalog {
                 expires: t.expires,
             });
         }
-        for (biz, entry) in &mut bizs {
-            if entry.refused.is_none() {
-                entry.refused = conflict(biz, names, &entry.classes);
-            }
-            match merged_shape(biz, names, snapshots, &entry.classes) {
-                Ok(shape) => entry.shape = shape,
-                Err(e) => {
-                    entry.refused.get_or_insert(e);
-                }
-            }
-        }
         Catalog {
             bizs,
             tokens,
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
             read: snapshots.iter().any(Option::is_some),
         }
+    }
+
+    /// Whether the entry of any of `bizs`, built again from `snapshots` with the
+    /// refusals `refused`, differs from this catalog's (shapes aside: a written shape
+    /// row is a change on its own, see [`Changes::shapes`]). Costs what `bizs` holds.
+    pub(crate) fn differs(
+        &self,
+        names: &[String],
+        snapshots: &[Option<Snapshot>],
+        floor: i64,
+        bizs: &BTreeSet<String>,
+        refused: &HashMap<String, StoreError>,
+    ) -> bool {
+        let key = |e: &BizEntry| {
+            (
+                e.classes.clone(),
+                e.epoch,
+                e.refused.as_ref().map(ToString::to_string),
+            )
+        };
+        bizs.iter().any(|biz| {
+            let mut now = BizEntry::of(biz, names, snapshots, floor);
+            if let (Some(entry), Some(why)) = (&mut now, refused.get(biz)) {
+                entry.refused.get_or_insert_with(|| why.clone());
+            }
+            now.as_ref().map(key) != self.bizs.get(biz).map(key)
+        })
     }
 
     /// Refuses `biz` with `why`, unless it is refused already.
@@ -362,7 +499,7 @@ fn merged_shape(
     let mut missing = None;
     for &(db, _) in classes {
         let Some(snap) = &snapshots[db] else { continue };
-        match snap.shapes.iter().find(|s| s.biz_type == biz) {
+        match snap.shapes.get(biz) {
             None => missing = missing.or(Some(db)),
             Some(row) => match found {
                 Some((first, seen)) if seen != row => {
@@ -462,10 +599,7 @@ mod tests {
     }
 
     fn tokens_only(tokens: Vec<TokenRow>) -> Option<Snapshot> {
-        Some(Snapshot {
-            tokens,
-            ..Snapshot::default()
-        })
+        Some(Snapshot::of(vec![], tokens))
     }
 
     #[test]
@@ -564,25 +698,19 @@ mod tests {
     fn tokens_sharing_a_lookup_key_are_told_apart() {
         let names = vec!["a".to_string(), "b".to_string()];
         let (t1, t2) = (digest(0xab, 1), digest(0xab, 2));
-        let a = Snapshot {
-            witnesses: vec![],
-            layouts: vec![],
-            shapes: vec![],
-            bizs: vec![row("x", 1, 0), row("y", 1, 0)],
-            tokens: vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
-        };
-        let b = Snapshot {
-            witnesses: vec![],
-            layouts: vec![],
-            shapes: vec![],
-            bizs: vec![],
-            tokens: vec![
+        let a = Snapshot::of(
+            vec![row("x", 1, 0), row("y", 1, 0)],
+            vec![token(&hex::encode(t1), "x"), token(&hex::encode(t2), "y")],
+        );
+        let b = Snapshot::of(
+            vec![],
+            vec![
                 // The same hash in upper case is the same digest.
                 token(&hex::encode_upper(t1), "y"),
                 token("not a hash", "x"),
                 token(&hex::encode(t1)[..62], "x"),
             ],
-        };
+        );
         let cat = Catalog::build(&names, &[Some(a), Some(b)]);
         assert_eq!(granted(&cat, &t1, "x"), Some(true));
         assert_eq!(granted(&cat, &t1, "y"), Some(true), "grants merge");
@@ -599,20 +727,14 @@ mod tests {
     #[test]
     fn refuses_only_the_overlapping_biz() {
         let names = vec!["a".to_string(), "b".to_string()];
-        let a = Snapshot {
-            witnesses: vec![],
-            layouts: vec![],
-            shapes: vec![],
-            bizs: vec![row("ok", 2, 0), row("bad", 2, 0)],
-            tokens: vec![token(&hash_token("t1"), "ok")],
-        };
-        let b = Snapshot {
-            witnesses: vec![],
-            layouts: vec![],
-            shapes: vec![],
-            bizs: vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
-            tokens: vec![token(&hash_token("t1"), "bad")],
-        };
+        let a = Snapshot::of(
+            vec![row("ok", 2, 0), row("bad", 2, 0)],
+            vec![token(&hash_token("t1"), "ok")],
+        );
+        let b = Snapshot::of(
+            vec![row("ok", 2, 1), row("bad", 4, 2), row("only-b", 1, 0)],
+            vec![token(&hash_token("t1"), "bad")],
+        );
         let cat = Catalog::build(&names, &[Some(a), Some(b)]);
         assert!(cat.biz("ok").unwrap().refused.is_none());
         assert!(cat.biz("only-b").unwrap().refused.is_none());
@@ -647,16 +769,7 @@ mod tests {
         let names = vec!["a".to_string(), "b".to_string()];
         let cat = Catalog::build(
             &names,
-            &[
-                None,
-                Some(Snapshot {
-                    witnesses: vec![],
-                    layouts: vec![],
-                    shapes: vec![],
-                    bizs: vec![row("x", 1, 0)],
-                    tokens: vec![],
-                }),
-            ],
+            &[None, Some(Snapshot::of(vec![row("x", 1, 0)], vec![]))],
         );
         assert_eq!(cat.biz("x").unwrap().classes, vec![(1, Residue::ALL)]);
         assert!(cat.is_read(), "one database read is a catalog read");

@@ -189,6 +189,32 @@ pub struct TokenRow {
     pub last_used: Option<i64>,
 }
 
+/// Where a database's change feed stood at a catalog read (see [`SegmentStore::catalog`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedPosition {
+    /// Tells one run of the database from another (PostgreSQL: when its server started;
+    /// SQLite: a tag of the file). A feed never resumes across runs: a database
+    /// restored from a backup is restarted, and read in full.
+    pub incarnation: String,
+    /// Every catalog row written after the read carries a change mark at or above this.
+    pub next: i64,
+}
+
+/// What a catalog read returned: every row, or the rows written since a position.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogRows {
+    /// Where the feed stood; `None` from an engine without a feed (every read is full).
+    pub position: Option<FeedPosition>,
+    /// Whether these are every row (else only the rows written since the position
+    /// asked for; layouts are always every row).
+    pub full: bool,
+    pub bizs: Vec<BizRow>,
+    pub shapes: Vec<ShapeRow>,
+    pub tokens: Vec<TokenRow>,
+    pub witnesses: Vec<Witness>,
+    pub layouts: Vec<LayoutRow>,
+}
+
 /// One database holding `tiny_id_info` and `tiny_id_token`.
 ///
 /// Every method is a single short statement (or one transaction) so that the caller
@@ -257,6 +283,24 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError>;
     /// Every layout row.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
+    /// The catalog's rows (bizs, shapes, tokens, witnesses and layouts) read in one
+    /// snapshot: the rows written since `since` when the feed can resume from it
+    /// ([`rules::resume_at`]), else every row; layouts always in full. The default
+    /// reads every row, one table at a time, with no position.
+    async fn catalog(&self, since: Option<&FeedPosition>) -> Result<CatalogRows, DbError> {
+        let _ = since;
+        // Bizs before shapes: a shape row is written before its biz's rows, so every
+        // biz read here has its shape read too.
+        Ok(CatalogRows {
+            position: None,
+            full: true,
+            bizs: self.bizs().await?,
+            shapes: self.shapes().await?,
+            tokens: self.tokens().await?,
+            witnesses: self.witness_rows(None).await?,
+            layouts: self.layouts().await?,
+        })
+    }
     /// Inserts a layout row if its epoch has none; when it has one, replaces it only
     /// if that row's state is `replacing` (`None`: never, a claim). One statement, so
     /// that two writers of one epoch cannot both see the state they need. Returns

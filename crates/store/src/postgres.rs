@@ -14,8 +14,8 @@ use super::rules::{
     WITNESS_COLUMNS, migrations,
 };
 use super::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
-    ShapeRow, TokenRow, Witness,
+    BizRow, CatalogRows, DbError, FeedPosition, Inserted, LayoutRow, LeaseRenewal, LeaseRow,
+    LeaseSet, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
@@ -24,6 +24,14 @@ const MIGRATIONS: &[Migration] = migrations!("postgres");
 /// The database's clock in Unix milliseconds: the time of the statement's execution,
 /// not of its transaction's start.
 const NOW_MS: &str = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
+/// The token rows, as [`rules::token_row`] reads them.
+const TOKENS: &str = "SELECT id, token, biz_type, remark,
+        floor(extract(epoch FROM create_time))::bigint,
+        floor(extract(epoch FROM expire_time))::bigint,
+        floor(extract(epoch FROM revoke_time))::bigint,
+        floor(extract(epoch FROM last_used_time))::bigint
+    FROM tiny_id_token";
 
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
@@ -401,15 +409,7 @@ impl SegmentStore for PgStore {
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         let client = self.client().await?;
         let rows = client
-            .query(
-                "SELECT id, token, biz_type, remark,
-                        floor(extract(epoch FROM create_time))::bigint,
-                        floor(extract(epoch FROM expire_time))::bigint,
-                        floor(extract(epoch FROM revoke_time))::bigint,
-                        floor(extract(epoch FROM last_used_time))::bigint
-                 FROM tiny_id_token ORDER BY id",
-                &[],
-            )
+            .query(&format!("{TOKENS} ORDER BY id"), &[])
             .await
             .map_err(db_error)?;
         read_all(&rows, rules::token_row)
@@ -487,6 +487,66 @@ impl SegmentStore for PgStore {
             .await
             .map_err(db_error)?;
         read_all(&rows, rules::layout_row)
+    }
+
+    async fn catalog(&self, since: Option<&FeedPosition>) -> Result<CatalogRows, DbError> {
+        let mut client = self.client().await?;
+        // One snapshot for every table; read-only, so it never waits on a writer.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(db_error)?;
+        let now = tx
+            .query_one(
+                "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
+                        extract(epoch FROM pg_postmaster_start_time())::text",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        let position = FeedPosition {
+            next: now.int(0).map_err(db_error)?,
+            incarnation: now.text(1).map_err(db_error)?,
+        };
+        let from = rules::resume_at(since, &position);
+        let from_xid = from.unwrap_or(i64::MIN);
+        let query = |sql: String| {
+            let tx = &tx;
+            async move { tx.query(&sql, &[&from_xid]).await.map_err(db_error) }
+        };
+        let bizs = query(format!(
+            "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_xid >= $1 ORDER BY biz_type"
+        ))
+        .await?;
+        let shapes = query(format!(
+            "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_xid >= $1 ORDER BY biz_type"
+        ))
+        .await?;
+        let tokens = query(format!("{TOKENS} WHERE change_xid >= $1 ORDER BY id")).await?;
+        let witnesses = query(format!(
+            "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_xid >= $1"
+        ))
+        .await?;
+        let layouts = tx
+            .query(
+                &format!("SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"),
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(CatalogRows {
+            position: Some(position),
+            full: from.is_none(),
+            bizs: read_all(&bizs, rules::biz_row)?,
+            shapes: read_all(&shapes, rules::shape_row)?,
+            tokens: read_all(&tokens, rules::token_row)?,
+            witnesses: read_all(&witnesses, rules::witness_row)?,
+            layouts: read_all(&layouts, rules::layout_row)?,
+        })
     }
 
     async fn write_layout(

@@ -10,8 +10,8 @@
 
 use crate::layout::LayoutState;
 use crate::{
-    BizRow, DbError, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass, RowClass, RowWrite,
-    SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, FeedPosition, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass, RowClass,
+    RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// One schema migration: its number, its name, and its statements in one dialect.
@@ -67,10 +67,26 @@ macro_rules! migrations {
                 "layout_claim",
                 include_str!(concat!("../../../sql/", $dialect, "/0008_layout_claim.sql")),
             ),
+            (
+                9,
+                "change_feed",
+                include_str!(concat!("../../../sql/", $dialect, "/0009_change_feed.sql")),
+            ),
         ]
     };
 }
 pub(crate) use migrations;
+
+/// Where a catalog read resumes the feed last read at `since`, the feed now standing at
+/// `now`: `since.next` when both are of the same run of the database and the feed has
+/// not gone back, else `None` (read every row). A feed that went back means the
+/// database went back in time (a file restored from a copy), so every row is read and
+/// checked against the evidence.
+pub fn resume_at(since: Option<&FeedPosition>, now: &FeedPosition) -> Option<i64> {
+    since
+        .filter(|s| s.incarnation == now.incarnation && s.next <= now.next)
+        .map(|s| s.next)
+}
 
 /// The migrations of `all` not yet in `applied`, in order: what a `migrate` runs, in
 /// one transaction with the record of each.

@@ -25,12 +25,21 @@ use super::rules::{
     WITNESS_COLUMNS, migrations,
 };
 use super::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
-    ShapeRow, TokenRow, Witness,
+    BizRow, CatalogRows, DbError, FeedPosition, Inserted, LayoutRow, LeaseRenewal, LeaseRow,
+    LeaseSet, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
 const MIGRATIONS: &[Migration] = migrations!("sqlite");
+
+/// The token rows, as [`rules::token_row`] reads them. A time written by hand in
+/// another format reads as 0 rather than failing the catalog read: a token so expired
+/// or revoked stays so.
+const TOKENS: &str = "SELECT id, token, biz_type, remark, coalesce(unixepoch(create_time), 0),
+        iif(expire_time IS NULL, NULL, coalesce(unixepoch(expire_time), 0)),
+        iif(revoke_time IS NULL, NULL, coalesce(unixepoch(revoke_time), 0)),
+        unixepoch(last_used_time)
+    FROM tiny_id_token";
 
 /// The database's clock in Unix milliseconds (`julianday('now')` has millisecond
 /// precision and is fixed for the duration of one statement).
@@ -446,17 +455,9 @@ impl SegmentStore for SqliteStore {
 
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
         self.with(|c| {
-            c.prepare_cached(
-                // A time written by hand in another format reads as 0 rather than
-                // failing the catalog read: a token so expired or revoked stays so.
-                "SELECT id, token, biz_type, remark, coalesce(unixepoch(create_time), 0),
-                        iif(expire_time IS NULL, NULL, coalesce(unixepoch(expire_time), 0)),
-                        iif(revoke_time IS NULL, NULL, coalesce(unixepoch(revoke_time), 0)),
-                        unixepoch(last_used_time)
-                 FROM tiny_id_token ORDER BY id",
-            )?
-            .query_map([], |r| rules::token_row(r))?
-            .collect()
+            c.prepare_cached(&format!("{TOKENS} ORDER BY id"))?
+                .query_map([], |r| rules::token_row(r))?
+                .collect()
         })
         .await
     }
@@ -517,6 +518,65 @@ impl SegmentStore for SqliteStore {
                     stmt.execute(params![hash, at])?;
                 }
                 Ok(())
+            })
+        })
+        .await
+    }
+
+    async fn catalog(&self, since: Option<&FeedPosition>) -> Result<CatalogRows, DbError> {
+        let since = since.cloned();
+        self.with(move |c| {
+            // A deferred transaction reads one snapshot from its first SELECT on.
+            let tx = c.transaction()?;
+            let position = tx.query_row(
+                "SELECT n + 1, incarnation FROM segmint_change WHERE id = 1",
+                [],
+                |r| {
+                    Ok(FeedPosition {
+                        next: r.get(0)?,
+                        incarnation: r.get(1)?,
+                    })
+                },
+            )?;
+            let from = rules::resume_at(since.as_ref(), &position);
+            let from_n = from.unwrap_or(i64::MIN);
+            let bizs = tx
+                .prepare_cached(&format!(
+                    "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_n >= ?1 ORDER BY biz_type"
+                ))?
+                .query_map([from_n], |r| rules::biz_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            let shapes = tx
+                .prepare_cached(&format!(
+                    "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_n >= ?1 ORDER BY biz_type"
+                ))?
+                .query_map([from_n], |r| rules::shape_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            let tokens = tx
+                .prepare_cached(&format!("{TOKENS} WHERE change_n >= ?1 ORDER BY id"))?
+                .query_map([from_n], |r| rules::token_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            let witnesses = tx
+                .prepare_cached(&format!(
+                    "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_n >= ?1"
+                ))?
+                .query_map([from_n], |r| rules::witness_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            let layouts = tx
+                .prepare_cached(&format!(
+                    "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
+                ))?
+                .query_map([], |r| rules::layout_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            tx.commit()?;
+            Ok(CatalogRows {
+                position: Some(position),
+                full: from.is_none(),
+                bizs,
+                shapes,
+                tokens,
+                witnesses,
+                layouts,
             })
         })
         .await

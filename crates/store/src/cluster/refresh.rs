@@ -1,7 +1,7 @@
 //! Catalog refresh: re-reading bizs, tokens and witnesses from every database, checking
 //! the rows against the evidence, and writing back the witnesses a database lacks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,9 +11,9 @@ use parking_lot::Mutex;
 
 use super::Store;
 use crate::segment::Residue;
-use crate::store::catalog::Snapshot;
+use crate::store::catalog::{BizEntry, Changes, Snapshot};
 use crate::store::evidence::{Evidence, Mark, Witness};
-use crate::store::{BizRow, Catalog, StoreError};
+use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 
 /// The catalog as this process sees it, and what the refreshes and evidence checks
 /// keep of the rows read.
@@ -40,6 +40,9 @@ pub(super) struct CatalogView {
     /// whose class changes is used only once its `max_id` is above every ID issued
     /// before (see `refresh`). Plain mutex, as `evidence`.
     pub(super) classes_seen: Mutex<HashMap<(usize, String), SeenRow>>,
+    /// Why a biz is refused by [`Store::check_classes`], kept between refreshes: only
+    /// the bizs a refresh touched are checked again.
+    pub(super) refused: Mutex<HashMap<String, StoreError>>,
 }
 
 impl CatalogView {
@@ -51,6 +54,7 @@ impl CatalogView {
             refreshed: tokio::sync::Mutex::new(None),
             evidence: Mutex::new(Evidence::default()),
             classes_seen: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -84,6 +88,14 @@ impl Store {
     /// start at least [`Protocol::min_refresh_gap`](crate::config::Protocol::min_refresh_gap)
     /// apart, so a flood of misses (unknown tokens) costs the databases a bounded
     /// number of reads.
+    ///
+    /// A database is read through its change feed ([`SegmentStore::catalog`]): only
+    /// the rows written since the last read, so that a refresh at rest costs the same
+    /// whatever the number of bizs. It is read in full when never read before, every
+    /// [`Protocol::full_refresh`](crate::config::Protocol::full_refresh), while fenced
+    /// (only a full read shows every row caught up), and whenever its feed cannot
+    /// resume (it restarted, or went back). The catalog is built again only when a
+    /// read changed what it holds.
     pub async fn refresh_since(&self, since: Instant) -> Arc<Catalog> {
         let mut last_start = self.view.refreshed.lock().await;
         if let Some(last) = *last_start {
@@ -92,30 +104,33 @@ impl Store {
             }
             tokio::time::sleep_until((last + self.protocol.min_refresh_gap).into()).await;
         }
-        *last_start = Some(self.clock.now());
+        let now = self.clock.now();
+        *last_start = Some(now);
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.is_reachable(i))
             .collect();
+        let resume: Vec<Option<FeedPosition>> = {
+            let snapshots = self.view.snapshots.lock();
+            live.iter()
+                .map(|&i| {
+                    let snap = snapshots[i].as_ref()?;
+                    let recent = snap.full_at.is_some_and(|t| {
+                        now.saturating_duration_since(t) < self.protocol.full_refresh
+                    });
+                    let fenced = self.dbs.list[i].health.lock().fenced.is_some();
+                    snap.position.clone().filter(|_| recent && !fenced)
+                })
+                .collect()
+        };
         // Rows are checked against what was known before they were read: a mark learnt
         // meanwhile (a reservation elsewhere) may be newer than a row read earlier.
-        let before = self.view.evidence.lock().clone();
+        self.view.evidence.lock().begin_read();
         // A slow catalog read does not back a database off: only reservations and
         // pings judge its health, so that a read starved under load cannot take a
         // healthy database out of the reservations.
-        let reads = join_all(live.iter().map(|&i| {
-            self.timed(async move {
-                let db = &self.dbs.list[i];
-                // Bizs before shapes: a shape row is written before its biz's rows,
-                // so every biz read here has its shape read too.
-                Ok(Snapshot {
-                    bizs: db.store.bizs().await?,
-                    shapes: db.store.shapes().await?,
-                    tokens: db.store.tokens().await?,
-                    witnesses: db.store.witnesses().await?,
-                    layouts: db.store.layouts().await?,
-                })
-            })
+        let reads = join_all(live.iter().zip(&resume).map(|(&i, since)| {
+            self.timed(async move { self.dbs.list[i].store.catalog(since.as_ref()).await })
         }))
         .await;
         for (&i, read) in live.iter().zip(&reads) {
@@ -124,82 +139,149 @@ impl Store {
                 self.dbs.list[i].health.lock().last_error = Some(e.to_string());
             }
         }
-        let read: Vec<(usize, Snapshot)> = live
+        let read: Vec<(usize, CatalogRows)> = live
             .into_iter()
             .zip(reads)
             .filter_map(|(i, r)| Some((i, r.ok()?)))
             .collect();
-        let lagging = self.check_rows(&before, &read);
-        let layouts: Vec<_> = read.iter().map(|(i, s)| (*i, s.layouts.clone())).collect();
+        self.check_rows(&read);
+        for (i, rows) in &read {
+            self.dbs.list[*i].metrics.catalog_read(
+                rows.full,
+                rows.bizs.len() + rows.shapes.len() + rows.tokens.len() + rows.witnesses.len(),
+            );
+        }
+        let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
+        let layout_was = (self.layout_epochs().0, self.layout_classes());
         self.apply_layouts(&layouts);
-        self.share_layouts(&read).await;
-        let known = self.view.evidence.lock().clone();
+        self.share_layouts(&layouts).await;
+        let mut changes = Changes::default();
+        let read: Vec<(usize, bool)> = {
+            let mut snapshots = self.view.snapshots.lock();
+            read.into_iter()
+                .map(|(i, rows)| {
+                    let full = rows.full;
+                    let c = snapshots[i]
+                        .get_or_insert_with(Snapshot::default)
+                        .apply(rows, now);
+                    changes.full |= c.full;
+                    changes.grants |= c.grants;
+                    changes.shapes |= c.shapes;
+                    changes.bizs.extend(c.bizs);
+                    (i, full)
+                })
+                .collect()
+        };
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
-        let mut read = read;
-        if self.layout_epochs().1.is_some() && self.heal(&read).await {
-            for (i, snap) in &mut read {
-                if let Ok(bizs) = self.timed(self.dbs.list[*i].store.bizs()).await {
-                    snap.bizs = bizs;
+        if self.layout_epochs().1.is_some() {
+            let whole: Vec<(usize, Snapshot)> = {
+                let snapshots = self.view.snapshots.lock();
+                read.iter()
+                    .filter_map(|&(i, _)| Some((i, snapshots[i].clone()?)))
+                    .collect()
+            };
+            if self.heal(&whole).await {
+                for &(i, _) in &read {
+                    if let Ok(bizs) = self.timed(self.dbs.list[i].store.bizs()).await
+                        && let Some(snap) = &mut self.view.snapshots.lock()[i]
+                    {
+                        snap.bizs = bizs.into_iter().map(|r| (r.biz_type.clone(), r)).collect();
+                    }
                 }
+                changes.full = true;
             }
         }
-        let catalog = {
-            let mut snapshots = self.view.snapshots.lock();
-            for (i, snap) in read {
-                snapshots[i] = Some(snap);
-            }
-            let mut catalog =
-                Catalog::build_at(&self.dbs.names, &snapshots, self.layout_epochs().0);
-            for (biz, why) in self.check_classes(&known, &snapshots, &catalog) {
-                catalog.refuse(&biz, why);
-            }
-            Arc::new(catalog)
-        };
-        self.view.catalog.store(catalog.clone());
+        let floor = self.layout_epochs().0;
+        if (floor, self.layout_classes()) != layout_was {
+            changes.full = true;
+        }
+        let catalog = self.catalog_after(&changes, floor);
         self.write_uses();
-        self.write_witnesses(lagging).await;
+        self.write_witnesses(&read).await;
         catalog
     }
 
-    /// Checks every row just `read` against the evidence known `before` the reads: a
-    /// database with a row behind it is fenced, a fenced one whose rows all caught up
-    /// is used again. Then learns the rows and the witnesses read. Returns, per
-    /// database, the marks its witnesses lack (from what this process knows), to be
-    /// written there.
-    fn check_rows(
-        &self,
-        before: &Evidence,
-        read: &[(usize, Snapshot)],
-    ) -> Vec<(usize, Vec<Witness>)> {
+    /// The catalog after a refresh that made `changes`, under a layout in force of
+    /// epoch `floor`: the rows of the bizs touched are checked again
+    /// ([`Store::check_classes`]), and the catalog is built again only if what it holds
+    /// changed (else the current one is kept, generation and all).
+    fn catalog_after(&self, changes: &Changes, floor: i64) -> Arc<Catalog> {
+        let touched: BTreeSet<String> = if changes.full {
+            let snapshots = self.view.snapshots.lock();
+            snapshots
+                .iter()
+                .flatten()
+                .flat_map(|s| s.bizs.keys().cloned())
+                .collect()
+        } else {
+            changes.bizs.clone()
+        };
+        // The marks of the rows touched, taken before the snapshots are locked (see the
+        // lock order on `CatalogView`).
+        let known: HashMap<(usize, String), Mark> = {
+            let evidence = self.view.evidence.lock();
+            touched
+                .iter()
+                .flat_map(|biz| (0..self.dbs.names.len()).map(move |k| (k, biz)))
+                .filter_map(|(k, biz)| Some(((k, biz.clone()), evidence.mark(k, biz)?)))
+                .collect()
+        };
+        let snapshots = self.view.snapshots.lock();
+        let refusals = self.check_classes(&known, &snapshots, &touched, floor);
+        let mut refused = self.view.refused.lock();
+        for biz in &touched {
+            refused.remove(biz);
+        }
+        refused.extend(refusals);
+        let current = self.catalog();
+        let rebuild = changes.full
+            || changes.grants
+            || changes.shapes
+            || !current.is_read()
+            || current.differs(&self.dbs.names, &snapshots, floor, &touched, &refused);
+        if !rebuild {
+            return current;
+        }
+        let mut catalog = Catalog::build_at(&self.dbs.names, &snapshots, floor);
+        for (biz, why) in refused.iter() {
+            catalog.refuse(biz, why.clone());
+        }
+        let catalog = Arc::new(catalog);
+        self.view.catalog.store(catalog.clone());
+        catalog
+    }
+
+    /// Checks every row just `read` against the evidence known before the reads
+    /// began: a database with a row behind it is fenced, a fenced one whose rows all
+    /// caught up (a full read) is used again. Then learns the rows and the witnesses
+    /// read, and ends the read.
+    fn check_rows(&self, read: &[(usize, CatalogRows)]) {
         let mut evidence = self.view.evidence.lock();
-        for (i, snap) in read {
+        for (i, rows) in read {
             let mut behind = None;
-            for row in &snap.bizs {
-                match before.check(*i, row) {
-                    Ok(()) => evidence.learn(*i, &row.biz_type, Mark::of(row)),
+            for row in &rows.bizs {
+                match evidence.check_read(*i, row) {
+                    Ok(()) => {
+                        evidence.learn(*i, &row.biz_type, Mark::of(row));
+                    }
                     Err(regression) => behind = behind.or(Some(regression)),
                 }
             }
             match behind {
                 Some(regression) => self.fence(*i, &regression),
-                None => self.unfence(*i),
+                None if rows.full => self.unfence(*i),
+                None => {}
             }
         }
-        for (_, snap) in read {
-            for w in &snap.witnesses {
+        evidence.end_read();
+        for (_, rows) in read {
+            for w in &rows.witnesses {
                 if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
                     evidence.learn(db, &w.biz, w.mark);
                 }
             }
         }
-        read.iter()
-            .map(|(k, snap)| {
-                let lacking = evidence.lacking(*k, &self.dbs.names, &snap.witnesses);
-                (*k, lacking)
-            })
-            .filter(|(_, lacking)| !lacking.is_empty())
-            .collect()
     }
 
     /// Checks each row whose class changed since this process last accepted it.
@@ -212,21 +294,28 @@ impl Store {
     ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
     fn check_classes(
         &self,
-        known: &Evidence,
+        known: &HashMap<(usize, String), Mark>,
         snapshots: &[Option<Snapshot>],
-        catalog: &Catalog,
+        touched: &BTreeSet<String>,
+        floor: i64,
     ) -> Vec<(String, StoreError)> {
         let layouts = self.layout_classes();
         let mut seen = self.view.classes_seen.lock();
         let mut refusals = Vec::new();
-        for (i, snap) in snapshots.iter().enumerate() {
-            let Some(snap) = snap else { continue };
-            for row in &snap.bizs {
-                let biz = &row.biz_type;
+        for biz in touched {
+            let Some(entry) = BizEntry::of(biz, &self.dbs.names, snapshots, floor) else {
+                continue;
+            };
+            for (i, snap) in snapshots.iter().enumerate() {
+                let Some(row) = snap.as_ref().and_then(|s| s.bizs.get(biz)) else {
+                    continue;
+                };
                 // Only the rows the catalog would reserve from.
-                let Some(class) = catalog
-                    .biz(biz)
-                    .and_then(|e| e.classes.iter().find(|(db, _)| *db == i).map(|(_, c)| *c))
+                let Some(class) = entry
+                    .classes
+                    .iter()
+                    .find(|(db, _)| *db == i)
+                    .map(|(_, c)| *c)
                 else {
                     continue;
                 };
@@ -257,7 +346,11 @@ impl Store {
                     }
                 }
                 let key = (i, biz.clone());
-                let mark = |k: usize| known.mark(k, biz).map(|m| m.high_id.max(m.max_id));
+                let mark = |k: usize| {
+                    known
+                        .get(&(k, biz.clone()))
+                        .map(|m| m.high_id.max(m.max_id))
+                };
                 let Some(was) = seen.get(&key).copied() else {
                     seen.insert(key, SeenRow::first(class, row));
                     continue;
@@ -277,9 +370,7 @@ impl Store {
                 // (checked above): the layout change moved it.
                 let by_layout = row.epoch > was.epoch && stored;
                 let tops = (0..self.dbs.names.len()).filter_map(|k| {
-                    let other = snapshots[k]
-                        .as_ref()
-                        .and_then(|s| s.bizs.iter().find(|r| r.biz_type == *biz));
+                    let other = snapshots[k].as_ref().and_then(|s| s.bizs.get(biz));
                     let s = seen.get(&(k, biz.clone()));
                     let top = if by_layout {
                         // Rows moved by the same change issue from disjoint classes.
@@ -320,12 +411,33 @@ impl Store {
         refusals
     }
 
-    /// Writes `witnesses` to their databases, each bounded by the fetch timeout; a
-    /// failure is only logged (the marks are written again at a later refresh).
-    async fn write_witnesses(&self, witnesses: Vec<(usize, Vec<Witness>)>) {
-        let writes = witnesses.iter().map(|(k, rows)| async move {
+    /// Writes into each database just `read` (with whether in full) the marks its
+    /// witnesses lack, each write bounded by the fetch timeout. A failure is only
+    /// logged: the database's witnesses are looked at in full at the next refresh.
+    async fn write_witnesses(&self, read: &[(usize, bool)]) {
+        let lacking: Vec<(usize, Vec<Witness>)> = {
+            let mut evidence = self.view.evidence.lock();
+            let snapshots = self.view.snapshots.lock();
+            read.iter()
+                .filter_map(|&(k, full)| {
+                    let snap = snapshots[k].as_ref()?;
+                    if full {
+                        evidence.unsettle(k);
+                    }
+                    let held = |db: &str, biz: &str| {
+                        snap.witnesses
+                            .get(&(db.to_owned(), biz.to_owned()))
+                            .map(|w| w.mark)
+                    };
+                    let lacking = evidence.take_lacking(k, &self.dbs.names, held);
+                    (!lacking.is_empty()).then_some((k, lacking))
+                })
+                .collect()
+        };
+        let writes = lacking.iter().map(|(k, rows)| async move {
             if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
                 tracing::warn!(database = %self.dbs.list[*k].name, error = %e, "could not record witnesses");
+                self.view.evidence.lock().unsettle(*k);
             }
         });
         join_all(writes).await;

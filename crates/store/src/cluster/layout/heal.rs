@@ -10,17 +10,17 @@ impl Store {
     /// so that a server that later reaches only that database knows it too (and does
     /// not use a lost one). Rows of a change under way are left to its command. Best
     /// effort: a failed write is written again at a later refresh.
-    pub(in crate::cluster) async fn share_layouts(&self, read: &[(usize, Snapshot)]) {
+    pub(in crate::cluster) async fn share_layouts(&self, read: &[(usize, Vec<LayoutRow>)]) {
         let (layouts, standing) = {
             let view = self.layout.view.lock();
             (view.layouts.clone(), view.standing.clone())
         };
-        for (i, snap) in read {
+        for (i, rows) in read {
             if standing[*i] == Standing::Disagrees {
                 continue;
             }
             for l in layouts.iter().filter(|l| l.state != LayoutState::Moving) {
-                let held = snap.layouts.iter().find(|r| r.epoch == l.epoch);
+                let held = rows.iter().find(|r| r.epoch == l.epoch);
                 if held.is_some_and(|r| r.state != LayoutState::Moving.as_str()) {
                     continue;
                 }
@@ -74,7 +74,7 @@ impl Store {
         let before = self.configured_layout();
         let witnesses: Vec<_> = read
             .iter()
-            .flat_map(|(_, s)| s.witnesses.iter().cloned())
+            .flat_map(|(_, s)| s.witnesses.values().cloned())
             .collect();
         let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
         names.sort();
@@ -106,7 +106,7 @@ impl Store {
             if pending.class_of(&self.dbs.names[*i]).is_none() {
                 continue;
             }
-            for r in &snap.bizs {
+            for r in snap.bizs.values() {
                 if r.frozen && r.claimed_by == pending.epoch {
                     bizs.insert(&r.biz_type);
                 }

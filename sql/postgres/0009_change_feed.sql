@@ -1,0 +1,34 @@
+-- segmint schema, version 9: a change feed, so that a catalog refresh reads only the
+-- rows written since the last one.
+--
+-- Every insert or update of a catalog row records the ID of the transaction that wrote
+-- it (64-bit, never wraps). A refresh reads, in one snapshot, the rows whose
+-- `change_xid` is at or above the oldest transaction its previous snapshot could not
+-- see (`pg_snapshot_xmin`): every row committed since that snapshot was written by such
+-- a transaction, whatever order the writers committed in. The triggers fire for every
+-- writer, segmint or not (an edit by hand included).
+CREATE OR REPLACE FUNCTION segmint_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.change_xid := pg_current_xact_id()::text::bigint;
+    RETURN NEW;
+END
+$$;
+
+ALTER TABLE tiny_id_info ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
+ALTER TABLE tiny_id_token ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
+ALTER TABLE segmint_witness ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
+ALTER TABLE segmint_biz_shape ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
+
+CREATE INDEX IF NOT EXISTS tiny_id_info_change ON tiny_id_info (change_xid);
+CREATE INDEX IF NOT EXISTS tiny_id_token_change ON tiny_id_token (change_xid);
+CREATE INDEX IF NOT EXISTS segmint_witness_change ON segmint_witness (change_xid);
+CREATE INDEX IF NOT EXISTS segmint_biz_shape_change ON segmint_biz_shape (change_xid);
+
+CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON tiny_id_info
+    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
+CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON tiny_id_token
+    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
+CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_witness
+    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
+CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_biz_shape
+    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
