@@ -945,7 +945,11 @@ async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
         }
         let after = raw.catalog(Some(&during)).await.unwrap();
         // b again too: the feed may return a row twice, never miss one.
-        assert_eq!(names(&after), ["a", "b"], "a commit after the read is read next");
+        assert_eq!(
+            names(&after),
+            ["a", "b"],
+            "a commit after the read is read next"
+        );
     }
 }
 

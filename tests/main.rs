@@ -22,6 +22,7 @@ mod faults_embedded;
 mod faults_kill;
 mod faults_lock;
 mod faults_time;
+mod feed;
 mod fuzz;
 mod giveback;
 mod giveback_dead_db;

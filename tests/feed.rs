@@ -1,0 +1,160 @@
+//! The catalog refresh reads each database's change feed: at rest it returns no row,
+//! whatever the number of bizs, and what changes at rest (a new biz and its token, a
+//! revocation, an edit by hand) is seen within `catalog_refresh_ms` through the feed
+//! alone. A database that restarted (a restore from a backup restarts it) is read in
+//! full again.
+
+use crate::common;
+
+use std::time::Duration;
+
+use common::http::{bearer, metric, v1, v1_ids};
+use common::{Databases, Kind, add_token, eventually, setup_biz, spawn_app};
+use segmint::biz::hash_token;
+use segmint::store::Store;
+
+/// Bizs created by SQL beside the served ones, so that a full read would show.
+const BULK: usize = 2_000;
+
+/// `segmint_catalog_…{database="pg{db}",read="{read}"}`.
+async fn catalog_metric(app: &common::TestApp, family: &str, db: usize, read: &str) -> f64 {
+    metric(
+        app,
+        &format!("segmint_catalog_{family}{{database=\"pg{db}\",read=\"{read}\"}}"),
+    )
+    .await
+}
+
+/// The rows the feed reads of both databases returned so far.
+async fn feed_rows(app: &common::TestApp) -> f64 {
+    catalog_metric(app, "rows_read_total", 0, "feed").await
+        + catalog_metric(app, "rows_read_total", 1, "feed").await
+}
+
+/// The full reads of both databases so far.
+async fn full_reads(app: &common::TestApp) -> [f64; 2] {
+    [
+        catalog_metric(app, "reads_total", 0, "full").await,
+        catalog_metric(app, "reads_total", 1, "full").await,
+    ]
+}
+
+/// Waits until ten feed reads of each database in a row returned no row (the
+/// witnesses and token uses of the first requests written and read back), and
+/// returns the rows the feed had read by then.
+async fn at_rest(app: &common::TestApp) -> f64 {
+    let mut last = feed_rows(app).await;
+    for _ in 0..100 {
+        let reads = catalog_metric(app, "reads_total", 0, "feed").await;
+        let app_ref = &app;
+        eventually(
+            Duration::from_secs(30),
+            "ten more feed reads",
+            move || async move {
+                let now = catalog_metric(app_ref, "reads_total", 0, "feed").await;
+                (now >= reads + 10.0)
+                    .then_some(())
+                    .ok_or(format!("{now} feed reads"))
+            },
+        )
+        .await;
+        let now = feed_rows(app).await;
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("the feed never went quiet: {last} rows read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_at_rest_are_read_through_the_feed_alone() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let config = dbs.config("catalog_refresh_ms = 100");
+    let token = setup_biz(&config, "first", 100, false).await;
+    for i in 0..2 {
+        dbs.sql(
+            i,
+            &format!(
+                "INSERT INTO tiny_id_info (biz_type, step, delta, remainder)
+                 SELECT 'bulk' || g, 100, 2, {i} FROM generate_series(1, {BULK}) g"
+            ),
+        );
+    }
+    let app = spawn_app(config.clone()).await;
+    assert_eq!(v1_ids(&app, "first", &token, 3).await.len(), 3);
+    let full = full_reads(&app).await;
+    assert!(
+        full.iter().all(|&n| n >= 1.0),
+        "the first read is full: {full:?}"
+    );
+    // The witnesses of every row are written once to the other database, and read
+    // back through its feed; then refreshes read nothing.
+    let rows = at_rest(&app).await;
+    assert_eq!(full_reads(&app).await, full, "no full read at rest");
+
+    // A biz and its token added at rest are served within the refresh interval.
+    let second = setup_biz(&config, "second", 100, false).await;
+    assert_eq!(v1_ids(&app, "second", &second, 2).await.len(), 2);
+    // A revocation at rest is seen: the token is refused.
+    let store = Store::connect(&config).unwrap();
+    let spare = add_token(&config, "second").await;
+    assert_eq!(v1_ids(&app, "second", &spare, 1).await.len(), 1);
+    store.revoke_token(&hash_token(&spare)[..12]).await.unwrap();
+    let (app_ref, spare_ref) = (&app, &spare);
+    eventually(
+        Duration::from_secs(10),
+        "the revoked token refused",
+        move || async move {
+            let r = v1(app_ref, false, "/v1/ids/second", bearer(spare_ref)).await;
+            (r.status == 401)
+                .then_some(())
+                .ok_or(format!("{}", r.status))
+        },
+    )
+    .await;
+    // An edit by hand at rest (a biz's class moved to an overlapping one) refuses it.
+    dbs.sql(
+        1,
+        "UPDATE tiny_id_info SET remainder = 0 WHERE biz_type = 'bulk7'",
+    );
+    let bulk = add_token(&config, "bulk7").await;
+    let bulk_ref = &bulk;
+    eventually(
+        Duration::from_secs(10),
+        "the overlapping biz refused",
+        move || async move {
+            let r = v1(app_ref, false, "/v1/ids/bulk7", bearer(bulk_ref)).await;
+            (r.status >= 400 && r.status != 401)
+                .then_some(())
+                .ok_or(format!("{} {}", r.status, r.body))
+        },
+    )
+    .await;
+    assert_eq!(
+        full_reads(&app).await,
+        full,
+        "every change was read through the feed"
+    );
+    // The feed may return a row twice (a writer that began before a read and
+    // committed after it), never the catalog again and again.
+    let rows = at_rest(&app).await - rows;
+    assert!(
+        rows < 2.0 * BULK as f64,
+        "the changes cost {rows} rows read: the catalog was read again and again"
+    );
+
+    // A database that restarted is read in full again.
+    dbs.stop(0);
+    dbs.start_again(0);
+    eventually(
+        Duration::from_secs(30),
+        "a full read of the restarted database",
+        move || async move {
+            let now = full_reads(app_ref).await;
+            (now[0] > full[0]).then_some(()).ok_or(format!("{now:?}"))
+        },
+    )
+    .await;
+    assert_eq!(v1_ids(&app, "first", &token, 3).await.len(), 3);
+}
