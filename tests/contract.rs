@@ -866,7 +866,7 @@ async fn feed(
 /// `catalog`: a read without a position, or with one the feed cannot resume from (of
 /// another run of the database, or ahead of the feed: it went back), returns every row;
 /// with the position of the last read, exactly the rows written since, whoever wrote
-/// them (an edit by hand too); layouts always in full.
+/// them (an edit by hand too), and every row after a deletion; layouts always in full.
 async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
     let (dbs, raw) = engine(kind).await;
     for biz in ["a", "b"] {
@@ -908,6 +908,15 @@ async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
     dbs.sql(0, "UPDATE tiny_id_info SET step = 20 WHERE biz_type = 'b'");
     at = feed(&*raw, &at, &["b"], 0, 0).await;
     at = feed(&*raw, &at, &[], 0, 0).await;
+    // A row deleted by hand leaves nothing to read: the next read is of every row.
+    dbs.sql(0, "DELETE FROM tiny_id_token");
+    let rows = raw.catalog(Some(&at)).await.unwrap();
+    assert!(rows.full, "a deletion");
+    assert_eq!(
+        (names(&rows), rows.tokens.len()),
+        (vec!["a".into(), "b".into()], 0)
+    );
+    at = feed(&*raw, &rows.position.unwrap(), &[], 0, 0).await;
     // Another run of the database, or a feed that went back: every row.
     for since in [
         FeedPosition {

@@ -7,6 +7,23 @@
 -- see (`pg_snapshot_xmin`): every row committed since that snapshot was written by such
 -- a transaction, whatever order the writers committed in. The triggers fire for every
 -- writer, segmint or not (an edit by hand included).
+--
+-- segmint never deletes a catalog row, but an operator may (a token deleted by hand, as
+-- Tinyid's operators revoke one). A deletion leaves no row to read: it counts in
+-- `segmint_feed.deletions` instead, and a reader that sees the count move reads every
+-- row.
+CREATE TABLE IF NOT EXISTS segmint_feed (
+    id          integer PRIMARY KEY CHECK (id = 1),
+    deletions   bigint  NOT NULL
+);
+INSERT INTO segmint_feed (id, deletions) VALUES (1, 0) ON CONFLICT (id) DO NOTHING;
+
+CREATE OR REPLACE FUNCTION segmint_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE segmint_feed SET deletions = deletions + 1 WHERE id = 1;
+    RETURN NULL;
+END
+$$;
 CREATE OR REPLACE FUNCTION segmint_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.change_xid := pg_current_xact_id()::text::bigint;
@@ -32,3 +49,12 @@ CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_wit
     FOR EACH ROW EXECUTE FUNCTION segmint_changed();
 CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_biz_shape
     FOR EACH ROW EXECUTE FUNCTION segmint_changed();
+
+CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON tiny_id_info
+    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
+CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON tiny_id_token
+    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
+CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON segmint_witness
+    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
+CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON segmint_biz_shape
+    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();

@@ -5,11 +5,14 @@
 -- update of a catalog row advances it and records its value in the row. A refresh reads
 -- the counter and the rows in one snapshot; every row written afterwards carries a
 -- higher value. `incarnation` tells this file from another, and the counter going back
--- tells a file restored from a copy: both mean a full read.
+-- tells a file restored from a copy: both mean a full read. A deletion (segmint never
+-- deletes; an operator may) leaves no row to read: it counts in `deletions`, and a reader
+-- that sees the count move reads every row.
 CREATE TABLE IF NOT EXISTS segmint_change (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     n           INTEGER NOT NULL,
-    incarnation TEXT    NOT NULL
+    incarnation TEXT    NOT NULL,
+    deletions   INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 INSERT OR IGNORE INTO segmint_change (id, n, incarnation) VALUES (1, 0, lower(hex(randomblob(8))));
 
@@ -59,4 +62,16 @@ CREATE TRIGGER IF NOT EXISTS segmint_biz_shape_updated AFTER UPDATE ON segmint_b
     WHEN NEW.change_n = OLD.change_n BEGIN
     UPDATE segmint_change SET n = n + 1 WHERE id = 1;
     UPDATE segmint_biz_shape SET change_n = (SELECT n FROM segmint_change WHERE id = 1) WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS tiny_id_info_deleted AFTER DELETE ON tiny_id_info BEGIN
+    UPDATE segmint_change SET deletions = deletions + 1 WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS tiny_id_token_deleted AFTER DELETE ON tiny_id_token BEGIN
+    UPDATE segmint_change SET deletions = deletions + 1 WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS segmint_witness_deleted AFTER DELETE ON segmint_witness BEGIN
+    UPDATE segmint_change SET deletions = deletions + 1 WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS segmint_biz_shape_deleted AFTER DELETE ON segmint_biz_shape BEGIN
+    UPDATE segmint_change SET deletions = deletions + 1 WHERE id = 1;
 END;

@@ -175,15 +175,17 @@ impl Evidence {
 
     /// The marks of the other databases' rows (named by index in `names`) that the
     /// witnesses of database `db` lack or hold older, `held` giving the mark a witness
-    /// there holds of a database (by name) and biz. Only the marks learnt since the
-    /// last call for `db` are looked at, or every mark on the first call (and after
-    /// [`Evidence::unsettle`]); `db` then counts as up to date: call `unsettle` if the
-    /// witnesses returned could not be written.
+    /// there holds of a database (by name) and biz; at most `limit` of them, the first
+    /// by database and biz, the others left for the next call. Only the marks learnt
+    /// since the last call for `db` are looked at, or every mark on the first call (and
+    /// after [`Evidence::unsettle`]); `db` then counts as up to date but for the marks
+    /// left: call `unsettle` if the witnesses returned could not be written.
     pub fn take_lacking(
         &mut self,
         db: usize,
         names: &[String],
         held: impl Fn(&str, &str) -> Option<Mark>,
+        limit: usize,
     ) -> Vec<Witness> {
         let lacks = |(other, biz): &Key, mark: &Mark| {
             (*other != db && held(&names[*other], biz).is_none_or(|h| h.join(*mark) != h)).then(
@@ -202,6 +204,15 @@ impl Evidence {
             None => self.marks.iter().filter_map(|(k, m)| lacks(k, m)).collect(),
         };
         lacking.sort_by(|a, b| (&a.database, &a.biz).cmp(&(&b.database, &b.biz)));
+        if lacking.len() > limit {
+            let left = lacking.split_off(limit);
+            let pending = self.settled.entry(db).or_default();
+            for w in left {
+                if let Some(other) = names.iter().position(|n| *n == w.database) {
+                    pending.insert((other, w.biz));
+                }
+            }
+        }
         lacking
     }
 
@@ -309,25 +320,46 @@ mod tests {
             }
         };
         // Database b holds a's mark as it is and c's older: only c's is written.
-        let lacking = ev.take_lacking(1, &names, holding(vec![held("a", 5, 50), held("c", 6, 60)]));
+        let lacking = ev.take_lacking(
+            1,
+            &names,
+            holding(vec![held("a", 5, 50), held("c", 6, 60)]),
+            10,
+        );
         assert_eq!(lacking, [held("c", 7, 70)]);
         // Settled: nothing learnt since, nothing looked at (even against no witness).
-        assert!(ev.take_lacking(1, &names, holding(vec![])).is_empty());
+        assert!(ev.take_lacking(1, &names, holding(vec![]), 10).is_empty());
         // What is learnt since is looked at, and only that.
         observe(&mut ev, 2, &row(8, 80)).unwrap();
         assert_eq!(
-            ev.take_lacking(1, &names, holding(vec![])),
+            ev.take_lacking(1, &names, holding(vec![]), 10),
             [held("c", 8, 80)]
         );
         // A witness ahead of what is known here needs nothing.
         ev.unsettle(1);
         assert!(
-            ev.take_lacking(1, &names, holding(vec![held("a", 9, 90), held("c", 8, 80)]))
-                .is_empty()
+            ev.take_lacking(
+                1,
+                &names,
+                holding(vec![held("a", 9, 90), held("c", 8, 80)]),
+                10
+            )
+            .is_empty()
         );
         // Unsettled, every mark is looked at again.
         ev.unsettle(1);
-        assert_eq!(ev.take_lacking(1, &names, holding(vec![])).len(), 2);
+        assert_eq!(ev.take_lacking(1, &names, holding(vec![]), 10).len(), 2);
+        // At most `limit` at a time; the rest at the next calls, in order.
+        ev.unsettle(1);
+        assert_eq!(
+            ev.take_lacking(1, &names, holding(vec![]), 1),
+            [held("a", 5, 50)]
+        );
+        assert_eq!(
+            ev.take_lacking(1, &names, holding(vec![]), 1),
+            [held("c", 8, 80)]
+        );
+        assert!(ev.take_lacking(1, &names, holding(vec![]), 1).is_empty());
     }
 
     #[test]

@@ -193,8 +193,10 @@ pub struct TokenRow {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedPosition {
     /// Tells one run of the database from another (PostgreSQL: when its server started;
-    /// SQLite: a tag of the file). A feed never resumes across runs: a database
-    /// restored from a backup is restarted, and read in full.
+    /// SQLite: a tag of the file), with the number of deletions of catalog rows so far.
+    /// A feed never resumes across runs (a database restored from a backup is
+    /// restarted) nor across a deletion (a row deleted by hand leaves nothing to read):
+    /// every row is read again.
     pub incarnation: String,
     /// Every catalog row written after the read carries a change mark at or above this.
     pub next: i64,

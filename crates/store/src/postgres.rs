@@ -502,7 +502,8 @@ impl SegmentStore for PgStore {
         let now = tx
             .query_one(
                 "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
-                        extract(epoch FROM pg_postmaster_start_time())::text",
+                        extract(epoch FROM pg_postmaster_start_time())::text
+                            || '/' || (SELECT deletions FROM segmint_feed WHERE id = 1)",
                 &[],
             )
             .await

@@ -529,7 +529,7 @@ impl SegmentStore for SqliteStore {
             // A deferred transaction reads one snapshot from its first SELECT on.
             let tx = c.transaction()?;
             let position = tx.query_row(
-                "SELECT n + 1, incarnation FROM segmint_change WHERE id = 1",
+                "SELECT n + 1, incarnation || '/' || deletions FROM segmint_change WHERE id = 1",
                 [],
                 |r| {
                     Ok(FeedPosition {

@@ -15,6 +15,11 @@ use crate::store::catalog::{BizEntry, Changes, Snapshot};
 use crate::store::evidence::{Evidence, Mark, Witness};
 use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 
+/// The most witness rows one refresh writes into one database: the marks of a large
+/// catalog read for the first time (every row of a million bizs) are written over
+/// several refreshes, each write well within the fetch timeout.
+const WITNESSES_PER_REFRESH: usize = 5_000;
+
 /// The catalog as this process sees it, and what the refreshes and evidence checks
 /// keep of the rows read.
 ///
@@ -22,9 +27,9 @@ use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 /// `refreshed` (async, one refresh at a time) is taken before any other lock of the
 /// store and held across the refresh's database calls, a heal's included. The plain
 /// (`parking_lot`) mutexes are held for a few map or field operations, never across an
-/// await: `evidence` may hold a database's `health` (and so `Layouts.view` after it);
-/// `snapshots` may hold `Layouts.view`, then `classes_seen`; `classes_seen` nests
-/// nothing. `catalog` is lock-free.
+/// await: `evidence` may hold a database's `health` (and so `Layouts.view` after it),
+/// or `snapshots`; `snapshots` may hold `Layouts.view`, then `classes_seen`, and
+/// `refused`; `classes_seen` and `refused` nest nothing. `catalog` is lock-free.
 pub(super) struct CatalogView {
     /// Read on every request, replaced on refresh.
     pub(super) catalog: ArcSwap<Catalog>,
@@ -110,15 +115,19 @@ impl Store {
         let live: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.is_reachable(i))
             .collect();
+        let fenced: Vec<bool> = live
+            .iter()
+            .map(|&i| self.dbs.list[i].health.lock().fenced.is_some())
+            .collect();
         let resume: Vec<Option<FeedPosition>> = {
             let snapshots = self.view.snapshots.lock();
             live.iter()
-                .map(|&i| {
+                .zip(fenced)
+                .map(|(&i, fenced)| {
                     let snap = snapshots[i].as_ref()?;
                     let recent = snap.full_at.is_some_and(|t| {
                         now.saturating_duration_since(t) < self.protocol.full_refresh
                     });
-                    let fenced = self.dbs.list[i].health.lock().fenced.is_some();
                     snap.position.clone().filter(|_| recent && !fenced)
                 })
                 .collect()
@@ -429,7 +438,8 @@ impl Store {
                             .get(&(db.to_owned(), biz.to_owned()))
                             .map(|w| w.mark)
                     };
-                    let lacking = evidence.take_lacking(k, &self.dbs.names, held);
+                    let lacking =
+                        evidence.take_lacking(k, &self.dbs.names, held, WITNESSES_PER_REFRESH);
                     (!lacking.is_empty()).then_some((k, lacking))
                 })
                 .collect()
