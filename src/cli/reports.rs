@@ -7,6 +7,8 @@
 //! The per-database steps the store reports as it goes (`"pg0": inserted at …`) are
 //! carried as `notes`: their facts are in the typed fields beside them.
 
+use std::borrow::Cow;
+
 use segmint::config::ConfigError;
 use segmint::segment::Residue;
 use segmint::store::{Decoded, ShapeRow, StoreError};
@@ -43,15 +45,17 @@ pub fn error_json(e: &(dyn std::error::Error + 'static)) -> Value {
 }
 
 /// A stable name for the kind of `e` and what an operator can do about it.
-pub fn kind_and_hint(
-    e: &(dyn std::error::Error + 'static),
-) -> (&'static str, Option<&'static str>) {
+pub fn kind_and_hint<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> (&'static str, Option<Cow<'a, str>>) {
     if let Some(e) = e.downcast_ref::<StoreError>() {
         (e.kind(), e.hint())
     } else if e.downcast_ref::<ConfigError>().is_some() {
         (
             "config",
-            Some("fix the key named in the configuration file or its SEGMINT_ variable"),
+            Some(Cow::Borrowed(
+                "fix the key named in the configuration file or its SEGMINT_ variable",
+            )),
         )
     } else {
         ("refused", None)
