@@ -18,7 +18,7 @@ use segmint::config::Config;
 use segmint::import::Source;
 use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::{OpenMode, ShapeRow, Store};
+use segmint::store::{OpenMode, Reason, Refusal, ShapeRow, Store, StoreError};
 
 #[derive(Parser)]
 #[command(
@@ -279,7 +279,7 @@ fn main() -> ExitCode {
     let config = match Config::load_or_default(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) if cli.json => {
-            eprintln!("{}", reports::error_json(&e));
+            eprintln!("{}", reports::Failure::of(&e).json());
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -301,12 +301,12 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if out.json => {
-            eprintln!("{}", reports::error_json(e.as_ref()));
+            eprintln!("{}", reports::Failure::of(e.as_ref()).json());
             ExitCode::FAILURE
         }
         Err(e) => {
             eprintln!("segmint: {e}");
-            if let (_, Some(hint)) = reports::kind_and_hint(e.as_ref()) {
+            if let Some(hint) = reports::Failure::of(e.as_ref()).hint {
                 eprintln!("hint: {hint}");
             }
             ExitCode::FAILURE
@@ -389,8 +389,13 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
                     (_, true) => Some(Residue::new(2, 0)?),
                     _ => None,
                 };
-                let biz = BizTag::parse(&add.name)?;
-                let shape = add.shape().map_err(|e| format!("{e}; nothing changed"))?;
+                let biz = BizTag::parse(&add.name).map_err(StoreError::from)?;
+                let shape = add.shape().map_err(|e| {
+                    StoreError::from(Refusal::new(
+                        Reason::InvalidShape,
+                        format!("{e}; nothing changed"),
+                    ))
+                })?;
                 let notes = store
                     .add_shaped_biz(
                         &biz,
@@ -418,7 +423,11 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
                 expires_in,
             }) => {
                 let (token, notes) = store
-                    .add_token_expiring(&BizTag::parse(&biz)?, &remark, expires_in)
+                    .add_token_expiring(
+                        &BizTag::parse(&biz).map_err(StoreError::from)?,
+                        &remark,
+                        expires_in,
+                    )
                     .await?;
                 let report = reports::TokenIssued {
                     token,
@@ -465,9 +474,15 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
                 })?;
                 match report.failed.is_empty() {
                     true => Ok(()),
-                    false => Err(format!(
-                        "the new token works, but the old one keeps working on {} until its expiry is lowered there: run `segmint token rotate` again with the old prefix",
-                        report.failed.join(", ")
+                    false => Err(StoreError::from(
+                        Refusal::new(
+                            Reason::WriteFailed,
+                            format!(
+                                "the new token works, but the old one keeps working on {} until its expiry is lowered there",
+                                report.failed.join(", ")
+                            ),
+                        )
+                        .hint("run `segmint token rotate` again with the old prefix"),
                     )
                     .into()),
                 }
@@ -482,7 +497,7 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
                 lists::import(&store, Source::Leaf, &file, out.json).await
             }
             AdminCommand::Id(IdCommand::Decode { biz, id }) => {
-                let biz = BizTag::parse(&biz)?;
+                let biz = BizTag::parse(&biz).map_err(StoreError::from)?;
                 let decoded = store.decode_id(&biz, &id).await?;
                 out.emit(&reports::decoded_json(&decoded), |_| {
                     vec![decoded.to_string()]

@@ -183,8 +183,8 @@ fn admin_commands_report_per_database() {
 
 /// Every admin command speaks JSON under `--json` (before or after the subcommand): one
 /// document on stdout with the facts the text gives; a failure is a JSON document on
-/// stderr with its kind and a hint, and the exit is non-zero. The text of a failure
-/// carries the hint too.
+/// stderr with its kind, a refusal's reason, its message, a hint and notes, and the exit
+/// is non-zero. The text of a failure carries the hint too.
 #[test]
 fn every_admin_command_speaks_json() {
     let dbs = Databases::start(Kind::Embedded, 2);
@@ -200,8 +200,22 @@ fn every_admin_command_speaks_json() {
         let run = segmint_cli(cfg.path(), args, &[]);
         assert!(!run.ok(), "{args:?} should fail: {}", run.stdout);
         assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
-        serde_json::from_str(run.stderr.lines().last().unwrap_or_default())
-            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", run.stderr))
+        serde_json::json!({ "error": run.failure() })
+    };
+    // A refusal for `reason`, with advice; its message (without the advice).
+    let refused = |args: &[&str], reason: &str| -> String {
+        let e = failure(args)["error"].clone();
+        assert_eq!(
+            (&e["kind"], &e["reason"]),
+            (&serde_json::json!("refused"), &serde_json::json!(reason)),
+            "{args:?}: {e}"
+        );
+        assert!(
+            e["hint"].as_str().is_some_and(|h| !h.is_empty()),
+            "{args:?}: {e}"
+        );
+        assert!(e["notes"].is_array(), "{args:?}: {e}");
+        e["message"].as_str().unwrap_or_default().to_owned()
     };
 
     let migrated = json(&["--json", "migrate"]);
@@ -306,14 +320,56 @@ fn every_admin_command_speaks_json() {
             .contains("segmint biz add"),
         "{missing}"
     );
-    let unknown = failure(&["db", "fence", "nowhere", "--json"]);
-    assert_eq!(unknown["error"]["kind"], "refused");
+    assert_eq!(
+        (&missing["error"]["reason"], &missing["error"]["notes"]),
+        (&serde_json::Value::Null, &serde_json::json!([]))
+    );
+    let unknown = refused(&["db", "fence", "nowhere", "--json"], "database_unknown");
+    assert!(unknown.contains("nowhere"), "{unknown}");
+    let unknown = refused(&["db", "add", "pg9", "--json"], "database_unknown");
+    assert!(unknown.contains("\"pg9\" is not configured"), "{unknown}");
+    // A prefix too short, and a token revoked above: the advice is the hint, not the
+    // message.
+    let short = refused(&["token", "revoke", "abc", "--json"], "invalid_argument");
     assert!(
-        unknown["error"]["message"]
+        short.contains("`abc`") && short.contains("nothing changed"),
+        "{short}"
+    );
+    let revoked = failure(&["token", "rotate", prefix, "--json"]);
+    assert_eq!(revoked["error"]["reason"], "token_revoked", "{revoked}");
+    assert_eq!(
+        revoked["error"]["hint"],
+        "create a new one with `segmint token add`"
+    );
+    assert!(
+        !revoked["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("nowhere"),
-        "{unknown}"
+            .contains("segmint token add"),
+        "{revoked}"
+    );
+    // pg1 is in the layout but not in this configuration: a change must not leave it
+    // behind.
+    let lost = refused(
+        &["db", "remove", "pg0", "--lost", "--json"],
+        "database_missing_from_config",
+    );
+    assert!(lost.contains("\"pg1\" is not configured"), "{lost}");
+    // A refusal with no advice to give: `hint` is null.
+    let exists = failure(&["biz", "add", "order", "--step", "100", "--json"]);
+    assert_eq!(
+        (&exists["error"]["reason"], &exists["error"]["hint"]),
+        (&serde_json::json!("biz_exists"), &serde_json::Value::Null),
+        "{exists}"
+    );
+    // As text: the message, then the hint on a line of its own.
+    let text = segmint_cli(cfg.path(), &["token", "revoke", "abc"], &[]);
+    assert!(
+        text.stderr.contains(
+            "segmint: `abc` is not a token's hash prefix (8 or more hex digits); nothing changed\nhint: give at least 8 hex digits"
+        ),
+        "{}",
+        text.stderr
     );
     let text = segmint_cli(cfg.path(), &["token", "add", "--biz", "missing"], &[]);
     assert!(!text.ok());

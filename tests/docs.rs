@@ -1,7 +1,7 @@
 //! Keeps the documentation honest: every relative link in the README, ARCHITECTURE.md
 //! and `docs/` reaches a file and a heading that exist, every code link of
 //! ARCHITECTURE.md names an item its file defines, and the reference pages name every
-//! configuration key, every metric and every route segmint has.
+//! configuration key, every metric, every route and every refusal reason segmint has.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -273,4 +273,30 @@ fn the_http_page_names_every_route() {
         .filter(|p| !page.contains(p.as_str()))
         .collect();
     assert!(missing.is_empty(), "undocumented routes: {missing:?}");
+}
+
+#[test]
+fn the_admin_page_names_every_refusal_reason() {
+    let page = read(&root().join("docs/admin-cli.md"));
+    let codes: Vec<&str> = segmint::store::Reason::ALL
+        .iter()
+        .map(|r| r.code())
+        .collect();
+    assert!(codes.len() > 15, "{codes:?}");
+    let missing: Vec<_> = codes
+        .iter()
+        .filter(|code| !page.contains(&format!("| `{code}` |")))
+        .collect();
+    assert!(missing.is_empty(), "undocumented reasons: {missing:?}");
+    // The table's rows are the reasons there are, no more.
+    let table = page
+        .lines()
+        .skip_while(|l| !l.starts_with("| `reason` |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'));
+    let unknown: Vec<&str> = table
+        .filter_map(|l| l.strip_prefix("| `")?.split_once("` |").map(|(c, _)| c))
+        .filter(|c| !codes.contains(c))
+        .collect();
+    assert!(unknown.is_empty(), "reasons that do not exist: {unknown:?}");
 }

@@ -23,15 +23,27 @@ use common::layout::{
 use common::traffic::{Stream, Traffic, check_streams};
 use common::*;
 
-/// Checks that `run` was refused (a non-zero exit) with a message holding each of
-/// `words` and saying that nothing changed; the message, for the log.
-fn refusal(run: &CliRun, words: &[&str]) -> String {
-    let said = format!("{}{}", run.stdout, run.stderr);
-    assert!(!run.ok(), "not refused:\n{said}");
-    for w in words.iter().chain(&["nothing changed"]) {
-        assert!(said.contains(w), "the refusal does not say `{w}`:\n{said}");
+/// Runs `segmint --json args…` with the configuration `toml` and checks that it was
+/// refused for `reason`: a message saying that nothing changed, a hint, and each of
+/// `words` in the message or the hint. The message, for the log.
+fn refusal(toml: &str, args: &[&str], reason: &str, words: &[&str]) -> String {
+    let e = cli(toml, &[&["--json"], args].concat()).failure();
+    assert_eq!(
+        (&e["kind"], &e["reason"]),
+        (&serde_json::json!("refused"), &serde_json::json!(reason)),
+        "{args:?}: {e}"
+    );
+    let message = e["message"].as_str().unwrap_or_default();
+    let hint = e["hint"].as_str().unwrap_or_default();
+    assert!(!hint.is_empty(), "{args:?}: no hint: {e}");
+    for w in words {
+        assert!(
+            message.contains(w) || hint.contains(w),
+            "the refusal does not say `{w}`: {e}"
+        );
     }
-    said_last(run)
+    assert!(message.contains("nothing changed"), "{args:?}: {e}");
+    message.to_owned()
 }
 
 /// The message a command ended with (its logs come before it).
@@ -192,8 +204,12 @@ async fn a_database_missing_from_the_configuration_is_refused_then_declared_lost
 
     // Refused from a configuration without pg1: nothing changed, and pg1 still serves.
     let before = [layout_state(dbs, 0), layout_state(dbs, 1)];
-    let run = cli(one, &["db", "remove", "pg1"]);
-    let e = refusal(&run, &["\"pg1\"", "is not configured", "--lost"]);
+    let e = refusal(
+        one,
+        &["db", "remove", "pg1"],
+        "database_missing_from_config",
+        &["\"pg1\"", "is not configured", "--lost"],
+    );
     eprintln!("refused: {e}");
     assert_eq!(
         [layout_state(dbs, 0), layout_state(dbs, 1)],
@@ -620,7 +636,9 @@ async fn changes_are_refused_while_a_member_is_down_answers_or_was_lost() {
     let before_up = [0, 1, 2].map(|i| (i != 1).then(|| before[i].clone()));
     for args in [["db", "remove", "pg0"], ["db", "remove", "pg1"]] {
         let e = refusal(
-            &cli(&two, &args),
+            &two,
+            &args,
+            "database_unanswered",
             &["\"pg1\" did not answer", "segmint db remove pg1 --lost"],
         );
         eprintln!("{args:?} refused: {e}");
@@ -652,7 +670,9 @@ async fn changes_are_refused_while_a_member_is_down_answers_or_was_lost() {
 
     // (b) `--lost` while pg1 is configured and answers.
     let e = refusal(
-        &cli(&two, &["db", "remove", "pg1", "--lost"]),
+        &two,
+        &["db", "remove", "pg1", "--lost"],
+        "database_answers",
         &["\"pg1\" answers", "segmint db remove pg1"],
     );
     eprintln!("--lost refused: {e}");
@@ -677,7 +697,7 @@ async fn changes_are_refused_while_a_member_is_down_answers_or_was_lost() {
         (&two, vec!["db", "add", "pg1"]),
         (one, vec!["db", "add", "pg1", c.urls[1].as_str()]),
     ] {
-        let e = refusal(&cli(toml, &args), &["\"pg1\" was declared lost"]);
+        let e = refusal(toml, &args, "database_lost", &["\"pg1\" was declared lost"]);
         eprintln!("{args:?} refused: {e}");
         assert_eq!([0, 1].map(|i| layout_state(dbs, i)), lost);
     }
@@ -972,7 +992,7 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
         .expect("lock pg0's witness of pg1");
     let command = {
         let two = two.clone();
-        tokio::task::spawn_blocking(move || cli(&two, &["db", "remove", "pg1"]))
+        tokio::task::spawn_blocking(move || cli(&two, &["--json", "db", "remove", "pg1"]))
     };
     let frozen = "SELECT frozen AND claimed_by = 2 FROM tiny_id_info WHERE biz_type = 'plain'";
     eventually(
@@ -995,13 +1015,21 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
         ),
     );
     client.batch_execute("ROLLBACK").await.expect("unlock");
-    let run = command.await.expect("the command");
-    let said = format!("{}{}", run.stdout, run.stderr);
-    assert!(!run.ok(), "not refused:\n{said}");
-    for w in ["database \"pg1\" went back in time", "segmint db fence pg1"] {
-        assert!(said.contains(w), "the command does not say `{w}`:\n{said}");
-    }
-    eprintln!("the command said:\n{}", said_last(&run));
+    let e = command.await.expect("the command").failure();
+    assert_eq!(e["reason"], "row_behind_witness", "{e}");
+    assert!(
+        e["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("database \"pg1\" went back in time")),
+        "{e}"
+    );
+    assert!(
+        e["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("segmint db fence pg1")),
+        "{e}"
+    );
+    eprintln!("the command said: {e}");
     assert_eq!(
         dbs.sql(
             0,

@@ -302,6 +302,13 @@ fn bad_shapes_are_refused_and_change_nothing() {
             "{args:?}: {}",
             run.stderr
         );
+        all.push("--json");
+        let e = segmint_cli(setup.file.path(), &all, &[]).failure();
+        assert_eq!(e["reason"], "invalid_shape", "{args:?}: {e}");
+        assert!(
+            e["message"].as_str().is_some_and(|m| m.contains(mentions)),
+            "{args:?}: {e}"
+        );
         for db in 0..2 {
             assert_eq!(
                 setup.dbs.sql(

@@ -214,15 +214,22 @@ async fn refused_prefixes_change_nothing(kind: Kind) {
             );
         }
     }
-    let cases: [(&[&str], &[&str]); 6] = [
-        (&["token", "revoke", "abcdef0"], &["at least 8 hex digits"]),
+    // (the command, what its text says, the reason of its refusal under `--json`)
+    let cases: [(&[&str], &[&str], Option<&str>); 6] = [
+        (
+            &["token", "revoke", "abcdef0"],
+            &["at least 8 hex digits"],
+            Some("invalid_argument"),
+        ),
         (
             &["token", "revoke", "abcdefgh01"],
             &["at least 8 hex digits"],
+            Some("invalid_argument"),
         ),
         (
             &["token", "revoke", "0000000000"],
             &["no token's hash starts with `0000000000`"],
+            Some("token_unknown"),
         ),
         (
             &["token", "revoke", "ABCDEF0123"],
@@ -231,17 +238,38 @@ async fn refused_prefixes_change_nothing(kind: Kind) {
                 "abcdef0123111111 (biz order)",
                 "abcdef0123222222 (biz pay)",
             ],
+            Some("token_ambiguous"),
         ),
-        (&["token", "rotate", "abcdef0123"], &["names 2 tokens"]),
-        (&["token", "revoke"], &["PREFIX"]),
+        (
+            &["token", "rotate", "abcdef0123"],
+            &["names 2 tokens"],
+            Some("token_ambiguous"),
+        ),
+        // Refused by the argument parser, before any refusal of segmint's.
+        (&["token", "revoke"], &["PREFIX"], None),
     ];
-    for (args, says) in cases {
+    for (args, says, reason) in cases {
         let run = setup.cli(args);
         assert!(!run.ok(), "{args:?} succeeded: {}", run.stdout);
         for s in says {
             assert!(run.stderr.contains(s), "{args:?}: {}", run.stderr);
         }
         assert!(audit_lines(&run.stderr).is_empty(), "{}", run.stderr);
+        let Some(reason) = reason else { continue };
+        // Under `--json`: the reason and the advice as values; the candidates of an
+        // ambiguous prefix as notes.
+        let e = setup.cli(&[args, &["--json"]].concat()).failure();
+        assert_eq!(e["reason"], reason, "{args:?}: {e}");
+        assert!(
+            e["hint"].as_str().is_some_and(|h| !h.is_empty()),
+            "{args:?}: {e}"
+        );
+        let notes = e["notes"].as_array().expect("notes");
+        assert_eq!(
+            notes.len(),
+            if reason == "token_ambiguous" { 2 } else { 0 },
+            "{args:?}: {e}"
+        );
     }
     let untouched = "2|0|0";
     let count = "SELECT count(*), count(revoke_time), count(expire_time) FROM tiny_id_token";
@@ -391,17 +419,32 @@ async fn a_revocation_with_a_database_down_holds() {
     assert!(answers(&app, &token).await.issued());
 
     setup.dbs.stop(1);
-    let run = setup.cli(&["token", "revoke", &prefix(&token)]);
-    assert!(!run.ok(), "{}", run.stdout);
+    let e = setup
+        .cli(&["token", "revoke", &prefix(&token), "--json"])
+        .failure();
+    assert_eq!(e["reason"], "write_failed", "{e}");
     assert!(
-        run.stderr.contains("\"pg1\": FAILED") && run.stderr.contains("run the command again"),
-        "{}",
-        run.stderr
+        e["message"].as_str().is_some_and(|m| m.contains("\"pg1\"")),
+        "{e}"
     );
     assert!(
-        run.stderr.contains("\"pg0\": revoked token"),
-        "{}",
-        run.stderr
+        e["hint"]
+            .as_str()
+            .is_some_and(|h| h.contains("run the command again")),
+        "{e}"
+    );
+    let notes: Vec<&str> = e["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.starts_with("\"pg1\": FAILED"))
+            && notes
+                .iter()
+                .any(|n| n.starts_with("\"pg0\": revoked token")),
+        "{e}"
     );
     let revoked = "SELECT count(revoke_time) FROM tiny_id_token WHERE revoke_time IS NOT NULL";
     assert_eq!(setup.dbs.sql(0, revoked), "1");

@@ -4,7 +4,7 @@
 
 use segmint::config::Config;
 use segmint::layout::{Layout, LayoutChange, LayoutState, Member};
-use segmint::store::{OpenMode, Store};
+use segmint::store::{OpenMode, Reason, Refusal, Store, StoreError};
 
 use super::{DbCommand, Result, reports};
 
@@ -32,8 +32,12 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
                 (true, _) => config,
                 (false, Some(url)) => config.with_database(name, url)?,
                 (false, None) => {
-                    return Err(format!(
-                        "database \"{name}\" is not configured: give its URL (`segmint db add {name} URL`); nothing changed"
+                    return Err(StoreError::from(
+                        Refusal::new(
+                            Reason::DatabaseUnknown,
+                            format!("database \"{name}\" is not configured; nothing changed"),
+                        )
+                        .hint(format!("give its URL (`segmint db add {name} URL`)")),
                     )
                     .into());
                 }

@@ -9,7 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use segmint::import::Source;
 use segmint::layout::{Layout, Member, Standing};
 use segmint::segment::Residue;
-use segmint::store::{HASH_PREFIX, Store};
+use segmint::store::{HASH_PREFIX, Reason, Refusal, Store, StoreError};
 use serde_json::{Value, json};
 
 use super::{ImportFile, Result};
@@ -164,10 +164,16 @@ pub async fn import(store: &Store, source: Source, file: &ImportFile, json: bool
     }
     match report.refused.is_empty() {
         true => Ok(()),
-        false => Err(format!(
-            "refused {} biz(s): {}; the others were imported",
-            report.refused.len(),
-            report.refused.join(", ")
+        false => Err(StoreError::from(
+            Refusal::new(
+                Reason::ImportConflict,
+                format!(
+                    "refused {} biz(s): {}; the others were imported",
+                    report.refused.len(),
+                    report.refused.join(", ")
+                ),
+            )
+            .hint("each `refused:` line says why, per database; once the row or the file is corrected, run the import again: it leaves what was imported as it is"),
         )
         .into()),
     }

@@ -1,8 +1,8 @@
 //! What the admin commands that change something print: lines for people, or with
 //! `--json` one JSON document on stdout for scripts, built from the same typed report.
 //! A failure is the error's text on stderr with a hint when there is one, or under
-//! `--json` a JSON document `{"error": {"kind", "message", "hint"}}` on stderr; either
-//! way the command exits non-zero.
+//! `--json` a JSON document `{"error": {"kind", "reason", "message", "hint", "notes"}}`
+//! on stderr ([`Failure`]); either way the command exits non-zero.
 //!
 //! The per-database steps the store reports as it goes (`"pg0": inserted at …`) are
 //! carried as `notes`: their facts are in the typed fields beside them.
@@ -36,25 +36,52 @@ impl Output {
     }
 }
 
-/// The kind, text and hint of a failed command.
-pub fn error_json(e: &(dyn std::error::Error + 'static)) -> Value {
-    let (kind, hint) = kind_and_hint(e);
-    json!({ "error": { "kind": kind, "message": e.to_string(), "hint": hint } })
+/// A failed command, as scripts read it (`{"error": …}` under `--json`).
+#[derive(Debug, Serialize)]
+pub struct Failure {
+    /// A stable name for the kind of error (`refused`, `not_found`, `config` …).
+    pub kind: &'static str,
+    /// A refusal's stable cause (`change_pending`); `None` for other kinds.
+    pub reason: Option<&'static str>,
+    /// What failed; a refusal's notes are not in it.
+    pub message: String,
+    /// What an operator can do about it, when there is advice to give.
+    pub hint: Option<String>,
+    /// A refusal's per-database steps, printed after its message.
+    pub notes: Vec<String>,
 }
 
-/// A stable name for the kind of `e` and what an operator can do about it.
-pub fn kind_and_hint(
-    e: &(dyn std::error::Error + 'static),
-) -> (&'static str, Option<&'static str>) {
-    if let Some(e) = e.downcast_ref::<StoreError>() {
-        (e.kind(), e.hint())
-    } else if e.downcast_ref::<ConfigError>().is_some() {
-        (
-            "config",
-            Some("fix the key named in the configuration file or its SEGMINT_ variable"),
-        )
-    } else {
-        ("refused", None)
+impl Failure {
+    /// What `e` says, by its type: the store's errors and refusals, configuration
+    /// errors, and anything else as a refusal without a reason.
+    pub fn of(e: &(dyn std::error::Error + 'static)) -> Failure {
+        let failure = |kind, hint: Option<&str>| Failure {
+            kind,
+            reason: None,
+            message: e.to_string(),
+            hint: hint.map(str::to_owned),
+            notes: Vec::new(),
+        };
+        match e.downcast_ref::<StoreError>() {
+            Some(StoreError::Refused(r)) => Failure {
+                kind: "refused",
+                reason: Some(r.reason.code()),
+                message: r.message.clone(),
+                hint: r.hint.clone(),
+                notes: r.notes.clone(),
+            },
+            Some(e) => failure(e.kind(), e.hint().as_deref()),
+            None if e.downcast_ref::<ConfigError>().is_some() => failure(
+                "config",
+                Some("fix the key named in the configuration file or its SEGMINT_ variable"),
+            ),
+            None => failure("refused", None),
+        }
+    }
+
+    /// The document printed on stderr under `--json`.
+    pub fn json(&self) -> Value {
+        json!({ "error": self })
     }
 }
 

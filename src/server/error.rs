@@ -175,7 +175,15 @@ mod tests {
             ),
             (StoreError::Contention(s()).into(), 503, "contention"),
             (StoreError::Unavailable(s()).into(), 503, "unavailable"),
-            (StoreError::Refused(s()).into(), 400, "bad_request"),
+            (
+                StoreError::from(crate::store::Refusal::new(
+                    crate::store::Reason::InvalidArgument,
+                    s(),
+                ))
+                .into(),
+                400,
+                "bad_request",
+            ),
             (
                 IssueError::NotServed(crate::biz::BizTag::parse("a").unwrap()).into(),
                 404,

@@ -23,6 +23,17 @@ impl CliRun {
     pub fn ok(&self) -> bool {
         self.code == Some(0)
     }
+
+    /// The error of a command run with `--json` that failed: `{"kind", "reason",
+    /// "message", "hint", "notes"}`, the document it printed last on stderr (its logs
+    /// come before it).
+    pub fn failure(&self) -> serde_json::Value {
+        assert!(!self.ok(), "did not fail:\n{}", self.stdout);
+        let last = self.stderr.lines().last().unwrap_or_default();
+        let mut doc: serde_json::Value = serde_json::from_str(last)
+            .unwrap_or_else(|e| panic!("no JSON error document ({e}):\n{}", self.stderr));
+        doc["error"].take()
+    }
 }
 
 /// Runs `segmint --config CONFIG args…` with the variables `env` and no `SEGMINT_*`

@@ -10,6 +10,7 @@ mod clock;
 mod cluster;
 mod error;
 pub mod postgres;
+mod refusal;
 pub mod rules;
 pub mod sqlite;
 
@@ -23,6 +24,8 @@ pub(crate) use segmint_core::{
 };
 pub(crate) use segmint_metrics as metrics;
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at};
@@ -33,6 +36,7 @@ pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
+pub use refusal::{Reason, Refusal};
 pub use segmint_core::evidence::{Mark, Witness};
 pub use segmint_core::rows::{BizRow, LayoutRow};
 pub use sqlite::OpenMode;
@@ -379,8 +383,9 @@ pub enum StoreError {
     Moving(String),
     #[error("no database reachable: {0}")]
     Unavailable(String),
+    /// Refused as asked (an admin operation, mostly): why, what, and what to do.
     #[error("{0}")]
-    Refused(String),
+    Refused(Refusal),
 }
 
 impl StoreError {
@@ -398,10 +403,9 @@ impl StoreError {
         }
     }
 
-    /// What an operator can do about it. `None` for a refusal: its message says what
-    /// was refused and what to run instead.
-    pub fn hint(&self) -> Option<&'static str> {
-        Some(match self {
+    /// What an operator can do about it: a refusal's own hint, if it has one.
+    pub fn hint(&self) -> Option<Cow<'_, str>> {
+        Some(Cow::Borrowed(match self {
             StoreError::NotFound(_) => {
                 "create the biz with `segmint biz add NAME`, or import it with `segmint import`"
             }
@@ -423,7 +427,16 @@ impl StoreError {
             StoreError::Unavailable(_) => {
                 "check that the databases answer (`segmint db list`) and that the configuration names them"
             }
-            StoreError::Refused(_) => return None,
-        })
+            StoreError::Refused(r) => r.hint.as_deref()?,
+        }))
+    }
+
+    /// The stable code of a refusal's [`Reason`] (`change_pending`); `None` for the
+    /// other kinds.
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            StoreError::Refused(r) => Some(r.reason.code()),
+            _ => None,
+        }
     }
 }

@@ -15,20 +15,51 @@ pub enum LayoutChange {
     Lost(String),
 }
 
+/// Why a change cannot be planned. The text says what is refused; what an operator can
+/// do about it is the store's to say (its refusal's hint), by the variant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The database named is in neither the layout in force nor a change under way.
+    #[error("database \"{name}\" is not in the layout (epoch {epoch}: {layout}); nothing changed")]
+    NotInLayout {
+        name: String,
+        epoch: i64,
+        /// The layout's members and classes, as [`Layout::describe`] gives them.
+        layout: String,
+    },
+    /// A layout needs at least one database.
+    #[error("a layout needs at least one database; nothing changed")]
+    Empty,
+    /// The first change would start from configured classes that leave IDs to no
+    /// database: one is missing from the configuration.
+    #[error(
+        "the configured classes ({classes}) give IDs like {id} to no database: a database is missing from this configuration, and it would keep issuing from its class; nothing changed"
+    )]
+    Uncovered { classes: String, id: i64 },
+    /// The name was declared lost: a restored backup of it may hold rows.
+    #[error(
+        "database \"{name}\" was declared lost (layout epoch {epoch}): it may hold rows no change can reach; nothing changed"
+    )]
+    Lost { name: String, epoch: i64 },
+    /// No classes can be allocated (see [`Layout::allocate`]).
+    #[error("{0}")]
+    Classes(String),
+}
+
 /// The databases of the layout `change` asks for, in `order` (the configuration's;
 /// names it lacks first), and the databases it declares lost, from the layouts read:
 /// the layout in force (or `before`, the configured classes) with the database added or
 /// taken out.
 ///
 /// # Errors
-/// A message when the database to take out is in neither the layout in force nor a
-/// change under way.
+/// [`PlanError::NotInLayout`] when the database to take out is in neither the layout
+/// in force nor a change under way.
 pub fn target(
     change: &LayoutChange,
     layouts: &[Layout],
     before: &Layout,
     order: &[String],
-) -> Result<(Vec<String>, Vec<String>), String> {
+) -> Result<(Vec<String>, Vec<String>), PlanError> {
     let (done, pending) = current(layouts);
     let from = done.unwrap_or(before);
     let mut names = from.names();
@@ -41,11 +72,11 @@ pub fn target(
         }
         LayoutChange::Remove(name) | LayoutChange::Lost(name) => {
             if from.class_of(name).is_none() && pending.is_none_or(|p| p.class_of(name).is_none()) {
-                return Err(format!(
-                    "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
-                    from.epoch,
-                    from.describe()
-                ));
+                return Err(PlanError::NotInLayout {
+                    name: name.clone(),
+                    epoch: from.epoch,
+                    layout: from.describe(),
+                });
             }
             names.retain(|n| n != name);
             match change {
@@ -81,36 +112,37 @@ pub enum Plan {
 /// classes when none is stored.
 ///
 /// # Errors
-/// A message saying what is refused: an empty layout, a database declared lost before,
-/// a lost one that the layout does not name, or classes that cannot be allocated.
+/// A [`PlanError`] saying what is refused: an empty layout, configured classes that
+/// leave IDs to no database, a database declared lost before, a lost one that the
+/// layout does not name, or classes that cannot be allocated.
 pub fn plan(
     layouts: &[Layout],
     before: &Layout,
     target: &[String],
     lost: &[String],
-) -> Result<Plan, String> {
+) -> Result<Plan, PlanError> {
     if target.is_empty() {
-        return Err("a layout needs at least one database; nothing changed".into());
+        return Err(PlanError::Empty);
     }
     let (done, pending) = current(layouts);
     if done.is_none() && pending.is_none() {
         // The first change starts from the configured classes: every database must be
         // configured, and then their classes cover every ID (database i of n: i mod n).
         if let Some(id) = uncovered(before.members.iter().map(|m| m.class)) {
-            return Err(format!(
-                "the configured classes ({}) give IDs like {id} to no database: a database is missing from this configuration, and it would keep issuing from its class; configure every database; nothing changed",
-                before.describe()
-            ));
+            return Err(PlanError::Uncovered {
+                classes: before.describe(),
+                id,
+            });
         }
     }
     let from = done.unwrap_or(before).clone();
     let newest = layouts.last().unwrap_or(&from);
     for name in target {
         if newest.is_lost(name) {
-            return Err(format!(
-                "database \"{name}\" was declared lost (layout epoch {}): it may hold rows no change can reach; give a new database another name; nothing changed",
-                newest.epoch
-            ));
+            return Err(PlanError::Lost {
+                name: name.clone(),
+                epoch: newest.epoch,
+            });
         }
     }
     let mut gone = newest.lost.clone();
@@ -118,11 +150,11 @@ pub fn plan(
         let named =
             from.class_of(name).is_some() || pending.is_some_and(|p| p.class_of(name).is_some());
         if !named {
-            return Err(format!(
-                "database \"{name}\" is not in the layout (epoch {}: {}); nothing changed",
-                from.epoch,
-                from.describe()
-            ));
+            return Err(PlanError::NotInLayout {
+                name: name.clone(),
+                epoch: from.epoch,
+                layout: from.describe(),
+            });
         }
         // Every class it held: a restored backup of it may hold rows of any of them.
         for l in layouts.iter().chain([before]) {
@@ -179,7 +211,8 @@ pub fn plan(
             state: LayoutState::Moving,
             lost: gone,
         },
-        None => Layout::allocate(epoch, target, gone, LayoutState::Moving)?,
+        None => Layout::allocate(epoch, target, gone, LayoutState::Moving)
+            .map_err(PlanError::Classes)?,
     };
     Ok(Plan::Change {
         from,

@@ -22,7 +22,7 @@ mod standing;
 mod tests;
 
 pub use change::{
-    LayoutChange, Plan, claim_order, fence, overlap, plan, required, target, uncovered,
+    LayoutChange, Plan, PlanError, claim_order, fence, overlap, plan, required, target, uncovered,
 };
 pub use standing::{Reading, Standing, read, settled, standing};
 

@@ -119,7 +119,8 @@ fn lost_members_round_trip_and_are_never_reused() {
 fn a_first_change_needs_every_configured_class() {
     let half = lay(0, &[("a", 2, 0)], LayoutState::Done);
     let e = plan(&[], &half, &names(&["a", "c"]), &[]).unwrap_err();
-    assert!(e.contains("like 1") && e.contains("missing"), "{e}");
+    assert!(matches!(e, PlanError::Uncovered { id: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains("missing"), "{e}");
     assert_eq!(uncovered([class(2, 0), class(2, 1)].into_iter()), None);
     assert_eq!(uncovered([class(3, 0), class(3, 2)].into_iter()), Some(1));
 }
@@ -196,9 +197,20 @@ fn plan_adds_finishes_supersedes_and_declares_lost() {
         },
     ];
     let e = plan(&after, &before, &names(&["a", "b"]), &[]).unwrap_err();
-    assert!(e.contains("declared lost"), "{e}");
+    assert_eq!(
+        e,
+        PlanError::Lost {
+            name: "b".into(),
+            epoch: 2
+        }
+    );
+    assert!(e.to_string().contains("declared lost"), "{e}");
     let e = plan(&stored[..2], &before, &names(&["a"]), &names(&["z"])).unwrap_err();
-    assert!(e.contains("not in the layout"), "{e}");
+    assert!(
+        matches!(&e, PlanError::NotInLayout { name, .. } if name == "z"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("not in the layout"), "{e}");
     // Growing after a loss avoids the lost class.
     let Plan::Change { to, .. } = plan(&after, &before, &names(&["a", "c"]), &[]).unwrap() else {
         panic!()
@@ -230,7 +242,11 @@ fn a_command_targets_the_layout_in_force_with_one_database_more_or_less() {
         (names(&["a"]), names(&["b"]))
     );
     let e = target(&LayoutChange::Remove("c".into()), &stored, &before, &order).unwrap_err();
-    assert!(e.contains("not in the layout"), "{e}");
+    assert!(
+        matches!(&e, PlanError::NotInLayout { name, epoch: 1, .. } if name == "c"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("not in the layout"), "{e}");
     // Before any change: the configured classes.
     assert_eq!(
         target(&LayoutChange::Add("b".into()), &[], &before, &order)

@@ -7,14 +7,37 @@ use super::Store;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::evidence::{self, Evidence, Mark, Witness};
-use crate::store::{BizRow, DbError, Inserted, Reclass, SegmentStore, ShapeRow, StoreError};
+use crate::store::{
+    BizRow, DbError, Inserted, Reason, Reclass, Refusal, SegmentStore, ShapeRow, StoreError,
+};
 
-/// Why a command that creates biz rows stopped when a database already holds a later
-/// layout than the one it read.
+/// The note of a command that creates biz rows, stopped when a database already holds a
+/// later layout (of `epoch`) than the one it read.
 pub(super) fn layout_began(epoch: i64) -> String {
     format!(
-        "not written: a change to layout epoch {epoch} began meanwhile; the rows written before it are moved by the change; run the command again once the change is done"
+        "not written: a change to layout epoch {epoch} began meanwhile; the rows written before it are moved by the change"
     )
+}
+
+/// The refusal of a command that creates biz rows, `stopped` (what stopped where) by a
+/// change to layout `epoch` begun meanwhile; `notes`, its steps up to there.
+pub(super) fn change_began(stopped: String, epoch: i64, notes: Vec<String>) -> StoreError {
+    Refusal::new(
+        Reason::ChangePending,
+        format!("{stopped}: a change to layout epoch {epoch} began meanwhile"),
+    )
+    .hint("run the command again once the change is done")
+    .notes(notes)
+    .into()
+}
+
+/// The refusal of a read that database `name` did not answer (`e`): nothing changed.
+pub(super) fn unreachable(name: &str, e: &DbError) -> StoreError {
+    Refusal::new(
+        Reason::DatabaseUnanswered,
+        format!("database \"{name}\" is unreachable ({e}); nothing changed"),
+    )
+    .into()
 }
 
 /// `segmint db fence` raises a row's version to the next multiple of this: far above
@@ -61,10 +84,16 @@ impl Store {
             match rows {
                 Ok(rows) if rows.is_empty() => {}
                 Ok(_) => return Ok(None),
-                Err(e) => return Err(StoreError::Refused(format!("database \"{db}\": {e}"))),
+                Err(e) => {
+                    return Err(Refusal::new(
+                        Reason::DatabaseUnanswered,
+                        format!("database \"{db}\": {e}"),
+                    )
+                    .into());
+                }
             }
         }
-        let biz = BizTag::parse("test").map_err(|e| StoreError::Refused(e.to_string()))?;
+        let biz = BizTag::parse("test")?;
         self.add_biz(&biz, 1000, 1, None).await?;
         let (token, _) = self.add_token(&biz, "created on first start").await?;
         Ok(Some(token))
@@ -75,19 +104,14 @@ impl Store {
         &self,
         biz: &BizTag,
     ) -> Result<Vec<Option<BizRow>>, StoreError> {
-        self.all_answer(
-            |db| db.biz(biz.as_str()),
-            |name, e| format!("database \"{name}\" is unreachable ({e}); nothing changed"),
-        )
-        .await
+        self.all_answer(|db| db.biz(biz.as_str())).await
     }
 
-    /// Runs `op` on every database, all of which must answer: else a refusal worded by
-    /// `refusal` for the first database that did not (its name and error).
+    /// Runs `op` on every database, all of which must answer: else the refusal of the
+    /// first database that did not ([`unreachable`]).
     pub(super) async fn all_answer<'a, T, F>(
         &'a self,
         op: impl Fn(&'a dyn SegmentStore) -> F,
-        refusal: impl Fn(&str, &DbError) -> String,
     ) -> Result<Vec<T>, StoreError>
     where
         F: Future<Output = Result<T, DbError>> + 'a,
@@ -96,7 +120,7 @@ impl Store {
             .await
             .into_iter()
             .zip(&self.dbs.names)
-            .map(|(r, name)| r.map_err(|e| StoreError::Refused(refusal(name, &e))))
+            .map(|(r, name)| r.map_err(|e| unreachable(name, &e)))
             .collect()
     }
 
@@ -151,7 +175,12 @@ impl Store {
         description: &str,
         shape: Option<ShapeRow>,
     ) -> Result<Vec<String>, StoreError> {
-        let refuse = |why: String| StoreError::Refused(format!("{why}; nothing changed"));
+        let refuse = |why: String| {
+            StoreError::from(Refusal::new(
+                Reason::InvalidShape,
+                format!("{why}; nothing changed"),
+            ))
+        };
         let shape = match shape {
             None => None,
             Some(mut row) => {
@@ -182,15 +211,12 @@ impl Store {
                 Some(row)
             }
         };
+        let invalid = |what: String| StoreError::from(Refusal::new(Reason::InvalidArgument, what));
         if step < 1 {
-            return Err(StoreError::Refused(format!(
-                "step must be at least 1, got {step}"
-            )));
+            return Err(invalid(format!("step must be at least 1, got {step}")));
         }
         if start < 1 {
-            return Err(StoreError::Refused(format!(
-                "start must be at least 1, got {start}"
-            )));
+            return Err(invalid(format!("start must be at least 1, got {start}")));
         }
         let epoch = self.layout_for_writes().await?;
         // The databases of the layout in force, each with its class there.
@@ -214,16 +240,23 @@ impl Store {
                 .join(", ")
         };
         if lack.is_empty() {
-            return Err(StoreError::Refused(format!(
-                "biz `{biz}` already exists on every database; nothing changed"
-            )));
+            return Err(Refusal::new(
+                Reason::BizExists,
+                format!("biz `{biz}` already exists on every database; nothing changed"),
+            )
+            .into());
         }
         if !have.is_empty() {
-            return Err(StoreError::Refused(format!(
-                "biz `{biz}` exists on {} but not on {}; fix the rows by hand (they must have disjoint residue classes); nothing changed",
-                list(&have),
-                list(&lack)
-            )));
+            return Err(Refusal::new(
+                Reason::BizPartial,
+                format!(
+                    "biz `{biz}` exists on {} but not on {}; nothing changed",
+                    list(&have),
+                    list(&lack)
+                ),
+            )
+            .hint("fix the rows by hand (they must have disjoint residue classes)")
+            .into());
         }
         let mut rows = Vec::with_capacity(members.len());
         for &(i, residue) in &members {
@@ -232,9 +265,9 @@ impl Store {
                 Some(w) => residue.restrict(w),
                 None => Ok(residue),
             }
-            .map_err(|e| StoreError::Refused(format!("database \"{}\": {e}", db.name)))?;
+            .map_err(|e| invalid(format!("database \"{}\": {e}", db.name)))?;
             if step < class.delta() {
-                return Err(StoreError::Refused(format!(
+                return Err(invalid(format!(
                     "step {step} is smaller than the biz's delta {} on database \"{}\": a segment could hold no ID; nothing changed",
                     class.delta(),
                     db.name
@@ -261,10 +294,15 @@ impl Store {
                 // No database holds a row of the biz (checked above): a shape row
                 // there is left from an interrupted `biz add`, and is replaced.
                 if let Err(e) = db.store.put_shape(shape).await {
-                    return Err(StoreError::Refused(format!(
-                        "database \"{}\": FAILED writing the shape: {e}; no biz row was written, and shape rows without a biz are ignored",
-                        db.name
-                    )));
+                    return Err(Refusal::new(
+                        Reason::WriteFailed,
+                        format!(
+                            "database \"{}\": FAILED writing the shape: {e}; no biz row was written, and shape rows without a biz are ignored",
+                            db.name
+                        ),
+                    )
+                    .hint("run the command again: it replaces a shape row left without a biz")
+                    .into());
                 }
             }
             report.push(format!(
@@ -311,12 +349,21 @@ impl Store {
                 Ok(Inserted::LayoutAbove(epoch)) => {
                     audit("biz add", biz.as_str(), "", &changed);
                     report.push(format!("\"{}\": {}", db.name, layout_began(epoch)));
-                    return Err(StoreError::Refused(report.join("\n")));
+                    let stopped = format!("biz `{biz}`: stopped at database \"{}\"", db.name);
+                    return Err(change_began(stopped, epoch, report));
                 }
                 Err(e) => {
                     audit("biz add", biz.as_str(), "", &changed);
                     report.push(format!("\"{}\": FAILED: {e}", db.name));
-                    return Err(StoreError::Refused(report.join("\n")));
+                    return Err(Refusal::new(
+                        Reason::WriteFailed,
+                        format!(
+                            "biz `{biz}`: stopped at database \"{}\", which failed",
+                            db.name
+                        ),
+                    )
+                    .notes(report)
+                    .into());
                 }
             };
             report.push(line);
@@ -348,13 +395,12 @@ impl Store {
             .iter()
             .position(|n| n == name)
             .ok_or_else(|| {
-                StoreError::Refused(format!("no database named \"{name}\" is configured"))
+                Refusal::new(
+                    Reason::DatabaseUnknown,
+                    format!("no database named \"{name}\" is configured"),
+                )
+                .hint("`segmint db list` shows the databases configured")
             })?;
-        let unreachable = |db: &str, e: DbError| {
-            StoreError::Refused(format!(
-                "database \"{db}\" is unreachable ({e}); nothing changed"
-            ))
-        };
         let mut evidence = Evidence::default();
         for (k, read) in self
             .on_all(|db| db.witnesses())
@@ -365,7 +411,7 @@ impl Store {
             if k == t {
                 continue;
             }
-            for w in read.map_err(|e| unreachable(&self.dbs.names[k], e))? {
+            for w in read.map_err(|e| unreachable(&self.dbs.names[k], &e))? {
                 if w.database == name {
                     evidence.learn(t, &w.biz, w.mark);
                 }
@@ -383,7 +429,7 @@ impl Store {
         let rows = self
             .call(t, self.dbs.list[t].store.bizs())
             .await
-            .map_err(|e| unreachable(name, e))?;
+            .map_err(|e| unreachable(name, &e))?;
         let mut report = Vec::with_capacity(rows.len());
         let mut raised = Vec::new();
         for row in rows {
@@ -443,10 +489,16 @@ impl Store {
                 // Rows raised before stay raised (that is safe); say which they were.
                 Err(e) => {
                     audit_fence(name, &raised);
-                    report.push(format!(
-                        "\"{name}\": biz `{biz}` FAILED: {e}; run the command again"
-                    ));
-                    return Err(StoreError::Refused(report.join("\n")));
+                    report.push(format!("\"{name}\": biz `{biz}` FAILED: {e}"));
+                    return Err(Refusal::new(
+                        Reason::WriteFailed,
+                        format!(
+                            "database \"{name}\": stopped at biz `{biz}`; the rows raised before it stay raised"
+                        ),
+                    )
+                    .hint("run the command again")
+                    .notes(report)
+                    .into());
                 }
             };
             match done {

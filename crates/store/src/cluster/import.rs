@@ -2,10 +2,10 @@
 //! every ID the old system could have issued.
 
 use super::Store;
-use super::admin::{audit, layout_began};
+use super::admin::{audit, change_began, layout_began, unreachable};
 use crate::import::Import;
 use crate::segment::Residue;
-use crate::store::{BizRow, DbError, Inserted, StoreError};
+use crate::store::{BizRow, DbError, Inserted, Reason, Refusal, StoreError};
 
 /// What an import did (or, in a dry run, would do): one line per biz and database.
 #[derive(Debug, Default)]
@@ -63,11 +63,7 @@ impl Store {
             .into_iter()
             .zip(&self.dbs.names)
         {
-            existing.push(result.map_err(|e| {
-                StoreError::Refused(format!(
-                    "database \"{name}\" is unreachable ({e}); nothing changed"
-                ))
-            })?);
+            existing.push(result.map_err(|e| unreachable(name, &e))?);
         }
         let would = if dry_run { "would be " } else { "" };
         let mut report = ImportReport::default();
@@ -124,7 +120,9 @@ impl Store {
                             report
                                 .lines
                                 .push(format!("\"{name}\": biz `{biz}`: {}", layout_began(epoch)));
-                            return Err(StoreError::Refused(report.lines.join("\n")));
+                            let stopped =
+                                format!("the import stopped at biz `{biz}` on database \"{name}\"");
+                            return Err(change_began(stopped, epoch, report.lines));
                         }
                         let written = written == Inserted::Yes;
                         if written {
@@ -197,10 +195,16 @@ impl Store {
 
 /// The error of a write that failed midway, after the lines of what was done.
 fn failed_midway(report: &mut ImportReport, name: &str, biz: &str, e: DbError) -> StoreError {
-    report.lines.push(format!(
-        "\"{name}\": biz `{biz}`: FAILED: {e}; run the import again"
-    ));
-    StoreError::Refused(report.lines.join("\n"))
+    report
+        .lines
+        .push(format!("\"{name}\": biz `{biz}`: FAILED: {e}"));
+    Refusal::new(
+        Reason::WriteFailed,
+        format!("the import stopped at biz `{biz}` on database \"{name}\", which failed"),
+    )
+    .hint("run the import again")
+    .notes(report.lines.clone())
+    .into()
 }
 
 /// What importing `import` means for one database of class `residue` holding `row`.

@@ -3,7 +3,7 @@
 use super::Store;
 use crate::biz::BizTag;
 use crate::segment::Residue;
-use crate::store::StoreError;
+use crate::store::{Reason, Refusal, StoreError};
 
 /// What an issued ID stands for (`segmint id decode`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -57,7 +57,9 @@ impl Store {
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
-        let refuse = |e: String| StoreError::Refused(format!("biz `{biz}`: {e}"));
+        let refuse = |e: String| {
+            StoreError::from(Refusal::new(Reason::InvalidId, format!("biz `{biz}`: {e}")))
+        };
         let (number, sequential) = match &entry.shape {
             None => {
                 let n = text

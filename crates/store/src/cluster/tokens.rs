@@ -13,7 +13,7 @@ use super::Store;
 use super::admin::audit;
 use crate::biz::{BizTag, TokenDigest, generate_token, hash_token};
 use crate::store::catalog::{TokenSummary, merge_tokens};
-use crate::store::{DbError, StoreError};
+use crate::store::{DbError, Reason, Refusal, StoreError};
 
 /// Hex digits of a token's hash shown by `token list` and in reports and audit lines.
 pub const HASH_PREFIX: usize = 16;
@@ -152,9 +152,16 @@ impl Store {
     async fn find_token(&self, prefix: &str) -> Result<(TokenSummary, Vec<String>), StoreError> {
         let prefix = prefix.trim().to_ascii_lowercase();
         if prefix.len() < MIN_HASH_PREFIX || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(StoreError::Refused(format!(
-                "`{prefix}` is not a token: give at least {MIN_HASH_PREFIX} hex digits of the token's SHA-256, as `segmint token list` shows it; nothing changed"
-            )));
+            return Err(Refusal::new(
+                Reason::InvalidArgument,
+                format!(
+                    "`{prefix}` is not a token's hash prefix ({MIN_HASH_PREFIX} or more hex digits); nothing changed"
+                ),
+            )
+            .hint(format!(
+                "give at least {MIN_HASH_PREFIX} hex digits of the token's SHA-256, as `segmint token list` shows it"
+            ))
+            .into());
         }
         let list = self.list_tokens().await;
         let down: Vec<String> = list.unreachable.iter().map(|(n, _)| n.clone()).collect();
@@ -173,23 +180,30 @@ impl Store {
             .collect();
         match found.len() {
             1 => Ok((found.remove(0), down)),
-            0 => Err(StoreError::Refused(format!(
-                "no token's hash starts with `{prefix}`{}; nothing changed",
-                match down.is_empty() {
-                    true => String::new(),
-                    false => format!(" on the databases read (not {})", quoted(&down)),
-                }
-            ))),
+            0 => Err(Refusal::new(
+                Reason::TokenUnknown,
+                format!(
+                    "no token's hash starts with `{prefix}`{}; nothing changed",
+                    match down.is_empty() {
+                        true => String::new(),
+                        false => format!(" on the databases read (not {})", quoted(&down)),
+                    }
+                ),
+            )
+            .hint("`segmint token list` shows the tokens' hashes")
+            .into()),
             _ => {
                 let candidates: Vec<String> = found
                     .iter()
                     .map(|t| format!("  {} (biz {})", short(&t.hash), joined(&t.bizs)))
                     .collect();
-                Err(StoreError::Refused(format!(
-                    "`{prefix}` names {} tokens; give more of the hash; nothing changed:\n{}",
-                    found.len(),
-                    candidates.join("\n")
-                )))
+                Err(Refusal::new(
+                    Reason::TokenAmbiguous,
+                    format!("`{prefix}` names {} tokens; nothing changed", found.len()),
+                )
+                .hint("give more of the hash")
+                .notes(candidates)
+                .into())
             }
         }
     }
@@ -268,7 +282,13 @@ impl Store {
         }
         audit(command, &bizs.join(","), short(&hash), &changed);
         match failed {
-            Some(_) => Err(StoreError::Refused(report.join("\n"))),
+            Some(_) => Err(Refusal::new(
+                Reason::WriteFailed,
+                "the token could not be granted on every database, and is not shown",
+            )
+            .hint("run the command again: the token granted in part was never shown")
+            .notes(report)
+            .into()),
             None => Ok((token, report)),
         }
     }
@@ -313,11 +333,16 @@ impl Store {
         if failed.is_empty() {
             return Ok(report);
         }
-        report.push(format!(
-            "the revocation holds where it was written (a token revoked on any database is refused everywhere), but {} still grant(s) it on its own: run the command again when it is back",
-            quoted(&failed)
-        ));
-        Err(StoreError::Refused(report.join("\n")))
+        Err(Refusal::new(
+            Reason::WriteFailed,
+            format!(
+                "the revocation holds where it was written (a token revoked on any database is refused everywhere), but {} still grant(s) it on its own",
+                quoted(&failed)
+            ),
+        )
+        .hint("run the command again when it is back")
+        .notes(report)
+        .into())
     }
 
     /// Replaces the token whose hash starts with `prefix`: a new token for the same
@@ -336,16 +361,19 @@ impl Store {
     ) -> Result<Rotation, StoreError> {
         let (old, down) = self.find_token(prefix).await?;
         if !down.is_empty() {
-            return Err(StoreError::Refused(format!(
-                "{} unreachable; nothing changed",
-                quoted(&down)
-            )));
+            return Err(Refusal::new(
+                Reason::DatabaseUnanswered,
+                format!("{} unreachable; nothing changed", quoted(&down)),
+            )
+            .into());
         }
         if old.revoked.is_some() {
-            return Err(StoreError::Refused(format!(
-                "token {}… is revoked; create a new one with `segmint token add`; nothing changed",
-                short(&old.hash)
-            )));
+            return Err(Refusal::new(
+                Reason::TokenRevoked,
+                format!("token {}… is revoked; nothing changed", short(&old.hash)),
+            )
+            .hint("create a new one with `segmint token add`")
+            .into());
         }
         let bizs: Vec<String> = old.bizs.iter().cloned().collect();
         let (token, mut report) = self

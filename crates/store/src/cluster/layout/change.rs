@@ -27,7 +27,6 @@ impl Store {
         before: &Layout,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
-        let refused = StoreError::Refused;
         let all: Vec<usize> = (0..self.dbs.list.len()).collect();
         let reads = self.on_parts(&all, |db| db.layouts()).await;
         let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
@@ -38,18 +37,26 @@ impl Store {
             .cloned()
             .collect();
         let layouts = layout::merge(&rows).map_err(|e| {
-            refused(format!(
-                "{e}: run `segmint db list` and mend the layout rows by hand; nothing changed"
-            ))
+            Refusal::new(Reason::LayoutInvalid, format!("{e}; nothing changed"))
+                .hint("run `segmint db list` and mend the layout rows by hand")
         })?;
         let (target, lost) =
-            layout::target(change, &layouts, before, &self.dbs.names).map_err(refused)?;
+            layout::target(change, &layouts, before, &self.dbs.names).map_err(Refusal::from)?;
         let (target, lost) = (&target[..], &lost[..]);
+        // The way out for database `name`, needed by the change but not configured.
+        let configure = |name: &str| {
+            format!(
+                "configure it, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
+            )
+        };
         for name in target {
             if !self.dbs.names.contains(name) {
-                return Err(refused(format!(
-                    "database \"{name}\" is not configured; nothing changed"
-                )));
+                return Err(Refusal::new(
+                    Reason::DatabaseMissingFromConfig,
+                    format!("database \"{name}\" is not configured; nothing changed"),
+                )
+                .hint(configure(name))
+                .into());
             }
         }
         let mut witnessed: Vec<String> = witnesses
@@ -76,9 +83,17 @@ impl Store {
                 .map(|n| format!("\"{n}\""))
                 .collect::<Vec<_>>()
                 .join(", ");
-            return Err(refused(format!(
-                "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; configure it, or if it is gone for good, declare it lost with `segmint db remove NAME --lost`; nothing changed"
-            )));
+            return Err(Refusal::new(
+                Reason::DatabaseMissingFromConfig,
+                format!(
+                    "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; nothing changed"
+                ),
+            )
+            .hint(configure(match missing[..] {
+                [one] => one,
+                _ => "NAME",
+            }))
+            .into());
         }
         let parts: Vec<usize> = need
             .iter()
@@ -86,23 +101,35 @@ impl Store {
             .collect();
         for &i in &parts {
             if let Err(e) = &reads[i] {
-                return Err(refused(format!(
-                    "database \"{}\" did not answer ({e}): a change needs every database of the layout; run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {} --lost`; nothing changed",
-                    self.dbs.names[i], self.dbs.names[i]
-                )));
+                let name = &self.dbs.names[i];
+                return Err(Refusal::new(
+                    Reason::DatabaseUnanswered,
+                    format!(
+                        "database \"{name}\" did not answer ({e}): a change needs every database of the layout; nothing changed"
+                    ),
+                )
+                .hint(format!(
+                    "run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
+                ))
+                .into());
             }
         }
         for name in lost {
             if let Some(i) = self.dbs.names.iter().position(|n| n == name)
                 && reads[i].is_ok()
             {
-                return Err(refused(format!(
-                    "database \"{name}\" answers: remove it with `segmint db remove {name}` (its rows are then frozen), not as lost; nothing changed"
-                )));
+                return Err(Refusal::new(
+                    Reason::DatabaseAnswers,
+                    format!("database \"{name}\" answers: it is not lost; nothing changed"),
+                )
+                .hint(format!(
+                    "remove it with `segmint db remove {name}` (its rows are then frozen), not as lost"
+                ))
+                .into());
             }
         }
         let (from, to, supersede, finishing) =
-            match layout::plan(&layouts, before, target, lost).map_err(refused)? {
+            match layout::plan(&layouts, before, target, lost).map_err(Refusal::from)? {
                 Plan::Already(l) => {
                     say(format!(
                         "layout epoch {} already has these databases: {}",
@@ -137,9 +164,12 @@ impl Store {
                 )
             };
             if layout::merge(&rows).map(|l| key(&l)) != Ok(key(&layouts)) {
-                return Err(refused(
-                    "the layouts changed while this command waited (another command ran): run it again; nothing changed".into(),
-                ));
+                return Err(Refusal::new(
+                    Reason::ChangeClaimed,
+                    "the layouts changed while this command waited (another command ran); nothing changed",
+                )
+                .hint("run it again")
+                .into());
             }
         }
         let now = self.unix_ms();
@@ -176,17 +206,26 @@ impl Store {
                     .await
                     .map_err(|e| self.stopped(i, &e, "stopped"))?;
                 if !claimed {
-                    return Err(refused(if k == 0 {
-                        format!(
-                            "another `segmint db` command claimed layout epoch {} first (on database \"{name}\"): two changes never run at once; see `segmint db list`, and run this again once it is done; nothing changed",
-                            to.epoch
+                    let refusal = if k == 0 {
+                        Refusal::new(
+                            Reason::ChangeClaimed,
+                            format!(
+                                "another `segmint db` command claimed layout epoch {} first (on database \"{name}\"): two changes never run at once; nothing changed",
+                                to.epoch
+                            ),
                         )
+                        .hint("see `segmint db list`, and run this again once it is done")
                     } else {
-                        format!(
-                            "layout epoch {} was claimed here but database \"{name}\" holds another row for it: see `segmint db list`",
-                            to.epoch
+                        Refusal::new(
+                            Reason::ChangeClaimed,
+                            format!(
+                                "layout epoch {} was claimed here but database \"{name}\" holds another row for it",
+                                to.epoch
+                            ),
                         )
-                    }));
+                        .hint("see `segmint db list`")
+                    };
+                    return Err(refusal.into());
                 }
             }
             if let Some(p) = &supersede {
@@ -265,10 +304,14 @@ impl Store {
                 .enumerate()
             {
                 if matches!(written, Ok(false)) && !finishing.load(Ordering::SeqCst) {
-                    return StoreError::Refused(format!(
-                        "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
-                        to.epoch, self.dbs.names[parts[k]]
-                    ));
+                    return Refusal::new(
+                        Reason::ChangeSuperseded,
+                        format!(
+                            "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
+                            to.epoch, self.dbs.names[parts[k]]
+                        ),
+                    )
+                    .into();
                 }
             }
         }
@@ -312,12 +355,17 @@ impl Store {
             tokio::time::sleep(self.protocol.silence_poll()).await;
             let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
             if seen != first {
-                return Err(StoreError::Refused(format!(
-                    "another `segmint db` command is running the change to layout epoch {} ({}): its row changed within {} s; run this again once it is done; nothing changed",
-                    running.epoch,
-                    running.describe(),
-                    silent.as_secs_f64()
-                )));
+                return Err(Refusal::new(
+                    Reason::ChangeClaimed,
+                    format!(
+                        "another `segmint db` command is running the change to layout epoch {} ({}): its row changed within {} s; nothing changed",
+                        running.epoch,
+                        running.describe(),
+                        silent.as_secs_f64()
+                    ),
+                )
+                .hint("run this again once it is done")
+                .into());
             }
         }
         Ok(())
@@ -457,12 +505,18 @@ impl Store {
         .await
     }
 
-    /// The refusal of a change stopped by database `i`'s error.
+    /// The refusal of a change stopped by database `i`'s error; `then` says what that
+    /// left (`stopped`, `nothing changed`).
     pub(super) fn stopped(&self, i: usize, e: &DbError, then: &str) -> StoreError {
-        StoreError::Refused(format!(
-            "database \"{}\" failed ({e}); {then}; what was done is safe to serve from: run the command again once it answers",
-            self.dbs.names[i]
-        ))
+        Refusal::new(
+            Reason::DatabaseUnanswered,
+            format!(
+                "database \"{}\" failed ({e}); {then}; what was done is safe to serve from",
+                self.dbs.names[i]
+            ),
+        )
+        .hint("run the command again once it answers")
+        .into()
     }
 
     /// Copies shape and token rows to the members that lack them: a biz's shape before

@@ -42,7 +42,9 @@ use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
 use crate::store::evidence::{self, Evidence, Mark};
-use crate::store::{BizRow, DbError, LayoutRow, LeaseSet, Reclass, ShapeRow, StoreError};
+use crate::store::{
+    BizRow, DbError, LayoutRow, LeaseSet, Reason, Reclass, Refusal, ShapeRow, StoreError,
+};
 
 mod change;
 mod heal;
@@ -281,9 +283,14 @@ impl Store {
     pub(super) async fn layout_for_writes(&self) -> Result<i64, StoreError> {
         self.load_layout().await;
         match self.layout_epochs() {
-            (_, Some(pending)) => Err(StoreError::Refused(format!(
-                "a change to layout epoch {pending} is under way (or was cut off): finish it first by running it again; nothing changed"
-            ))),
+            (_, Some(pending)) => Err(Refusal::new(
+                Reason::ChangePending,
+                format!(
+                    "a change to layout epoch {pending} is under way (or was cut off); nothing changed"
+                ),
+            )
+            .hint("finish it first by running it again")
+            .into()),
             (epoch, None) => Ok(epoch),
         }
     }

@@ -14,11 +14,21 @@ impl Store {
         witnessed: &Witnessed,
         parts: &[usize],
     ) -> Result<Moved, StoreError> {
-        let fail = |why: String| {
-            StoreError::Refused(format!(
-                "biz `{biz}`: {why}; stopped; what was done is safe to serve from: run the command again"
-            ))
+        let fail = |reason: Reason, why: String| {
+            let hint = match reason {
+                // Rows that no run of the command can move as they are.
+                Reason::RowInvalid => "fix the biz's rows by hand, then run the command again",
+                _ => "run the command again",
+            };
+            StoreError::from(
+                Refusal::new(
+                    reason,
+                    format!("biz `{biz}`: {why}; stopped; what was done is safe to serve from"),
+                )
+                .hint(hint),
+            )
         };
+        let invalid = |why: String| fail(Reason::RowInvalid, why);
         let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice);
         // What this change saw of each row, to tell a row that went back in time (a
         // restore from a backup) while the change ran.
@@ -41,12 +51,19 @@ impl Store {
                 }
             }
             if let Some(r) = rows.iter().flatten().find(|r| r.claimed_by > to.epoch) {
-                return Err(fail(format!(
-                    "a later change (layout epoch {}) moved it: this change to epoch {} was superseded",
-                    r.claimed_by, to.epoch
-                )));
+                return Err(Refusal::new(
+                    Reason::ChangeSuperseded,
+                    format!(
+                        "biz `{biz}`: a later change (layout epoch {}) moved it: this change to epoch {} was superseded; stopped; what was done is safe to serve from",
+                        r.claimed_by, to.epoch
+                    ),
+                )
+                .hint("run the command again")
+                .into());
             }
-            let within = self.restriction_of(parts, &rows, layouts).map_err(fail)?;
+            let within = self
+                .restriction_of(parts, &rows, layouts)
+                .map_err(invalid)?;
             let wanted: Vec<Option<Residue>> = parts
                 .iter()
                 .map(|&i| {
@@ -55,7 +72,7 @@ impl Store {
                         .transpose()
                 })
                 .collect::<Result<_, String>>()
-                .map_err(fail)?;
+                .map_err(invalid)?;
             let refs: Vec<Option<&BizRow>> = rows.iter().map(Option::as_ref).collect();
             if layout::settled(&refs, &wanted, to.epoch) {
                 return Ok(Moved::Already);
@@ -74,14 +91,14 @@ impl Store {
                     .flatten()
                     .next()
                     .cloned()
-                    .ok_or_else(|| fail("no database holds a row".into()))?;
+                    .ok_or_else(|| invalid("no database holds a row".into()))?;
                 for (k, &i) in parts.iter().enumerate() {
                     if rows[k].is_some() {
                         continue;
                     }
                     let class = wanted[k].unwrap_or(
                         Residue::new(template.delta, template.remainder)
-                            .map_err(|e| fail(e.to_string()))?,
+                            .map_err(|e| invalid(e.to_string()))?,
                     );
                     let placeholder = BizRow {
                         begin_id: fence,
@@ -97,10 +114,13 @@ impl Store {
                     self.step(i, self.dbs.list[i].store.insert_biz(&placeholder))
                         .await
                         .map_err(|e| {
-                            fail(format!(
-                                "database \"{}\" failed while inserting a frozen row ({e})",
-                                self.dbs.names[i]
-                            ))
+                            fail(
+                                Reason::DatabaseUnanswered,
+                                format!(
+                                    "database \"{}\" failed while inserting a frozen row ({e})",
+                                    self.dbs.names[i]
+                                ),
+                            )
                         })?;
                 }
                 continue;
@@ -133,10 +153,13 @@ impl Store {
                     }
                     Err(e) => {
                         self.thaw(biz, parts, &rows, &frozen).await;
-                        return Err(fail(format!(
-                            "database \"{}\" failed while freezing ({e}); the rows frozen so far were thawed",
-                            self.dbs.names[i]
-                        )));
+                        return Err(fail(
+                            Reason::DatabaseUnanswered,
+                            format!(
+                                "database \"{}\" failed while freezing ({e}); the rows frozen so far were thawed",
+                                self.dbs.names[i]
+                            ),
+                        ));
                     }
                 }
             }
@@ -158,7 +181,7 @@ impl Store {
                 Ok(w) => w,
                 Err(e) => {
                     self.thaw(biz, parts, &rows, &frozen).await;
-                    return Err(fail(e));
+                    return Err(fail(Reason::DatabaseUnanswered, e));
                 }
             };
             let mut evidence = Evidence::default();
@@ -263,10 +286,13 @@ impl Store {
                         break;
                     }
                     Err(e) => {
-                        return Err(fail(format!(
-                            "database \"{}\" failed while switching ({e}); the rows not switched stay frozen",
-                            self.dbs.names[i]
-                        )));
+                        return Err(fail(
+                            Reason::DatabaseUnanswered,
+                            format!(
+                                "database \"{}\" failed while switching ({e}); the rows not switched stay frozen",
+                                self.dbs.names[i]
+                            ),
+                        ));
                     }
                 }
             }
@@ -278,9 +304,10 @@ impl Store {
                 rows: switched,
             });
         }
-        Err(fail(format!(
-            "lost {MOVE_ATTEMPTS} races in a row against other writers"
-        )))
+        Err(fail(
+            Reason::RacesLost,
+            format!("lost {MOVE_ATTEMPTS} races in a row against other writers"),
+        ))
     }
 
     /// Writes, on each database of `parts`, the frozen rows of the others as witnesses,
@@ -325,10 +352,17 @@ impl Store {
     /// The error of a move that found database `i`'s row of `biz` gone back in time
     /// (`why`): servers fence that database too; nothing is switched.
     pub(super) fn went_back(&self, biz: &str, i: usize, why: &str) -> StoreError {
-        StoreError::Refused(format!(
-            "biz `{biz}`: database \"{name}\" went back in time while the change ran ({why}); servers fence it: raise its rows above every issued ID with `segmint db fence {name}`, then run the command again; stopped, what was done is safe to serve from",
-            name = self.dbs.names[i]
+        let name = &self.dbs.names[i];
+        Refusal::new(
+            Reason::RowBehindWitness,
+            format!(
+                "biz `{biz}`: database \"{name}\" went back in time while the change ran ({why}); servers fence it; stopped, what was done is safe to serve from"
+            ),
+        )
+        .hint(format!(
+            "raise its rows above every issued ID with `segmint db fence {name}`, then run the command again"
         ))
+        .into()
     }
 
     /// Unfreezes the rows this pass froze (`frozen[k]` where `rows[k]` was not): it
@@ -382,7 +416,7 @@ impl Store {
                 .and_then(|l| l.class_of(name))
                 .ok_or_else(|| format!("its row on \"{name}\" is in layout epoch {}, which does not name \"{name}\"", r.epoch))
                 .and_then(|db| {
-                    layout::restriction(class, db).ok_or_else(|| format!("its row on \"{name}\" has class {class}, which is not within the database's class {db} of epoch {}: fix it by hand", r.epoch))
+                    layout::restriction(class, db).ok_or_else(|| format!("its row on \"{name}\" has class {class}, which is not within the database's class {db} of epoch {}", r.epoch))
                 });
             // A frozen row gives out nothing: one the layouts cannot explain (a
             // placeholder, a row of a removed database) is left out.
@@ -418,9 +452,12 @@ impl Store {
     ) -> Result<String, StoreError> {
         let leases = self.all_parts(parts, |db| db.leases(), "stopped").await?;
         let superseded = || {
-            StoreError::Refused(format!(
-                "layout epoch {} is no longer moving: a later change superseded this one; stopped",
-                to.epoch
+            StoreError::from(Refusal::new(
+                Reason::ChangeSuperseded,
+                format!(
+                    "layout epoch {} is no longer moving: a later change superseded this one; stopped",
+                    to.epoch
+                ),
             ))
         };
         let owner: Vec<Option<usize>> = (0..WORKER_IDS)
