@@ -46,9 +46,21 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
         }
         _ => (config, None),
     };
+    let (intent, kind, name) = match &change {
+        DbCommand::Add { name, .. } => (LayoutChange::Add(name.clone()), "add", name),
+        DbCommand::Remove { name, lost: false } => {
+            (LayoutChange::Remove(name.clone()), "remove", name)
+        }
+        DbCommand::Remove { name, lost: true } => (LayoutChange::Lost(name.clone()), "lost", name),
+        _ => return Ok(()),
+    };
     let store = Store::open(&config, OpenMode::Create)?;
     let mut migrated = Vec::new();
     if let Some(name) = &adding {
+        // What the change checks before writing anything is checked before the new
+        // database is touched: a database missing from the configuration or not
+        // answering (the new one included) is named, and nothing changes.
+        store.check_layout_change(&intent, &before, name).await?;
         // The new database gets the schema first; the others have it, or get what is
         // pending, as `segmint migrate` would. One that does not answer is left to the
         // change, which refuses if it needs it.
@@ -75,14 +87,6 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
             }
         }
     }
-    let (intent, kind, name) = match &change {
-        DbCommand::Add { name, .. } => (LayoutChange::Add(name.clone()), "add", name),
-        DbCommand::Remove { name, lost: false } => {
-            (LayoutChange::Remove(name.clone()), "remove", name)
-        }
-        DbCommand::Remove { name, lost: true } => (LayoutChange::Lost(name.clone()), "lost", name),
-        _ => return Ok(()),
-    };
     let mut steps = Vec::new();
     let mut say = |line: String| {
         if !out.json {

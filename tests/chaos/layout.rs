@@ -30,10 +30,6 @@ pub(crate) struct MissingRun {
     /// database by (no layout names it, nor a witness until a server reserved from it),
     /// and must be refused all the same.
     pub(crate) first: bool,
-    /// The command adds a database that did not answer (the run stops databases): it
-    /// is refused at that database's migration, before it reads anything to name the
-    /// missing database by, and must be refused all the same.
-    pub(crate) added_down: bool,
     pub(crate) message: String,
     /// `Err` with what differs when the layout or biz rows changed across the fault's
     /// commands.
@@ -378,15 +374,6 @@ async fn run_missing(
             code: run.code,
             named: run.message().contains(&format!("\"{y}\"")),
             first,
-            added_down: run
-                .command
-                .split_whitespace()
-                .skip_while(|w| *w != "add")
-                .nth(1)
-                .is_some_and(|added| {
-                    run.message()
-                        .contains(&format!("\"{added}\": migration failed"))
-                }),
             message: run.message(),
             unchanged: unchanged.clone(),
         };

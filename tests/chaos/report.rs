@@ -277,8 +277,8 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
 }
 
 /// The layout faults' verdicts: a command missing a database from its configuration
-/// is refused, naming it (unless no layout was stored yet, or the database it adds did
-/// not answer: see [`MissingRun::first`] and [`MissingRun::added_down`]),
+/// is refused, naming it (unless no layout was stored yet: see [`MissingRun::first`];
+/// a database it adds that does not answer is checked after the missing one),
 /// and changes nothing (exiting 0 is the bug of a change made without a database that
 /// may hold live rows); of two commands started together at most one wins, unless the
 /// second ran from the layout the first made.
@@ -292,7 +292,7 @@ pub(crate) fn layout_checks(log: &LayoutLog) -> Vec<Check> {
                 m.code.map_or("killed".into(), |c| format!("exit {c}")),
                 short(&m.message, 200)
             ));
-        } else if !m.named && !m.first && !m.added_down {
+        } else if !m.named && !m.first {
             wrong.push(format!(
                 "{what} was refused without naming pg{}: \"{}\"",
                 m.missing,

@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// What [`Store::check_change`] found: the layouts stored, the change's target and the
+/// databases it declares lost, and the databases it needs (by index).
+struct Checked {
+    layouts: Vec<Layout>,
+    target: Vec<String>,
+    lost: Vec<String>,
+    parts: Vec<usize>,
+}
+
 impl Store {
     /// Moves the cluster to the layout `change` asks for (see [`layout::target`]),
     /// worked out from the layouts it reads itself. `before` is the layout before any change
@@ -27,107 +36,13 @@ impl Store {
         before: &Layout,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
-        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
-        let reads = self.on_parts(&all, |db| db.layouts()).await;
-        let witnesses = self.on_parts(&all, |db| db.witnesses()).await;
-        let rows: Vec<LayoutRow> = reads
-            .iter()
-            .filter_map(|r| r.as_ref().ok())
-            .flatten()
-            .cloned()
-            .collect();
-        let layouts = layout::merge(&rows).map_err(|e| {
-            Refusal::new(Reason::LayoutInvalid, format!("{e}; nothing changed"))
-                .hint("run `segmint db list` and mend the layout rows by hand")
-        })?;
-        let (target, lost) =
-            layout::target(change, &layouts, before, &self.dbs.names).map_err(Refusal::from)?;
+        let Checked {
+            layouts,
+            target,
+            lost,
+            parts,
+        } = self.check_change(change, before, None).await?;
         let (target, lost) = (&target[..], &lost[..]);
-        // The way out for database `name`, needed by the change but not configured.
-        let configure = |name: &str| {
-            format!(
-                "configure it, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
-            )
-        };
-        for name in target {
-            if !self.dbs.names.contains(name) {
-                return Err(Refusal::new(
-                    Reason::DatabaseMissingFromConfig,
-                    format!("database \"{name}\" is not configured; nothing changed"),
-                )
-                .hint(configure(name))
-                .into());
-            }
-        }
-        let mut witnessed: Vec<String> = witnesses
-            .iter()
-            .filter_map(|r| r.as_ref().ok())
-            .flatten()
-            .map(|w| w.database.clone())
-            .collect();
-        witnessed.sort();
-        witnessed.dedup();
-        let mut need = layout::required(&layouts, before, &witnessed, lost);
-        for name in target {
-            if !need.contains(name) {
-                need.push(name.clone());
-            }
-        }
-        let missing: Vec<&String> = need
-            .iter()
-            .filter(|n| !self.dbs.names.contains(n))
-            .collect();
-        if !missing.is_empty() {
-            let names = missing
-                .iter()
-                .map(|n| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(Refusal::new(
-                Reason::DatabaseMissingFromConfig,
-                format!(
-                    "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; nothing changed"
-                ),
-            )
-            .hint(configure(match missing[..] {
-                [one] => one,
-                _ => "NAME",
-            }))
-            .into());
-        }
-        let parts: Vec<usize> = need
-            .iter()
-            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
-            .collect();
-        for &i in &parts {
-            if let Err(e) = &reads[i] {
-                let name = &self.dbs.names[i];
-                return Err(Refusal::new(
-                    Reason::DatabaseUnanswered,
-                    format!(
-                        "database \"{name}\" did not answer ({e}): a change needs every database of the layout; nothing changed"
-                    ),
-                )
-                .hint(format!(
-                    "run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
-                ))
-                .into());
-            }
-        }
-        for name in lost {
-            if let Some(i) = self.dbs.names.iter().position(|n| n == name)
-                && reads[i].is_ok()
-            {
-                return Err(Refusal::new(
-                    Reason::DatabaseAnswers,
-                    format!("database \"{name}\" answers: it is not lost; nothing changed"),
-                )
-                .hint(format!(
-                    "remove it with `segmint db remove {name}` (its rows are then frozen), not as lost"
-                ))
-                .into());
-            }
-        }
         let (from, to, supersede, finishing) =
             match layout::plan(&layouts, before, target, lost).map_err(Refusal::from)? {
                 Plan::Already(l) => {
@@ -448,6 +363,155 @@ impl Store {
             done.describe()
         ));
         Ok(done)
+    }
+
+    /// The checks a change to the layout `change` asks for must pass before it
+    /// writes anything: the layouts readable, every database of the target and every
+    /// one that may hold live rows or worker IDs ([`layout::required`]) configured and
+    /// answering, a database declared lost not answering. `fresh` names a database
+    /// not migrated yet (the one `segmint db add` adds), which need only answer.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] naming the first check that failed; nothing changed.
+    async fn check_change(
+        &self,
+        change: &LayoutChange,
+        before: &Layout,
+        fresh: Option<&str>,
+    ) -> Result<Checked, StoreError> {
+        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
+        let mut reads = self.on_parts(&all, |db| db.layouts()).await;
+        let mut witnesses = self.on_parts(&all, |db| db.witnesses()).await;
+        // A database not migrated yet has no layout or witness rows, and need only
+        // answer.
+        if let Some(i) = fresh.and_then(|n| self.dbs.names.iter().position(|x| x == n))
+            && (reads[i].is_err() || witnesses[i].is_err())
+            && let Some(Ok(())) = self.on_parts(&[i], |db| db.ping()).await.pop()
+        {
+            reads[i] = Ok(Vec::new());
+            witnesses[i] = Ok(Vec::new());
+        }
+        let rows: Vec<LayoutRow> = reads
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .cloned()
+            .collect();
+        let layouts = layout::merge(&rows).map_err(|e| {
+            Refusal::new(Reason::LayoutInvalid, format!("{e}; nothing changed"))
+                .hint("run `segmint db list` and mend the layout rows by hand")
+        })?;
+        let (target, lost) =
+            layout::target(change, &layouts, before, &self.dbs.names).map_err(Refusal::from)?;
+        // The way out for database `name`, needed by the change but not configured.
+        let configure = |name: &str| {
+            format!(
+                "configure it, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
+            )
+        };
+        for name in &target {
+            if !self.dbs.names.contains(name) {
+                return Err(Refusal::new(
+                    Reason::DatabaseMissingFromConfig,
+                    format!("database \"{name}\" is not configured; nothing changed"),
+                )
+                .hint(configure(name))
+                .into());
+            }
+        }
+        let mut witnessed: Vec<String> = witnesses
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .flatten()
+            .map(|w| w.database.clone())
+            .collect();
+        witnessed.sort();
+        witnessed.dedup();
+        let mut need = layout::required(&layouts, before, &witnessed, &lost);
+        for name in &target {
+            if !need.contains(name) {
+                need.push(name.clone());
+            }
+        }
+        let missing: Vec<&String> = need
+            .iter()
+            .filter(|n| !self.dbs.names.contains(n))
+            .collect();
+        if !missing.is_empty() {
+            let names = missing
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(Refusal::new(
+                Reason::DatabaseMissingFromConfig,
+                format!(
+                    "database {names} may hold live rows or worker IDs (the stored layouts or witnesses name it) but is not configured: a change needs every such database configured and answering, or a database left behind would keep issuing from its old class; nothing changed"
+                ),
+            )
+            .hint(configure(match missing[..] {
+                [one] => one,
+                _ => "NAME",
+            }))
+            .into());
+        }
+        let parts: Vec<usize> = need
+            .iter()
+            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
+            .collect();
+        for &i in &parts {
+            if let Err(e) = &reads[i] {
+                let name = &self.dbs.names[i];
+                return Err(Refusal::new(
+                    Reason::DatabaseUnanswered,
+                    format!(
+                        "database \"{name}\" did not answer ({e}): a change needs every database of the layout; nothing changed"
+                    ),
+                )
+                .hint(format!(
+                    "run it again once it answers, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
+                ))
+                .into());
+            }
+        }
+        for name in &lost {
+            if let Some(i) = self.dbs.names.iter().position(|n| n == name)
+                && reads[i].is_ok()
+            {
+                return Err(Refusal::new(
+                    Reason::DatabaseAnswers,
+                    format!("database \"{name}\" answers: it is not lost; nothing changed"),
+                )
+                .hint(format!(
+                    "remove it with `segmint db remove {name}` (its rows are then frozen), not as lost"
+                ))
+                .into());
+            }
+        }
+        Ok(Checked {
+            layouts,
+            target,
+            lost,
+            parts,
+        })
+    }
+
+    /// Checks, before `segmint db add` migrates the database `adding`, what the change
+    /// would check before writing anything ([`Store::change_layout`]): a change refused
+    /// for a database missing or not answering is refused before the new database is
+    /// touched.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] as [`Store::change_layout`] refuses before writing.
+    pub async fn check_layout_change(
+        &self,
+        change: &LayoutChange,
+        before: &Layout,
+        adding: &str,
+    ) -> Result<(), StoreError> {
+        self.check_change(change, before, Some(adding))
+            .await
+            .map(|_| ())
     }
 
     /// Runs `op` on each database of `parts` at once, each within
