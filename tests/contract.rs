@@ -439,6 +439,24 @@ async fn biz_rows_are_inserted_once_and_moved_only_by_compare_and_set(kind: Kind
         raw.insert_biz(&biz_row("a", 5)).await.unwrap(),
         Inserted::Yes
     );
+    // Many at once: each row unless its biz exists; none below a stored layout.
+    assert_eq!(
+        raw.insert_bizs(&[biz_row("c", 5), biz_row("b", 5), biz_row("d", 4)])
+            .await
+            .unwrap(),
+        [Inserted::LayoutAbove(5); 3]
+    );
+    assert_eq!(raw.biz("c").await.unwrap(), None, "nothing of the batch");
+    assert_eq!(
+        raw.insert_bizs(&[biz_row("c", 5), biz_row("a", 5), biz_row("d", 5)])
+            .await
+            .unwrap(),
+        [Inserted::Yes, Inserted::Exists, Inserted::Yes]
+    );
+    assert_eq!(raw.insert_bizs(&[]).await.unwrap(), []);
+    for biz in ["c", "d"] {
+        assert_eq!(raw.biz(biz).await.unwrap(), Some(biz_row(biz, 5)));
+    }
     let names: Vec<String> = raw
         .bizs()
         .await
@@ -446,7 +464,7 @@ async fn biz_rows_are_inserted_once_and_moved_only_by_compare_and_set(kind: Kind
         .into_iter()
         .map(|r| r.biz_type)
         .collect();
-    assert_eq!(names, ["a", "b"], "every row, by name");
+    assert_eq!(names, ["a", "b", "c", "d"], "every row, by name");
 
     let to = RowWrite {
         version: 1,

@@ -264,14 +264,19 @@ impl SegmentStore for MemoryStore {
     }
 
     /// No layout is ever stored here (see `layouts`): only the biz's own row decides.
-    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
+    async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
         self.enter("insert_biz").await?;
         let mut inner = self.inner.lock();
-        if inner.rows.contains_key(&row.biz_type) {
-            return Ok(Inserted::Exists);
-        }
-        inner.rows.insert(row.biz_type.clone(), row.clone());
-        Ok(Inserted::Yes)
+        Ok(rows
+            .iter()
+            .map(|row| {
+                if inner.rows.contains_key(&row.biz_type) {
+                    return Inserted::Exists;
+                }
+                inner.rows.insert(row.biz_type.clone(), row.clone());
+                Inserted::Yes
+            })
+            .collect())
     }
 
     async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {

@@ -254,12 +254,14 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError>;
     /// Every biz row.
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError>;
-    /// Inserts a biz row, unless the biz already exists or this database holds a
-    /// layout above the row's epoch (a change claimed since the caller read the layouts:
-    /// the change may have listed the bizs already, and would leave a row created now
-    /// behind in the old layout). The check and the insert are one transaction that
-    /// excludes a concurrent claim of a layout.
-    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError>;
+    /// Inserts biz rows, each unless its biz already exists, and none when this
+    /// database holds a layout above the lowest epoch of the rows (a change claimed
+    /// since the caller read the layouts: the change may have listed the bizs already,
+    /// and would leave a row created now behind in the old layout). Returns what
+    /// became of each row, in order. The check and the inserts are one transaction that
+    /// excludes a concurrent claim of a layout. One row at a time is
+    /// [`insert_biz`](rules); an import writes thousands at once.
+    async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError>;
     /// Every shape row.
     async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError>;
     /// Writes a shape row, replacing the biz's row if there is one (only ever done

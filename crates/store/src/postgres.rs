@@ -312,41 +312,72 @@ impl SegmentStore for PgStore {
         read_all(&rows, rules::biz_row)
     }
 
-    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
+    async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
+        let Some(epoch) = rows.iter().map(|r| r.epoch).min() else {
+            return Ok(Vec::new());
+        };
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(db_error)?;
         // SHARE conflicts with the ROW EXCLUSIVE lock of a claim's INSERT: a claim
-        // either committed before this reads the layouts, or waits for this insert to
-        // commit (and the change then lists this biz among the rows it moves).
+        // either committed before this reads the layouts, or waits for these inserts to
+        // commit (and the change then lists these bizs among the rows it moves).
         tx.batch_execute("LOCK TABLE segmint_layout IN SHARE MODE")
             .await
             .map_err(db_error)?;
         let above = tx
             .query_one(
                 "SELECT max(epoch) FROM segmint_layout WHERE epoch > $1::bigint",
-                &[&row.epoch],
+                &[&epoch],
             )
             .await
             .map_err(db_error)?
             .opt_int(0)
             .map_err(db_error)?;
-        if let Some(epoch) = above {
-            return Ok(Inserted::LayoutAbove(epoch));
+        if let Some(above) = above {
+            return Ok(vec![Inserted::LayoutAbove(above); rows.len()]);
         }
-        let n = tx
-            .execute(
-                &format!("INSERT INTO tiny_id_info ({BIZ_COLUMNS})
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (biz_type) DO NOTHING"),
-                &[&row.biz_type, &row.begin_id, &row.max_id, &row.step, &row.delta, &row.remainder, &row.version, &row.description, &row.epoch, &row.frozen, &row.claimed_by],
+        let column = |f: fn(&BizRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
+        let names: Vec<&str> = rows.iter().map(|r| r.biz_type.as_str()).collect();
+        let descriptions: Vec<&str> = rows.iter().map(|r| r.description.as_str()).collect();
+        let frozen: Vec<bool> = rows.iter().map(|r| r.frozen).collect();
+        let inserted = tx
+            .query(
+                &format!(
+                    "INSERT INTO tiny_id_info ({BIZ_COLUMNS})
+                     SELECT * FROM unnest($1::varchar[], $2::bigint[], $3::bigint[], $4::bigint[],
+                         $5::bigint[], $6::bigint[], $7::bigint[], $8::varchar[], $9::bigint[],
+                         $10::boolean[], $11::bigint[])
+                     ON CONFLICT (biz_type) DO NOTHING RETURNING biz_type"
+                ),
+                &[
+                    &names,
+                    &column(|r| r.begin_id),
+                    &column(|r| r.max_id),
+                    &column(|r| r.step),
+                    &column(|r| r.delta),
+                    &column(|r| r.remainder),
+                    &column(|r| r.version),
+                    &descriptions,
+                    &column(|r| r.epoch),
+                    &frozen,
+                    &column(|r| r.claimed_by),
+                ],
             )
             .await
             .map_err(db_error)?;
         tx.commit().await.map_err(db_error)?;
-        Ok(if n == 1 {
-            Inserted::Yes
-        } else {
-            Inserted::Exists
-        })
+        let inserted: std::collections::HashSet<String> = inserted
+            .iter()
+            .map(|r| r.text(0))
+            .collect::<Result<_, _>>()
+            .map_err(db_error)?;
+        Ok(rows
+            .iter()
+            .map(|r| match inserted.contains(&r.biz_type) {
+                true => Inserted::Yes,
+                false => Inserted::Exists,
+            })
+            .collect())
     }
 
     async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {

@@ -10,8 +10,8 @@
 
 use crate::layout::LayoutState;
 use crate::{
-    BizRow, DbError, FeedPosition, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass, RowClass,
-    RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
+    BizRow, DbError, FeedPosition, Inserted, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass,
+    RowClass, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// One schema migration: its number, its name, and its statements in one dialect.
@@ -222,6 +222,22 @@ pub const REPLACEABLE: LayoutState = LayoutState::Moving;
 
 /// The protocol's writes, each one primitive of the engine with the decision made here.
 impl dyn SegmentStore {
+    /// Inserts one biz row (see [`SegmentStore::insert_bizs`]).
+    ///
+    /// # Errors
+    /// [`DbError`] when the statement fails or its commit is unknown, or the engine
+    /// answers for no row.
+    pub async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
+        self.insert_bizs(std::slice::from_ref(row))
+            .await?
+            .pop()
+            .ok_or_else(|| DbError::Query {
+                sqlstate: None,
+                message: "the engine answered for no row".into(),
+                source: None,
+            })
+    }
+
     /// Compare-and-set of a reservation: moves `max_id` from `max_id` to `new_max_id`
     /// at the next version, only if the row still has `version` and `max_id`.
     ///

@@ -364,28 +364,34 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
-    async fn insert_biz(&self, row: &BizRow) -> Result<Inserted, DbError> {
-        let row = row.clone();
+    async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
+        let rows = rows.to_vec();
+        let Some(epoch) = rows.iter().map(|r| r.epoch).min() else {
+            return Ok(Vec::new());
+        };
         self.with(move |c| {
             // An immediate transaction: no claim of a layout can come between the
-            // check and the insert.
-            let done = write(c, |tx| {
+            // check and the inserts.
+            write(c, |tx| {
                 let above: Option<i64> = tx.query_row(
                     "SELECT max(epoch) FROM segmint_layout WHERE epoch > ?1",
-                    params![row.epoch],
+                    params![epoch],
                     |r| r.get(0),
                 )?;
-                if let Some(epoch) = above {
-                    return Ok(Inserted::LayoutAbove(epoch));
+                if let Some(above) = above {
+                    return Ok(vec![Inserted::LayoutAbove(above); rows.len()]);
                 }
-                let n = tx.execute(
-                    &format!("INSERT INTO tiny_id_info ({BIZ_COLUMNS})
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING"),
-                    params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by],
-                )?;
-                Ok(if n == 1 { Inserted::Yes } else { Inserted::Exists })
-            })?;
-            Ok(done)
+                let mut insert = tx.prepare_cached(&format!(
+                    "INSERT INTO tiny_id_info ({BIZ_COLUMNS})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) ON CONFLICT (biz_type) DO NOTHING"
+                ))?;
+                rows.iter()
+                    .map(|row| {
+                        let n = insert.execute(params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by])?;
+                        Ok(if n == 1 { Inserted::Yes } else { Inserted::Exists })
+                    })
+                    .collect()
+            })
         })
         .await
     }

@@ -1,6 +1,8 @@
 //! `segmint import`: bizs of Tinyid or Leaf set up so that each keeps issuing above
 //! every ID the old system could have issued.
 
+use std::collections::HashMap;
+
 use super::Store;
 use super::admin::{audit, change_began, layout_began, unreachable};
 use crate::import::Import;
@@ -17,6 +19,10 @@ pub struct ImportReport {
     /// How many rows were (or would be) created or raised.
     pub changes: usize,
 }
+
+/// Bizs imported per transaction on each database: a chunk is planned, its rows
+/// created in one statement per database, then raised and described one by one.
+const IMPORT_BATCH: usize = 2_000;
 
 /// One database's part of importing one biz.
 enum Plan {
@@ -56,24 +62,42 @@ impl Store {
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
         let epoch = self.layout_for_writes().await?;
-        let mut existing = Vec::with_capacity(self.dbs.list.len());
+        let mut existing: Vec<HashMap<String, BizRow>> = Vec::with_capacity(self.dbs.list.len());
         for (result, name) in self
             .on_all(|db| db.bizs())
             .await
             .into_iter()
             .zip(&self.dbs.names)
         {
-            existing.push(result.map_err(|e| unreachable(name, &e))?);
+            let rows = result.map_err(|e| unreachable(name, &e))?;
+            existing.push(rows.into_iter().map(|r| (r.biz_type.clone(), r)).collect());
         }
-        let would = if dry_run { "would be " } else { "" };
         let mut report = ImportReport::default();
-        for import in imports {
+        for chunk in imports.chunks(IMPORT_BATCH) {
+            let planned = self.plan_chunk(chunk, epoch, &existing, &mut report);
+            let created = self.create_chunk(&planned, dry_run, &mut report).await?;
+            self.finish_chunk(planned, &created, dry_run, &mut report)
+                .await?;
+        }
+        Ok(report)
+    }
+
+    /// The plans of the bizs of `chunk` on every database; a biz refused by any
+    /// database is reported and left out.
+    fn plan_chunk<'a>(
+        &self,
+        chunk: &'a [Import],
+        epoch: i64,
+        existing: &[HashMap<String, BizRow>],
+        report: &mut ImportReport,
+    ) -> Vec<(&'a Import, Vec<Plan>)> {
+        let mut planned = Vec::with_capacity(chunk.len());
+        for import in chunk {
             let biz = import.biz.as_str();
             let plans: Vec<Result<Plan, String>> = (0..self.dbs.list.len())
-                .zip(&existing)
+                .zip(existing)
                 .map(|(i, rows)| match self.class_of(i) {
-                    Some(class) => plan(import, class, rows.iter().find(|r| r.biz_type == biz))
-                        .map(|p| p.in_epoch(epoch)),
+                    Some(class) => plan(import, class, rows.get(biz)).map(|p| p.in_epoch(epoch)),
                     None => Err("the database is not in the layout in force: take it out of the configuration first".into()),
                 })
                 .collect();
@@ -90,8 +114,98 @@ impl Store {
                 report.refused.push(biz.to_string());
                 continue;
             }
+            planned.push((import, plans.into_iter().flatten().collect()));
+        }
+        planned
+    }
+
+    /// Inserts the rows `planned` creates, one transaction per database for the whole
+    /// chunk ([`SegmentStore::insert_bizs`](crate::store::SegmentStore::insert_bizs)):
+    /// what became of each, by database and biz (every one `Yes` in a dry run).
+    ///
+    /// # Errors
+    /// As [`Store::import`]: a database that fails, or holds a layout claimed since.
+    async fn create_chunk(
+        &self,
+        planned: &[(&Import, Vec<Plan>)],
+        dry_run: bool,
+        report: &mut ImportReport,
+    ) -> Result<Vec<HashMap<String, Inserted>>, StoreError> {
+        let mut created: Vec<HashMap<String, Inserted>> = Vec::new();
+        for (i, name) in self.dbs.names.iter().enumerate() {
+            let rows: Vec<BizRow> = planned
+                .iter()
+                .filter_map(|(_, plans)| match &plans[i] {
+                    Plan::Create(row) => Some(row.clone()),
+                    _ => None,
+                })
+                .collect();
+            let results = match (dry_run, rows.first()) {
+                (_, None) => Vec::new(),
+                (true, _) => vec![Inserted::Yes; rows.len()],
+                (false, Some(first)) => {
+                    let first = first.biz_type.clone();
+                    match self
+                        .call(i, self.dbs.list[i].store.insert_bizs(&rows))
+                        .await
+                    {
+                        Ok(results) => results,
+                        Err(e) => {
+                            self.report_created(planned, &created, report);
+                            return Err(failed_midway(report, name, &first, e));
+                        }
+                    }
+                }
+            };
+            if let Some(Inserted::LayoutAbove(epoch)) = results.first() {
+                let first = &rows[0].biz_type;
+                self.report_created(planned, &created, report);
+                report.lines.push(format!(
+                    "\"{name}\": biz `{first}`: {}",
+                    layout_began(*epoch)
+                ));
+                let stopped = format!("the import stopped at biz `{first}` on database \"{name}\"");
+                return Err(change_began(stopped, *epoch, report.lines.clone()));
+            }
+            created.push(rows.into_iter().map(|r| r.biz_type).zip(results).collect());
+        }
+        Ok(created)
+    }
+
+    /// Reports the rows of `planned` created on the databases of `created` (those
+    /// written before a failure), for the error's lines.
+    fn report_created(
+        &self,
+        planned: &[(&Import, Vec<Plan>)],
+        created: &[HashMap<String, Inserted>],
+        report: &mut ImportReport,
+    ) {
+        for (import, plans) in planned {
+            for (i, done) in created.iter().enumerate() {
+                if let (Plan::Create(row), Some(Inserted::Yes)) =
+                    (&plans[i], done.get(import.biz.as_str()))
+                {
+                    report.lines.push(created_line(&self.dbs.names[i], row, ""));
+                }
+            }
+        }
+    }
+
+    /// Reports the bizs of `planned` in order, one line per database, raising and
+    /// describing rows as planned (the rows to create were inserted by
+    /// [`Store::create_chunk`], which said what became of each in `created`).
+    async fn finish_chunk(
+        &self,
+        planned: Vec<(&Import, Vec<Plan>)>,
+        created: &[HashMap<String, Inserted>],
+        dry_run: bool,
+        report: &mut ImportReport,
+    ) -> Result<(), StoreError> {
+        let would = if dry_run { "would be " } else { "" };
+        for (import, plans) in planned {
+            let biz = import.biz.as_str();
             let mut changed = Vec::new();
-            for (i, plan) in plans.into_iter().flatten().enumerate() {
+            for (i, plan) in plans.into_iter().enumerate() {
                 let name = &self.dbs.names[i];
                 // A row that exists takes the old system's description too, when it has one.
                 let describe = match &plan {
@@ -109,31 +223,12 @@ impl Store {
                     }
                     Plan::Create(row) => {
                         report.changes += 1;
-                        let written = match dry_run {
-                            true => Inserted::Yes,
-                            false => self
-                                .call(i, self.dbs.list[i].store.insert_biz(&row))
-                                .await
-                                .map_err(|e| failed_midway(&mut report, name, biz, e))?,
-                        };
-                        if let Inserted::LayoutAbove(epoch) = written {
-                            report
-                                .lines
-                                .push(format!("\"{name}\": biz `{biz}`: {}", layout_began(epoch)));
-                            let stopped =
-                                format!("the import stopped at biz `{biz}` on database \"{name}\"");
-                            return Err(change_began(stopped, epoch, report.lines));
-                        }
-                        let written = written == Inserted::Yes;
-                        if written {
-                            changed.push(name.as_str());
-                        }
-                        match written {
-                            true => format!(
-                                "\"{name}\": biz `{biz}`: {would}created: IDs ≡ {} mod {} above {}, step {}",
-                                row.remainder, row.delta, row.max_id, row.step
-                            ),
-                            false => format!(
+                        match created[i].get(biz) {
+                            Some(Inserted::Yes) => {
+                                changed.push(name.as_str());
+                                created_line(name, &row, would)
+                            }
+                            _ => format!(
                                 "\"{name}\": biz `{biz}`: appeared meanwhile; left as it is: run the import again"
                             ),
                         }
@@ -154,7 +249,7 @@ impl Store {
                                     ),
                                 )
                                 .await
-                                .map_err(|e| failed_midway(&mut report, name, biz, e))?
+                                .map_err(|e| failed_midway(report, name, biz, e))?
                                 .is_some(),
                         };
                         if written {
@@ -176,7 +271,7 @@ impl Store {
                     if !dry_run {
                         self.call(i, self.dbs.list[i].store.describe(biz, &import.description))
                             .await
-                            .map_err(|e| failed_midway(&mut report, name, biz, e))?;
+                            .map_err(|e| failed_midway(report, name, biz, e))?;
                         if !changed.contains(&name.as_str()) {
                             changed.push(name.as_str());
                         }
@@ -189,8 +284,17 @@ impl Store {
                 audit("import", biz, "", &changed);
             }
         }
-        Ok(report)
+        Ok(())
     }
+}
+
+/// The report line of `row` created (or, with `would`, to be created) on database
+/// `name`.
+fn created_line(name: &str, row: &BizRow, would: &str) -> String {
+    format!(
+        "\"{name}\": biz `{}`: {would}created: IDs ≡ {} mod {} above {}, step {}",
+        row.biz_type, row.remainder, row.delta, row.max_id, row.step
+    )
 }
 
 /// The error of a write that failed midway, after the lines of what was done.
