@@ -31,30 +31,18 @@ BEGIN
 END
 $$;
 
-ALTER TABLE tiny_id_info ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
-ALTER TABLE tiny_id_token ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
-ALTER TABLE segmint_witness ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
-ALTER TABLE segmint_biz_shape ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0;
-
-CREATE INDEX IF NOT EXISTS tiny_id_info_change ON tiny_id_info (change_xid);
-CREATE INDEX IF NOT EXISTS tiny_id_token_change ON tiny_id_token (change_xid);
-CREATE INDEX IF NOT EXISTS segmint_witness_change ON segmint_witness (change_xid);
-CREATE INDEX IF NOT EXISTS segmint_biz_shape_change ON segmint_biz_shape (change_xid);
-
-CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON tiny_id_info
-    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
-CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON tiny_id_token
-    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
-CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_witness
-    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
-CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON segmint_biz_shape
-    FOR EACH ROW EXECUTE FUNCTION segmint_changed();
-
-CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON tiny_id_info
-    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
-CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON tiny_id_token
-    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
-CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON segmint_witness
-    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
-CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON segmint_biz_shape
-    FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted();
+-- For each catalog table: the column, its index, and the triggers.
+DO $$
+DECLARE
+    t text;
+BEGIN
+    FOREACH t IN ARRAY ARRAY['tiny_id_info', 'tiny_id_token', 'segmint_witness', 'segmint_biz_shape'] LOOP
+        EXECUTE format('ALTER TABLE %I ADD COLUMN IF NOT EXISTS change_xid bigint NOT NULL DEFAULT 0', t);
+        EXECUTE format('CREATE INDEX IF NOT EXISTS %I ON %I (change_xid)', t || '_change', t);
+        EXECUTE format('CREATE OR REPLACE TRIGGER segmint_changed BEFORE INSERT OR UPDATE ON %I
+                            FOR EACH ROW EXECUTE FUNCTION segmint_changed()', t);
+        EXECUTE format('CREATE OR REPLACE TRIGGER segmint_deleted AFTER DELETE OR TRUNCATE ON %I
+                            FOR EACH STATEMENT EXECUTE FUNCTION segmint_deleted()', t);
+    END LOOP;
+END
+$$;

@@ -546,34 +546,30 @@ impl SegmentStore for SqliteStore {
             )?;
             let from = rules::resume_at(since.as_ref(), &position);
             let from_n = from.unwrap_or(i64::MIN);
-            let bizs = tx
-                .prepare_cached(&format!(
-                    "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_n >= ?1 ORDER BY biz_type"
-                ))?
-                .query_map([from_n], |r| rules::biz_row(r))?
-                .collect::<rusqlite::Result<_>>()?;
-            let shapes = tx
-                .prepare_cached(&format!(
-                    "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_n >= ?1 ORDER BY biz_type"
-                ))?
-                .query_map([from_n], |r| rules::shape_row(r))?
-                .collect::<rusqlite::Result<_>>()?;
-            let tokens = tx
-                .prepare_cached(&format!("{TOKENS} WHERE change_n >= ?1 ORDER BY id"))?
+            let prepare = |sql: String| tx.prepare_cached(&sql);
+            let bizs = prepare(format!(
+                "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_n >= ?1 ORDER BY biz_type"
+            ))?
+            .query_map([from_n], |r| rules::biz_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            let shapes = prepare(format!(
+                "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_n >= ?1 ORDER BY biz_type"
+            ))?
+            .query_map([from_n], |r| rules::shape_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            let tokens = prepare(format!("{TOKENS} WHERE change_n >= ?1 ORDER BY id"))?
                 .query_map([from_n], |r| rules::token_row(r))?
                 .collect::<rusqlite::Result<_>>()?;
-            let witnesses = tx
-                .prepare_cached(&format!(
-                    "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_n >= ?1"
-                ))?
-                .query_map([from_n], |r| rules::witness_row(r))?
-                .collect::<rusqlite::Result<_>>()?;
-            let layouts = tx
-                .prepare_cached(&format!(
-                    "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
-                ))?
-                .query_map([], |r| rules::layout_row(r))?
-                .collect::<rusqlite::Result<_>>()?;
+            let witnesses = prepare(format!(
+                "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_n >= ?1"
+            ))?
+            .query_map([from_n], |r| rules::witness_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            let layouts = prepare(format!(
+                "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
+            ))?
+            .query_map([], |r| rules::layout_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
             tx.commit()?;
             Ok(CatalogRows {
                 position: Some(position),
