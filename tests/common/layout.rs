@@ -63,6 +63,9 @@ pub fn cli_ok(toml: &str, args: &[&str]) -> String {
 /// containing `marker`. Returns what it printed; panics when it ended first.
 pub fn kill_midway(toml: &str, args: &[&str], marker: &str, lines: usize) -> String {
     let file = config_file(toml);
+    // Its errors go to a file, read only when it ended first (a pipe left unread could
+    // fill and stall it).
+    let errors = tempfile::NamedTempFile::new().expect("a file for stderr");
     let mut child = ChildGuard(
         Command::new(segmint_bin())
             .arg("--config")
@@ -70,7 +73,7 @@ pub fn kill_midway(toml: &str, args: &[&str], marker: &str, lines: usize) -> Str
             .args(args)
             .env_remove("SEGMINT_CONFIG")
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(errors.reopen().expect("reopen the stderr file"))
             .spawn()
             .expect("start segmint"),
     );
@@ -90,7 +93,9 @@ pub fn kill_midway(toml: &str, args: &[&str], marker: &str, lines: usize) -> Str
             }
         }
     }
-    panic!("segmint {args:?} ended before {lines} lines with `{marker}`:\n{printed}");
+    let _ = child.0.wait();
+    let stderr = std::fs::read_to_string(errors.path()).unwrap_or_default();
+    panic!("segmint {args:?} ended before {lines} lines with `{marker}`:\n{printed}\nstderr:\n{stderr}");
 }
 
 /// Unfrozen rows of `biz` on each database: `(db, delta, remainder, epoch)`.
