@@ -570,6 +570,22 @@ impl Databases {
         }
     }
 
+    /// Whether database `i` holds `table` (a database no command migrated holds none).
+    pub fn has_table(&self, i: usize, table: &str) -> bool {
+        match self.kind {
+            Kind::Postgres => {
+                self.sql(i, &format!("SELECT to_regclass('{table}') IS NOT NULL")) == "t"
+            }
+            Kind::Embedded => {
+                self.file(i).exists()
+                    && self.sql(
+                        i,
+                        &format!("SELECT count(*) FROM sqlite_master WHERE name = '{table}'"),
+                    ) == "1"
+            }
+        }
+    }
+
     /// The PostgreSQL cluster of database `i`.
     pub fn cluster(&self, i: usize) -> &PgCluster {
         &self.clusters[i]
