@@ -41,7 +41,7 @@ pub use segmint_core::evidence::{Mark, Witness};
 pub use segmint_core::rows::{BizRow, LayoutRow};
 pub use sqlite::OpenMode;
 
-/// What [`SegmentStore::insert_biz`] did.
+/// What [`SegmentStore::insert_bizs`] did with a row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Inserted {
     /// The row was inserted.

@@ -94,7 +94,7 @@ impl Store {
     /// apart, so a flood of misses (unknown tokens) costs the databases a bounded
     /// number of reads.
     ///
-    /// A database is read through its change feed ([`SegmentStore::catalog`]): only
+    /// A database is read through its change feed ([`SegmentStore::catalog`](crate::SegmentStore::catalog)): only
     /// the rows written since the last read, so that a refresh at rest costs the same
     /// whatever the number of bizs. It is read in full when never read before, every
     /// [`Protocol::full_refresh`](crate::config::Protocol::full_refresh), while fenced
