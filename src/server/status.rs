@@ -13,7 +13,7 @@ use super::AppState;
 use super::observe::Observer;
 use super::operator;
 use crate::config::OperatorToken;
-use crate::metrics::BizStats;
+use crate::metrics::{BizStats, BizView};
 use crate::store::DatabaseStatus;
 
 /// The operator routes, each behind `token` when one is configured.
@@ -108,15 +108,21 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let metrics = state.store.metrics();
     let (epoch, pending) = state.store.layout_epochs();
     metrics.layout().set(epoch, pending.is_some());
-    // Idle bizs get their series too (at zero), as long as that cannot take labels
-    // from bizs that will serve later.
-    let stats: Vec<BizStats> =
-        if state.store.catalog().biz_names().len() <= metrics.bizs().max_bizs() {
-            report(&state).bizs.into_iter().map(|b| b.stats).collect()
-        } else {
-            state.cache.stats()
-        };
-    let text = metrics.render(&stats, &databases);
+    let in_use = state.cache.stats();
+    let catalog = state.store.catalog();
+    let known = catalog.biz_count();
+    // Idle bizs get their series too (at zero) while they all fit under the bound.
+    let idle = if known <= metrics.bizs().max_bizs() {
+        catalog.biz_names()
+    } else {
+        Vec::new()
+    };
+    let view = BizView {
+        known,
+        in_use: &in_use,
+        idle: &idle,
+    };
+    let text = metrics.render(&view, &databases);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")
         .body(text)
