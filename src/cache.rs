@@ -247,6 +247,23 @@ impl Cache {
         stats
     }
 
+    /// The state of `biz`, if it has served a request.
+    pub fn stats_of(&self, biz: &str) -> Option<BizStats> {
+        let biz = BizTag::parse(biz).ok()?;
+        let policy = self.store.step_policy();
+        self.buffers.load().get(&biz).map(|b| b.stats(&policy))
+    }
+
+    /// How many bizs have served a request.
+    pub fn in_use(&self) -> usize {
+        self.buffers.load().len()
+    }
+
+    /// The bizs that have served a request, in no order.
+    pub fn names_in_use(&self) -> Vec<BizTag> {
+        self.buffers.load().keys().cloned().collect()
+    }
+
     /// Fetches the next segment in the background; `cached` IDs are left meanwhile.
     /// Called without the buffer's state locked: the guard made first clears the
     /// fetch's mark if anything below fails, and takes that lock to do so.
