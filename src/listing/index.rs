@@ -106,10 +106,11 @@ pub struct Names {
 
 impl Names {
     /// The index of `catalog` and of the bizs `in_use` (a biz removed from the
-    /// databases while its cache still serves is listed too). Rebuilt only when the
-    /// catalog's generation is not the index's; when the names are those of the last
-    /// index, under a new generation, they are reused as they are (a check of each,
-    /// no sort).
+    /// databases while its cache still serves is listed too), rebuilt only when the
+    /// catalog's generation is not the index's. A rebuild sorts every name again,
+    /// 0.3–0.5 s at a million names on a loaded 2-core machine; checking each name
+    /// against the catalog's map instead, to keep the last index when no name
+    /// changed, took no less (0.8 s).
     pub async fn of(
         &self,
         catalog: Arc<Catalog>,
@@ -125,34 +126,28 @@ impl Names {
             return current;
         }
         let in_use = in_use();
-        let built = tokio::task::spawn_blocking(move || rebuilt(&current, &catalog, &in_use))
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || rebuilt(&catalog, &in_use))
             .await
             // A rebuild that panicked leaves the last index in place.
             .unwrap_or_else(|_| self.index.load_full());
+        tracing::debug!(
+            bizs = built.len(),
+            generation = built.generation(),
+            took_ms = started.elapsed().as_millis(),
+            "biz names sorted"
+        );
         self.index.store(built.clone());
         built
     }
 }
 
-/// The index of `catalog` and `in_use`: `last` under the catalog's generation when it
-/// holds exactly those names, else a new one.
-fn rebuilt(last: &Arc<NameIndex>, catalog: &Catalog, in_use: &[BizTag]) -> Arc<NameIndex> {
-    let extra: Vec<&str> = in_use
+/// The index of the names of `catalog` and of the bizs `in_use` it does not list.
+fn rebuilt(catalog: &Catalog, in_use: &[BizTag]) -> Arc<NameIndex> {
+    let extra = in_use
         .iter()
         .map(BizTag::as_str)
-        .filter(|b| catalog.biz(b).is_none())
-        .collect();
-    let same = last.len() == catalog.biz_count() + extra.len()
-        && last
-            .names_from(0)
-            .all(|n| catalog.biz(n).is_some() || extra.contains(&n));
-    if same {
-        return Arc::new(NameIndex {
-            generation: catalog.generation(),
-            text: last.text.clone(),
-            starts: last.starts.clone(),
-        });
-    }
+        .filter(|b| catalog.biz(b).is_none());
     Arc::new(NameIndex::new(
         catalog.generation(),
         catalog.biz_names().into_iter().chain(extra),

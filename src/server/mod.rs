@@ -535,14 +535,16 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Re-reads the catalog every `every`, then brings the bizs' name index up to date,
-/// so that a listing after a change rarely waits for the index.
+/// Sorts the names of the catalog read at start, then re-reads the catalog every
+/// `every` and brings the names up to date, so that a listing rarely waits for them
+/// (only after a refresh a request asked for: an unknown biz or token).
 async fn refresh_periodically(
     store: Arc<Store>,
     cache: Arc<Cache>,
     names: Arc<Names>,
     every: Duration,
 ) {
+    names.of(store.catalog(), || cache.names_in_use()).await;
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
     loop {
