@@ -290,6 +290,27 @@ mod tests {
     }
 
     #[test]
+    fn bizs_in_use_come_before_bizs_with_client_segments_and_idle_ones() {
+        let m = Metrics::new(2);
+        m.bizs().segment_handed_out(&tag("b-client"), 10);
+        let view = BizView {
+            known: 3,
+            in_use: &[busy("z-quiet", 0.0)],
+            idle: &["a-idle", "b-client", "z-quiet"],
+        };
+        let text = m.render(&view, &[]);
+        assert!(
+            text.contains("segmint_biz_step{biz=\"z-quiet\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("segmint_segment_ids_total{biz=\"b-client\"} 10"),
+            "{text}"
+        );
+        assert!(!text.contains("a-idle"), "{text}");
+    }
+
+    #[test]
     fn the_series_stay_bounded_whatever_the_number_of_bizs() {
         let per_biz = |bizs: usize| {
             let m = Metrics::new(10);
