@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
-use prometheus::IntCounter;
 use tokio::sync::watch;
 
 use crate::biz::BizTag;
-use crate::metrics::BizStats;
+use crate::metrics::{BizCounts, BizStats};
 use crate::rate::{RateTracker, runway, runway_duration};
 use crate::segment::{DoubleBuffer, Held, SegmentRange, plan_give_back};
 use crate::step::{StepHint, StepReason};
@@ -46,13 +45,11 @@ struct Buffer {
     state: Mutex<State>,
     /// Bumped after every fetch completes; requests waiting for a segment watch it.
     fetched: watch::Sender<u64>,
-    /// The biz's `segmint_ids_issued_total` (shared by the bizs past the label cap),
-    /// brought up to date from [`State::issued`] when the metrics are read, so that
-    /// issuing an ID touches nothing shared but the buffer's lock.
-    issued_metric: IntCounter,
-    /// The biz's `segmint_cache_waits_total`: requests that waited for a fetch. Off the
-    /// path of a request served from memory.
-    waits_metric: IntCounter,
+    /// The biz's counts for the metrics: IDs issued, brought up to date from
+    /// [`State::issued`] when the figures are read (so that issuing an ID touches
+    /// nothing shared but the buffer's lock), and requests that waited for a fetch (off
+    /// the path of a request served from memory).
+    counts: Arc<BizCounts>,
     /// Rates and the last step; off the request path (sampler, fetches, scrapes).
     sizing: Mutex<Sizing>,
 }
@@ -82,7 +79,7 @@ struct State {
     closed: bool,
     /// IDs issued from this buffer since start; sampled for the rate.
     issued: u64,
-    /// Of those, the IDs already added to the buffer's `issued_metric`.
+    /// Of those, the IDs already added to the buffer's `counts`.
     reported: u64,
 }
 
@@ -112,8 +109,7 @@ impl Cache {
                 reported: 0,
             }),
             fetched: watch::Sender::new(0),
-            issued_metric: self.store.metrics().bizs().issued_counter(biz),
-            waits_metric: self.store.metrics().bizs().cache_waits_counter(biz),
+            counts: self.store.metrics().bizs().counts(biz),
             sizing: Mutex::new(Sizing::starting_now()),
         });
         // Another request may add the biz meanwhile: the first buffer stays.
@@ -152,7 +148,7 @@ impl Cache {
                     self.spawn_fetch(buffer.clone(), cached);
                 }
                 if step.is_continue() && !waited {
-                    buffer.waits_metric.inc();
+                    buffer.counts.waited();
                 }
                 step.map_continue(|()| buffer.fetched.subscribe())
             });
@@ -237,42 +233,35 @@ impl Cache {
     }
 
     /// The state of every biz that has served a request, by name. Also brings each
-    /// biz's `segmint_ids_issued_total` up to date: call it before rendering metrics.
+    /// biz's count of IDs issued up to date for the metrics: call it before rendering
+    /// them.
     pub fn stats(&self) -> Vec<BizStats> {
         let policy = self.store.step_policy();
-        let buffers = self.buffers();
-        let mut stats: Vec<BizStats> = buffers
-            .iter()
-            .map(|b| {
-                let (cached_ids, issued) = {
-                    let mut state = b.state.lock();
-                    b.issued_metric
-                        .inc_by(state.issued.saturating_sub(state.reported));
-                    state.reported = state.issued;
-                    (state.buffer.remaining(), state.issued)
-                };
-                let sizing = b.sizing.lock();
-                let (rate, peak_rate) = (sizing.rates.rate(), sizing.rates.peak());
-                let (step, delta, reason) = match sizing.last {
-                    Some((step, delta, reason)) => (step, delta, Some(reason)),
-                    None => (0, 1, None),
-                };
-                let runway = runway(cached_ids, rate);
-                BizStats {
-                    biz: b.biz.to_string(),
-                    rate,
-                    peak_rate,
-                    step,
-                    recommended_step: policy.recommended(peak_rate, delta),
-                    last_step_reason: reason,
-                    cached_ids,
-                    runway_seconds: runway.is_finite().then_some(runway),
-                    issued,
-                }
-            })
+        let mut stats: Vec<BizStats> = self
+            .buffers
+            .load()
+            .values()
+            .map(|b| b.stats(&policy))
             .collect();
         stats.sort_by(|a, b| a.biz.cmp(&b.biz));
         stats
+    }
+
+    /// The state of `biz`, if it has served a request.
+    pub fn stats_of(&self, biz: &str) -> Option<BizStats> {
+        let biz = BizTag::parse(biz).ok()?;
+        let policy = self.store.step_policy();
+        self.buffers.load().get(&biz).map(|b| b.stats(&policy))
+    }
+
+    /// How many bizs have served a request.
+    pub fn in_use(&self) -> usize {
+        self.buffers.load().len()
+    }
+
+    /// The bizs that have served a request, in no order.
+    pub fn names_in_use(&self) -> Vec<BizTag> {
+        self.buffers.load().keys().cloned().collect()
     }
 
     /// Fetches the next segment in the background; `cached` IDs are left meanwhile.
@@ -305,6 +294,36 @@ impl Cache {
 }
 
 impl Buffer {
+    /// The biz's figures; brings its count of IDs issued up to date. Takes `state`,
+    /// then `sizing`, never both at once.
+    fn stats(&self, policy: &crate::step::StepPolicy) -> BizStats {
+        let (cached_ids, issued) = {
+            let mut state = self.state.lock();
+            self.counts
+                .issued(state.issued.saturating_sub(state.reported));
+            state.reported = state.issued;
+            (state.buffer.remaining(), state.issued)
+        };
+        let sizing = self.sizing.lock();
+        let (rate, peak_rate) = (sizing.rates.rate(), sizing.rates.peak());
+        let (step, delta, reason) = match sizing.last {
+            Some((step, delta, reason)) => (step, delta, Some(reason)),
+            None => (0, 1, None),
+        };
+        let runway = runway(cached_ids, rate);
+        BizStats {
+            biz: self.biz.to_string(),
+            rate,
+            peak_rate,
+            step,
+            recommended_step: policy.recommended(peak_rate, delta),
+            last_step_reason: reason,
+            cached_ids,
+            runway_seconds: runway.is_finite().then_some(runway),
+            issued,
+        }
+    }
+
     /// Stops the buffer issuing; returns its segments with where they came from, or
     /// `None` when its lock stayed taken for [`LOCK_WAIT`] (a stuck request holds it:
     /// its IDs are then neither given back nor issued by this stop).

@@ -12,6 +12,7 @@
 //! - `segmint-store` ([`store`]): the engine trait, the PostgreSQL and embedded engines,
 //!   the SQL, and [`store::Store`], the cluster protocol over all of them.
 //! - this crate: [`cache`] (per-biz double buffers fed by background fetches),
+//!   [`listing`] (the bizs a page at a time, for `/v1/bizs` and `/status`),
 //!   [`worker`] (this server's snowflake worker ID), [`server`] (the actix-web
 //!   application), [`telemetry`], and the `segmint` binary with its admin CLI.
 //!
@@ -28,6 +29,7 @@ pub use segmint_metrics as metrics;
 pub use segmint_store as store;
 
 pub mod cache;
+pub mod listing;
 pub mod server;
 pub mod telemetry;
 pub mod worker;

@@ -31,6 +31,7 @@ mod import;
 mod layout;
 mod layout_operator;
 mod leaf;
+mod many_bizs;
 mod observability;
 mod operator;
 mod preload;

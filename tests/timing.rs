@@ -230,7 +230,9 @@ async fn a_transaction_lost_to_another_is_retried_without_backing_the_database_o
         );
         assert!(store.status()[0].last_error.is_none(), "{code}");
     }
-    let metrics = store.metrics().render(&[], &[]);
+    let metrics = store
+        .metrics()
+        .render(&segmint::metrics::BizView::default(), &[]);
     assert!(
         metrics.contains("segmint_segment_fetches_total{database=\"db0\",outcome=\"error\"} 0"),
         "{metrics}"

@@ -9,6 +9,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde_json::json;
 
 use crate::biz::InputError;
+use crate::listing::BadParam;
 use crate::store::StoreError;
 use crate::worker::IssueError;
 
@@ -36,6 +37,12 @@ pub enum ApiError {
 
 impl From<InputError> for ApiError {
     fn from(e: InputError) -> Self {
+        ApiError::BadRequest(e.to_string())
+    }
+}
+
+impl From<BadParam> for ApiError {
+    fn from(e: BadParam) -> Self {
         ApiError::BadRequest(e.to_string())
     }
 }

@@ -13,6 +13,7 @@ mod params;
 mod shaped;
 mod snowflake;
 mod status;
+mod status_page;
 mod v1;
 
 use std::net::TcpListener;
@@ -32,6 +33,7 @@ pub(crate) use params::Params;
 
 use crate::cache::{Cache, GIVE_BACK_LIMIT};
 use crate::config::{Config, LeafConfig, OperatorToken};
+use crate::listing::Names;
 use crate::store::{OpenMode, Store, StoreError};
 use crate::worker::Worker;
 
@@ -48,6 +50,9 @@ pub struct AppState {
     pub leaf: LeafConfig,
     /// This server's snowflake worker: its leased worker ID and the IDs it issues.
     pub snowflake: Arc<Worker>,
+    /// Every biz's name in order, for listing them a page at a time; rebuilt when the
+    /// catalog changes.
+    pub names: Arc<Names>,
 }
 
 /// Why the server could not start.
@@ -204,15 +209,18 @@ impl Application {
         let port = local_port("bind", &config.bind, &listener)?;
         let store = Arc::new(Store::open(&config, mode)?);
         store.refresh_since(store.now()).await;
-        let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
-            store.clone(),
-            config.catalog_refresh,
-        )));
         let cache = Arc::new(Cache::new(
             store.clone(),
             config.preload_percent,
             config.wait_timeout,
         ));
+        let names = Arc::new(Names::default());
+        let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
+            store.clone(),
+            cache.clone(),
+            names.clone(),
+            config.catalog_refresh,
+        )));
         let sampler = AbortOnDrop(tokio::spawn(sample_periodically(cache.clone())));
         let worker = Arc::new(Worker::new(store.clone(), config.snowflake.clone()));
         // Only a server that issues snowflake IDs leases a worker ID.
@@ -227,6 +235,7 @@ impl Application {
             handed_out: parking_lot::Mutex::new(HandedOut::new(HANDED_OUT_CAPACITY)),
             leaf: config.leaf.clone(),
             snowflake: worker,
+            names,
         });
         let observer = Observer {
             in_flight: InFlight::default(),
@@ -526,12 +535,22 @@ pub async fn shutdown_signal() {
     }
 }
 
-async fn refresh_periodically(store: Arc<Store>, every: Duration) {
+/// Sorts the names of the catalog read at start, then re-reads the catalog every
+/// `every` and brings the names up to date, so that a listing rarely waits for them
+/// (only after a refresh a request asked for: an unknown biz or token).
+async fn refresh_periodically(
+    store: Arc<Store>,
+    cache: Arc<Cache>,
+    names: Arc<Names>,
+    every: Duration,
+) {
+    names.of(store.catalog(), || cache.names_in_use()).await;
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
     loop {
         tick.tick().await;
-        store.refresh_since(store.now()).await;
+        let catalog = store.refresh_since(store.now()).await;
+        names.of(catalog, || cache.names_in_use()).await;
     }
 }
 

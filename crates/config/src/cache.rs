@@ -1,13 +1,18 @@
 //! The cache's keys: how early the next segment is fetched (`preload_percent`), how
 //! long a fetch and a waiting request may take, the back-off of a failed database,
-//! the catalog's refresh, and how a segment's step is chosen. The keys without a
-//! check (`hedge_after_ms`, `metrics_max_bizs`, `adaptive_step`) are taken as written.
+//! the catalog's refresh, how a segment's step is chosen, and how many bizs have
+//! metrics of their own (`metrics_max_bizs`). The keys without a check
+//! (`hedge_after_ms`, `adaptive_step`) are taken as written.
 
 use std::time::Duration;
 
 use crate::raw::RawSettings;
 use crate::step::StepPolicy;
 use crate::{ConfigError, invalid};
+
+/// Most bizs `metrics_max_bizs` may give series of their own: each has 23, so a scrape
+/// of that many busy bizs is already some 14 MB.
+pub const METRICS_MAX_BIZS_LIMIT: usize = 10_000;
 
 impl RawSettings {
     /// Checks `preload_percent` and the cache's fetch timings; the share preloaded.
@@ -27,6 +32,19 @@ impl RawSettings {
             }
         }
         Ok(preload_percent)
+    }
+
+    /// Checks `metrics_max_bizs`; 0 gives every biz's metrics to `_other`.
+    pub(crate) fn metrics_bound(&self) -> Result<usize, ConfigError> {
+        if self.metrics_max_bizs > METRICS_MAX_BIZS_LIMIT {
+            return Err(invalid(
+                "metrics_max_bizs",
+                format!(
+                    "must be at most {METRICS_MAX_BIZS_LIMIT} (each biz with metrics of its own adds 23 series to every scrape)"
+                ),
+            ));
+        }
+        Ok(self.metrics_max_bizs)
     }
 
     /// Checks the step keys and the back-off's cap; the step policy.
@@ -60,7 +78,7 @@ mod tests {
     #[test]
     fn keys_are_read() {
         let cfg = Config::from_toml(&format!(
-            "preload_percent = 0\nfetch_timeout_ms = 1\nwait_timeout_ms = 2\nbackoff_initial_ms = 3\nbackoff_max_ms = 3\ncatalog_refresh_ms = 4\nadaptive_step = false\nstep_target_secs = 5\nstep_max = 6\nhedge_after_ms = 0\n{TWO}"
+            "preload_percent = 0\nfetch_timeout_ms = 1\nwait_timeout_ms = 2\nbackoff_initial_ms = 3\nbackoff_max_ms = 3\ncatalog_refresh_ms = 4\nadaptive_step = false\nstep_target_secs = 5\nstep_max = 6\nhedge_after_ms = 0\nmetrics_max_bizs = 0\n{TWO}"
         ))
         .unwrap();
         assert_eq!(cfg.preload_percent, 0);
@@ -73,6 +91,7 @@ mod tests {
         assert_eq!(cfg.step.target, Duration::from_secs(5));
         assert_eq!(cfg.step.max, 6);
         assert_eq!(cfg.hedge_after, Duration::ZERO);
+        assert_eq!(cfg.metrics_max_bizs, 0);
     }
 
     #[test]
@@ -107,6 +126,10 @@ mod tests {
                 "`step_target_secs`: must be at least 1",
             ),
             ("step_max = 0", "`step_max`: must be at least 1"),
+            (
+                "metrics_max_bizs = 10001",
+                "`metrics_max_bizs`: must be at most 10000",
+            ),
             (
                 "backoff_max_ms = 499",
                 "`backoff_max_ms`: must be at least backoff_initial_ms",

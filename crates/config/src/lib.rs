@@ -29,6 +29,7 @@ mod server;
 mod snowflake;
 pub mod tls;
 
+pub use cache::METRICS_MAX_BIZS_LIMIT;
 pub use database::{DatabaseConfig, DatabaseKind, PgTarget};
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
@@ -81,7 +82,8 @@ pub struct Config {
     pub workers: usize,
     /// How the step of the cache's segments is chosen.
     pub step: StepPolicy,
-    /// Bizs with their own metric label; the rest share `_other`.
+    /// Bizs with metrics of their own at most, the busiest in use; the rest count
+    /// under `_other`.
     pub metrics_max_bizs: usize,
     /// Least time a database round trip may go unanswered before a reservation is
     /// also tried on another database; zero turns hedging off.

@@ -120,6 +120,7 @@ impl RawSettings {
         let preload_percent = self.fetch_timings()?;
         self.request_limits()?;
         let step = self.step_and_backoff()?;
+        let metrics_max_bizs = self.metrics_bound()?;
         let databases = database::validate(self.pool_size, std::mem::take(&mut self.databases))?;
         Ok(Config {
             bind: self.bind,
@@ -130,7 +131,7 @@ impl RawSettings {
             backoff_max: Duration::from_millis(self.backoff_max_ms),
             catalog_refresh: Duration::from_millis(self.catalog_refresh_ms),
             step,
-            metrics_max_bizs: self.metrics_max_bizs,
+            metrics_max_bizs,
             max_body_bytes: self.max_body_bytes,
             hedge_after: Duration::from_millis(self.hedge_after_ms),
             request_timeout: Duration::from_millis(self.request_timeout_ms),

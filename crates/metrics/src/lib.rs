@@ -4,12 +4,13 @@
 //! database) and kept by their owners, so counting is one atomic add: no lock, no
 //! allocation. Gauges that describe state (rates, cache, runway, database health) are
 //! set from that state when `/metrics` is scraped. Label values come only from the
-//! configuration (database names) or the catalog's bizs, capped at
-//! `metrics_max_bizs`: later bizs share the label `_other`, so a flood of bizs cannot
-//! grow the series without bound. Request input never becomes a label. Every series
-//! whose labels are known before its first event (a biz once it has a label, a
-//! database, a route) is created at zero, so that dashboards and alerts have data from
-//! the first scrape.
+//! configuration (database names) or the catalog's bizs, and at most
+//! `metrics_max_bizs` bizs have series of their own, the busiest at each scrape; the
+//! others are counted under the label `_other`, so however many bizs there are the
+//! series stay bounded and a sum over bizs misses nothing. Request input never becomes
+//! a label. Every series whose labels are known before its first event (a biz once it
+//! has series of its own, a database, a route) is created at zero, so that dashboards
+//! and alerts have data from the first scrape.
 
 //!
 //! Each subsystem registers its own metrics and keeps their handles, one file each:
@@ -29,7 +30,7 @@ mod snowflake;
 
 use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
 
-pub use biz::{BizMetrics, BizStats, OTHER_BIZ};
+pub use biz::{BizCounts, BizMetrics, BizStats, BizView, OTHER_BIZ};
 pub use database::{DatabaseMetrics, DatabaseState, DatabasesMetrics, FetchOutcome};
 pub use http::HttpMetrics;
 pub use layout::LayoutMetrics;
@@ -39,7 +40,7 @@ pub use snowflake::{LEASE_STATES, SnowflakeMetrics};
 pub struct Metrics {
     /// What `/metrics` renders: the subsystems below, build info, process metrics.
     registry: Registry,
-    /// Per-biz counters and state gauges; owns the cap on biz labels.
+    /// Per-biz counters and state gauges; owns the bound on the bizs with series.
     bizs: BizMetrics,
     /// Per-database reservation handles and state gauges.
     databases: DatabasesMetrics,
@@ -65,8 +66,8 @@ fn registered<M: prometheus::core::Collector + Clone + 'static>(
 }
 
 impl Metrics {
-    /// Every subsystem's metrics on a new registry; at most `max_bizs` bizs get a
-    /// label of their own.
+    /// Every subsystem's metrics on a new registry; at most `max_bizs` bizs get
+    /// series of their own.
     pub fn new(max_bizs: usize) -> Metrics {
         let r = Registry::new();
         let build = registered(
@@ -117,8 +118,9 @@ impl Metrics {
         &self.snowflake
     }
 
-    /// Sets the state gauges and renders every metric in the text format.
-    pub fn render(&self, bizs: &[BizStats], databases: &[DatabaseState]) -> String {
+    /// Brings the biz series up to date with `bizs`, sets the state gauges and renders
+    /// every metric in the text format.
+    pub fn render(&self, bizs: &BizView<'_>, databases: &[DatabaseState]) -> String {
         self.databases.set_state(databases);
         self.bizs.set_state(bizs);
         let mut out = Vec::new();
@@ -165,29 +167,188 @@ mod tests {
         BizTag::parse(s).unwrap()
     }
 
+    /// A biz in use at `rate`.
+    fn busy(biz: &str, rate: f64) -> BizStats {
+        BizStats {
+            rate,
+            peak_rate: rate,
+            cached_ids: 100,
+            runway_seconds: None,
+            ..BizStats::idle(biz)
+        }
+    }
+
+    fn in_use(bizs: &[BizStats]) -> BizView<'_> {
+        BizView {
+            known: bizs.len(),
+            in_use: bizs,
+            idle: &[],
+        }
+    }
+
+    /// The value of `series` in `text`, if it is there.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map(|v| v.parse().unwrap())
+    }
+
     #[test]
-    fn bizs_past_the_cap_share_one_label() {
+    fn only_the_busiest_bizs_have_series_and_the_rest_sum_into_other() {
         let m = Metrics::new(2);
-        assert_eq!(&*m.bizs().label(&tag("a")), "a");
-        assert_eq!(&*m.bizs().label(&tag("b")), "b");
-        assert_eq!(&*m.bizs().label(&tag("c")), OTHER_BIZ);
-        assert_eq!(&*m.bizs().label(&tag("d")), OTHER_BIZ);
-        assert_eq!(&*m.bizs().label(&tag("a")), "a", "stable");
-        m.bizs().issued_counter(&tag("c")).inc_by(3);
-        m.bizs().issued_counter(&tag("d")).inc_by(4);
-        let text = m.render(&[], &[]);
-        assert!(
-            text.contains("segmint_ids_issued_total{biz=\"_other\"} 7"),
+        for (biz, n) in [("a", 3), ("b", 4), ("c", 7)] {
+            m.bizs().counts(&tag(biz)).issued(n);
+        }
+        let text = m.render(
+            &in_use(&[busy("a", 5.0), busy("b", 10.0), busy("c", 1.0)]),
+            &[],
+        );
+        let issued =
+            |biz: &str| sample(&text, &format!("segmint_ids_issued_total{{biz=\"{biz}\"}}"));
+        assert_eq!(issued("a"), Some(3.0), "{text}");
+        assert_eq!(issued("b"), Some(4.0), "{text}");
+        assert_eq!(issued("c"), None, "{text}");
+        assert_eq!(issued(OTHER_BIZ), Some(7.0), "{text}");
+        assert!(!text.contains("biz=\"c\""), "{text}");
+        // The sums over bizs are whole: c's rate and cache are `_other`'s.
+        assert_eq!(
+            sample(&text, "segmint_biz_rate_ids_per_second{biz=\"_other\"}"),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(&text, "segmint_biz_cached_ids{biz=\"_other\"}"),
+            Some(100.0)
+        );
+        assert_eq!(sample(&text, "segmint_biz_step{biz=\"_other\"}"), None);
+        assert_eq!(sample(&text, "segmint_bizs{state=\"in_use\"}"), Some(3.0));
+        assert_eq!(
+            sample(&text, "segmint_bizs{state=\"own_series\"}"),
+            Some(2.0)
+        );
+    }
+
+    #[test]
+    fn a_biz_that_leaves_the_busiest_loses_its_series_and_counts_under_other() {
+        let m = Metrics::new(1);
+        let (a, b) = (m.bizs().counts(&tag("a")), m.bizs().counts(&tag("b")));
+        a.issued(5);
+        let text = m.render(&in_use(&[busy("a", 10.0), busy("b", 1.0)]), &[]);
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"a\"}"),
+            Some(5.0)
+        );
+        assert!(!text.contains("biz=\"b\""), "{text}");
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"_other\"}"),
+            None,
+            "nothing counted there yet"
+        );
+
+        // b is now the busier: a's every series goes, and what a counts from now on
+        // is `_other`'s.
+        a.issued(2);
+        b.issued(4);
+        let text = m.render(&in_use(&[busy("a", 1.0), busy("b", 20.0)]), &[]);
+        assert!(!text.contains("biz=\"a\""), "{text}");
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"b\"}"),
+            Some(4.0)
+        );
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"_other\"}"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(&text, "segmint_biz_rate_ids_per_second{biz=\"_other\"}"),
+            Some(1.0)
+        );
+
+        // a comes back: its counters start again from zero, and `_other` keeps what
+        // it counted.
+        a.issued(1);
+        let text = m.render(&in_use(&[busy("a", 30.0), busy("b", 20.0)]), &[]);
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"a\"}"),
+            Some(1.0)
+        );
+        assert!(!text.contains("biz=\"b\""), "{text}");
+        assert_eq!(
+            sample(&text, "segmint_ids_issued_total{biz=\"_other\"}"),
+            Some(2.0)
+        );
+        // No biz in use is left without series of its own but b.
+        assert_eq!(
+            sample(&text, "segmint_biz_rate_ids_per_second{biz=\"_other\"}"),
+            Some(20.0)
+        );
+        let text = m.render(&in_use(&[busy("a", 30.0)]), &[]);
+        assert_eq!(
+            sample(&text, "segmint_biz_rate_ids_per_second{biz=\"_other\"}"),
+            None,
             "{text}"
         );
     }
 
     #[test]
-    fn a_biz_has_its_counters_at_zero_once_it_has_a_label() {
+    fn bizs_in_use_come_before_bizs_with_client_segments_and_idle_ones() {
+        let m = Metrics::new(2);
+        m.bizs().segment_handed_out(&tag("b-client"), 10);
+        let view = BizView {
+            known: 3,
+            in_use: &[busy("z-quiet", 0.0)],
+            idle: &["a-idle", "b-client", "z-quiet"],
+        };
+        let text = m.render(&view, &[]);
+        assert!(
+            text.contains("segmint_biz_step{biz=\"z-quiet\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("segmint_segment_ids_total{biz=\"b-client\"} 10"),
+            "{text}"
+        );
+        assert!(!text.contains("a-idle"), "{text}");
+    }
+
+    #[test]
+    fn the_series_stay_bounded_whatever_the_number_of_bizs() {
+        let per_biz = |bizs: usize| {
+            let m = Metrics::new(10);
+            let stats: Vec<BizStats> = (0..bizs)
+                .map(|i| busy(&format!("tenant-{i:06}"), i as f64))
+                .collect();
+            for s in &stats {
+                m.bizs().counts(&tag(&s.biz)).issued(1);
+            }
+            let text = m.render(&in_use(&stats), &[]);
+            let own = text.lines().filter(|l| l.contains("biz=\"tenant-")).count();
+            // The busiest have series of their own.
+            assert!(text.contains(&format!("biz=\"tenant-{:06}\"", bizs - 1)));
+            assert_eq!(
+                sample(&text, "segmint_ids_issued_total{biz=\"_other\"}"),
+                Some((bizs - 10) as f64)
+            );
+            own
+        };
+        // 23 series per biz: 16 counters (7, the steps chosen for 6 reasons, a client's
+        // for 3) and 7 gauges, as docs/observability.md says.
+        assert_eq!(per_biz(20), 10 * 23);
+        assert_eq!(per_biz(2_000), 10 * 23);
+    }
+
+    #[test]
+    fn a_biz_has_its_counters_at_zero_once_it_has_series() {
         let m = Metrics::new(10);
-        let before = m.render(&[], &[]);
+        let before = m.render(&in_use(&[]), &[]);
         assert!(!before.contains("biz=\"order\""), "{before}");
-        let text = m.render(&[BizStats::idle("order")], &[]);
+        let text = m.render(
+            &BizView {
+                known: 1,
+                in_use: &[],
+                idle: &["order"],
+            },
+            &[],
+        );
         for line in [
             "segmint_ids_issued_total{biz=\"order\"} 0",
             "segmint_cache_waits_total{biz=\"order\"} 0",
@@ -200,6 +361,9 @@ mod tests {
             "segmint_client_steps_total{biz=\"order\",reason=\"minimum\"} 0",
             "segmint_client_steps_total{biz=\"order\",reason=\"target\"} 0",
             "segmint_client_steps_total{biz=\"order\",reason=\"maximum\"} 0",
+            "segmint_bizs{state=\"known\"} 1",
+            "segmint_bizs{state=\"in_use\"} 0",
+            "segmint_bizs{state=\"own_series\"} 1",
         ] {
             assert!(text.contains(line), "missing {line} in\n{text}");
         }
@@ -227,7 +391,7 @@ mod tests {
             issued: 100,
         };
         let text = m.render(
-            &[stats],
+            &in_use(&[stats]),
             &[
                 DatabaseState {
                     name: "pg-a".into(),
@@ -277,6 +441,7 @@ mod tests {
         "segmint_biz_recommended_step gauge",
         "segmint_biz_runway_seconds gauge",
         "segmint_biz_step gauge",
+        "segmint_bizs gauge",
         "segmint_build_info gauge",
         "segmint_cache_waits_total counter",
         "segmint_catalog_reads_total counter",
@@ -313,13 +478,16 @@ mod tests {
         let m = Metrics::new(10);
         // A series in each labelled family: the encoder skips a family without one.
         let order = tag("order");
-        m.bizs().label(&order);
         m.databases().database("pg-a");
         m.http().requests("/v1/ids", "GET", "200");
         m.http().seconds("/v1/ids");
         m.snowflake().ids_counter(&order);
         let text = m.render(
-            &[BizStats::idle("order")],
+            &BizView {
+                known: 1,
+                in_use: &[],
+                idle: &["order"],
+            },
             &[DatabaseState {
                 name: "pg-a".into(),
                 up: true,

@@ -458,6 +458,11 @@ impl Catalog {
         names.sort_unstable();
         names
     }
+
+    /// How many bizs are known, without listing them.
+    pub fn biz_count(&self) -> usize {
+        self.bizs.len()
+    }
 }
 
 /// The first pair of rows whose classes overlap, as a refusal naming both databases.
