@@ -115,22 +115,27 @@ SAMPLE = re.compile(r'^(\w+)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
 
 
 def parse_metrics(path):
+    """Prometheus text format in a file: {(name, ((label, value), ...)): value}."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return parse_metrics_text(f.read())
+
+
+def parse_metrics_text(text):
     """Prometheus text format: {(name, ((label, value), ...)): value}."""
     samples = {}
-    if not os.path.exists(path):
-        return samples
-    with open(path) as f:
-        for line in f:
-            if not line.strip() or line.startswith("#"):
-                continue
-            m = SAMPLE.match(line)
-            if not m:
-                continue
-            labels = tuple(sorted(LABEL.findall(m.group(2) or "")))
-            try:
-                samples[(m.group(1), labels)] = float(m.group(3))
-            except ValueError:
-                pass
+    for line in text.splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        if not m:
+            continue
+        labels = tuple(sorted(LABEL.findall(m.group(2) or "")))
+        try:
+            samples[(m.group(1), labels)] = float(m.group(3))
+        except ValueError:
+            pass
     return samples
 
 
@@ -367,7 +372,9 @@ def run_text(cmd):
     return text.splitlines()[0] if text else None
 
 
-def machine(args):
+def machine(args, exclude=("BENCHMARKS.md",)):
+    """The machine, the commit and the tools' versions. The commit is marked as having
+    uncommitted changes when any tracked file but the reports `exclude` differs."""
     info = {}
     lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     m = re.search(r"^Model name:\s*(.+)$", lscpu, re.M)
@@ -393,7 +400,7 @@ def machine(args):
         # of an earlier run is no change to what is measured.
         status = subprocess.run(
             ["git", "--no-optional-locks", "-C", args.repo, "status", "--porcelain",
-             "--untracked-files=no", "--", ".", ":!BENCHMARKS.md"],
+             "--untracked-files=no", "--", "."] + [f":!{path}" for path in exclude],
             capture_output=True, text=True).stdout
         info["commit"] = commit + (" (with uncommitted changes)" if status.strip() else "")
     else:
@@ -766,6 +773,9 @@ def render(args, info, runs, ratio_rows, context, per_round, bound, crit, proble
       "Run it again to refresh them; `scripts/bench --smoke` runs the same pipeline for one "
       "second per run. Raw figures: `target/bench/*.json` (one file per run) and "
       "`target/bench/summary.json`.\n")
+    w("How one server copes with many bizs (up to a million: start, CPU and database reads "
+      "at rest, memory, the first request of a cold biz, the operator pages, the import) is "
+      "measured apart, by `scripts/scale`: see [SCALE.md](SCALE.md).\n")
     if args.mode == "smoke":
         w("**Smoke run:** one second per measurement, so the figures only show that every "
           "measurement works; they are not benchmarks.\n")
