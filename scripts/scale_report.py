@@ -59,17 +59,25 @@ def get(conn, path, headers=None, timeout=None):
     return resp.status, body, time.perf_counter() - start
 
 
-def scrape(base):
-    """The server's /metrics, parsed: {(name, labels): value}."""
+def scrape(base, tries=30):
+    """The server's /metrics, parsed: {(name, labels): value}. A server busy with a large
+    catalog may not answer in time (408, a timeout): tried again every second, `tries`
+    times in all."""
     host, port = host_port(base)
-    conn = http.client.HTTPConnection(host, port, timeout=30)
-    try:
-        status, body, _ = get(conn, "/metrics")
-    finally:
-        conn.close()
-    if status != 200:
-        die(f"/metrics answered {status}")
-    return bench_report.parse_metrics_text(body.decode())
+    for attempt in range(tries):
+        conn = http.client.HTTPConnection(host, port, timeout=30)
+        try:
+            status, body, _ = get(conn, "/metrics")
+            if status == 200:
+                return bench_report.parse_metrics_text(body.decode())
+            failure = f"status {status}"
+        except (OSError, http.client.HTTPException) as e:
+            failure = repr(e)
+        finally:
+            conn.close()
+        print(f"/metrics: {failure}; trying again", file=sys.stderr)
+        time.sleep(1)
+    die(f"/metrics did not answer 200 in {tries} tries: {failure}")
 
 
 def counter_sum(samples, name, **match):
@@ -151,17 +159,27 @@ def start(args):
 
 
 def settle(args):
-    """Waits until the feed reads return no more rows (the server's first witness writes
-    are read back through the feed) for `quiet` seconds, at most `max` seconds."""
+    """Waits until the catalog reads return no more rows: the server's first witness
+    writes are read back through the feed, and a database whose first read failed is
+    read in full later. Settled once every database's feed has been read at least
+    twice, and `quiet` seconds have passed, with no row since the last one; at most
+    `max` seconds."""
+    rows_name = "segmint_catalog_rows_read_total"
+    reads_name = "segmint_catalog_reads_total"
     t0 = time.monotonic()
     last = None
     since = t0
+    reads_at = {}
     while True:
         now = time.monotonic()
-        feed = counter_sum(scrape(args.base), "segmint_catalog_rows_read_total", read="feed")
-        if feed != last:
-            last, since = feed, now
-        elif now - since >= args.quiet:
+        samples = scrape(args.base)
+        rows = counter_sum(samples, rows_name)
+        feed_reads = {db: counter_sum(samples, reads_name, read="feed", database=db)
+                      for db in by_label(samples, reads_name, "database")}
+        if rows != last:
+            last, since, reads_at = rows, now, feed_reads
+        elif (now - since >= args.quiet and feed_reads
+              and all(n - reads_at.get(db, 0) >= 2 for db, n in feed_reads.items())):
             settled = True
             break
         if now - t0 >= args.max:
@@ -172,7 +190,7 @@ def settle(args):
     waited = (since if settled else now) - t0
     write(args.out, {args.key: {"settled": settled, "seconds": round(waited, 1),
                                 "quiet_s": args.quiet, "max_s": args.max,
-                                "feed_rows_read": last}})
+                                "catalog_rows_read": last}})
     print("settled" if settled else "not settled")
 
 
@@ -298,21 +316,33 @@ def cold(args):
     picks = [args.first + k * span // args.count for k in range(args.count)]
     conn = http.client.HTTPConnection(host, port, timeout=30)
     times, errors = [], []
-    for n in picks:
-        status, body, secs = get(conn, f"/v1/ids/{args.biz_prefix}{n}?count=1",
-                                 {"Authorization": f"Bearer {args.token_prefix}{n}"})
+    deadline = time.monotonic() + args.max
+    for k, n in enumerate(picks):
+        if time.monotonic() > deadline:
+            picks = picks[:k]
+            break
+        try:
+            status, body, secs = get(conn, f"/v1/ids/{args.biz_prefix}{n}?count=1",
+                                     {"Authorization": f"Bearer {args.token_prefix}{n}"})
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            conn = http.client.HTTPConnection(host, port, timeout=30)
+            errors.append(f"{args.biz_prefix}{n}: {e!r}")
+            continue
         if status == 200 and b'"ids":[' in body:
             times.append(secs * 1000)
         else:
             errors.append(f"{args.biz_prefix}{n}: {status} {body[:200].decode(errors='replace')}")
     conn.close()
-    if not times:
-        die(f"no cold biz answered an ID: {errors[:3]}")
-    write(args.out, {"cold": {
-        "requests": len(picks), "errors": len(errors), "error_samples": errors[:5],
-        "p50_ms": round(percentile(times, 50), 3), "p99_ms": round(percentile(times, 99), 3),
-        "max_ms": round(max(times), 3), "mean_ms": round(sum(times) / len(times), 3),
-    }})
+    out = {"requests": len(picks), "errors": len(errors), "error_samples": errors[:3],
+           "stopped_at_bound": len(picks) < args.count}
+    if times:
+        out.update({"p50_ms": round(percentile(times, 50), 3),
+                    "p99_ms": round(percentile(times, 99), 3),
+                    "max_ms": round(max(times), 3),
+                    "mean_ms": round(sum(times) / len(times), 3)})
+    write(args.out, {"cold": out})
+    print(f"{len(errors)} of {len(picks)} failed")
 
 
 def routes(args):
@@ -323,11 +353,24 @@ def routes(args):
     for path in args.paths:
         start = time.perf_counter()
         conn = http.client.HTTPConnection(host, port, timeout=300)
-        status, body, _ = get(conn, path)
+        try:
+            status, body, _ = get(conn, path)
+        except (OSError, http.client.HTTPException) as e:
+            status, body = repr(e), b""
         secs = time.perf_counter() - start
         conn.close()
         out[path] = {"status": status, "bytes": len(body), "ms": round(secs * 1000, 2)}
     write(args.out, {"routes": out})
+
+
+def logs(args):
+    """segmint's warnings and errors of each start, grouped by message (numbers masked)."""
+    out = {}
+    for item in args.log:
+        phase, _, path = item.partition("=")
+        out[phase] = [{k: g[k] for k in ("message", "count", "example")}
+                      for g in bench_report.log_warnings(path, {})]
+    write(args.out, {"warnings": out})
 
 
 def collect(args):
@@ -412,6 +455,8 @@ def figures(run):
         v = dig(run, key, "cpu_s")
         add(f"{key}_cpu_s", f"{what}: server CPU until then", v, secs(v, 2))
         if key == "start":
+            v = run.get("first_stop_s")
+            add("first_stop_s", "first start: SIGTERM to exit", v, secs(v, 2))
             v = dig(run, "settle", "seconds")
             w = run.get("witnesses") or {}
             text = None
@@ -448,9 +493,15 @@ def figures(run):
         add(f"{key}_ms", f"{label}: time", v, text)
         v, text = route(path, "bytes")
         add(f"{key}_bytes", f"{label}: bytes", v, text)
+    v = run.get("stop_s")
+    add("stop_s", "stop: SIGTERM to exit", v, secs(v, 2))
     label = "import tinyid of N new bizs (server stopped)"
     if imp.get("finished"):
         add("import_s", label, imp["seconds"], f"{imp['seconds']:,.1f} s")
+    elif imp.get("failed"):
+        add("import_s", label, None,
+            f"failed after {imp['seconds']:,.0f} s, {imp.get('rows_created', 0):,} of "
+            f"{2 * n:,} rows created (see the notes)")
     elif imp:
         add("import_s", label, None,
             f"> {imp['seconds']:,.0f} s (bound): {imp.get('rows_created', 0):,} of "
@@ -528,9 +579,16 @@ def notes(runs):
     out = []
     for r in runs:
         n = f"{r['size']:,} bizs"
+        if dig(r, "cold", "stopped_at_bound"):
+            out.append(f"- {n}: the cold requests were stopped after 120 s, at "
+                       f"{r['cold']['requests']} requests.")
         if dig(r, "cold", "errors"):
-            out.append(f"- {n}: {r['cold']['errors']} cold requests failed: "
-                       f"{'; '.join(r['cold']['error_samples'])}")
+            out.append(f"- {n}: {r['cold']['errors']} of {r['cold']['requests']} cold requests "
+                       f"failed, e.g. `{r['cold']['error_samples'][0]}`")
+        for phase, groups in (r.get("warnings") or {}).items():
+            for g in groups:
+                out.append(f"- {n}, {'first start' if phase == 'start' else phase}: "
+                           f"logged {g['count']} × `{g['example'][:300]}`")
         if dig(r, "settle", "settled") is False:
             w = r.get("witnesses") or {}
             out.append(f"- {n}: on the first start the feed still returned rows after "
@@ -542,7 +600,9 @@ def notes(runs):
             out.append(f"- {n}: after the restart the feed still returned rows after "
                        f"{r['resettle']['seconds']:,.0f} s: the idle figures are not at rest.")
         imp = r.get("import") or {}
-        if imp and not imp.get("finished"):
+        if imp.get("failed"):
+            out.append(f"- {n}: the import failed: `{imp['failed'][:300]}`")
+        elif imp and not imp.get("finished"):
             out.append(f"- {n}: the import was stopped at the bound ({imp['seconds']:,.0f} s), "
                        f"having created {imp.get('rows_created', 0):,} of {2 * r['size']:,} rows.")
         full = dig(r, "idle", "catalog_reads_by_read", "full")
@@ -588,7 +648,7 @@ def render(args, info, runs, table_md):
     w("Run it again to refresh them (`scripts/scale` alone runs 1,000, 100,000 and 1,000,000 "
       "bizs; `--smoke` a quick 1,000 and 5,000 into `target/scale/SCALE.smoke.md`). Raw "
       "figures: `target/scale/size-N.json` (one file per size) and `target/scale/summary.json`; "
-      "the server's log of each size is `target/scale/size-N/segmint.log`.\n")
+      "the server's logs of each size are `target/scale/size-N/segmint-start.log` and `segmint-restart.log`.\n")
     w("The machine is small and was not idle (the load average is in the table), and the "
       "measuring processes (Python's `http.client`, `psql`) run on the same two cores as "
       "segmint and both PostgreSQL clusters: read every figure as one noisy sample. The "
@@ -714,6 +774,7 @@ def main():
     s.add_argument("--first", type=int, required=True)
     s.add_argument("--last", type=int, required=True)
     s.add_argument("--count", type=int, default=200)
+    s.add_argument("--max", type=float, default=120, help="seconds for all the requests")
     s.add_argument("--biz-prefix", required=True)
     s.add_argument("--token-prefix", required=True)
     s.set_defaults(func=cold)
@@ -722,6 +783,10 @@ def main():
     s.add_argument("--base", required=True)
     s.add_argument("paths", nargs="+")
     s.set_defaults(func=routes)
+    s = sub.add_parser("logs")
+    s.add_argument("--out", required=True)
+    s.add_argument("--log", action="append", required=True, help="PHASE=PATH")
+    s.set_defaults(func=logs)
     s = sub.add_parser("collect")
     s.add_argument("--dir", required=True)
     s.add_argument("--size", type=int, required=True)
