@@ -4,6 +4,8 @@
 //! `\r`, `\0` escaping the characters that would break the format. Pure: no IO, so the
 //! whole file is checked before anything is written.
 
+use std::collections::HashMap;
+
 use crate::biz::BizTag;
 use crate::segment::Residue;
 
@@ -137,6 +139,8 @@ pub fn parse(source: Source, text: &str) -> Result<Vec<Import>, ParseError> {
     };
     let header = parse_header(source, first, header)?;
     let mut imports: Vec<Import> = Vec::new();
+    // Where each biz is in `imports`: a file of a million bizs is read in one pass.
+    let mut index: HashMap<BizTag, usize> = HashMap::new();
     // Per biz (same order as `imports`): Tinyid's delta and the remainders seen.
     let mut classes: Vec<(i64, Vec<i64>)> = Vec::new();
     for (line, text) in lines {
@@ -174,8 +178,9 @@ pub fn parse(source: Source, text: &str) -> Result<Vec<Import>, ParseError> {
         };
         Residue::new(delta, remainder).map_err(|e| row.error("remainder", e.to_string()))?;
         let description = row.get("description").unwrap_or_default().to_string();
-        match imports.iter().position(|i| i.biz == biz) {
+        match index.get(&biz).copied() {
             None => {
+                index.insert(biz.clone(), imports.len());
                 imports.push(Import {
                     biz,
                     max_id,
