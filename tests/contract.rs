@@ -952,24 +952,46 @@ async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
     }
     if kind == Kind::Postgres {
         // A writer that took its transaction ID before a read and commits after it:
-        // the next read still returns its row, whatever order writers commit in.
-        let _slow = dbs.cluster(0).psql_background(
-            "BEGIN; UPDATE tiny_id_info SET step = 30 WHERE biz_type = 'a'; SELECT pg_sleep(2); COMMIT;",
+        // the next read still returns its row, whatever order writers commit in. The
+        // writer waits for an advisory lock a second session holds until the test ends
+        // that session: its commit comes after the read however slow the machine.
+        let wait = |what: &str, sql: &str, want: &str| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while dbs.sql(0, sql) != want {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        };
+        let _holder = dbs
+            .cluster(0)
+            .psql_background("SELECT pg_advisory_lock(4242), pg_sleep(600);");
+        wait(
+            "the lock holder never ran",
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted",
+            "1",
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while dbs.sql(0, "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND query LIKE '%pg_sleep(2)%' AND pid <> pg_backend_pid()") != "1" {
-            assert!(Instant::now() < deadline, "the slow writer never ran");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let _slow = dbs.cluster(0).psql_background(
+            "BEGIN; UPDATE tiny_id_info SET step = 30 WHERE biz_type = 'a'; SELECT pg_advisory_xact_lock(4242); COMMIT;",
+        );
+        wait(
+            "the slow writer never took its transaction ID",
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND query LIKE '%pg_advisory_xact_lock(4242)%' AND pid <> pg_backend_pid()",
+            "1",
+        );
         // A later writer commits first.
         raw.describe("b", "later").await.unwrap();
         let during = raw.catalog(Some(&at)).await.unwrap();
         assert_eq!(names(&during), ["b"], "a not committed yet");
         let during = during.position.unwrap();
-        while dbs.sql(0, "SELECT step FROM tiny_id_info WHERE biz_type = 'a'") != "30" {
-            assert!(Instant::now() < deadline, "the slow writer never committed");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        dbs.sql(
+            0,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE '%pg_advisory_lock(4242), pg_sleep%' AND pid <> pg_backend_pid()",
+        );
+        wait(
+            "the slow writer never committed",
+            "SELECT step FROM tiny_id_info WHERE biz_type = 'a'",
+            "30",
+        );
         let after = raw.catalog(Some(&during)).await.unwrap();
         // b again too: the feed may return a row twice, never miss one.
         assert_eq!(
