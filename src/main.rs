@@ -380,7 +380,7 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
             AdminCommand::Migrate => OpenMode::Create,
             _ => OpenMode::Existing,
         };
-        let store = Store::open(&config, mode)?;
+        let store = Store::open_for_commands(&config, mode)?;
         match command {
             AdminCommand::Migrate => changes::migrate(&store, out).await,
             AdminCommand::Biz(BizCommand::Add(add)) => {

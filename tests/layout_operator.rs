@@ -1246,3 +1246,58 @@ async fn an_import_racing_a_change_leaves_no_row_behind() {
         );
     }
 }
+
+/// A step of a change waiting on a lock longer than a request may wait (the fetch
+/// timeout, 1 s here) is judged by the step bound (`protocol.step_timeout_ms`, 30 s by
+/// default), on the database's side too: the change finishes once the lock is gone,
+/// instead of being cut off by a `statement_timeout` of a request's length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
+    let c = Cluster::start(2, 1, "10", false);
+    let dbs = &c.dbs;
+    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
+        .await
+        .expect("connect to pg0");
+    tokio::spawn(connection);
+    // Writes of witnesses on pg0 wait; reads go on.
+    client
+        .batch_execute("BEGIN; LOCK TABLE segmint_witness IN EXCLUSIVE MODE")
+        .await
+        .expect("lock pg0's witnesses");
+    let add = {
+        let (toml, url) = (c.toml.clone(), c.urls[1].clone());
+        tokio::task::spawn_blocking(move || cli(&toml, &["db", "add", "pg1", &url]))
+    };
+    eventually(
+        Duration::from_secs(60),
+        "the change waits for the lock",
+        async || {
+            let waiting = dbs.sql(
+                0,
+                "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation \
+             WHERE NOT l.granted AND c.relname = 'segmint_witness'",
+            );
+            if waiting == "1" {
+                Ok(())
+            } else {
+                Err(format!("{waiting} waiting"))
+            }
+        },
+    )
+    .await;
+    // Held past the fetch timeout (1 s): the waiting statement outlives a request's
+    // bound, which cut it off before.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let added = add.await.expect("the add");
+    assert!(added.ok(), "{added:?}");
+    assert!(added.stdout.contains("layout epoch 1 is done"), "{added:?}");
+    assert_eq!(
+        dbs.sql(
+            0,
+            "SELECT count(*) FROM segmint_witness WHERE biz_type = 'plain'"
+        ),
+        "1",
+        "pg0 holds pg1's frozen row of `plain` as a witness"
+    );
+}

@@ -54,7 +54,7 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
         DbCommand::Remove { name, lost: true } => (LayoutChange::Lost(name.clone()), "lost", name),
         _ => return Ok(()),
     };
-    let store = Store::open(&config, OpenMode::Create)?;
+    let store = Store::open_for_commands(&config, OpenMode::Create)?;
     let mut migrated = Vec::new();
     if let Some(name) = &adding {
         // What the change checks before writing anything is checked before the new

@@ -139,6 +139,25 @@ impl Store {
         result
     }
 
+    /// One step of an admin command on database `i` (a layout change's read, freeze or
+    /// lease batch, a batch of imported rows), within
+    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) (or the fetch
+    /// timeout, when longer).
+    pub(super) async fn step<T>(
+        &self,
+        i: usize,
+        op: impl Future<Output = Result<T, DbError>>,
+    ) -> Result<T, DbError> {
+        self.call_within(
+            i,
+            self.protocol
+                .step_timeout
+                .max(self.dbs.timing.fetch_timeout),
+            op,
+        )
+        .await
+    }
+
     /// Records that database `i` answered but may not be used as it is: it is skipped
     /// for the longest back-off at once.
     pub(super) fn unusable(&self, i: usize, error: &str) {

@@ -146,7 +146,7 @@ impl Store {
                 (false, Some(first)) => {
                     let first = first.biz_type.clone();
                     match self
-                        .call(i, self.dbs.list[i].store.insert_bizs(&rows))
+                        .step(i, self.dbs.list[i].store.insert_bizs(&rows))
                         .await
                     {
                         Ok(results) => results,

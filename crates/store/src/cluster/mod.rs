@@ -147,14 +147,37 @@ impl Store {
     /// [`StoreError::Unavailable`] when a pool cannot be built or a file not opened,
     /// or is missing and may not be created.
     pub fn open(config: &Config, mode: OpenMode) -> Result<Store, StoreError> {
+        Store::open_bounded(config, mode, config.fetch_timeout)
+    }
+
+    /// As [`Store::open`], for an admin command: each database also bounds a statement
+    /// by [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) when that
+    /// is longer than the fetch timeout. A server's sessions keep the fetch timeout, so
+    /// a statement a request gave up on does not hold its connection longer; a
+    /// command's step (a freeze, a batch of witnesses or of imported rows) waiting on
+    /// a lock is judged by the step bound the configuration documents, not cut off by
+    /// the database at a request's.
+    ///
+    /// # Errors
+    /// As [`Store::open`].
+    pub fn open_for_commands(config: &Config, mode: OpenMode) -> Result<Store, StoreError> {
+        let bound = config.protocol.step_timeout.max(config.fetch_timeout);
+        Store::open_bounded(config, mode, bound)
+    }
+
+    /// As [`Store::open`], each database bounding a statement (PostgreSQL's
+    /// `statement_timeout`, SQLite's busy timeout) by `statements`.
+    fn open_bounded(
+        config: &Config,
+        mode: OpenMode,
+        statements: Duration,
+    ) -> Result<Store, StoreError> {
         let mut dbs = Vec::with_capacity(config.databases.len());
         for db in &config.databases {
             let store = match &db.kind {
-                DatabaseKind::Postgres(pg) => {
-                    PgStore::new(pg, config.pool_size, config.fetch_timeout)
-                        .map(|s| Box::new(s) as Box<dyn SegmentStore>)
-                }
-                DatabaseKind::Sqlite(path) => SqliteStore::open(path, config.fetch_timeout, mode)
+                DatabaseKind::Postgres(pg) => PgStore::new(pg, config.pool_size, statements)
+                    .map(|s| Box::new(s) as Box<dyn SegmentStore>),
+                DatabaseKind::Sqlite(path) => SqliteStore::open(path, statements, mode)
                     .map(|s| Box::new(s) as Box<dyn SegmentStore>),
             }
             .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;

@@ -551,24 +551,6 @@ impl Store {
             .collect()
     }
 
-    /// One step of a change on database `i`, within
-    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) (or the fetch
-    /// timeout, when longer).
-    pub(super) async fn step<T>(
-        &self,
-        i: usize,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        self.call_within(
-            i,
-            self.protocol
-                .step_timeout
-                .max(self.dbs.timing.fetch_timeout),
-            op,
-        )
-        .await
-    }
-
     /// The refusal of a change stopped by database `i`'s error; `then` says what that
     /// left (`stopped`, `nothing changed`).
     pub(super) fn stopped(&self, i: usize, e: &DbError, then: &str) -> StoreError {
