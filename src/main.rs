@@ -6,6 +6,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
+/// See the `mimalloc` entry in Cargo.toml: resident memory follows what is in use.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "cli/changes.rs"]
 mod changes;
 #[path = "cli/lists.rs"]

@@ -198,7 +198,7 @@ fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag, now: i64) -> Re
 /// The biz's refusal when its rows overlap or are invalid.
 fn servable(entry: &BizEntry) -> Result<(), ApiError> {
     match &entry.refused {
-        Some(e) => Err(e.clone().into()),
+        Some(e) => Err(StoreError::clone(e).into()),
         None => Ok(()),
     }
 }

@@ -1,7 +1,7 @@
 //! What the databases say exists: bizs (with the residue class of each row) and the
 //! tokens granted to them. Held in memory so that requests never query for it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -10,6 +10,7 @@ use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
 use crate::segment::Residue;
 use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
+use crate::store::evidence::Mark;
 
 /// The rows of one database, as last read: each catalog read replaces them (a full
 /// read) or updates the rows it returned (a read of the database's change feed).
@@ -20,9 +21,9 @@ pub(crate) struct Snapshot {
     pub shapes: BTreeMap<String, ShapeRow>,
     /// By row ID.
     pub tokens: BTreeMap<i64, TokenRow>,
-    /// How far the other databases' rows advanced, as recorded here, by database name
-    /// and biz.
-    pub witnesses: BTreeMap<(String, String), super::Witness>,
+    /// How far the other databases' rows advanced, as recorded here: by database name,
+    /// then by biz (looked up by `&str`, with no key built).
+    pub witnesses: BTreeMap<String, BTreeMap<String, Mark>>,
     /// The layouts recorded here (see [`crate::layout`]); always read in full.
     pub layouts: Vec<super::LayoutRow>,
     /// Where the database's change feed stood at the last read.
@@ -74,11 +75,36 @@ impl Snapshot {
             ..Changes::default()
         };
         if rows.full {
-            self.bizs.clear();
-            self.shapes.clear();
-            self.tokens.clear();
+            // Built in one pass from the rows sorted (a map filled row by row leaves
+            // its nodes half full: twice the memory at a million rows).
+            changes.bizs = rows.bizs.iter().map(|r| r.biz_type.clone()).collect();
+            changes
+                .bizs
+                .extend(rows.shapes.iter().map(|r| r.biz_type.clone()));
+            changes.shapes = !rows.shapes.is_empty();
+            changes.grants = true;
+            self.bizs = rows
+                .bizs
+                .into_iter()
+                .map(|r| (r.biz_type.clone(), r))
+                .collect();
+            self.shapes = rows
+                .shapes
+                .into_iter()
+                .map(|r| (r.biz_type.clone(), r))
+                .collect();
+            self.tokens = rows.tokens.into_iter().map(|t| (t.id, t)).collect();
             self.witnesses.clear();
+            let mut witnesses = rows.witnesses;
+            witnesses.sort_unstable_by(|a, b| a.database.cmp(&b.database));
+            for group in witnesses.chunk_by(|a, b| a.database == b.database) {
+                let marks = group.iter().map(|w| (w.biz.clone(), w.mark)).collect();
+                self.witnesses.insert(group[0].database.clone(), marks);
+            }
             self.full_at = Some(now);
+            self.layouts = rows.layouts;
+            self.position = rows.position;
+            return changes;
         }
         for row in rows.bizs {
             changes.bizs.insert(row.biz_type.clone());
@@ -104,7 +130,9 @@ impl Snapshot {
         }
         for w in rows.witnesses {
             self.witnesses
-                .insert((w.database.clone(), w.biz.clone()), w);
+                .entry(w.database)
+                .or_default()
+                .insert(w.biz, w.mark);
         }
         self.layouts = rows.layouts;
         self.position = rows.position;
@@ -117,11 +145,11 @@ impl Snapshot {
 pub struct Catalog {
     /// Every known biz.
     bizs: HashMap<String, BizEntry>,
-    /// Grants of the tokens not revoked, by the first four bytes of their digests. The
-    /// lookup key is only a prefix of a SHA-256 digest; the full digest is then
-    /// compared in constant time, so response times say nothing about how close a
-    /// guess came.
-    tokens: HashMap<[u8; 4], Vec<Grant>>,
+    /// Grants of the tokens not revoked, sorted by the first four bytes of their
+    /// digests (one allocation for them all). The lookup key is only a prefix of a
+    /// SHA-256 digest; the full digest is then compared in constant time, so response
+    /// times say nothing about how close a guess came.
+    tokens: Vec<Grant>,
     /// Tells this catalog from every other built in the process (0: the empty one
     /// before the first read). What was decided by a catalog holds while it is current.
     generation: u64,
@@ -147,7 +175,7 @@ impl BizEntry {
                 .filter_map(move |(db, snap)| Some((db, snap.as_ref()?.bizs.get(biz)?)))
         };
         let mut entry = BizEntry {
-            classes: Vec::new(),
+            classes: Vec::with_capacity(rows().count()),
             epoch: floor,
             refused: None,
             shape: None,
@@ -172,21 +200,23 @@ impl BizEntry {
             match Residue::new(row.delta, row.remainder) {
                 Ok(class) => entry.classes.push((db, class)),
                 Err(e) => {
-                    entry.refused.get_or_insert(StoreError::InvalidRow {
-                        biz: biz.to_owned(),
-                        database: names[db].clone(),
-                        reason: e.to_string(),
+                    entry.refused.get_or_insert_with(|| {
+                        Box::new(StoreError::InvalidRow {
+                            biz: biz.to_owned(),
+                            database: names[db].clone(),
+                            reason: e.to_string(),
+                        })
                     });
                 }
             }
         }
         if entry.refused.is_none() {
-            entry.refused = conflict(biz, names, &entry.classes);
+            entry.refused = conflict(biz, names, &entry.classes).map(Box::new);
         }
         match merged_shape(biz, names, snapshots, &entry.classes) {
             Ok(shape) => entry.shape = shape,
             Err(e) => {
-                entry.refused.get_or_insert(e);
+                entry.refused.get_or_insert(Box::new(e));
             }
         }
         Some(entry)
@@ -204,8 +234,9 @@ pub struct BizEntry {
     pub classes: Vec<(usize, Residue)>,
     /// The latest layout epoch of those rows: a row of an earlier one is not used.
     pub epoch: i64,
-    /// Set when the biz must not be served: its rows overlap or are invalid.
-    pub refused: Option<StoreError>,
+    /// Set when the biz must not be served: its rows overlap or are invalid. Boxed:
+    /// an entry stays small for the many bizs that are served.
+    pub refused: Option<Box<StoreError>>,
     /// How its IDs look; `None`: sequential and plain.
     pub shape: Option<Arc<BizShape>>,
 }
@@ -215,8 +246,8 @@ pub struct BizEntry {
 pub struct Grant {
     /// The token's SHA-256.
     digest: TokenDigest,
-    /// The bizs it may use.
-    bizs: HashSet<String>,
+    /// The bizs it may use, sorted.
+    bizs: Box<[String]>,
     /// From when on (unix seconds) it is refused: the earliest expiry of its rows.
     pub expires: Option<i64>,
 }
@@ -224,7 +255,7 @@ pub struct Grant {
 impl Grant {
     /// Whether the token may use `biz`.
     pub fn allows(&self, biz: &str) -> bool {
-        self.bizs.contains(biz)
+        self.bizs.binary_search_by(|b| b.as_str().cmp(biz)).is_ok()
     }
 
     /// Whether the token is still accepted at `now` (unix seconds).
@@ -361,7 +392,7 @@ impl Catalog {
             .enumerate()
             .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
             .flat_map(|(db, snap)| snap.tokens.values().map(move |t| (db, t)));
-        let mut tokens: HashMap<[u8; 4], Vec<Grant>> = HashMap::new();
+        let mut tokens: Vec<Grant> = Vec::new();
         // A revoked token is left out: it is then refused exactly as an unknown one.
         for t in merge_tokens(rows)
             .into_iter()
@@ -372,12 +403,16 @@ impl Catalog {
             if hex::decode_to_slice(&t.hash, &mut digest).is_err() {
                 continue;
             }
-            tokens.entry(token_key(&digest)).or_default().push(Grant {
+            tokens.push(Grant {
                 digest,
+                // A BTreeSet: already sorted.
                 bizs: t.bizs.into_iter().collect(),
                 expires: t.expires,
             });
         }
+        // By lookup key only: the order within a key says nothing about the digests.
+        tokens.sort_by_key(|g| token_key(&g.digest));
+        tokens.shrink_to_fit();
         Catalog {
             bizs,
             tokens,
@@ -407,7 +442,7 @@ impl Catalog {
         bizs.iter().any(|biz| {
             let mut now = BizEntry::of(biz, names, snapshots, floor);
             if let (Some(entry), Some(why)) = (&mut now, refused.get(biz)) {
-                entry.refused.get_or_insert_with(|| why.clone());
+                entry.refused.get_or_insert_with(|| Box::new(why.clone()));
             }
             now.as_ref().map(key) != self.bizs.get(biz).map(key)
         })
@@ -416,7 +451,7 @@ impl Catalog {
     /// Refuses `biz` with `why`, unless it is refused already.
     pub(crate) fn refuse(&mut self, biz: &str, why: StoreError) {
         if let Some(entry) = self.bizs.get_mut(biz) {
-            entry.refused.get_or_insert(why);
+            entry.refused.get_or_insert(Box::new(why));
         }
     }
 
@@ -445,9 +480,11 @@ impl Catalog {
     /// is revoked, or it has expired by `now` (unix seconds): all three are refused alike.
     pub fn grant(&self, digest: &TokenDigest, now: i64) -> Option<&Grant> {
         use subtle::ConstantTimeEq;
-        self.tokens
-            .get(&token_key(digest))?
+        let key = token_key(digest);
+        let first = self.tokens.partition_point(|g| token_key(&g.digest) < key);
+        self.tokens[first..]
             .iter()
+            .take_while(|g| token_key(&g.digest) == key)
             .find(|g| bool::from(g.digest.ct_eq(digest)))
             .filter(|g| g.live_at(now))
     }
@@ -726,7 +763,30 @@ mod tests {
             "same key, other digest"
         );
         assert_eq!(granted(&cat, &digest(0xcd, 1), "x"), None);
-        assert_eq!(cat.tokens.values().map(Vec::len).sum::<usize>(), 2);
+        assert_eq!(cat.tokens.len(), 2);
+    }
+
+    #[test]
+    fn every_token_is_found_whatever_its_lookup_key() {
+        let names = vec!["a".to_string()];
+        let digests: Vec<TokenDigest> = [0xff, 0x01, 0xab, 0x00, 0x80]
+            .iter()
+            .map(|&p| digest(p, p))
+            .collect();
+        let a = Snapshot::of(
+            vec![row("x", 1, 0)],
+            digests
+                .iter()
+                .map(|d| token(&hex::encode(d), "x"))
+                .collect(),
+        );
+        let cat = Catalog::build(&names, &[Some(a)]);
+        for d in &digests {
+            assert_eq!(granted(&cat, d, "x"), Some(true), "{}", hex::encode(d));
+        }
+        for p in [0x02, 0xfe, 0x7f] {
+            assert_eq!(granted(&cat, &digest(p, 0), "x"), None);
+        }
     }
 
     #[test]

@@ -545,22 +545,54 @@ impl SegmentStore for PgStore {
         };
         let from = rules::resume_at(since, &position);
         let from_xid = from.unwrap_or(i64::MIN);
-        let query = |sql: String| {
-            let tx = &tx;
-            async move { tx.query(&sql, &[&from_xid]).await.map_err(db_error) }
-        };
-        let bizs = query(format!(
-            "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_xid >= $1 ORDER BY biz_type"
-        ))
+        // Each row is turned into its record as it arrives, so that a full read of a
+        // million rows never holds them all twice (raw and read).
+        async fn stream<T>(
+            tx: &tokio_postgres::Transaction<'_>,
+            sql: String,
+            from_xid: i64,
+            read: impl Fn(&Row) -> Result<T, tokio_postgres::Error>,
+        ) -> Result<Vec<T>, DbError> {
+            use futures_util::TryStreamExt;
+            let rows = tx.query_raw(&sql, [from_xid]).await.map_err(db_error)?;
+            let mut rows = std::pin::pin!(rows);
+            let mut out = Vec::new();
+            while let Some(row) = rows.try_next().await.map_err(db_error)? {
+                out.push(read(&row).map_err(db_error)?);
+            }
+            Ok(out)
+        }
+        let bizs = stream(
+            &tx,
+            format!(
+                "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE change_xid >= $1 ORDER BY biz_type"
+            ),
+            from_xid,
+            rules::biz_row,
+        )
         .await?;
-        let shapes = query(format!(
-            "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_xid >= $1 ORDER BY biz_type"
-        ))
+        let shapes = stream(
+            &tx,
+            format!(
+                "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE change_xid >= $1 ORDER BY biz_type"
+            ),
+            from_xid,
+            rules::shape_row,
+        )
         .await?;
-        let tokens = query(format!("{TOKENS} WHERE change_xid >= $1 ORDER BY id")).await?;
-        let witnesses = query(format!(
-            "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_xid >= $1"
-        ))
+        let tokens = stream(
+            &tx,
+            format!("{TOKENS} WHERE change_xid >= $1 ORDER BY id"),
+            from_xid,
+            rules::token_row,
+        )
+        .await?;
+        let witnesses = stream(
+            &tx,
+            format!("SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE change_xid >= $1"),
+            from_xid,
+            rules::witness_row,
+        )
         .await?;
         let layouts = tx
             .query(
@@ -573,10 +605,10 @@ impl SegmentStore for PgStore {
         Ok(CatalogRows {
             position: Some(position),
             full: from.is_none(),
-            bizs: read_all(&bizs, rules::biz_row)?,
-            shapes: read_all(&shapes, rules::shape_row)?,
-            tokens: read_all(&tokens, rules::token_row)?,
-            witnesses: read_all(&witnesses, rules::witness_row)?,
+            bizs,
+            shapes,
+            tokens,
+            witnesses,
             layouts: read_all(&layouts, rules::layout_row)?,
         })
     }

@@ -435,8 +435,9 @@ impl Store {
                     }
                     let held = |db: &str, biz: &str| {
                         snap.witnesses
-                            .get(&(db.to_owned(), biz.to_owned()))
-                            .map(|w| w.mark)
+                            .get(db)
+                            .and_then(|marks| marks.get(biz))
+                            .copied()
                     };
                     let lacking =
                         evidence.take_lacking(k, &self.dbs.names, held, WITNESSES_PER_REFRESH);

@@ -141,7 +141,7 @@ impl Store {
                 .biz(biz.as_str())
                 .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
             if let Some(refused) = &entry.refused {
-                return Err(refused.clone());
+                return Err(StoreError::clone(refused));
             }
             let hedge = self.hedge_delay(runway);
             let started = self.clock.now();

@@ -74,7 +74,14 @@ impl Store {
         let before = self.configured_layout();
         let witnesses: Vec<_> = read
             .iter()
-            .flat_map(|(_, s)| s.witnesses.values().cloned())
+            .flat_map(|(_, s)| &s.witnesses)
+            .flat_map(|(database, marks)| {
+                marks.iter().map(|(biz, &mark)| crate::store::Witness {
+                    database: database.clone(),
+                    biz: biz.clone(),
+                    mark,
+                })
+            })
             .collect();
         let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
         names.sort();
