@@ -208,7 +208,7 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let port = local_port("bind", &config.bind, &listener)?;
         let store = Arc::new(Store::open(&config, mode)?);
-        store.refresh_since(store.now()).await;
+        store.first_refresh().await;
         let cache = Arc::new(Cache::new(
             store.clone(),
             config.preload_percent,

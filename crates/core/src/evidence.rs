@@ -95,14 +95,20 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
 /// A database's row of a biz: the database's index and the biz.
 type Key = (usize, String);
 
+/// A map keyed by biz name, with a fast hasher seeded per process: it holds a mark of
+/// every row of every biz (two million at a million bizs on two databases), and its
+/// keys are biz names read from the databases, never a request's input.
+pub type ByBiz<V> = HashMap<String, V, foldhash::fast::RandomState>;
+
 /// The marks of every row of every database, by database index and biz, with what a
 /// catalog read in flight must be checked against and what each database's witnesses
 /// may lack. Every operation costs what it touches, never the number of marks, except
 /// the first [`Evidence::take_lacking`] of a database (and the first after
-/// [`Evidence::unsettle`]).
+/// [`Evidence::unsettle`]); a lookup allocates nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Evidence {
-    marks: HashMap<Key, Mark>,
+    /// By database index, then biz.
+    marks: Vec<ByBiz<Mark>>,
     /// While a catalog read is in flight ([`Evidence::begin_read`]): the marks, as they
     /// were when it started, of the keys learnt since (`None`: unknown then).
     journal: Option<HashMap<Key, Option<Mark>>>,
@@ -113,24 +119,43 @@ pub struct Evidence {
 }
 
 impl Evidence {
+    /// Makes room for `n` marks in all of database `db`'s rows (before a full read of
+    /// it is learnt: one allocation, not a doubling per power of two).
+    pub fn reserve(&mut self, db: usize, n: usize) {
+        let marks = self.marks_of(db);
+        marks.reserve(n.saturating_sub(marks.len()));
+    }
+
+    fn marks_of(&mut self, db: usize) -> &mut ByBiz<Mark> {
+        if self.marks.len() <= db {
+            self.marks.resize_with(db + 1, ByBiz::default);
+        }
+        &mut self.marks[db]
+    }
+
     /// Adds what is known elsewhere of the row of `biz` on database `db`. Returns
     /// whether the mark moved.
     pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) -> bool {
-        let key = (db, biz.to_owned());
-        let old = self.marks.get(&key).copied();
+        let old = self.mark(db, biz);
         let new = old.map_or(mark, |m| m.join(mark));
         if old == Some(new) {
             return false;
         }
         if let Some(journal) = &mut self.journal {
-            journal.entry(key.clone()).or_insert(old);
+            journal.entry((db, biz.to_owned())).or_insert(old);
         }
         for (other, pending) in &mut self.settled {
             if *other != db {
-                pending.insert(key.clone());
+                pending.insert((db, biz.to_owned()));
             }
         }
-        self.marks.insert(key, new);
+        let marks = self.marks_of(db);
+        match marks.get_mut(biz) {
+            Some(m) => *m = new,
+            None => {
+                marks.insert(biz.to_owned(), new);
+            }
+        }
         true
     }
 
@@ -144,7 +169,7 @@ impl Evidence {
 
     /// The mark of the row of `biz` on database `db`, if any is known.
     pub fn mark(&self, db: usize, biz: &str) -> Option<Mark> {
-        self.marks.get(&(db, biz.to_owned())).copied()
+        self.marks.get(db)?.get(biz).copied()
     }
 
     /// Starts a catalog read: until [`Evidence::end_read`], [`Evidence::check_read`]
@@ -166,10 +191,14 @@ impl Evidence {
     /// # Errors
     /// [`Regression`] when `row` is behind them.
     pub fn check_read(&self, db: usize, row: &BizRow) -> Result<(), Regression> {
-        let key = (db, row.biz_type.clone());
-        match self.journal.as_ref().and_then(|j| j.get(&key)) {
+        let then = self
+            .journal
+            .as_ref()
+            .filter(|j| !j.is_empty())
+            .and_then(|j| j.get(&(db, row.biz_type.clone())));
+        match then {
             Some(then) => behind(*then, row),
-            None => behind(self.marks.get(&key).copied(), row),
+            None => self.check(db, row),
         }
     }
 
@@ -187,33 +216,55 @@ impl Evidence {
         held: impl Fn(&str, &str) -> Option<Mark>,
         limit: usize,
     ) -> Vec<Witness> {
-        let lacks = |(other, biz): &Key, mark: &Mark| {
-            (*other != db && held(&names[*other], biz).is_none_or(|h| h.join(*mark) != h)).then(
-                || Witness {
-                    database: names[*other].clone(),
-                    biz: biz.clone(),
-                    mark: *mark,
-                },
-            )
+        let lacks = |other: usize, biz: &str, mark: Mark| {
+            other != db && held(&names[other], biz).is_none_or(|h| h.join(mark) != h)
         };
-        let mut lacking: Vec<Witness> = match self.settled.insert(db, HashSet::new()) {
+        let mut lacking: Vec<(usize, &str, Mark)> = match self.settled.insert(db, HashSet::new()) {
             Some(pending) => pending
-                .iter()
-                .filter_map(|k| lacks(k, self.marks.get(k)?))
+                .into_iter()
+                .filter_map(|(other, biz)| {
+                    let (biz, mark) = self.marks.get(other)?.get_key_value(&biz)?;
+                    Some((other, biz.as_str(), *mark))
+                })
+                .filter(|&(other, biz, mark)| lacks(other, biz, mark))
                 .collect(),
-            None => self.marks.iter().filter_map(|(k, m)| lacks(k, m)).collect(),
+            None => self
+                .marks
+                .iter()
+                .enumerate()
+                .flat_map(|(other, marks)| marks.iter().map(move |(b, m)| (other, b, *m)))
+                .filter(|&(other, biz, mark)| lacks(other, biz, mark))
+                .map(|(other, biz, mark)| (other, biz.as_str(), mark))
+                .collect(),
         };
-        lacking.sort_by(|a, b| (&a.database, &a.biz).cmp(&(&b.database, &b.biz)));
-        if lacking.len() > limit {
-            let left = lacking.split_off(limit);
-            let pending = self.settled.entry(db).or_default();
-            for w in left {
-                if let Some(other) = names.iter().position(|n| *n == w.database) {
-                    pending.insert((other, w.biz));
-                }
-            }
+        let order = |a: &(usize, &str, Mark), b: &(usize, &str, Mark)| {
+            (&names[a.0], a.1).cmp(&(&names[b.0], b.1))
+        };
+        // The first `limit` in order, without sorting the rest: a backlog of a million
+        // marks costs one pass a call, not a sort.
+        let left: Vec<Key> = if lacking.len() > limit {
+            lacking.select_nth_unstable_by(limit, order);
+            lacking
+                .split_off(limit)
+                .into_iter()
+                .map(|(other, biz, _)| (other, biz.to_owned()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        lacking.sort_unstable_by(order);
+        let taken = lacking
+            .into_iter()
+            .map(|(other, biz, mark)| Witness {
+                database: names[other].clone(),
+                biz: biz.to_owned(),
+                mark,
+            })
+            .collect();
+        if !left.is_empty() {
+            self.settled.entry(db).or_default().extend(left);
         }
-        lacking
+        taken
     }
 
     /// Forgets what database `db`'s witnesses hold: the next

@@ -10,7 +10,7 @@ use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
 use crate::segment::Residue;
 use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
-use crate::store::evidence::Mark;
+use crate::store::evidence::{ByBiz, Mark};
 
 /// The rows of one database, as last read: each catalog read replaces them (a full
 /// read) or updates the rows it returned (a read of the database's change feed).
@@ -19,8 +19,8 @@ pub(crate) struct Snapshot {
     pub bizs: BTreeMap<String, BizRow>,
     /// How bizs' IDs look; a biz without a shape row is sequential and plain.
     pub shapes: BTreeMap<String, ShapeRow>,
-    /// By row ID.
-    pub tokens: BTreeMap<i64, TokenRow>,
+    /// What grants are merged from, by token row ID.
+    pub tokens: BTreeMap<i64, GrantRow>,
     /// How far the other databases' rows advanced, as recorded here: by database name,
     /// then by biz (looked up by `&str`, with no key built).
     pub witnesses: BTreeMap<String, BTreeMap<String, Mark>>,
@@ -30,6 +30,35 @@ pub(crate) struct Snapshot {
     pub position: Option<FeedPosition>,
     /// When the database was last read in full (by the store's clock).
     pub full_at: Option<Instant>,
+}
+
+/// What a [`Snapshot`] keeps of a token row: what its grant is merged from (the
+/// remark and the times of use stay in the database).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GrantRow {
+    /// The token's SHA-256; `None` when the stored hash is not 64 hex digits (in
+    /// either case): the digest of no token.
+    pub digest: Option<TokenDigest>,
+    /// The biz the row grants.
+    pub biz: String,
+    /// From when on the token is refused; `None`: never.
+    pub expires: Option<i64>,
+    /// When the token was revoked, if it was.
+    pub revoked: Option<i64>,
+}
+
+impl GrantRow {
+    fn of(row: TokenRow) -> GrantRow {
+        let mut digest: TokenDigest = [0; 32];
+        GrantRow {
+            digest: hex::decode_to_slice(&row.token_hash, &mut digest)
+                .is_ok()
+                .then_some(digest),
+            biz: row.biz_type,
+            expires: row.expires,
+            revoked: row.revoked,
+        }
+    }
 }
 
 /// What one catalog read changed in a [`Snapshot`].
@@ -68,6 +97,34 @@ impl Snapshot {
         snap
     }
 
+    /// Every biz with a row in any of `snapshots`, sorted, each once: the sorted keys
+    /// merged, with no sort (a million names sorted cost more than reading them).
+    pub(crate) fn all_bizs(snapshots: &[Option<Snapshot>]) -> Vec<&str> {
+        let mut all: Vec<&str> = Vec::new();
+        for snap in snapshots.iter().flatten() {
+            let mut merged = Vec::with_capacity(all.len().max(snap.bizs.len()));
+            let (mut a, mut b) = (all.iter().copied().peekable(), snap.bizs.keys().peekable());
+            loop {
+                let next = match (a.peek(), b.peek()) {
+                    (Some(&x), Some(y)) => match x.cmp(y.as_str()) {
+                        std::cmp::Ordering::Less => a.next(),
+                        std::cmp::Ordering::Greater => b.next().map(String::as_str),
+                        std::cmp::Ordering::Equal => {
+                            b.next();
+                            a.next()
+                        }
+                    },
+                    (Some(_), None) => a.next(),
+                    (None, Some(_)) => b.next().map(String::as_str),
+                    (None, None) => break,
+                };
+                merged.extend(next);
+            }
+            all = merged;
+        }
+        all
+    }
+
     /// Takes in the rows of a catalog read made at `now`, and says what changed.
     pub(crate) fn apply(&mut self, rows: CatalogRows, now: Instant) -> Changes {
         let mut changes = Changes {
@@ -93,7 +150,11 @@ impl Snapshot {
                 .into_iter()
                 .map(|r| (r.biz_type.clone(), r))
                 .collect();
-            self.tokens = rows.tokens.into_iter().map(|t| (t.id, t)).collect();
+            self.tokens = rows
+                .tokens
+                .into_iter()
+                .map(|t| (t.id, GrantRow::of(t)))
+                .collect();
             self.witnesses.clear();
             let mut witnesses = rows.witnesses;
             witnesses.sort_unstable_by(|a, b| a.database.cmp(&b.database));
@@ -115,18 +176,11 @@ impl Snapshot {
             changes.bizs.insert(row.biz_type.clone());
             self.shapes.insert(row.biz_type.clone(), row);
         }
-        let grant = |t: &TokenRow| {
-            (
-                t.token_hash.clone(),
-                t.biz_type.clone(),
-                t.expires,
-                t.revoked,
-            )
-        };
         for row in rows.tokens {
-            let was = self.tokens.get(&row.id).map(grant);
-            changes.grants |= was != Some(grant(&row));
-            self.tokens.insert(row.id, row);
+            let (id, row) = (row.id, GrantRow::of(row));
+            // A row written only by its last use changes no grant.
+            changes.grants |= self.tokens.get(&id) != Some(&row);
+            self.tokens.insert(id, row);
         }
         for w in rows.witnesses {
             self.witnesses
@@ -144,7 +198,7 @@ impl Snapshot {
 #[derive(Debug, Default)]
 pub struct Catalog {
     /// Every known biz.
-    bizs: HashMap<String, BizEntry>,
+    bizs: ByBiz<BizEntry>,
     /// Grants of the tokens not revoked, sorted by the first four bytes of their
     /// digests (one allocation for them all). The lookup key is only a prefix of a
     /// SHA-256 digest; the full digest is then compared in constant time, so response
@@ -377,7 +431,9 @@ impl Catalog {
         snapshots: &[Option<Snapshot>],
         floor: i64,
     ) -> Catalog {
-        let mut bizs: HashMap<String, BizEntry> = HashMap::new();
+        let most = snapshots.iter().flatten().map(|s| s.bizs.len()).max();
+        let mut bizs: ByBiz<BizEntry> =
+            ByBiz::with_capacity_and_hasher(most.unwrap_or(0), Default::default());
         for snap in snapshots.iter().flatten() {
             for biz in snap.bizs.keys() {
                 if !bizs.contains_key(biz)
@@ -387,29 +443,32 @@ impl Catalog {
                 }
             }
         }
-        let rows = snapshots
-            .iter()
-            .enumerate()
-            .filter_map(|(db, snap)| Some((db, snap.as_ref()?)))
-            .flat_map(|(db, snap)| snap.tokens.values().map(move |t| (db, t)));
-        let mut tokens: Vec<Grant> = Vec::new();
-        // A revoked token is left out: it is then refused exactly as an unknown one.
-        for t in merge_tokens(rows)
-            .into_iter()
-            .filter(|t| t.revoked.is_none())
-        {
-            // A stored hash that is not 64 hex digits is the digest of no token.
-            let mut digest: TokenDigest = [0; 32];
-            if hex::decode_to_slice(&t.hash, &mut digest).is_err() {
-                continue;
-            }
-            tokens.push(Grant {
-                digest,
-                // A BTreeSet: already sorted.
-                bizs: t.bizs.into_iter().collect(),
-                expires: t.expires,
-            });
+        // The rows of one digest merged: the bizs granted, the earliest expiry, and
+        // whether any database revoked it.
+        let mut merged: HashMap<TokenDigest, (Vec<&str>, Option<i64>, bool)> = HashMap::new();
+        for row in snapshots.iter().flatten().flat_map(|s| s.tokens.values()) {
+            let Some(digest) = row.digest else { continue };
+            let (bizs, expires, revoked) = merged
+                .entry(digest)
+                .or_insert_with(|| (Vec::new(), row.expires, false));
+            bizs.push(&row.biz);
+            *expires = (*expires).into_iter().chain(row.expires).min();
+            *revoked |= row.revoked.is_some();
         }
+        // A revoked token is left out: it is then refused exactly as an unknown one.
+        let mut tokens: Vec<Grant> = merged
+            .into_iter()
+            .filter(|(_, (_, _, revoked))| !revoked)
+            .map(|(digest, (mut bizs, expires, _))| {
+                bizs.sort_unstable();
+                bizs.dedup();
+                Grant {
+                    digest,
+                    bizs: bizs.into_iter().map(str::to_owned).collect(),
+                    expires,
+                }
+            })
+            .collect();
         // By lookup key only: the order within a key says nothing about the digests.
         tokens.sort_by_key(|g| token_key(&g.digest));
         tokens.shrink_to_fit();
@@ -429,7 +488,7 @@ impl Catalog {
         names: &[String],
         snapshots: &[Option<Snapshot>],
         floor: i64,
-        bizs: &BTreeSet<String>,
+        bizs: &[&str],
         refused: &HashMap<String, StoreError>,
     ) -> bool {
         let key = |e: &BizEntry| {
@@ -441,10 +500,10 @@ impl Catalog {
         };
         bizs.iter().any(|biz| {
             let mut now = BizEntry::of(biz, names, snapshots, floor);
-            if let (Some(entry), Some(why)) = (&mut now, refused.get(biz)) {
+            if let (Some(entry), Some(why)) = (&mut now, refused.get(*biz)) {
                 entry.refused.get_or_insert_with(|| Box::new(why.clone()));
             }
-            now.as_ref().map(key) != self.bizs.get(biz).map(key)
+            now.as_ref().map(key) != self.bizs.get(*biz).map(key)
         })
     }
 
@@ -764,6 +823,18 @@ mod tests {
         );
         assert_eq!(granted(&cat, &digest(0xcd, 1), "x"), None);
         assert_eq!(cat.tokens.len(), 2);
+    }
+
+    #[test]
+    fn all_bizs_are_every_name_once_in_order() {
+        let a = Snapshot::of(vec![row("b", 2, 0), row("d", 2, 0), row("e", 2, 0)], vec![]);
+        let b = Snapshot::of(vec![row("a", 2, 1), row("d", 2, 1), row("f", 2, 1)], vec![]);
+        let c = Snapshot::of(vec![row("c", 3, 2), row("f", 3, 2)], vec![]);
+        assert_eq!(
+            Snapshot::all_bizs(&[Some(a), None, Some(b), Some(c)]),
+            vec!["a", "b", "c", "d", "e", "f"]
+        );
+        assert!(Snapshot::all_bizs(&[None, None]).is_empty());
     }
 
     #[test]

@@ -293,8 +293,10 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError>;
     /// The catalog's rows (bizs, shapes, tokens, witnesses and layouts) read in one
     /// snapshot: the rows written since `since` when the feed can resume from it
-    /// ([`rules::resume_at`]), else every row; layouts always in full. The default
-    /// reads every row, one table at a time, with no position.
+    /// ([`rules::resume_at`]), else every row; layouts always in full. A full read of
+    /// a large catalog takes long: an engine does not cut it off at its statement
+    /// bound (the caller bounds it). The default reads every row, one table at a
+    /// time, with no position.
     async fn catalog(&self, since: Option<&FeedPosition>) -> Result<CatalogRows, DbError> {
         let _ = since;
         // Bizs before shapes: a shape row is written before its biz's rows, so every

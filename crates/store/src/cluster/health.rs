@@ -177,7 +177,7 @@ impl Store {
         self.timed_within(self.dbs.timing.fetch_timeout, op).await
     }
 
-    async fn timed_within<T>(
+    pub(super) async fn timed_within<T>(
         &self,
         limit: Duration,
         op: impl Future<Output = Result<T, DbError>>,

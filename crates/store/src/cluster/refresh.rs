@@ -1,7 +1,7 @@
 //! Catalog refresh: re-reading bizs, tokens and witnesses from every database, checking
 //! the rows against the evidence, and writing back the witnesses a database lacks.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use super::Store;
 use crate::segment::Residue;
 use crate::store::catalog::{BizEntry, Changes, Snapshot};
-use crate::store::evidence::{Evidence, Mark, Witness};
+use crate::store::evidence::{ByBiz, Evidence, Mark, Witness};
 use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 
 /// The most witness rows one refresh writes into one database: the marks of a large
@@ -44,7 +44,7 @@ pub(super) struct CatalogView {
     /// What this process accepted of each row's class (by database and biz): a row
     /// whose class changes is used only once its `max_id` is above every ID issued
     /// before (see `refresh`). Plain mutex, as `evidence`.
-    pub(super) classes_seen: Mutex<HashMap<(usize, String), SeenRow>>,
+    pub(super) classes_seen: Mutex<Vec<ByBiz<SeenRow>>>,
     /// Why a biz is refused by [`Store::check_classes`], kept between refreshes: only
     /// the bizs a refresh touched are checked again.
     pub(super) refused: Mutex<HashMap<String, StoreError>>,
@@ -58,8 +58,18 @@ impl CatalogView {
             snapshots: Mutex::new(vec![None; databases]),
             refreshed: tokio::sync::Mutex::new(None),
             evidence: Mutex::new(Evidence::default()),
-            classes_seen: Mutex::new(HashMap::new()),
+            classes_seen: Mutex::new(vec![ByBiz::default(); databases]),
             refused: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// Sets `biz`'s entry in `map` to `value`, allocating its key only when new.
+fn put<V>(map: &mut ByBiz<V>, biz: &str, value: V) {
+    match map.get_mut(biz) {
+        Some(v) => *v = value,
+        None => {
+            map.insert(biz.to_owned(), value);
         }
     }
 }
@@ -102,6 +112,18 @@ impl Store {
     /// resume (it restarted, or went back). The catalog is built again only when a
     /// read changed what it holds.
     pub async fn refresh_since(&self, since: Instant) -> Arc<Catalog> {
+        self.refresh_with(since, true).await
+    }
+
+    /// The first refresh of a server, before it serves: as [`Store::refresh_since`],
+    /// but the witnesses the databases lack are left to the next refresh. A server
+    /// over a million bizs serves that much sooner; the witnesses it would write are
+    /// the marks of rows it has not reserved from yet.
+    pub async fn first_refresh(&self) -> Arc<Catalog> {
+        self.refresh_with(self.clock.now(), false).await
+    }
+
+    async fn refresh_with(&self, since: Instant, witnesses: bool) -> Arc<Catalog> {
         let mut last_start = self.view.refreshed.lock().await;
         if let Some(last) = *last_start {
             if last >= since {
@@ -137,15 +159,33 @@ impl Store {
         self.view.evidence.lock().begin_read();
         // A slow catalog read does not back a database off: only reservations and
         // pings judge its health, so that a read starved under load cannot take a
-        // healthy database out of the reservations.
+        // healthy database out of the reservations. A read of the feed is bounded by
+        // the fetch timeout; a full read (a million bizs: seconds) by the step bound.
+        let full_bound = self
+            .protocol
+            .step_timeout
+            .max(self.dbs.timing.fetch_timeout);
         let reads = join_all(live.iter().zip(&resume).map(|(&i, since)| {
-            self.timed(async move { self.dbs.list[i].store.catalog(since.as_ref()).await })
+            let bound = match since {
+                Some(_) => self.dbs.timing.fetch_timeout,
+                None => full_bound,
+            };
+            self.timed_within(bound, async move {
+                self.dbs.list[i].store.catalog(since.as_ref()).await
+            })
         }))
         .await;
-        for (&i, read) in live.iter().zip(&reads) {
+        for ((&i, read), since) in live.iter().zip(&reads).zip(&resume) {
             if let Err(e) = read {
                 tracing::warn!(database = %self.dbs.list[i].name, error = %e, "catalog read failed; keeping the last one");
                 self.dbs.list[i].health.lock().last_error = Some(e.to_string());
+                // A read of the feed the database turned into a full one (it restarted)
+                // is given the full read's bound next time.
+                if since.is_some()
+                    && let Some(snap) = &mut self.view.snapshots.lock()[i]
+                {
+                    snap.position = None;
+                }
             }
         }
         let read: Vec<(usize, CatalogRows)> = live
@@ -207,7 +247,9 @@ impl Store {
         }
         let catalog = self.catalog_after(&changes, floor);
         self.write_uses();
-        self.write_witnesses(&read).await;
+        if witnesses {
+            self.write_witnesses(&read).await;
+        }
         catalog
     }
 
@@ -216,31 +258,20 @@ impl Store {
     /// ([`Store::check_classes`]), and the catalog is built again only if what it holds
     /// changed (else the current one is kept, generation and all).
     fn catalog_after(&self, changes: &Changes, floor: i64) -> Arc<Catalog> {
-        let touched: BTreeSet<String> = if changes.full {
-            let snapshots = self.view.snapshots.lock();
-            snapshots
-                .iter()
-                .flatten()
-                .flat_map(|s| s.bizs.keys().cloned())
-                .collect()
-        } else {
-            changes.bizs.clone()
-        };
-        // The marks of the rows touched, taken before the snapshots are locked (see the
-        // lock order on `CatalogView`).
-        let known: HashMap<(usize, String), Mark> = {
-            let evidence = self.view.evidence.lock();
-            touched
-                .iter()
-                .flat_map(|biz| (0..self.dbs.names.len()).map(move |k| (k, biz)))
-                .filter_map(|(k, biz)| Some(((k, biz.clone()), evidence.mark(k, biz)?)))
-                .collect()
-        };
+        // The lock order allows `evidence` before `snapshots`: the rows touched are
+        // checked against the marks where they are, not against a copy of them.
+        let evidence = self.view.evidence.lock();
         let snapshots = self.view.snapshots.lock();
-        let refusals = self.check_classes(&known, &snapshots, &touched, floor);
+        let touched: Vec<&str> = if changes.full {
+            Snapshot::all_bizs(&snapshots)
+        } else {
+            changes.bizs.iter().map(String::as_str).collect()
+        };
+        let refusals = self.check_classes(&evidence, &snapshots, &touched, floor);
+        drop(evidence);
         let mut refused = self.view.refused.lock();
         for biz in &touched {
-            refused.remove(biz);
+            refused.remove(*biz);
         }
         refused.extend(refusals);
         let current = self.catalog();
@@ -267,16 +298,24 @@ impl Store {
     /// read, and ends the read.
     fn check_rows(&self, read: &[(usize, CatalogRows)]) {
         let mut evidence = self.view.evidence.lock();
+        // Every row is checked before any is learnt. A read's rows are all of one
+        // database and each biz once, so learning them cannot change how another of
+        // them is judged; learnt after the read ends, they are not journalled.
+        let mut ok: Vec<Vec<bool>> = Vec::with_capacity(read.len());
         for (i, rows) in read {
             let mut behind = None;
-            for row in &rows.bizs {
-                match evidence.check_read(*i, row) {
-                    Ok(()) => {
-                        evidence.learn(*i, &row.biz_type, Mark::of(row));
-                    }
-                    Err(regression) => behind = behind.or(Some(regression)),
-                }
-            }
+            ok.push(
+                rows.bizs
+                    .iter()
+                    .map(|row| match evidence.check_read(*i, row) {
+                        Ok(()) => true,
+                        Err(regression) => {
+                            behind = behind.take().or(Some(regression));
+                            false
+                        }
+                    })
+                    .collect(),
+            );
             match behind {
                 Some(regression) => self.fence(*i, &regression),
                 None if rows.full => self.unfence(*i),
@@ -284,6 +323,12 @@ impl Store {
             }
         }
         evidence.end_read();
+        for ((i, rows), ok) in read.iter().zip(ok) {
+            evidence.reserve(*i, if rows.full { rows.bizs.len() } else { 0 });
+            for (row, _) in rows.bizs.iter().zip(ok).filter(|(_, ok)| *ok) {
+                evidence.learn(*i, &row.biz_type, Mark::of(row));
+            }
+        }
         for (_, rows) in read {
             for w in &rows.witnesses {
                 if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
@@ -303,15 +348,15 @@ impl Store {
     ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
     fn check_classes(
         &self,
-        known: &HashMap<(usize, String), Mark>,
+        evidence: &Evidence,
         snapshots: &[Option<Snapshot>],
-        touched: &BTreeSet<String>,
+        touched: &[&str],
         floor: i64,
     ) -> Vec<(String, StoreError)> {
         let layouts = self.layout_classes();
         let mut seen = self.view.classes_seen.lock();
         let mut refusals = Vec::new();
-        for biz in touched {
+        for &biz in touched {
             let Some(entry) = BizEntry::of(biz, &self.dbs.names, snapshots, floor) else {
                 continue;
             };
@@ -339,9 +384,9 @@ impl Store {
                         .map(|(.., c)| *c);
                     if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
                         refusals.push((
-                            biz.clone(),
+                            biz.to_owned(),
                             StoreError::InvalidRow {
-                                biz: biz.clone(),
+                                biz: biz.to_owned(),
                                 database: self.dbs.names[i].clone(),
                                 reason: format!(
                                     "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
@@ -354,19 +399,15 @@ impl Store {
                         continue;
                     }
                 }
-                let key = (i, biz.clone());
-                let mark = |k: usize| {
-                    known
-                        .get(&(k, biz.clone()))
-                        .map(|m| m.high_id.max(m.max_id))
-                };
-                let Some(was) = seen.get(&key).copied() else {
-                    seen.insert(key, SeenRow::first(class, row));
+                let mark = |k: usize| evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id));
+                let Some(was) = seen[i].get(biz).copied() else {
+                    seen[i].insert(biz.to_owned(), SeenRow::first(class, row));
                     continue;
                 };
                 if was.class == class {
-                    seen.insert(
-                        key,
+                    put(
+                        &mut seen[i],
+                        biz,
                         SeenRow {
                             epoch: was.epoch.max(row.epoch),
                             top: was.top.max(row.max_id).max(mark(i).unwrap_or(i64::MIN)),
@@ -380,7 +421,7 @@ impl Store {
                 let by_layout = row.epoch > was.epoch && stored;
                 let tops = (0..self.dbs.names.len()).filter_map(|k| {
                     let other = snapshots[k].as_ref().and_then(|s| s.bizs.get(biz));
-                    let s = seen.get(&(k, biz.clone()));
+                    let s = seen[k].get(biz);
                     let top = if by_layout {
                         // Rows moved by the same change issue from disjoint classes.
                         match (k == i, other) {
@@ -397,9 +438,9 @@ impl Store {
                 });
                 match tops.max_by_key(|&(_, top)| top) {
                     Some((k, top)) if row.max_id < top || row.epoch < was.epoch => refusals.push((
-                        biz.clone(),
+                        biz.to_owned(),
                         StoreError::InvalidRow {
-                            biz: biz.clone(),
+                            biz: biz.to_owned(),
                             database: self.dbs.names[i].clone(),
                             reason: format!(
                                 "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
@@ -409,7 +450,7 @@ impl Store {
                     )),
                     _ => {
                         tracing::info!(%biz, database = %self.dbs.names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
-                        seen.insert(key, SeenRow {
+                        put(&mut seen[i], biz, SeenRow {
                             earlier: was.top.max(was.earlier),
                             ..SeenRow::first(class, row)
                         });
