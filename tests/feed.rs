@@ -158,3 +158,46 @@ async fn changes_at_rest_are_read_through_the_feed_alone() {
     .await;
     assert_eq!(v1_ids(&app, "first", &token, 3).await.len(), 3);
 }
+
+/// A full catalog read (a server's first, or one of a million bizs) is bounded by the
+/// step bound, not by the fetch timeout a request is judged by: a first read that waits
+/// past the fetch timeout (here on a lock; at a million bizs on the rows themselves)
+/// finishes, and the server starts with every biz, instead of giving up on the
+/// database's rows at the fetch timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let config = dbs.config("fetch_timeout_ms = 300\ncatalog_refresh_ms = 100");
+    let token = setup_biz(&config, "first", 100, false).await;
+    let (client, connection) = tokio_postgres::connect(&dbs.urls()[0], tokio_postgres::NoTls)
+        .await
+        .expect("connect to pg0");
+    tokio::spawn(connection);
+    client
+        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock pg0's biz rows");
+    let start = tokio::spawn(spawn_app(config.clone()));
+    let dbs_ref = &dbs;
+    eventually(
+        Duration::from_secs(30),
+        "the first read waits for the lock",
+        move || async move {
+            let waiting = dbs_ref.sql(0, "SELECT count(*) FROM pg_locks WHERE NOT granted");
+            (waiting != "0")
+                .then_some(())
+                .ok_or(format!("{waiting} waiting"))
+        },
+    )
+    .await;
+    // Past the fetch timeout, the start still waits for the read.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !start.is_finished(),
+        "the server started without pg0's rows: its read gave up at the fetch timeout"
+    );
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let app = start.await.expect("the server starts");
+    assert_eq!(full_reads(&app).await, [1.0, 1.0], "both first reads done");
+    assert_eq!(v1_ids(&app, "first", &token, 2).await.len(), 2);
+}
