@@ -1301,3 +1301,52 @@ async fn a_step_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
         "pg0 holds pg1's frozen row of `plain` as a witness"
     );
 }
+
+/// As above for an import: its read of every biz row and its batches of new rows wait
+/// on a lock past the fetch timeout (at a million bizs the read alone takes seconds),
+/// and the import finishes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
+    let c = Cluster::start(1, 1, "10", false);
+    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
+        .await
+        .expect("connect to pg0");
+    tokio::spawn(connection);
+    client
+        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE")
+        .await
+        .expect("lock pg0's biz rows");
+    let file = tempfile::NamedTempFile::new().expect("a file");
+    std::fs::write(
+        file.path(),
+        "biz_type\tmax_id\tstep\tdelta\tremainder\nlate\t1000\t100\t1\t0\n",
+    )
+    .expect("write the export");
+    let path = file.path().to_str().expect("a path").to_owned();
+    let import = {
+        let toml = c.toml.clone();
+        tokio::task::spawn_blocking(move || cli(&toml, &["import", "tinyid", &path]))
+    };
+    let dbs = &c.dbs;
+    eventually(
+        Duration::from_secs(60),
+        "the import waits for the lock",
+        async || {
+            let waiting = dbs.sql(0, "SELECT count(*) FROM pg_locks WHERE NOT granted");
+            if waiting == "0" {
+                Err("none waiting".to_owned())
+            } else {
+                Ok(())
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    client.batch_execute("ROLLBACK").await.expect("unlock");
+    let imported = import.await.expect("the import");
+    assert!(imported.ok(), "{imported:?}");
+    assert_eq!(
+        dbs.sql(0, "SELECT max_id FROM tiny_id_info WHERE biz_type = 'late'"),
+        "1000"
+    );
+}

@@ -46,7 +46,8 @@ pub(super) fn unreachable(name: &str, e: &DbError) -> StoreError {
 const FENCE_EPOCH: i64 = 1 << 40;
 
 impl Store {
-    /// Runs `op` on every database at once, bounded by the fetch timeout.
+    /// Runs `op` on every database at once, each an admin step (bounded by
+    /// [`Store::step`]'s bound: reading a million bizs takes seconds).
     pub(super) async fn on_all<'a, T, F>(
         &'a self,
         op: impl Fn(&'a dyn SegmentStore) -> F,
@@ -55,7 +56,7 @@ impl Store {
         F: Future<Output = Result<T, DbError>> + 'a,
     {
         join_all(
-            (0..self.dbs.list.len()).map(|i| self.call(i, op(self.dbs.list[i].store.as_ref()))),
+            (0..self.dbs.list.len()).map(|i| self.step(i, op(self.dbs.list[i].store.as_ref()))),
         )
         .await
     }
