@@ -17,8 +17,11 @@ use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 
 /// The most witness rows one refresh writes into one database: the marks of a large
 /// catalog read for the first time (every row of a million bizs) are written over
-/// several refreshes, each write well within the fetch timeout.
-const WITNESSES_PER_REFRESH: usize = 5_000;
+/// several refreshes (ten at a million), each looking at the marks left once.
+const WITNESSES_PER_REFRESH: usize = 100_000;
+
+/// The witness rows written in one statement, well within the fetch timeout.
+const WITNESSES_PER_WRITE: usize = 5_000;
 
 /// The catalog as this process sees it, and what the refreshes and evidence checks
 /// keep of the rows read.
@@ -487,9 +490,12 @@ impl Store {
                 .collect()
         };
         let writes = lacking.iter().map(|(k, rows)| async move {
-            if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
-                tracing::warn!(database = %self.dbs.list[*k].name, error = %e, "could not record witnesses");
-                self.view.evidence.lock().unsettle(*k);
+            for rows in rows.chunks(WITNESSES_PER_WRITE) {
+                if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
+                    tracing::warn!(database = %self.dbs.list[*k].name, error = %e, "could not record witnesses");
+                    self.view.evidence.lock().unsettle(*k);
+                    return;
+                }
             }
         });
         join_all(writes).await;
