@@ -61,6 +61,19 @@ impl GrantRow {
     }
 }
 
+/// Whether any mark of `before` is missing from `after` or older there: both sorted by
+/// biz, compared in one pass.
+fn lost_any(before: &BTreeMap<String, Mark>, after: &BTreeMap<String, Mark>) -> bool {
+    let mut after = after.iter().peekable();
+    before.iter().any(|(biz, mark)| {
+        while after.next_if(|(b, _)| b.as_str() < biz.as_str()).is_some() {}
+        match after.peek() {
+            Some((b, now)) if *b == biz => now.join(*mark) != **now,
+            _ => true,
+        }
+    })
+}
+
 /// What one catalog read changed in a [`Snapshot`].
 #[derive(Debug, Default)]
 pub(crate) struct Changes {
@@ -73,6 +86,10 @@ pub(crate) struct Changes {
     /// Whether a token row was written other than in its last use, so that grants
     /// may differ.
     pub grants: bool,
+    /// Whether a full read found a witness held before gone or older (deleted by
+    /// hand, or the database went back): the marks it lacks must all be looked for
+    /// again, not only those learnt since.
+    pub witnesses_lost: bool,
 }
 
 impl Snapshot {
@@ -155,13 +172,16 @@ impl Snapshot {
                 .into_iter()
                 .map(|t| (t.id, GrantRow::of(t)))
                 .collect();
-            self.witnesses.clear();
+            let before = std::mem::take(&mut self.witnesses);
             let mut witnesses = rows.witnesses;
             witnesses.sort_unstable_by(|a, b| a.database.cmp(&b.database));
             for group in witnesses.chunk_by(|a, b| a.database == b.database) {
                 let marks = group.iter().map(|w| (w.biz.clone(), w.mark)).collect();
                 self.witnesses.insert(group[0].database.clone(), marks);
             }
+            changes.witnesses_lost = before.iter().any(|(db, marks)| {
+                lost_any(marks, self.witnesses.get(db).unwrap_or(&BTreeMap::new()))
+            });
             self.full_at = Some(now);
             self.layouts = rows.layouts;
             self.position = rows.position;
@@ -488,7 +508,7 @@ impl Catalog {
         names: &[String],
         snapshots: &[Option<Snapshot>],
         floor: i64,
-        bizs: &[&str],
+        bizs: &[String],
         refused: &HashMap<String, StoreError>,
     ) -> bool {
         let key = |e: &BizEntry| {
@@ -500,10 +520,10 @@ impl Catalog {
         };
         bizs.iter().any(|biz| {
             let mut now = BizEntry::of(biz, names, snapshots, floor);
-            if let (Some(entry), Some(why)) = (&mut now, refused.get(*biz)) {
+            if let (Some(entry), Some(why)) = (&mut now, refused.get(biz)) {
                 entry.refused.get_or_insert_with(|| Box::new(why.clone()));
             }
-            now.as_ref().map(key) != self.bizs.get(*biz).map(key)
+            now.as_ref().map(key) != self.bizs.get(biz).map(key)
         })
     }
 
@@ -823,6 +843,69 @@ mod tests {
         );
         assert_eq!(granted(&cat, &digest(0xcd, 1), "x"), None);
         assert_eq!(cat.tokens.len(), 2);
+    }
+
+    #[test]
+    fn a_full_read_says_whether_a_witness_was_lost() {
+        let mark = |version| Mark {
+            version,
+            max_id: version * 10,
+            high_id: version * 10,
+        };
+        let witness = |db: &str, biz: &str, version| super::super::Witness {
+            database: db.into(),
+            biz: biz.into(),
+            mark: mark(version),
+        };
+        let full = |witnesses| CatalogRows {
+            full: true,
+            witnesses,
+            ..CatalogRows::default()
+        };
+        let mut snap = Snapshot::default();
+        let first = vec![
+            witness("b", "x", 2),
+            witness("b", "y", 3),
+            witness("c", "x", 1),
+        ];
+        assert!(
+            !snap
+                .apply(full(first.clone()), Instant::now())
+                .witnesses_lost
+        );
+        // The same, one advanced, one more: nothing lost.
+        let more = vec![
+            witness("b", "x", 2),
+            witness("b", "y", 4),
+            witness("c", "x", 1),
+            witness("c", "z", 1),
+        ];
+        assert!(
+            !snap
+                .apply(full(more.clone()), Instant::now())
+                .witnesses_lost
+        );
+        // One older.
+        let older = vec![
+            witness("b", "x", 1),
+            witness("b", "y", 4),
+            witness("c", "x", 1),
+            witness("c", "z", 1),
+        ];
+        assert!(snap.apply(full(older), Instant::now()).witnesses_lost);
+        snap.apply(full(more), Instant::now());
+        // One gone, of a database whose other witnesses stay.
+        let gone = vec![
+            witness("b", "x", 2),
+            witness("b", "y", 4),
+            witness("c", "z", 1),
+        ];
+        assert!(snap.apply(full(gone), Instant::now()).witnesses_lost);
+        // Every witness of a database gone.
+        assert!(
+            snap.apply(full(vec![witness("b", "x", 2)]), Instant::now())
+                .witnesses_lost
+        );
     }
 
     #[test]

@@ -23,6 +23,10 @@ const WITNESSES_PER_REFRESH: usize = 100_000;
 /// The witness rows written in one statement, well within the fetch timeout.
 const WITNESSES_PER_WRITE: usize = 5_000;
 
+/// The most bizs checked under one hold of `view.evidence` (a reservation takes it
+/// too): a full read's checks of a million bizs take seconds, one chunk milliseconds.
+const CHECKS_PER_HOLD: usize = 10_000;
+
 /// The catalog as this process sees it, and what the refreshes and evidence checks
 /// keep of the rows read.
 ///
@@ -212,7 +216,6 @@ impl Store {
             let mut snapshots = self.view.snapshots.lock();
             read.into_iter()
                 .map(|(i, rows)| {
-                    let full = rows.full;
                     let c = snapshots[i]
                         .get_or_insert_with(Snapshot::default)
                         .apply(rows, now);
@@ -220,7 +223,7 @@ impl Store {
                     changes.grants |= c.grants;
                     changes.shapes |= c.shapes;
                     changes.bizs.extend(c.bizs);
-                    (i, full)
+                    (i, c.witnesses_lost)
                 })
                 .collect()
         };
@@ -261,20 +264,30 @@ impl Store {
     /// ([`Store::check_classes`]), and the catalog is built again only if what it holds
     /// changed (else the current one is kept, generation and all).
     fn catalog_after(&self, changes: &Changes, floor: i64) -> Arc<Catalog> {
-        // The lock order allows `evidence` before `snapshots`: the rows touched are
-        // checked against the marks where they are, not against a copy of them.
-        let evidence = self.view.evidence.lock();
-        let snapshots = self.view.snapshots.lock();
-        let touched: Vec<&str> = if changes.full {
-            Snapshot::all_bizs(&snapshots)
-        } else {
-            changes.bizs.iter().map(String::as_str).collect()
+        let touched: Vec<String> = {
+            let snapshots = self.view.snapshots.lock();
+            match changes.full {
+                true => Snapshot::all_bizs(&snapshots)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                false => changes.bizs.iter().cloned().collect(),
+            }
         };
-        let refusals = self.check_classes(&evidence, &snapshots, &touched, floor);
-        drop(evidence);
+        // Checked against the marks where they are (`evidence` before `snapshots`, as
+        // the lock order has it), a chunk at a time: a reservation never waits on the
+        // marks for longer than one chunk. Marks only grow, so a mark learnt between
+        // two chunks is as good as one known before the first.
+        let mut refusals = Vec::new();
+        for chunk in touched.chunks(CHECKS_PER_HOLD) {
+            let evidence = self.view.evidence.lock();
+            let snapshots = self.view.snapshots.lock();
+            refusals.extend(self.check_classes(&evidence, &snapshots, chunk, floor));
+        }
+        let snapshots = self.view.snapshots.lock();
         let mut refused = self.view.refused.lock();
         for biz in &touched {
-            refused.remove(*biz);
+            refused.remove(biz);
         }
         refused.extend(refusals);
         let current = self.catalog();
@@ -300,42 +313,58 @@ impl Store {
     /// caught up (a full read) is used again. Then learns the rows and the witnesses
     /// read, and ends the read.
     fn check_rows(&self, read: &[(usize, CatalogRows)]) {
-        let mut evidence = self.view.evidence.lock();
         // Every row is checked before any is learnt. A read's rows are all of one
         // database and each biz once, so learning them cannot change how another of
-        // them is judged; learnt after the read ends, they are not journalled.
+        // them is judged; learnt after the read ends, they are not journalled. The
+        // marks are held a chunk at a time (a reservation takes them too): until the
+        // read ends, a mark learnt between two chunks is journalled, and the rows are
+        // still judged by the marks from before the read.
         let mut ok: Vec<Vec<bool>> = Vec::with_capacity(read.len());
         for (i, rows) in read {
             let mut behind = None;
-            ok.push(
-                rows.bizs
-                    .iter()
-                    .map(|row| match evidence.check_read(*i, row) {
-                        Ok(()) => true,
-                        Err(regression) => {
-                            behind = behind.take().or(Some(regression));
-                            false
-                        }
-                    })
-                    .collect(),
-            );
+            let mut fine = Vec::with_capacity(rows.bizs.len());
+            for chunk in rows.bizs.chunks(CHECKS_PER_HOLD) {
+                let evidence = self.view.evidence.lock();
+                fine.extend(chunk.iter().map(|row| match evidence.check_read(*i, row) {
+                    Ok(()) => true,
+                    Err(regression) => {
+                        behind = behind.take().or(Some(regression));
+                        false
+                    }
+                }));
+            }
+            ok.push(fine);
+            let _evidence = self.view.evidence.lock();
             match behind {
                 Some(regression) => self.fence(*i, &regression),
                 None if rows.full => self.unfence(*i),
                 None => {}
             }
         }
-        evidence.end_read();
+        self.view.evidence.lock().end_read();
         for ((i, rows), ok) in read.iter().zip(ok) {
-            evidence.reserve(*i, if rows.full { rows.bizs.len() } else { 0 });
-            for (row, _) in rows.bizs.iter().zip(ok).filter(|(_, ok)| *ok) {
-                evidence.learn(*i, &row.biz_type, Mark::of(row));
+            self.view
+                .evidence
+                .lock()
+                .reserve(*i, if rows.full { rows.bizs.len() } else { 0 });
+            for (chunk, ok) in rows
+                .bizs
+                .chunks(CHECKS_PER_HOLD)
+                .zip(ok.chunks(CHECKS_PER_HOLD))
+            {
+                let mut evidence = self.view.evidence.lock();
+                for (row, _) in chunk.iter().zip(ok).filter(|(_, ok)| **ok) {
+                    evidence.learn(*i, &row.biz_type, Mark::of(row));
+                }
             }
         }
         for (_, rows) in read {
-            for w in &rows.witnesses {
-                if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
-                    evidence.learn(db, &w.biz, w.mark);
+            for chunk in rows.witnesses.chunks(CHECKS_PER_HOLD) {
+                let mut evidence = self.view.evidence.lock();
+                for w in chunk {
+                    if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
+                        evidence.learn(db, &w.biz, w.mark);
+                    }
                 }
             }
         }
@@ -353,13 +382,13 @@ impl Store {
         &self,
         evidence: &Evidence,
         snapshots: &[Option<Snapshot>],
-        touched: &[&str],
+        touched: &[String],
         floor: i64,
     ) -> Vec<(String, StoreError)> {
         let layouts = self.layout_classes();
         let mut seen = self.view.classes_seen.lock();
         let mut refusals = Vec::new();
-        for &biz in touched {
+        for biz in touched.iter().map(String::as_str) {
             let Some(entry) = BizEntry::of(biz, &self.dbs.names, snapshots, floor) else {
                 continue;
             };
@@ -464,7 +493,8 @@ impl Store {
         refusals
     }
 
-    /// Writes into each database just `read` (with whether in full) the marks its
+    /// Writes into each database just `read` (with whether a witness it held went
+    /// missing or back, so that every mark must be looked for again) the marks its
     /// witnesses lack, each write bounded by the fetch timeout. A failure is only
     /// logged: the database's witnesses are looked at in full at the next refresh.
     async fn write_witnesses(&self, read: &[(usize, bool)]) {
@@ -472,9 +502,9 @@ impl Store {
             let mut evidence = self.view.evidence.lock();
             let snapshots = self.view.snapshots.lock();
             read.iter()
-                .filter_map(|&(k, full)| {
+                .filter_map(|&(k, lost)| {
                     let snap = snapshots[k].as_ref()?;
-                    if full {
+                    if lost {
                         evidence.unsettle(k);
                     }
                     let held = |db: &str, biz: &str| {
