@@ -221,6 +221,7 @@ impl Store {
                         .apply(rows, now);
                     changes.full |= c.full;
                     changes.grants |= c.grants;
+                    changes.digests.extend(c.digests);
                     changes.shapes |= c.shapes;
                     changes.bizs.extend(c.bizs);
                     (i, c.witnesses_lost)
@@ -299,10 +300,24 @@ impl Store {
         if !rebuild {
             return current;
         }
-        let mut catalog = Catalog::build_at(&self.dbs.names, &snapshots, floor);
-        for (biz, why) in refused.iter() {
-            catalog.refuse(biz, why.clone());
-        }
+        // Built again in full after a full read or a layout change; else the entries
+        // and grants that may differ are updated in a copy of the current one.
+        let catalog = if changes.full || !current.is_read() {
+            let mut catalog = Catalog::build_at(&self.dbs.names, &snapshots, floor);
+            for (biz, why) in refused.iter() {
+                catalog.refuse(biz, why.clone());
+            }
+            catalog
+        } else {
+            current.updated(
+                &self.dbs.names,
+                &snapshots,
+                floor,
+                &touched,
+                &refused,
+                &changes.digests,
+            )
+        };
         let catalog = Arc::new(catalog);
         self.view.catalog.store(catalog.clone());
         catalog
