@@ -503,8 +503,11 @@ pub enum Action {
     /// scheduled again is one that crashed).
     Crash(usize),
     /// Server `s` re-reads its catalog (rows, layouts, witnesses) from the databases
-    /// in `Answer`, and may start healing.
-    Refresh(usize, Answer),
+    /// in the first `Answer`, may start healing, and writes the marks they lack into
+    /// those of the second (a subset of the first; with witnesses, any subset: a
+    /// server's first refresh writes none, a write may fail, a large backlog is written
+    /// over several refreshes).
+    Refresh(usize, Answer, Answer),
     /// The next step of server `s`'s heal.
     Heal(usize),
     /// Server `s` reserves a segment on the database at position `p` of its configuration.
@@ -644,7 +647,19 @@ impl Model for Sys {
                 actions.push(Action::Heal(s));
             } else {
                 for answer in answers(spec.config.len()) {
-                    actions.push(Action::Refresh(s, answer));
+                    if self.spec.witnesses {
+                        // Every subset of the databases read, the empty one included.
+                        let mut write = answer;
+                        loop {
+                            actions.push(Action::Refresh(s, answer, write));
+                            if write == 0 {
+                                break;
+                            }
+                            write = (write - 1) & answer;
+                        }
+                    } else {
+                        actions.push(Action::Refresh(s, answer, answer));
+                    }
                 }
             }
             if !server.read || server.reread {
@@ -713,7 +728,7 @@ impl Model for Sys {
                 st.cmds[c].crash();
                 true
             }
-            Action::Refresh(s, answer) => self.refresh(&mut st, s, answer),
+            Action::Refresh(s, answer, write) => self.refresh(&mut st, s, answer, write),
             Action::Heal(s) => self.heal_step(&mut st, s),
             Action::Reserve(s, p) => self.reserve(&mut st, s, p),
             Action::Take(s, p, w) => self.take(&mut st, s, p, w),

@@ -148,7 +148,7 @@ impl Sys {
     }
 
     /// `Store::refresh_since`: reads the configured databases in `answer`.
-    pub fn refresh(&self, st: &mut State, s: usize, answer: Answer) -> bool {
+    pub fn refresh(&self, st: &mut State, s: usize, answer: Answer, write: Answer) -> bool {
         let spec = &self.spec.servers[s];
         let names = self.names();
         let mut server = st.servers[s].clone();
@@ -185,8 +185,8 @@ impl Sys {
                     }
                 }
             }
-            // The marks a database lacks are written there.
-            for &p in &read {
+            // The marks a database lacks are written there, if the write happens.
+            for &p in read.iter().filter(|&&p| write & (1 << p) != 0) {
                 for (q, &j) in spec.config.iter().enumerate() {
                     if let (true, Some(m)) = (q != p, server.marks[q]) {
                         learn(&mut st.dbs[spec.config[p]].witness[j], to_mark(m));

@@ -151,7 +151,7 @@ impl Sys {
                 )
             }
             Action::Crash(c) => format!("command {c} crashes"),
-            Action::Refresh(s, answer) => {
+            Action::Refresh(s, answer, write) => {
                 let read: Vec<&str> = (0..self.spec.servers[s].config.len())
                     .filter(|p| answer & (1 << p) != 0)
                     .map(|p| self.db(self.spec.servers[s].config[p]))
@@ -167,8 +167,18 @@ impl Sys {
                     (None, Some(m)) => format!("; starts healing epoch {}", m.to.epoch),
                     _ => String::new(),
                 };
+                let written: Vec<&str> = (0..self.spec.servers[s].config.len())
+                    .filter(|p| write & (1 << p) != 0)
+                    .map(|p| self.db(self.spec.servers[s].config[p]))
+                    .collect();
+                let witnesses = match (self.spec.witnesses, written.len() == read.len()) {
+                    (false, _) | (true, true) => String::new(),
+                    (true, false) => {
+                        format!("; writes witnesses into [{}] only", written.join(", "))
+                    }
+                };
                 format!(
-                    "server {s} reads [{}]: would use [{}]{heal}",
+                    "server {s} reads [{}]: would use [{}]{heal}{witnesses}",
                     read.join(", "),
                     uses.join(", ")
                 )
