@@ -9,7 +9,7 @@ use crate::common;
 use std::time::Duration;
 
 use common::http::{bearer, metric, v1, v1_ids};
-use common::{Databases, Kind, add_token, eventually, setup_biz, spawn_app};
+use common::{Databases, Kind, add_token, eventually, hold, setup_biz, spawn_app};
 use segmint::biz::hash_token;
 use segmint::store::Store;
 
@@ -169,14 +169,11 @@ async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
     let dbs = Databases::start(Kind::Postgres, 2);
     let config = dbs.config("fetch_timeout_ms = 300\ncatalog_refresh_ms = 100");
     let token = setup_biz(&config, "first", 100, false).await;
-    let (client, connection) = tokio_postgres::connect(&dbs.urls()[0], tokio_postgres::NoTls)
-        .await
-        .expect("connect to pg0");
-    tokio::spawn(connection);
-    client
-        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock pg0's biz rows");
+    let client = hold(
+        &dbs.urls()[0],
+        "LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE",
+    )
+    .await;
     let start = tokio::spawn(spawn_app(config.clone()));
     let dbs_ref = &dbs;
     eventually(

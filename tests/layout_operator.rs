@@ -990,17 +990,12 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
     assert_eq!(witnessed, "1", "pg1's reservations are witnessed on pg0");
 
     // Hold the command where it records the frozen rows as witnesses on pg0.
-    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
-        .await
-        .expect("connect to pg0");
-    tokio::spawn(connection);
-    client
-        .batch_execute(
-            "BEGIN; SELECT 1 FROM segmint_witness \
+    let client = hold(
+        &c.urls[0],
+        "SELECT 1 FROM segmint_witness \
              WHERE database = 'pg1' AND biz_type = 'plain' FOR UPDATE",
-        )
-        .await
-        .expect("lock pg0's witness of pg1");
+    )
+    .await;
     let command = {
         let two = two.clone();
         tokio::task::spawn_blocking(move || cli(&two, &["--json", "db", "remove", "pg1"]))
@@ -1186,14 +1181,7 @@ async fn an_import_racing_a_change_leaves_no_row_behind() {
     let dbs = &c.dbs;
     cli_ok(&c.toml, &["db", "add", "pg1", &c.urls[1]]);
     let two = toml_for(dbs, &[0, 1]);
-    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
-        .await
-        .expect("connect to pg0");
-    tokio::spawn(connection);
-    client
-        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN EXCLUSIVE MODE")
-        .await
-        .expect("lock pg0's biz rows");
+    let client = hold(&c.urls[0], "LOCK TABLE tiny_id_info IN EXCLUSIVE MODE").await;
     let waiting = async |n: i64, what: &'static str| {
         eventually(Duration::from_secs(30), what, async || {
             let now: i64 = dbs
@@ -1255,15 +1243,8 @@ async fn an_import_racing_a_change_leaves_no_row_behind() {
 async fn a_step_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
     let c = Cluster::start(2, 1, "10", false);
     let dbs = &c.dbs;
-    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
-        .await
-        .expect("connect to pg0");
-    tokio::spawn(connection);
     // Writes of witnesses on pg0 wait; reads go on.
-    client
-        .batch_execute("BEGIN; LOCK TABLE segmint_witness IN EXCLUSIVE MODE")
-        .await
-        .expect("lock pg0's witnesses");
+    let client = hold(&c.urls[0], "LOCK TABLE segmint_witness IN EXCLUSIVE MODE").await;
     let add = {
         let (toml, url) = (c.toml.clone(), c.urls[1].clone());
         tokio::task::spawn_blocking(move || cli(&toml, &["db", "add", "pg1", &url]))
@@ -1308,14 +1289,11 @@ async fn a_step_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_waiting_on_a_lock_longer_than_a_request_may_still_finishes() {
     let c = Cluster::start(1, 1, "10", false);
-    let (client, connection) = tokio_postgres::connect(&c.urls[0], tokio_postgres::NoTls)
-        .await
-        .expect("connect to pg0");
-    tokio::spawn(connection);
-    client
-        .batch_execute("BEGIN; LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE")
-        .await
-        .expect("lock pg0's biz rows");
+    let client = hold(
+        &c.urls[0],
+        "LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE",
+    )
+    .await;
     let file = tempfile::NamedTempFile::new().expect("a file");
     std::fs::write(
         file.path(),

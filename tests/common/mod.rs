@@ -31,7 +31,7 @@ pub use ids::assert_unique;
 #[allow(unused_imports)]
 pub use pg::{
     Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_urls,
-    free_port, pg_bin, pg_command, raw_store, run_as,
+    free_port, hold, pg_bin, pg_command, raw_store, run_as,
 };
 #[allow(unused_imports)]
 pub use process::{

@@ -616,3 +616,18 @@ impl Databases {
         .unwrap()
     }
 }
+
+/// A session on the database at `url` that runs `sql` (taking a lock: `LOCK TABLE …`,
+/// `SELECT … FOR UPDATE`) in a transaction it leaves open: the lock is held until the
+/// session runs `ROLLBACK` or is dropped.
+pub async fn hold(url: &str, sql: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!("BEGIN; {sql}"))
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    client
+}
