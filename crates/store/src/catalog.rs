@@ -305,6 +305,25 @@ impl BizEntry {
     }
 }
 
+impl BizEntry {
+    /// [`BizEntry::of`], refused for the reason `refused` holds for `biz` unless its
+    /// rows refuse it already: the entry a catalog holds once the class checks' refusals
+    /// are applied.
+    fn refused_by(
+        biz: &str,
+        names: &[String],
+        snapshots: &[Option<Snapshot>],
+        floor: i64,
+        refused: &HashMap<String, StoreError>,
+    ) -> Option<BizEntry> {
+        let mut entry = BizEntry::of(biz, names, snapshots, floor)?;
+        if let Some(why) = refused.get(biz) {
+            entry.refused.get_or_insert_with(|| Box::new(why.clone()));
+        }
+        Some(entry)
+    }
+}
+
 /// The generation of the next catalog built.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -531,11 +550,8 @@ impl Catalog {
     ) -> Catalog {
         let mut entries = self.bizs.clone();
         for biz in bizs {
-            match BizEntry::of(biz, names, snapshots, floor) {
-                Some(mut entry) => {
-                    if let Some(why) = refused.get(biz) {
-                        entry.refused.get_or_insert_with(|| Box::new(why.clone()));
-                    }
+            match BizEntry::refused_by(biz, names, snapshots, floor, refused) {
+                Some(entry) => {
                     entries.insert(biz.clone(), entry);
                 }
                 None => {
@@ -576,10 +592,7 @@ impl Catalog {
             )
         };
         bizs.iter().any(|biz| {
-            let mut now = BizEntry::of(biz, names, snapshots, floor);
-            if let (Some(entry), Some(why)) = (&mut now, refused.get(biz)) {
-                entry.refused.get_or_insert_with(|| Box::new(why.clone()));
-            }
+            let now = BizEntry::refused_by(biz, names, snapshots, floor, refused);
             now.as_ref().map(key) != self.bizs.get(biz).map(key)
         })
     }
