@@ -1002,8 +1002,59 @@ async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
     }
 }
 
+/// `catalog_of`: one biz's rows alone (its row, shape and witnesses of the databases
+/// named), the rows of one token whatever biz they grant, and every layout.
+async fn one_biz_is_read_alone(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let inserted = raw
+        .insert_bizs(&[biz_row("a", 0), biz_row("b", 0)])
+        .await
+        .unwrap();
+    assert_eq!(inserted.len(), 2);
+    let hash = "ab".repeat(32);
+    raw.insert_token(&hash, "a", "", None).await.unwrap();
+    raw.insert_token(&hash, "b", "", None).await.unwrap();
+    raw.insert_token(&"cd".repeat(32), "a", "", None)
+        .await
+        .unwrap();
+    let w = |database: &str, biz: &str| Witness {
+        database: database.into(),
+        biz: biz.into(),
+        mark: Mark {
+            version: 1,
+            max_id: 10,
+            high_id: 10,
+        },
+    };
+    raw.witness(&[w("pg1", "a"), w("pg2", "a"), w("pg1", "b")])
+        .await
+        .unwrap();
+    raw.write_layout(&layout_row(1, LayoutState::Done, 5), None)
+        .await
+        .unwrap();
+    let databases = ["pg0".to_owned(), "pg1".to_owned()];
+    let rows = raw.catalog_of("a", Some(&hash), &databases).await.unwrap();
+    assert!(!rows.full && rows.position.is_none());
+    assert_eq!(names(&rows), ["a"]);
+    assert!(rows.shapes.is_empty());
+    let mut granted: Vec<&str> = rows.tokens.iter().map(|t| t.biz_type.as_str()).collect();
+    granted.sort_unstable();
+    assert_eq!(
+        granted,
+        ["a", "b"],
+        "every row of the token, and no other token"
+    );
+    assert!(rows.tokens.iter().all(|t| t.token_hash == hash));
+    assert_eq!(rows.witnesses, [w("pg1", "a")], "pg2 is not named");
+    assert_eq!(rows.layouts, [layout_row(1, LayoutState::Done, 5)]);
+    let none = raw.catalog_of("zz", None, &databases).await.unwrap();
+    assert!(none.bizs.is_empty() && none.tokens.is_empty() && none.witnesses.is_empty());
+    assert_eq!(none.layouts.len(), 1);
+}
+
 by_kind!(
     the_catalog_feed_returns_the_rows_written_since,
+    one_biz_is_read_alone,
     migrations_are_idempotent,
     reservations_advance_each_row_by_its_step,
     concurrent_reservations_from_two_processes_are_disjoint,

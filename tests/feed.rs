@@ -159,11 +159,12 @@ async fn changes_at_rest_are_read_through_the_feed_alone() {
     assert_eq!(v1_ids(&app, "first", &token, 3).await.len(), 3);
 }
 
-/// A full catalog read (a server's first, or one of a million bizs) is bounded by the
+/// A server's first catalog read (the full read of every row) is bounded by the
 /// step bound, not by the fetch timeout a request is judged by: a first read that waits
 /// past the fetch timeout (here on a lock; at a million bizs on the rows themselves)
-/// finishes, and the server starts with every biz, instead of giving up on the
-/// database's rows at the fetch timeout.
+/// finishes with every biz, instead of giving up on the database's rows at the fetch
+/// timeout. The server serves meanwhile (see the test below), but its catalog is the
+/// full read's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
     let dbs = Databases::start(Kind::Postgres, 2);
@@ -174,7 +175,7 @@ async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
         "LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE",
     )
     .await;
-    let start = tokio::spawn(spawn_app(config.clone()));
+    let app = spawn_app(config.clone()).await;
     let dbs_ref = &dbs;
     eventually(
         Duration::from_secs(30),
@@ -187,14 +188,156 @@ async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
         },
     )
     .await;
-    // Past the fetch timeout, the start still waits for the read.
+    // Past the fetch timeout, the first read still waits: no catalog yet.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
-        !start.is_finished(),
-        "the server started without pg0's rows: its read gave up at the fetch timeout"
+        !app.state.store.catalog().is_read(),
+        "a catalog without pg0's rows: its read gave up at the fetch timeout"
     );
     client.batch_execute("ROLLBACK").await.expect("unlock");
-    let app = start.await.expect("the server starts");
-    assert_eq!(full_reads(&app).await, [1.0, 1.0], "both first reads done");
+    let app_ref = &app;
+    eventually(
+        Duration::from_secs(30),
+        "both first reads done",
+        move || async move {
+            let full = full_reads(app_ref).await;
+            (full == [1.0, 1.0])
+                .then_some(())
+                .ok_or(format!("{full:?}"))
+        },
+    )
+    .await;
+    assert!(app.state.store.catalog().biz("first").is_some());
     assert_eq!(v1_ids(&app, "first", &token, 2).await.len(), 2);
+}
+
+/// Holds `LOCK TABLE segmint_feed` on every database, then starts a server: its
+/// catalog reads (full or of the feed) wait, a look at one biz does not (it reads no
+/// feed position). Returns the server once both first reads wait, and the locks.
+async fn spawn_with_feeds_held(
+    dbs: &Databases,
+    config: &segmint::config::Config,
+) -> (common::TestApp, Vec<tokio_postgres::Client>) {
+    let mut held = Vec::new();
+    for url in dbs.urls() {
+        held.push(hold(&url, "LOCK TABLE segmint_feed IN ACCESS EXCLUSIVE MODE").await);
+    }
+    let app = spawn_app(config.clone()).await;
+    eventually(
+        Duration::from_secs(30),
+        "the first reads wait for the locks",
+        move || async move {
+            let waiting: Vec<String> = (0..2)
+                .map(|i| dbs.sql(i, "SELECT count(*) FROM pg_locks WHERE NOT granted"))
+                .collect();
+            (waiting.iter().all(|w| w != "0"))
+                .then_some(())
+                .ok_or(format!("{waiting:?} waiting"))
+        },
+    )
+    .await;
+    (app, held)
+}
+
+/// A server serves before its first catalog read ends (seconds over a million bizs):
+/// a biz asked for meanwhile is read alone, by index, and served. What such a look
+/// cannot serve (an unknown or revoked token) waits for the full read, which decides
+/// it as before. Here the full reads wait on a lock that a look does not meet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_serves_before_its_first_catalog_read_ends() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let config = dbs.config("catalog_refresh_ms = 100");
+    let token = setup_biz(&config, "early", 100, false).await;
+    let revoked = add_token(&config, "early").await;
+    let store = Store::connect(&config).unwrap();
+    store
+        .revoke_token(&hash_token(&revoked)[..12])
+        .await
+        .unwrap();
+    let (app, held) = spawn_with_feeds_held(&dbs, &config).await;
+    let mut ids = v1_ids(&app, "early", &token, 250).await;
+    assert!(
+        !app.state.store.catalog().is_read(),
+        "served from a catalog read in full: the locks did not hold the reads"
+    );
+    assert_eq!(full_reads(&app).await, [0.0, 0.0]);
+    // Neither a revoked token nor an unknown one is served by a look: both wait for
+    // the full read, which refuses them.
+    let asks: Vec<_> = [revoked.as_str(), "no-such-token"]
+        .into_iter()
+        .map(|t| {
+            let (base, http) = (app.base.clone(), app.http.clone());
+            let auth = format!("Bearer {t}");
+            tokio::spawn(async move {
+                http.get(format!("{base}/v1/ids/early"))
+                    .header("Authorization", auth)
+                    .send()
+                    .await
+                    .map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        asks.iter().all(|a| !a.is_finished()),
+        "a token a look did not find was decided before the full read"
+    );
+    for client in held {
+        client.batch_execute("ROLLBACK").await.expect("unlock");
+    }
+    for ask in asks {
+        assert_eq!(ask.await.unwrap().expect("an answer"), 401);
+    }
+    assert_eq!(full_reads(&app).await, [1.0, 1.0]);
+    ids.extend(v1_ids(&app, "early", &token, 250).await);
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "an ID issued twice");
+}
+
+/// A database that went back in time (a restore from a backup) is caught by a look
+/// before the first catalog read ends, as by the full read: the look learns the
+/// biz's witnesses, and the reservation judges the row by them. No ID is issued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_behind_its_witnesses_is_caught_before_the_catalog_is_read() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    let config = dbs.config("catalog_refresh_ms = 100");
+    let token = setup_biz(&config, "early", 10, false).await;
+    let mut ids = Vec::new();
+    {
+        let app = spawn_app(config.clone()).await;
+        // Until pg1 holds a witness of pg0's row (reservations pick a database at
+        // random).
+        for _ in 0..200 {
+            ids.extend(v1_ids(&app, "early", &token, 20).await);
+            let witnessed = dbs.sql(
+                1,
+                "SELECT count(*) FROM segmint_witness WHERE database = 'pg0' AND max_id > 0",
+            );
+            if witnessed != "0" {
+                break;
+            }
+        }
+        app.stop().await;
+    }
+    // pg0's row goes back to before every reservation: a restore from an old backup.
+    dbs.sql(
+        0,
+        "UPDATE tiny_id_info SET max_id = 0, version = 0 WHERE biz_type = 'early'",
+    );
+    let (app, held) = spawn_with_feeds_held(&dbs, &config).await;
+    for _ in 0..20 {
+        ids.extend(v1_ids(&app, "early", &token, 20).await);
+    }
+    assert!(!app.state.store.catalog().is_read());
+    let fenced = app.state.store.status()[0].fenced.clone();
+    assert!(
+        fenced.is_some(),
+        "pg0 not fenced: {:?}",
+        app.state.store.status()
+    );
+    for client in held {
+        client.batch_execute("ROLLBACK").await.expect("unlock");
+    }
+    let unique: std::collections::HashSet<_> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "an ID issued twice");
 }

@@ -208,7 +208,8 @@ impl Application {
     ) -> Result<Application, StartupError> {
         let port = local_port("bind", &config.bind, &listener)?;
         let store = Arc::new(Store::open(&config, mode)?);
-        store.first_refresh().await;
+        // The first catalog read runs in the background (seconds over a million
+        // bizs): requests are served meanwhile (see `Store::look_up`).
         let cache = Arc::new(Cache::new(
             store.clone(),
             config.preload_percent,
@@ -535,16 +536,17 @@ pub async fn shutdown_signal() {
     }
 }
 
-/// Sorts the names of the catalog read at start, then re-reads the catalog every
-/// `every` and brings the names up to date, so that a listing rarely waits for them
-/// (only after a refresh a request asked for: an unknown biz or token).
+/// Reads the catalog a first time and sorts its names, then re-reads the catalog
+/// every `every` and brings the names up to date, so that a listing rarely waits for
+/// them (only after a refresh a request asked for: an unknown biz or token).
 async fn refresh_periodically(
     store: Arc<Store>,
     cache: Arc<Cache>,
     names: Arc<Names>,
     every: Duration,
 ) {
-    names.of(store.catalog(), || cache.names_in_use()).await;
+    let catalog = store.first_refresh().await;
+    names.of(catalog, || cache.names_in_use()).await;
     let mut tick = tokio::time::interval(every);
     tick.tick().await;
     loop {

@@ -22,7 +22,7 @@ impl AppState {
             return Ok(shape);
         }
         self.store
-            .refresh_since(self.store.now())
+            .look_up(biz.as_str(), None)
             .await
             .shape_of(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()).into())

@@ -65,7 +65,7 @@ pub(super) struct StepPolicyReport {
 /// The page `query` asks for, with the figures of the bizs that served IDs here.
 /// The catalog's name index is rebuilt first if the catalog changed since it was built.
 async fn report(state: &AppState, query: &Query) -> Report {
-    let catalog = state.store.catalog();
+    let catalog = state.store.read_catalog().await;
     let index = state
         .names
         .of(catalog.clone(), || state.cache.names_in_use())
@@ -147,7 +147,7 @@ async fn status(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
     let query = Query::parse(|name| params.get(name), STATUS_LIMIT)?;
     let report = report(&state, &query).await;
     let counts = status_page::Counts {
-        known: state.store.catalog().biz_count(),
+        known: state.store.read_catalog().await.biz_count(),
         in_use: state.cache.in_use(),
     };
     Ok(HttpResponse::Ok()

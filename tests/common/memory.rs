@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
-    ShapeRow, Store, Timing, TokenRow, Witness,
+    BizRow, CatalogRows, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite,
+    SegmentStore, ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
 /// How an injected failure fails.
@@ -339,6 +339,26 @@ impl SegmentStore for MemoryStore {
     /// No layout change ever ran here: the configured classes hold.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         Ok(Vec::new())
+    }
+
+    async fn catalog_of(
+        &self,
+        biz: &str,
+        _token_hash: Option<&str>,
+        _databases: &[String],
+    ) -> Result<CatalogRows, DbError> {
+        self.enter("catalog_of").await?;
+        let inner = self.inner.lock();
+        Ok(CatalogRows {
+            bizs: inner.rows.get(biz).cloned().into_iter().collect(),
+            witnesses: inner
+                .witnesses
+                .values()
+                .filter(|w| w.biz == biz)
+                .cloned()
+                .collect(),
+            ..CatalogRows::default()
+        })
     }
 
     async fn write_layout(

@@ -51,6 +51,9 @@ pub struct Fixes {
     /// A biz row is created only where no layout above its epoch is stored, checked in
     /// the insert's transaction (else wherever the command's first read allowed it).
     pub insert_fence: bool,
+    /// A look at the biz before a server's first catalog read (`Store::look_up`)
+    /// learns the biz's witnesses from the databases it reads (else only their rows).
+    pub look_witnesses: bool,
 }
 
 impl Fixes {
@@ -65,6 +68,7 @@ impl Fixes {
         confirmed_classes: true,
         fence_freezes: true,
         insert_fence: true,
+        look_witnesses: true,
     };
 }
 
@@ -126,6 +130,9 @@ pub struct Spec {
     /// Servers act only once every command ended: not a fault model, a narrower
     /// search for tests that only need to find a known bug fast.
     pub servers_after_commands: bool,
+    /// Before its first catalog read, a server serves from looks at the biz alone
+    /// (`Store::look_up`): [`Action::Look`].
+    pub looks: bool,
     /// Commands may pause and wake up: a change is finished, superseded or healed at
     /// once, its command still able to carry on (else only once its command crashed).
     pub paused: bool,
@@ -508,6 +515,11 @@ pub enum Action {
     /// server's first refresh writes none, a write may fail, a large backlog is written
     /// over several refreshes).
     Refresh(usize, Answer, Answer),
+    /// Before its first catalog read, server `s` looks at the biz alone in the
+    /// databases in `Answer` (`Store::look_up`): as a refresh reads it, but a look
+    /// fences and never lifts a fence, writes no witness, heals nothing, and leaves
+    /// the catalog unread; the server reserves from what it saw.
+    Look(usize, Answer),
     /// The next step of server `s`'s heal.
     Heal(usize),
     /// Server `s` reserves a segment on the database at position `p` of its configuration.
@@ -662,15 +674,20 @@ impl Model for Sys {
                     }
                 }
             }
-            if !server.read || server.reread {
+            if self.spec.looks && !server.read {
+                for answer in answers(spec.config.len()) {
+                    actions.push(Action::Look(s, answer));
+                }
+            }
+            if server.reread {
                 continue;
             }
-            if spec.reserves && st.reservations > 0 {
+            if spec.reserves && st.reservations > 0 && (server.read || server.looked) {
                 for p in 0..spec.config.len() {
                     actions.push(Action::Reserve(s, p));
                 }
             }
-            if spec.leases {
+            if spec.leases && server.read {
                 match server.lease {
                     None => {
                         for p in 0..spec.config.len() {
@@ -729,6 +746,7 @@ impl Model for Sys {
                 true
             }
             Action::Refresh(s, answer, write) => self.refresh(&mut st, s, answer, write),
+            Action::Look(s, answer) => self.look(&mut st, s, answer),
             Action::Heal(s) => self.heal_step(&mut st, s),
             Action::Reserve(s, p) => self.reserve(&mut st, s, p),
             Action::Take(s, p, w) => self.take(&mut st, s, p, w),

@@ -50,6 +50,7 @@ fn spec(title: &'static str, names: Vec<String>, fixes: Fixes) -> Spec {
         fences: 0,
         import: None,
         servers_after_commands: false,
+        looks: false,
         paused: false,
         crashes: false,
     }
@@ -438,6 +439,43 @@ fn f_with_a_fence_that_raises_rows_live_a_restored_row_issues_an_id_twice() {
     finds(
         restore(Fixes {
             fence_freezes: false,
+            ..Fixes::ALL
+        }),
+        DUP,
+    );
+}
+
+/// H: two servers start while pg0's row may be restored from a backup taken earlier;
+/// before its first catalog read, each serves from looks at the biz alone
+/// (`Store::look_up`), and witnesses each reservation in the other database.
+fn early_looks(fixes: Fixes) -> Sys {
+    let mut spec = spec(
+        "H looks before the first catalog read, and a restore",
+        names(&["pg0", "pg1"]),
+        fixes,
+    );
+    spec.witnesses = true;
+    spec.looks = true;
+    spec.expect_change = false;
+    spec.restores = 1;
+    spec.servers = vec![
+        two_server(&[0, 1], true, false),
+        two_server(&[0, 1], true, false),
+    ];
+    let dbs = two_databases(&spec, Residue::ALL, true);
+    system(spec, dbs)
+}
+
+#[test]
+fn h_looks_before_the_first_catalog_read_issue_no_id_twice() {
+    holds(early_looks(Fixes::ALL));
+}
+
+#[test]
+fn h_with_looks_blind_to_witnesses_a_restored_row_issues_an_id_twice() {
+    finds(
+        early_looks(Fixes {
+            look_witnesses: false,
             ..Fixes::ALL
         }),
         DUP,

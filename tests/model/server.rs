@@ -51,8 +51,11 @@ pub struct Held {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Server {
-    /// Whether a catalog was read yet (a server serves nothing before).
+    /// Whether a catalog was read yet (a server serves nothing before, but what it
+    /// looked at).
     pub read: bool,
+    /// Whether it looked at the biz before its first catalog read.
+    pub looked: bool,
     /// A database was restored from a backup since this server's last read of every
     /// database: it serves nothing until it has read them all.
     pub reread: bool,
@@ -87,6 +90,7 @@ impl Server {
         let n = spec.config.len();
         Server {
             read: false,
+            looked: false,
             reread: false,
             confirmed: false,
             layouts: Vec::new(),
@@ -149,6 +153,23 @@ impl Sys {
 
     /// `Store::refresh_since`: reads the configured databases in `answer`.
     pub fn refresh(&self, st: &mut State, s: usize, answer: Answer, write: Answer) -> bool {
+        self.read_catalog(st, s, answer, write, false)
+    }
+
+    /// `Store::look_up` before the first catalog read: the biz alone read from the
+    /// databases in `answer` (see [`Action::Look`]).
+    pub fn look(&self, st: &mut State, s: usize, answer: Answer) -> bool {
+        self.read_catalog(st, s, answer, 0, true)
+    }
+
+    fn read_catalog(
+        &self,
+        st: &mut State,
+        s: usize,
+        answer: Answer,
+        write: Answer,
+        look: bool,
+    ) -> bool {
         let spec = &self.spec.servers[s];
         let names = self.names();
         let mut server = st.servers[s].clone();
@@ -170,14 +191,14 @@ impl Sys {
                         if let Some(r) = row {
                             learn(&mut server.marks[p], r.mark());
                         }
-                        server.fenced[p] = false;
+                        server.fenced[p] &= look;
                     }
                 }
             }
             server.snap[p] = Some(db.row.as_ref().map(Seen::of));
             per_db.push((names[d].clone(), db.layout_rows(names)));
         }
-        if self.spec.witnesses {
+        if self.spec.witnesses && (!look || self.spec.fixes.look_witnesses) {
             for &p in &read {
                 for (j, w) in st.dbs[spec.config[p]].witness.iter().enumerate() {
                     if let (Some(w), Some(q)) = (w, spec.config.iter().position(|&d| d == j)) {
@@ -213,11 +234,14 @@ impl Sys {
                 };
             }
         }
-        server.read = true;
+        match look {
+            true => server.looked = true,
+            false => server.read = true,
+        }
         if read.len() == spec.config.len() {
             server.reread = false;
         }
-        if spec.heals && server.heal.is_none() && server.heals < self.spec.heals {
+        if !look && spec.heals && server.heal.is_none() && server.heals < self.spec.heals {
             server.heal = self.heal(st, s, &server, &read);
             if server.heal.is_some() {
                 server.heals += 1;

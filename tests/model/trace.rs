@@ -183,6 +183,16 @@ impl Sys {
                     uses.join(", ")
                 )
             }
+            Action::Look(s, answer) => {
+                let read: Vec<&str> = (0..self.spec.servers[s].config.len())
+                    .filter(|p| answer & (1 << p) != 0)
+                    .map(|p| self.db(self.spec.servers[s].config[p]))
+                    .collect();
+                format!(
+                    "server {s}, before its first catalog read, looks at the biz in [{}]",
+                    read.join(", ")
+                )
+            }
             Action::Heal(s) => {
                 let m = before.servers[s].heal.as_ref().expect("healing");
                 format!("server {s} heals: {}", self.describe_move(m))

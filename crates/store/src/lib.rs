@@ -311,6 +311,18 @@ pub trait SegmentStore: Send + Sync + 'static {
             layouts: self.layouts().await?,
         })
     }
+    /// The catalog's rows of one biz, read in one snapshot by a server that serves
+    /// before its first full read ends: the biz's row and shape row, its witness rows
+    /// of the databases named in `databases`, the rows of the token whose hash is
+    /// `token_hash` (if given, whatever biz they grant; the hash as a server stores it,
+    /// lower-case) and every layout row. Each table is read by its index: a lookup
+    /// costs the same whatever the number of bizs. No position, not `full`.
+    async fn catalog_of(
+        &self,
+        biz: &str,
+        token_hash: Option<&str>,
+        databases: &[String],
+    ) -> Result<CatalogRows, DbError>;
     /// Inserts a layout row if its epoch has none; when it has one, replaces it only
     /// if that row's state is `replacing` (`None`: never, a claim). One statement, so
     /// that two writers of one epoch cannot both see the state they need. Returns

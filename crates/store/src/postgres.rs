@@ -620,6 +620,60 @@ impl SegmentStore for PgStore {
         })
     }
 
+    async fn catalog_of(
+        &self,
+        biz: &str,
+        token_hash: Option<&str>,
+        databases: &[String],
+    ) -> Result<CatalogRows, DbError> {
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(db_error)?;
+        // Sent together (one round trip for all five), each by its table's index.
+        let (bizs, shapes, tokens, witnesses, layouts) = futures_util::future::try_join5(
+            tx.query(
+                &format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = $1"),
+                &[&biz],
+            ),
+            tx.query(
+                &format!("SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE biz_type = $1"),
+                &[&biz],
+            ),
+            tx.query(
+                &format!("{TOKENS} WHERE token = $1::text ORDER BY id"),
+                &[&token_hash],
+            ),
+            tx.query(
+                &format!(
+                    "SELECT {WITNESS_COLUMNS} FROM segmint_witness
+                     WHERE database = ANY($1) AND biz_type = $2"
+                ),
+                &[&databases, &biz],
+            ),
+            tx.query(
+                &format!("SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"),
+                &[],
+            ),
+        )
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(CatalogRows {
+            position: None,
+            full: false,
+            bizs: read_all(&bizs, rules::biz_row)?,
+            shapes: read_all(&shapes, rules::shape_row)?,
+            tokens: read_all(&tokens, rules::token_row)?,
+            witnesses: read_all(&witnesses, rules::witness_row)?,
+            layouts: read_all(&layouts, rules::layout_row)?,
+        })
+    }
+
     async fn write_layout(
         &self,
         row: &LayoutRow,

@@ -584,6 +584,63 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
+    async fn catalog_of(
+        &self,
+        biz: &str,
+        token_hash: Option<&str>,
+        databases: &[String],
+    ) -> Result<CatalogRows, DbError> {
+        let (biz, token_hash, databases) = (
+            biz.to_owned(),
+            token_hash.map(str::to_owned),
+            databases.to_vec(),
+        );
+        self.with(move |c| {
+            // A deferred transaction reads one snapshot from its first SELECT on.
+            let tx = c.transaction()?;
+            let prepare = |sql: String| tx.prepare_cached(&sql);
+            let bizs = prepare(format!(
+                "SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?1"
+            ))?
+            .query_map([&biz], |r| rules::biz_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            let shapes = prepare(format!(
+                "SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE biz_type = ?1"
+            ))?
+            .query_map([&biz], |r| rules::shape_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            let tokens = prepare(format!("{TOKENS} WHERE token = ?1 ORDER BY id"))?
+                .query_map([&token_hash], |r| rules::token_row(r))?
+                .collect::<rusqlite::Result<_>>()?;
+            let mut witnesses = Vec::new();
+            let mut by_key = prepare(format!(
+                "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE database = ?1 AND biz_type = ?2"
+            ))?;
+            for database in &databases {
+                for w in by_key.query_map([database, &biz], |r| rules::witness_row(r))? {
+                    witnesses.push(w?);
+                }
+            }
+            drop(by_key);
+            let layouts = prepare(format!(
+                "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
+            ))?
+            .query_map([], |r| rules::layout_row(r))?
+            .collect::<rusqlite::Result<_>>()?;
+            tx.commit()?;
+            Ok(CatalogRows {
+                position: None,
+                full: false,
+                bizs,
+                shapes,
+                tokens,
+                witnesses,
+                layouts,
+            })
+        })
+        .await
+    }
+
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         self.with(|c| {
             c.prepare_cached(&format!(

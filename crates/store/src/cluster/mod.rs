@@ -6,6 +6,7 @@
 //! uses).
 
 mod admin;
+mod early;
 mod give_back;
 mod health;
 pub(super) mod import;

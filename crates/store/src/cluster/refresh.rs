@@ -35,8 +35,8 @@ const CHECKS_PER_HOLD: usize = 10_000;
 /// store and held across the refresh's database calls, a heal's included. The plain
 /// (`parking_lot`) mutexes are held for a few map or field operations, never across an
 /// await: `evidence` may hold a database's `health` (and so `Layouts.view` after it),
-/// or `snapshots`; `snapshots` may hold `Layouts.view`, then `classes_seen`, and
-/// `refused`; `classes_seen` and `refused` nest nothing. `catalog` is lock-free.
+/// or `snapshots`; `snapshots` may hold `classes_seen`, and `refused`;
+/// `classes_seen`, `refused` and `early`'s maps nest nothing. `catalog` is lock-free.
 pub(super) struct CatalogView {
     /// Read on every request, replaced on refresh.
     pub(super) catalog: ArcSwap<Catalog>,
@@ -55,6 +55,9 @@ pub(super) struct CatalogView {
     /// Why a biz is refused by [`Store::check_classes`], kept between refreshes: only
     /// the bizs a refresh touched are checked again.
     pub(super) refused: Mutex<HashMap<String, StoreError>>,
+    /// Before the first catalog is read: what was read of single bizs, for the
+    /// requests that came meanwhile (see `Store::look_up`).
+    pub(super) early: super::early::Early,
 }
 
 impl CatalogView {
@@ -67,6 +70,7 @@ impl CatalogView {
             evidence: Mutex::new(Evidence::default()),
             classes_seen: Mutex::new(vec![ByBiz::default(); databases]),
             refused: Mutex::new(HashMap::new()),
+            early: super::early::Early::default(),
         }
     }
 }
@@ -253,6 +257,9 @@ impl Store {
             changes.full = true;
         }
         let catalog = self.catalog_after(&changes, floor);
+        if catalog.is_read() {
+            self.view.early.forget();
+        }
         self.write_uses();
         if witnesses {
             self.write_witnesses(&read).await;
@@ -279,11 +286,19 @@ impl Store {
         // the lock order has it), a chunk at a time: a reservation never waits on the
         // marks for longer than one chunk. Marks only grow, so a mark learnt between
         // two chunks is as good as one known before the first.
+        let layouts = self.layout_classes();
         let mut refusals = Vec::new();
         for chunk in touched.chunks(CHECKS_PER_HOLD) {
             let evidence = self.view.evidence.lock();
             let snapshots = self.view.snapshots.lock();
-            refusals.extend(self.check_classes(&evidence, &snapshots, chunk, floor));
+            let mut seen = self.view.classes_seen.lock();
+            refusals.extend(self.check_classes(
+                &evidence,
+                &snapshots,
+                chunk,
+                (floor, &layouts),
+                &mut seen,
+            ));
         }
         let snapshots = self.view.snapshots.lock();
         let mut refused = self.view.refused.lock();
@@ -393,15 +408,17 @@ impl Store {
     /// - Changed by hand (same epoch): it is used only when its `max_id` is at or above
     ///   every ID known issued of the biz: every row's `max_id`, and every mark seen or
     ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
-    fn check_classes(
+    ///
+    /// `layouts` are [`Store::layout_classes`]; `seen` what was accepted before, by
+    /// database (`view.classes_seen`, or a scratch one for a look at one biz).
+    pub(super) fn check_classes(
         &self,
         evidence: &Evidence,
         snapshots: &[Option<Snapshot>],
         touched: &[String],
-        floor: i64,
+        (floor, layouts): (i64, &[(i64, String, Residue)]),
+        seen: &mut [ByBiz<SeenRow>],
     ) -> Vec<(String, StoreError)> {
-        let layouts = self.layout_classes();
-        let mut seen = self.view.classes_seen.lock();
         let mut refusals = Vec::new();
         for biz in touched.iter().map(String::as_str) {
             let Some(entry) = BizEntry::of(biz, &self.dbs.names, snapshots, floor) else {

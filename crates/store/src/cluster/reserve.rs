@@ -130,7 +130,7 @@ impl Store {
     ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
-            catalog = self.refresh_since(self.clock.now()).await;
+            catalog = self.look_up(biz.as_str(), None).await;
         }
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it, nor does a layout
