@@ -21,6 +21,7 @@ async fn server_on(config: Config, port: u16) -> (u16, actix_web::dev::ServerHan
     let app = Application::with_listener(config, listener)
         .await
         .expect("build app");
+    let app = common::read(app).await;
     let (port, handle) = (app.port(), app.handle());
     tokio::spawn(app.run_until(std::future::pending()));
     (port, handle)

@@ -9,7 +9,9 @@ use crate::common;
 use std::time::Duration;
 
 use common::http::{bearer, metric, v1, v1_ids};
-use common::{Databases, Kind, add_token, eventually, hold, setup_biz, spawn_app};
+use common::{
+    Databases, Kind, add_token, eventually, hold, setup_biz, spawn_app, spawn_app_at_once,
+};
 use segmint::biz::hash_token;
 use segmint::store::Store;
 
@@ -175,7 +177,7 @@ async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
         "LOCK TABLE tiny_id_info IN ACCESS EXCLUSIVE MODE",
     )
     .await;
-    let app = spawn_app(config.clone()).await;
+    let app = spawn_app_at_once(config.clone()).await;
     let dbs_ref = &dbs;
     eventually(
         Duration::from_secs(30),
@@ -222,7 +224,7 @@ async fn spawn_with_feeds_held(
     for url in dbs.urls() {
         held.push(hold(&url, "LOCK TABLE segmint_feed IN ACCESS EXCLUSIVE MODE").await);
     }
-    let app = spawn_app(config.clone()).await;
+    let app = spawn_app_at_once(config.clone()).await;
     eventually(
         Duration::from_secs(30),
         "the first reads wait for the locks",

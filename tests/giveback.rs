@@ -30,6 +30,7 @@ struct Running {
 async fn start(config: Config) -> Running {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let app = Application::with_listener(config, listener).await.unwrap();
+    let app = common::read(app).await;
     let base = format!("http://127.0.0.1:{}", app.port());
     let remote = Remote::new(&base, Duration::from_secs(30));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -156,6 +156,7 @@ async fn leaf_bind_serves_the_leaf_routes_alone() {
     let app = Application::with_listener(config, TcpListener::bind("127.0.0.1:0").unwrap())
         .await
         .expect("build app");
+    let app = common::read(app).await;
     let port = app.leaf_port().expect("a Leaf address");
     let public = run_app(app);
     let leaf = Remote {

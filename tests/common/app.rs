@@ -48,12 +48,28 @@ pub struct TestApp {
     pub(super) handle: actix_web::dev::ServerHandle,
 }
 
+/// A server in this process, once its first catalog read is over (or failed): what
+/// most tests check is a server in its steady state.
 pub async fn spawn_app(config: Config) -> TestApp {
+    let app = spawn_app_at_once(config).await;
+    app.state.store.read_catalog().await;
+    app
+}
+
+/// A server in this process as soon as it listens: its first catalog read may still
+/// run (a server serves meanwhile, see `Store::look_up`).
+pub async fn spawn_app_at_once(config: Config) -> TestApp {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let app = Application::with_listener(config, listener)
         .await
         .expect("build app");
     run_app(app)
+}
+
+/// `app` once its first catalog read is over (or failed).
+pub async fn read(app: Application) -> Application {
+    app.state().store.read_catalog().await;
+    app
 }
 
 /// Runs `app` in this process; the handle serves its `bind` address.

@@ -25,7 +25,7 @@ pub mod wait;
 
 // The chaos run's binary includes this harness too and uses only part of it.
 #[allow(unused_imports)]
-pub use app::{TestApp, add_token, run_app, setup_biz, shared, spawn_app};
+pub use app::{TestApp, add_token, read, run_app, setup_biz, shared, spawn_app, spawn_app_at_once};
 #[allow(unused_imports)]
 pub use ids::assert_unique;
 #[allow(unused_imports)]

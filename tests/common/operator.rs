@@ -22,6 +22,7 @@ pub async fn spawn_app_with_operator(config: Config) -> (TestApp, Remote) {
     let app = Application::with_listeners(config, bind(), bind())
         .await
         .expect("build app");
+    let app = super::app::read(app).await;
     let port = app.operator_port().expect("an operator address");
     let public = run_app(app);
     let operator = Remote {
