@@ -2,8 +2,8 @@
 //! tokens granted to them. Held in memory so that requests never query for it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
@@ -223,15 +223,33 @@ impl Snapshot {
 }
 
 /// Bizs and tokens merged over every database.
+///
+/// A catalog is built in full (at a full read) into a base shared by the catalogs
+/// updated from it; an update (a read of the change feed) adds the entries and grants
+/// it built again to a small overlay, so that it costs what changed, not a copy of
+/// every entry. Once the overlay outgrows a sixteenth of the base, an update folds it
+/// into a new base: a copy every so many changes, not at each.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    /// Every known biz.
-    bizs: ByBiz<BizEntry>,
-    /// Grants of the tokens not revoked, sorted by the first four bytes of their
-    /// digests (one allocation for them all). The lookup key is only a prefix of a
-    /// SHA-256 digest; the full digest is then compared in constant time, so response
-    /// times say nothing about how close a guess came.
-    tokens: Vec<Grant>,
+    /// Every known biz, as of the base's build.
+    bizs: Arc<ByBiz<BizEntry>>,
+    /// The names of the base's bizs in order, sorted at the first listing: a listing of
+    /// a catalog updated since merges the overlay in, with no sort.
+    sorted: Arc<OnceLock<SortedNames>>,
+    /// The entries built since (`None`: the biz has no row any more); they hide the
+    /// base's.
+    changed: ByBiz<Option<BizEntry>>,
+    /// How many bizs are known, the overlay's counted in.
+    count: usize,
+    /// Grants of the tokens not revoked, as of the base's build, sorted by the first
+    /// four bytes of their digests (one allocation for them all). The lookup key is
+    /// only a prefix of a SHA-256 digest; the full digest is then compared in constant
+    /// time, so response times say nothing about how close a guess came.
+    tokens: Arc<Vec<Grant>>,
+    /// The grants merged since, sorted as `tokens` and looked up the same way; a
+    /// digest whose grant went (revoked, no row left) is here with no biz and no
+    /// expiry, and refused. They hide the base's grants of their digests.
+    tokens_changed: Vec<Grant>,
     /// Tells this catalog from every other built in the process (0: the empty one
     /// before the first read). What was decided by a catalog holds while it is current.
     generation: u64,
@@ -488,6 +506,38 @@ fn grants(snapshots: &[Option<Snapshot>], wanted: impl Fn(&TokenDigest) -> bool)
         .collect()
 }
 
+/// Names in order, one after the other in one string: a million names take two
+/// allocations.
+#[derive(Debug, Default)]
+struct SortedNames {
+    text: String,
+    /// Where each name ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl SortedNames {
+    fn of<'a>(names: impl Iterator<Item = &'a str>) -> SortedNames {
+        let mut names: Vec<&str> = names.collect();
+        names.sort_unstable();
+        let mut sorted = SortedNames {
+            text: String::with_capacity(names.iter().map(|n| n.len()).sum()),
+            ends: Vec::with_capacity(names.len()),
+        };
+        for name in names {
+            sorted.text.push_str(name);
+            sorted.ends.push(sorted.text.len());
+        }
+        sorted
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts
+            .zip(self.ends.iter().copied())
+            .map(|(from, to)| self.text.get(from..to).unwrap_or(""))
+    }
+}
+
 /// The first bytes of a token digest: its lookup key.
 fn token_key(digest: &TokenDigest) -> [u8; 4] {
     [digest[0], digest[1], digest[2], digest[3]]
@@ -527,11 +577,21 @@ impl Catalog {
         tokens.sort_by_key(|g| token_key(&g.digest));
         tokens.shrink_to_fit();
         Catalog {
-            bizs,
-            tokens,
+            count: bizs.len(),
+            bizs: Arc::new(bizs),
+            sorted: Arc::default(),
+            changed: ByBiz::default(),
+            tokens: Arc::new(tokens),
+            tokens_changed: Vec::new(),
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
             read: snapshots.iter().any(Option::is_some),
         }
+    }
+
+    /// The overlay a catalog of a base of `base` entries holds before an update folds
+    /// it into a new base.
+    fn overlay_limit(base: usize) -> usize {
+        (base / 16).max(1024)
     }
 
     /// This catalog with the entries of `bizs` built again from `snapshots` (under a
@@ -548,29 +608,110 @@ impl Catalog {
         refused: &HashMap<String, StoreError>,
         digests: &HashSet<TokenDigest>,
     ) -> Catalog {
-        let mut entries = self.bizs.clone();
+        self.updated_within(
+            (names, snapshots, floor),
+            bizs,
+            refused,
+            digests,
+            Catalog::overlay_limit(self.bizs.len()),
+        )
+    }
+
+    /// [`Catalog::updated`] with an overlay of at most `limit` entries or grants.
+    fn updated_within(
+        &self,
+        (names, snapshots, floor): (&[String], &[Option<Snapshot>], i64),
+        bizs: &[String],
+        refused: &HashMap<String, StoreError>,
+        digests: &HashSet<TokenDigest>,
+        limit: usize,
+    ) -> Catalog {
+        let mut changed = self.changed.clone();
+        let mut count = self.count;
         for biz in bizs {
-            match BizEntry::refused_by(biz, names, snapshots, floor, refused) {
-                Some(entry) => {
-                    entries.insert(biz.clone(), entry);
+            let was = self.biz(biz).is_some();
+            let now = BizEntry::refused_by(biz, names, snapshots, floor, refused);
+            count = count + usize::from(now.is_some()) - usize::from(was);
+            match (now, self.bizs.contains_key(biz.as_str())) {
+                // The base's entry is hidden, or the overlay holds it.
+                (now, true) => {
+                    changed.insert(biz.clone(), now);
                 }
-                None => {
-                    entries.remove(biz);
+                (Some(entry), false) => {
+                    changed.insert(biz.clone(), Some(entry));
+                }
+                (None, false) => {
+                    changed.remove(biz.as_str());
                 }
             }
         }
-        let mut tokens = self.tokens.clone();
+        let mut tokens_changed = self.tokens_changed.clone();
         if !digests.is_empty() {
-            tokens.retain(|g| !digests.contains(&g.digest));
-            tokens.extend(grants(snapshots, |d| digests.contains(d)));
-            tokens.sort_by_key(|g| token_key(&g.digest));
+            tokens_changed.retain(|g| !digests.contains(&g.digest));
+            // Every token row is looked at: by its lookup key first, which costs
+            // nanoseconds, where hashing each of a million digests costs milliseconds.
+            let mut keys: Vec<[u8; 4]> = digests.iter().map(token_key).collect();
+            keys.sort_unstable();
+            let merged = grants(snapshots, |d| {
+                keys.binary_search(&token_key(d)).is_ok() && digests.contains(d)
+            });
+            // A digest with no grant now is kept as a refusal, hiding the base's.
+            let gone: Vec<Grant> = digests
+                .iter()
+                .filter(|d| !merged.iter().any(|g| g.digest == **d))
+                .map(|d| Grant {
+                    digest: *d,
+                    bizs: Arc::from([]),
+                    expires: Some(i64::MIN),
+                })
+                .collect();
+            tokens_changed.extend(merged);
+            tokens_changed.extend(gone);
+            tokens_changed.sort_by_key(|g| token_key(&g.digest));
         }
-        Catalog {
-            bizs: entries,
-            tokens,
+        let mut catalog = Catalog {
+            bizs: self.bizs.clone(),
+            sorted: self.sorted.clone(),
+            changed,
+            count,
+            tokens: self.tokens.clone(),
+            tokens_changed,
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
             read: snapshots.iter().any(Option::is_some),
+        };
+        if catalog.changed.len().max(catalog.tokens_changed.len()) > limit {
+            catalog.fold();
         }
+        catalog
+    }
+
+    /// Folds the overlay into a new base (a copy of every entry and grant).
+    fn fold(&mut self) {
+        let mut bizs = ByBiz::clone(&self.bizs);
+        for (biz, entry) in std::mem::take(&mut self.changed) {
+            match entry {
+                Some(entry) => {
+                    bizs.insert(biz, entry);
+                }
+                None => {
+                    bizs.remove(biz.as_str());
+                }
+            }
+        }
+        let changed = std::mem::take(&mut self.tokens_changed);
+        let digests: HashSet<TokenDigest> = changed.iter().map(|g| g.digest).collect();
+        let mut tokens: Vec<Grant> = self
+            .tokens
+            .iter()
+            .filter(|g| !digests.contains(&g.digest))
+            .cloned()
+            .chain(changed.into_iter().filter(|g| !g.bizs.is_empty()))
+            .collect();
+        tokens.sort_by_key(|g| token_key(&g.digest));
+        tokens.shrink_to_fit();
+        self.bizs = Arc::new(bizs);
+        self.sorted = Arc::default();
+        self.tokens = Arc::new(tokens);
     }
 
     /// Whether the entry of any of `bizs`, built again from `snapshots` with the
@@ -593,13 +734,18 @@ impl Catalog {
         };
         bizs.iter().any(|biz| {
             let now = BizEntry::refused_by(biz, names, snapshots, floor, refused);
-            now.as_ref().map(key) != self.bizs.get(biz).map(key)
+            now.as_ref().map(key) != self.biz(biz).map(key)
         })
     }
 
     /// Refuses `biz` with `why`, unless it is refused already.
     pub(crate) fn refuse(&mut self, biz: &str, why: StoreError) {
-        if let Some(entry) = self.bizs.get_mut(biz) {
+        let entry = match self.changed.get_mut(biz) {
+            Some(entry) => entry.as_mut(),
+            // A catalog just built holds its base alone: no copy is made.
+            None => Arc::make_mut(&mut self.bizs).get_mut(biz),
+        };
+        if let Some(entry) = entry {
             entry.refused.get_or_insert(Box::new(why));
         }
     }
@@ -618,36 +764,68 @@ impl Catalog {
     /// How the IDs of `biz` look: `None` when the biz is unknown here, `Some(None)`
     /// when they are sequential and plain.
     pub fn shape_of(&self, biz: &str) -> Option<Option<Arc<BizShape>>> {
-        self.bizs.get(biz).map(|e| e.shape.clone())
+        self.biz(biz).map(|e| e.shape.clone())
     }
 
     pub fn biz(&self, name: &str) -> Option<&BizEntry> {
-        self.bizs.get(name)
+        match self.changed.get(name) {
+            Some(entry) => entry.as_ref(),
+            None => self.bizs.get(name),
+        }
     }
 
     /// The grant of the token of `digest`; `None` when no database knows the token, it
     /// is revoked, or it has expired by `now` (unix seconds): all three are refused alike.
-    pub fn grant(&self, digest: &TokenDigest, now: i64) -> Option<&Grant> {
+    pub fn grant<'a>(&'a self, digest: &TokenDigest, now: i64) -> Option<&'a Grant> {
         use subtle::ConstantTimeEq;
         let key = token_key(digest);
-        let first = self.tokens.partition_point(|g| token_key(&g.digest) < key);
-        self.tokens[first..]
-            .iter()
-            .take_while(|g| token_key(&g.digest) == key)
-            .find(|g| bool::from(g.digest.ct_eq(digest)))
+        let find = |grants: &'a [Grant]| {
+            let first = grants.partition_point(|g| token_key(&g.digest) < key);
+            grants[first..]
+                .iter()
+                .take_while(|g| token_key(&g.digest) == key)
+                .find(|g| bool::from(g.digest.ct_eq(digest)))
+        };
+        find(&self.tokens_changed)
+            .or_else(|| find(&self.tokens))
             .filter(|g| g.live_at(now))
     }
 
     /// Every known biz, sorted.
     pub fn biz_names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.bizs.keys().map(String::as_str).collect();
-        names.sort_unstable();
+        let base = self
+            .sorted
+            .get_or_init(|| SortedNames::of(self.bizs.keys().map(String::as_str)));
+        // The overlay's names, each with whether it is known now: few, sorted here.
+        let mut changed: Vec<(&str, bool)> = self
+            .changed
+            .iter()
+            .map(|(b, e)| (b.as_str(), e.is_some()))
+            .collect();
+        changed.sort_unstable();
+        let mut names = Vec::with_capacity(self.count);
+        let mut changed = changed.into_iter().peekable();
+        for name in base.iter() {
+            while let Some(&(c, known)) = changed.peek().filter(|(c, _)| *c <= name) {
+                changed.next();
+                if known {
+                    names.push(c);
+                }
+                if c == name {
+                    break;
+                }
+            }
+            if self.changed.is_empty() || !self.changed.contains_key(name) {
+                names.push(name);
+            }
+        }
+        names.extend(changed.filter(|(_, known)| *known).map(|(c, _)| c));
         names
     }
 
     /// How many bizs are known, without listing them.
     pub fn biz_count(&self) -> usize {
-        self.bizs.len()
+        self.count
     }
 }
 
@@ -977,7 +1155,8 @@ mod tests {
         #[test]
         fn a_catalog_updated_in_place_is_the_one_built_in_full(
             first in proptest::collection::vec((bizs(), tokens()), 2),
-            then in proptest::collection::vec((bizs(), tokens()), 2),
+            rounds in proptest::collection::vec(proptest::collection::vec((bizs(), tokens()), 2), 1..4),
+            limit in 0usize..4,
         ) {
             let names = vec!["a".to_string(), "b".to_string()];
             let mut snapshots: Vec<Option<Snapshot>> = first
@@ -996,38 +1175,49 @@ mod tests {
                     Some(snap)
                 })
                 .collect();
-            let before = Catalog::build(&names, &snapshots);
-            let mut touched = BTreeSet::new();
-            let mut digests = HashSet::new();
-            for (snap, (b, t)) in snapshots.iter_mut().zip(&then) {
-                let changes = snap.as_mut().unwrap().apply(
-                    CatalogRows {
-                        full: false,
-                        bizs: biz_rows(b),
-                        tokens: token_rows(t),
-                        ..CatalogRows::default()
-                    },
-                    Instant::now(),
-                );
-                touched.extend(changes.bizs);
-                digests.extend(changes.digests);
-            }
-            let touched: Vec<String> = touched.into_iter().collect();
-            let updated = before.updated(&names, &snapshots, 0, &touched, &HashMap::new(), &digests);
-            let built = Catalog::build(&names, &snapshots);
-            let key = |e: &BizEntry| {
-                (e.classes.clone(), e.epoch, e.refused.as_ref().map(ToString::to_string))
-            };
-            proptest::prop_assert_eq!(updated.biz_count(), built.biz_count());
-            for biz in (0..8).map(|b| format!("b{b}")) {
-                proptest::prop_assert_eq!(updated.biz(&biz).map(key), built.biz(&biz).map(key), "{}", biz);
-                for token in 0..5 {
-                    let d = case_digest(token);
-                    proptest::prop_assert_eq!(
-                        updated.grant(&d, 1000).map(|g| (g.allows(&biz), g.expires)),
-                        built.grant(&d, 1000).map(|g| (g.allows(&biz), g.expires)),
-                        "t{} {}", token, biz
+            // Updated round after round, the overlay folded into a new base whenever
+            // it outgrows `limit` (0: at every update that changed anything).
+            let mut updated = Catalog::build(&names, &snapshots);
+            for then in &rounds {
+                let mut touched = BTreeSet::new();
+                let mut digests = HashSet::new();
+                for (snap, (b, t)) in snapshots.iter_mut().zip(then) {
+                    let changes = snap.as_mut().unwrap().apply(
+                        CatalogRows {
+                            full: false,
+                            bizs: biz_rows(b),
+                            tokens: token_rows(t),
+                            ..CatalogRows::default()
+                        },
+                        Instant::now(),
                     );
+                    touched.extend(changes.bizs);
+                    digests.extend(changes.digests);
+                }
+                let touched: Vec<String> = touched.into_iter().collect();
+                updated = updated.updated_within(
+                    (&names, &snapshots, 0),
+                    &touched,
+                    &HashMap::new(),
+                    &digests,
+                    limit,
+                );
+                let built = Catalog::build(&names, &snapshots);
+                let key = |e: &BizEntry| {
+                    (e.classes.clone(), e.epoch, e.refused.as_ref().map(ToString::to_string))
+                };
+                proptest::prop_assert_eq!(updated.biz_count(), built.biz_count());
+                proptest::prop_assert_eq!(updated.biz_names(), built.biz_names());
+                for biz in (0..8).map(|b| format!("b{b}")) {
+                    proptest::prop_assert_eq!(updated.biz(&biz).map(key), built.biz(&biz).map(key), "{}", biz);
+                    for token in 0..5 {
+                        let d = case_digest(token);
+                        proptest::prop_assert_eq!(
+                            updated.grant(&d, 1000).map(|g| (g.allows(&biz), g.expires)),
+                            built.grant(&d, 1000).map(|g| (g.allows(&biz), g.expires)),
+                            "t{} {}", token, biz
+                        );
+                    }
                 }
             }
         }

@@ -64,9 +64,12 @@ impl PgStore {
         pg.options(options.trim())
             .application_name("segmint")
             .connect_timeout(timeout);
-        let manager = Manager::from_config(
+        let manager = Manager::from_connect(
             pg,
-            target.connector.clone(),
+            OnRuntime {
+                tls: target.connector.clone(),
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -88,6 +91,60 @@ impl PgStore {
             .await
             .map_err(|e| DbError::connect(with_causes(&e), e))
     }
+}
+
+/// Connects as deadpool does by default, but drives each connection on the runtime
+/// that built the pool. A connection made for a request on an HTTP worker (each has a
+/// runtime of its own) would otherwise be driven there, and closed when that worker
+/// stops: under the give-backs a stopping server makes.
+struct OnRuntime<T> {
+    tls: T,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl<T> deadpool_postgres::Connect for OnRuntime<T>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (tls, pg_config) = (self.tls.clone(), pg_config.clone());
+        Box::pin(async move {
+            let (client, connection) = pg_config.connect(tls).await?;
+            let drive = async move {
+                if let Err(e) = connection.await {
+                    tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
+                }
+            };
+            let task = match &self.runtime {
+                Some(runtime) => runtime.spawn(drive),
+                None => tokio::spawn(drive),
+            };
+            Ok((client, task))
+        })
+    }
+}
+
+/// A transaction that reads one snapshot of every table; read-only, so it never waits
+/// on a writer.
+async fn read_snapshot(
+    client: &mut deadpool_postgres::Object,
+) -> Result<deadpool_postgres::Transaction<'_>, DbError> {
+    client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .await
+        .map_err(db_error)
 }
 
 fn db_error(e: tokio_postgres::Error) -> DbError {
@@ -522,14 +579,7 @@ impl SegmentStore for PgStore {
 
     async fn catalog(&self, since: Option<&FeedPosition>) -> Result<CatalogRows, DbError> {
         let mut client = self.client().await?;
-        // One snapshot for every table; read-only, so it never waits on a writer.
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(db_error)?;
+        let tx = read_snapshot(&mut client).await?;
         let now = tx
             .query_one(
                 "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint,
@@ -627,13 +677,7 @@ impl SegmentStore for PgStore {
         databases: &[String],
     ) -> Result<CatalogRows, DbError> {
         let mut client = self.client().await?;
-        let tx = client
-            .build_transaction()
-            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-            .read_only(true)
-            .start()
-            .await
-            .map_err(db_error)?;
+        let tx = read_snapshot(&mut client).await?;
         // Sent together (one round trip for all five), each by its table's index.
         let (bizs, shapes, tokens, witnesses, layouts) = futures_util::future::try_join5(
             tx.query(
