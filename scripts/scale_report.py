@@ -345,6 +345,53 @@ def cold(args):
     print(f"{len(errors)} of {len(picks)} failed")
 
 
+def changes(args):
+    """`count` bizs added at rest, one after another: each a row on both databases (the
+    first `--pg-port` even, the second odd) and a token, written by SQL as an operator
+    or an import would; the time from the commit until the server serves the biz, and
+    the server's CPU over the `window` seconds from the commit (its refreshes read the
+    change through the feed and take it in)."""
+    host, port = host_port(args.base)
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    served, cpu = [], []
+    for k in range(args.count):
+        biz, token = f"change-{k}", f"changetok-{k}"
+        for pg_port, remainder in zip(args.pg_port, (0, 1)):
+            subprocess.run(
+                [args.psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p",
+                 str(pg_port), "-U", "postgres", "-d", "segmint", "-c",
+                 "INSERT INTO tiny_id_info (biz_type, begin_id, max_id, step, delta, remainder) "
+                 f"VALUES ('{biz}', 0, 0, 1000, 2, {remainder}); "
+                 "INSERT INTO tiny_id_token (token, biz_type, remark) VALUES "
+                 f"(encode(sha256(convert_to('{token}', 'UTF8')), 'hex'), '{biz}', 'scale')"],
+                capture_output=True, text=True, check=True)
+        cpu0, t0 = proc_cpu(args.pid), time.monotonic()
+        while True:
+            try:
+                status, _, _ = get(conn, f"/v1/ids/{biz}?count=1",
+                                   {"Authorization": f"Bearer {token}"})
+            except (OSError, http.client.HTTPException) as e:
+                # The server closes a connection idle past its keep-alive.
+                conn.close()
+                conn = http.client.HTTPConnection(host, port, timeout=30)
+                status = repr(e)
+            if status == 200:
+                break
+            if time.monotonic() - t0 > 60:
+                die(f"{biz} not served 60 s after it was added (last status {status})")
+            time.sleep(0.02)
+        served.append(time.monotonic() - t0)
+        time.sleep(max(0.0, args.window - (time.monotonic() - t0)))
+        cpu.append(proc_cpu(args.pid) - cpu0)
+    conn.close()
+    write(args.out, {"changes": {
+        "count": args.count, "window_s": args.window,
+        "served_s_max": round(max(served), 3), "served_s_median": round(percentile(served, 50), 3),
+        "cpu_s_median": round(percentile(cpu, 50), 3), "cpu_s_max": round(max(cpu), 3)}})
+    print(f"served within {max(served):.3f} s; server CPU {percentile(cpu, 50):.2f} s per change "
+          f"(median over {args.count}, {args.window:.0f} s each)")
+
+
 def routes(args):
     """Bytes and time of one GET of each path, each on a new connection (the time
     includes connecting, as an operator's browser or scraper would)."""
@@ -486,6 +533,12 @@ def figures(run):
         v = dig(run, "cold", k)
         add(key, label, v, None if v is None else f"{v:,.2f} ms")
     add("rss_cold", "RSS after the cold bizs", rss_cold, mib(rss_cold))
+    v = dig(run, "changes", "served_s_max")
+    add("change_served_s", "a biz added at rest: served after (max)", v, secs(v))
+    v = dig(run, "changes", "cpu_s_median")
+    w = dig(run, "changes", "window_s")
+    add("change_cpu_s", "a biz added at rest: server CPU in the next "
+        f"{w or 0:.0f} s (median)", v, secs(v, 2))
     for path, key, label in (("/status", "status", "/status"),
                              (bizs_path, "bizs", bizs_path or "/v1/bizs?limit=100"),
                              ("/metrics", "metrics", "/metrics")):
@@ -705,6 +758,12 @@ def render(args, info, runs, table_md):
       "after another on one keep-alive connection, timed from sending to the whole answer "
       "(each reserves a first segment on a database and writes its witness before it "
       "answers); p50 and p99 (nearest rank), then the RSS again.")
+    w("- **Bizs added at rest.** Five times, one after the other: a biz `change-<k>` is "
+      "inserted by SQL on both databases, in their classes, with a token; from the commit, "
+      "`GET /v1/ids/change-<k>?count=1` with that token is sent every 20 ms until it "
+      "answers an ID (the slowest of the five is shown), and the server's CPU is read over "
+      "the 10 s from the commit: its refreshes read the change through the feed and take it "
+      "in (the median of the five is shown).")
     w("- **Operator routes.** One `GET` each of `/status`, `/v1/bizs?limit=100` (a server "
       "without paging ignores `limit` and lists every biz) and `/metrics`, each on a new "
       "connection, after the cold bizs: bytes of the body and time to the whole answer.")
@@ -778,6 +837,15 @@ def main():
     s.add_argument("--biz-prefix", required=True)
     s.add_argument("--token-prefix", required=True)
     s.set_defaults(func=cold)
+    s = sub.add_parser("changes")
+    s.add_argument("--out", required=True)
+    s.add_argument("--pid", type=int, required=True)
+    s.add_argument("--base", required=True)
+    s.add_argument("--count", type=int, default=5)
+    s.add_argument("--window", type=float, default=10)
+    s.add_argument("--psql", required=True)
+    s.add_argument("--pg-port", type=int, action="append", required=True)
+    s.set_defaults(func=changes)
     s = sub.add_parser("routes")
     s.add_argument("--out", required=True)
     s.add_argument("--base", required=True)
