@@ -64,12 +64,9 @@ impl PgStore {
         pg.options(options.trim())
             .application_name("segmint")
             .connect_timeout(timeout);
-        let manager = Manager::from_connect(
+        let manager = Manager::from_config(
             pg,
-            OnRuntime {
-                tls: target.connector.clone(),
-                runtime: tokio::runtime::Handle::try_current().ok(),
-            },
+            target.connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -90,69 +87,6 @@ impl PgStore {
             .get()
             .await
             .map_err(|e| DbError::connect(with_causes(&e), e))
-    }
-}
-
-/// Connects as deadpool does by default, but on the runtime that built the pool, where
-/// the connection is then driven. A connection made for a request on an HTTP worker
-/// (each has a runtime of its own) would otherwise belong to that worker's runtime (its
-/// socket to the worker's I/O driver) and fail when that worker stops: under the
-/// give-backs and the worker-ID release of a stopping server.
-struct OnRuntime<T> {
-    tls: T,
-    runtime: Option<tokio::runtime::Handle>,
-}
-
-impl<T> OnRuntime<T>
-where
-    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
-    T::Stream: Sync + Send,
-    T::TlsConnect: Sync + Send,
-    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
-{
-    /// Connects and spawns the connection's driver, both on the current runtime.
-    async fn here(
-        tls: T,
-        pg_config: tokio_postgres::Config,
-    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
-        let (client, connection) = pg_config.connect(tls).await?;
-        let task = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
-            }
-        });
-        Ok((client, task))
-    }
-}
-
-impl<T> deadpool_postgres::Connect for OnRuntime<T>
-where
-    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
-    T::Stream: Sync + Send,
-    T::TlsConnect: Sync + Send,
-    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
-{
-    fn connect(
-        &self,
-        pg_config: &tokio_postgres::Config,
-    ) -> futures_util::future::BoxFuture<
-        '_,
-        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
-    > {
-        let (tls, pg_config) = (self.tls.clone(), pg_config.clone());
-        Box::pin(async move {
-            match &self.runtime {
-                Some(runtime) => {
-                    let (tls_again, config_again) = (tls.clone(), pg_config.clone());
-                    match runtime.spawn(Self::here(tls, pg_config)).await {
-                        Ok(connected) => connected,
-                        // The pool's runtime is shutting down: connect here instead.
-                        Err(_) => Self::here(tls_again, config_again).await,
-                    }
-                }
-                None => Self::here(tls, pg_config).await,
-            }
-        })
     }
 }
 
