@@ -92,8 +92,13 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
     }
 }
 
-/// A database's row of a biz: the database's index and the biz.
-type Key = (usize, String);
+/// A database's row of a biz: the database's index, and the index of the biz among
+/// that database's marks. Marks are never removed, so a key stays valid, and holding
+/// one allocates nothing.
+pub type MarkKey = (usize, usize);
+
+/// The marks of one database's rows, by biz, in the order first learnt.
+type Marks = indexmap::IndexMap<String, Mark, foldhash::fast::RandomState>;
 
 /// A map keyed by biz name, with a fast hasher seeded per process: it holds a mark of
 /// every row of every biz (two million at a million bizs on two databases), and its
@@ -103,19 +108,20 @@ pub type ByBiz<V> = HashMap<String, V, foldhash::fast::RandomState>;
 /// The marks of every row of every database, by database index and biz, with what a
 /// catalog read in flight must be checked against and what each database's witnesses
 /// may lack. Every operation costs what it touches, never the number of marks, except
-/// the first [`Evidence::take_lacking`] of a database (and the first after
-/// [`Evidence::unsettle`]); a lookup allocates nothing.
+/// the first look for what a database's witnesses lack (and the first after
+/// [`Evidence::unsettle`]), which a caller may take in chunks ([`Evidence::lacking`]);
+/// a lookup allocates nothing.
 #[derive(Debug, Clone, Default)]
 pub struct Evidence {
     /// By database index, then biz.
-    marks: Vec<ByBiz<Mark>>,
+    marks: Vec<Marks>,
     /// While a catalog read is in flight ([`Evidence::begin_read`]): the marks, as they
     /// were when it started, of the keys learnt since (`None`: unknown then).
-    journal: Option<HashMap<Key, Option<Mark>>>,
+    journal: Option<HashMap<MarkKey, Option<Mark>>>,
     /// The databases whose witnesses were last brought up to date (by
-    /// [`Evidence::take_lacking`]), each with the keys learnt since: only those can be
+    /// [`Evidence::lacking`]), each with the keys learnt since: only those can be
     /// lacking there. A database not in it may lack any mark.
-    settled: HashMap<usize, HashSet<Key>>,
+    settled: HashMap<usize, HashSet<MarkKey>>,
 }
 
 impl Evidence {
@@ -126,9 +132,9 @@ impl Evidence {
         marks.reserve(n.saturating_sub(marks.len()));
     }
 
-    fn marks_of(&mut self, db: usize) -> &mut ByBiz<Mark> {
+    fn marks_of(&mut self, db: usize) -> &mut Marks {
         if self.marks.len() <= db {
-            self.marks.resize_with(db + 1, ByBiz::default);
+            self.marks.resize_with(db + 1, Marks::default);
         }
         &mut self.marks[db]
     }
@@ -136,24 +142,27 @@ impl Evidence {
     /// Adds what is known elsewhere of the row of `biz` on database `db`. Returns
     /// whether the mark moved.
     pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) -> bool {
-        let old = self.mark(db, biz);
+        let marks = self.marks_of(db);
+        let (index, old) = match marks.get_full(biz) {
+            Some((index, _, old)) => (index, Some(*old)),
+            None => (marks.len(), None),
+        };
         let new = old.map_or(mark, |m| m.join(mark));
         if old == Some(new) {
             return false;
         }
+        match marks.get_index_mut(index) {
+            Some((_, m)) => *m = new,
+            None => {
+                marks.insert(biz.to_owned(), new);
+            }
+        }
         if let Some(journal) = &mut self.journal {
-            journal.entry((db, biz.to_owned())).or_insert(old);
+            journal.entry((db, index)).or_insert(old);
         }
         for (other, pending) in &mut self.settled {
             if *other != db {
-                pending.insert((db, biz.to_owned()));
-            }
-        }
-        let marks = self.marks_of(db);
-        match marks.get_mut(biz) {
-            Some(m) => *m = new,
-            None => {
-                marks.insert(biz.to_owned(), new);
+                pending.insert((db, index));
             }
         }
         true
@@ -195,7 +204,7 @@ impl Evidence {
             .journal
             .as_ref()
             .filter(|j| !j.is_empty())
-            .and_then(|j| j.get(&(db, row.biz_type.clone())));
+            .and_then(|j| j.get(&(db, self.marks.get(db)?.get_index_of(&row.biz_type)?)));
         match then {
             Some(then) => behind(*then, row),
             None => self.check(db, row),
@@ -209,6 +218,10 @@ impl Evidence {
     /// since the last call for `db` are looked at, or every mark on the first call (and
     /// after [`Evidence::unsettle`]); `db` then counts as up to date but for the marks
     /// left: call `unsettle` if the witnesses returned could not be written.
+    ///
+    /// In one go: [`Evidence::lacking`], [`Evidence::lacking_among`] and
+    /// [`Evidence::first_lacking`], which a caller holding the evidence under a lock
+    /// runs in chunks.
     pub fn take_lacking(
         &mut self,
         db: usize,
@@ -216,55 +229,90 @@ impl Evidence {
         held: impl Fn(&str, &str) -> Option<Mark>,
         limit: usize,
     ) -> Vec<Witness> {
-        let lacks = |other: usize, biz: &str, mark: Mark| {
-            other != db && held(&names[other], biz).is_none_or(|h| h.join(mark) != h)
-        };
-        let mut lacking: Vec<(usize, &str, Mark)> = match self.settled.insert(db, HashSet::new()) {
-            Some(pending) => pending
-                .into_iter()
-                .filter_map(|(other, biz)| {
-                    let (biz, mark) = self.marks.get(other)?.get_key_value(&biz)?;
-                    Some((other, biz.as_str(), *mark))
-                })
-                .filter(|&(other, biz, mark)| lacks(other, biz, mark))
-                .collect(),
+        let keys = self.lacking(db);
+        let lacking = self.lacking_among(db, names, &keys, held);
+        let (taken, left) = Evidence::first_lacking(lacking, limit);
+        self.leave(db, left);
+        taken
+    }
+
+    /// The marks that database `db`'s witnesses may lack: those learnt since the last
+    /// look, or every mark of the other databases on the first look (and after
+    /// [`Evidence::unsettle`]). From here on `db` counts as up to date, but for the
+    /// marks learnt later and those [`Evidence::leave`] puts back. Costs one key per
+    /// mark on a first look, no lookup and no allocation of a name.
+    pub fn lacking(&mut self, db: usize) -> Vec<MarkKey> {
+        match self.settled.insert(db, HashSet::new()) {
+            Some(pending) => pending.into_iter().collect(),
             None => self
                 .marks
                 .iter()
                 .enumerate()
-                .flat_map(|(other, marks)| marks.iter().map(move |(b, m)| (other, b, *m)))
-                .filter(|&(other, biz, mark)| lacks(other, biz, mark))
-                .map(|(other, biz, mark)| (other, biz.as_str(), mark))
+                .filter(|&(other, _)| other != db)
+                .flat_map(|(other, marks)| (0..marks.len()).map(move |i| (other, i)))
                 .collect(),
+        }
+    }
+
+    /// Of the marks `keys` (from [`Evidence::lacking`]), those that database `db`'s
+    /// witnesses lack or hold older, as [`Evidence::take_lacking`] has `held` and
+    /// `names`, each with its key.
+    pub fn lacking_among(
+        &self,
+        db: usize,
+        names: &[String],
+        keys: &[MarkKey],
+        held: impl Fn(&str, &str) -> Option<Mark>,
+    ) -> Vec<(MarkKey, Witness)> {
+        keys.iter()
+            .filter(|&&(other, _)| other != db)
+            .filter_map(|&(other, i)| {
+                let (biz, &mark) = self.marks.get(other)?.get_index(i)?;
+                held(&names[other], biz)
+                    .is_none_or(|h| h.join(mark) != h)
+                    .then(|| {
+                        let witness = Witness {
+                            database: names[other].clone(),
+                            biz: biz.clone(),
+                            mark,
+                        };
+                        ((other, i), witness)
+                    })
+            })
+            .collect()
+    }
+
+    /// The first `limit` of `lacking` by database and biz, in that order, and the keys
+    /// of the others (to [`Evidence::leave`] for the next look). Selects without
+    /// sorting the rest: a backlog of a million marks costs one pass, not a sort.
+    pub fn first_lacking(
+        mut lacking: Vec<(MarkKey, Witness)>,
+        limit: usize,
+    ) -> (Vec<Witness>, Vec<MarkKey>) {
+        let order = |a: &(MarkKey, Witness), b: &(MarkKey, Witness)| {
+            (&a.1.database, &a.1.biz).cmp(&(&b.1.database, &b.1.biz))
         };
-        let order = |a: &(usize, &str, Mark), b: &(usize, &str, Mark)| {
-            (&names[a.0], a.1).cmp(&(&names[b.0], b.1))
-        };
-        // The first `limit` in order, without sorting the rest: a backlog of a million
-        // marks costs one pass a call, not a sort.
-        let left: Vec<Key> = if lacking.len() > limit {
+        let left = if lacking.len() > limit {
             lacking.select_nth_unstable_by(limit, order);
             lacking
                 .split_off(limit)
                 .into_iter()
-                .map(|(other, biz, _)| (other, biz.to_owned()))
+                .map(|(k, _)| k)
                 .collect()
         } else {
             Vec::new()
         };
         lacking.sort_unstable_by(order);
-        let taken = lacking
-            .into_iter()
-            .map(|(other, biz, mark)| Witness {
-                database: names[other].clone(),
-                biz: biz.to_owned(),
-                mark,
-            })
-            .collect();
-        if !left.is_empty() {
-            self.settled.entry(db).or_default().extend(left);
+        (lacking.into_iter().map(|(_, w)| w).collect(), left)
+    }
+
+    /// Puts `keys` back among the marks database `db`'s witnesses may lack, for its
+    /// next look.
+    pub fn leave(&mut self, db: usize, keys: impl IntoIterator<Item = MarkKey>) {
+        let mut keys = keys.into_iter().peekable();
+        if keys.peek().is_some() {
+            self.settled.entry(db).or_default().extend(keys);
         }
-        taken
     }
 
     /// Forgets what database `db`'s witnesses hold: the next
@@ -411,6 +459,51 @@ mod tests {
             [held("c", 8, 80)]
         );
         assert!(ev.take_lacking(1, &names, holding(vec![]), 1).is_empty());
+    }
+
+    /// A look taken in chunks, with the evidence let go between them, finds what one
+    /// look finds; a mark learnt meanwhile is looked at the next time.
+    #[test]
+    fn a_look_in_chunks_finds_what_one_look_finds_and_the_marks_learnt_meanwhile_next() {
+        let names = ["a".to_string(), "b".to_string()];
+        let mark = |n: i64| Mark {
+            version: n,
+            max_id: n * 10,
+            high_id: n * 10,
+        };
+        let mut ev = Evidence::default();
+        for n in 0..50 {
+            ev.learn(0, &format!("biz{n:02}"), mark(n));
+        }
+        let mut whole = ev.clone();
+        let held = |_: &str, biz: &str| (biz < "biz10").then(|| mark(0).join(mark(99)));
+        let expected = whole.take_lacking(1, &names, held, 1_000);
+        assert_eq!(expected.len(), 40);
+        let keys = ev.lacking(1);
+        let mut found = Vec::new();
+        for (i, chunk) in keys.chunks(7).enumerate() {
+            found.extend(ev.lacking_among(1, &names, chunk, held));
+            // Learnt between two chunks: a new biz, and a biz already looked at.
+            if i == 2 {
+                ev.learn(0, "new", mark(1));
+                ev.learn(0, "biz11", mark(12));
+            }
+        }
+        let (taken, left) = Evidence::first_lacking(found, 30);
+        ev.leave(1, left);
+        let later = ev.take_lacking(1, &names, held, 1_000);
+        assert_eq!(taken[..], expected[..30]);
+        // What was left, then what was learnt meanwhile.
+        let mut rest: Vec<_> = later.iter().map(|w| (w.biz.as_str(), w.mark)).collect();
+        rest.sort_by_key(|(biz, _)| *biz);
+        let mut wanted: Vec<_> = expected[30..]
+            .iter()
+            .map(|w| (w.biz.as_str(), w.mark))
+            .chain([("biz11", mark(12)), ("new", mark(1))])
+            .collect();
+        wanted.sort_by_key(|(biz, _)| *biz);
+        assert_eq!(rest, wanted);
+        assert!(ev.take_lacking(1, &names, held, 1_000).is_empty());
     }
 
     #[test]

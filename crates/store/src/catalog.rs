@@ -79,7 +79,8 @@ fn lost_any(before: &BTreeMap<String, Mark>, after: &BTreeMap<String, Mark>) -> 
 pub(crate) struct Changes {
     /// Every row was read: anything may have changed.
     pub full: bool,
-    /// The bizs whose row or shape row here was written.
+    /// The bizs whose row or shape row here was written; none is listed after a full
+    /// read, where any may have been.
     pub bizs: BTreeSet<String>,
     /// Whether a shape row was written.
     pub shapes: bool,
@@ -93,6 +94,18 @@ pub(crate) struct Changes {
     /// hand, or the database went back): the marks it lacks must all be looked for
     /// again, not only those learnt since.
     pub witnesses_lost: bool,
+}
+
+impl Changes {
+    /// Adds what `other` changed; says whether it found a witness lost.
+    pub(crate) fn merge(&mut self, other: Changes) -> bool {
+        self.full |= other.full;
+        self.grants |= other.grants;
+        self.shapes |= other.shapes;
+        self.digests.extend(other.digests);
+        self.bizs.extend(other.bizs);
+        other.witnesses_lost
+    }
 }
 
 impl Snapshot {
@@ -153,11 +166,8 @@ impl Snapshot {
         };
         if rows.full {
             // Built in one pass from the rows sorted (a map filled row by row leaves
-            // its nodes half full: twice the memory at a million rows).
-            changes.bizs = rows.bizs.iter().map(|r| r.biz_type.clone()).collect();
-            changes
-                .bizs
-                .extend(rows.shapes.iter().map(|r| r.biz_type.clone()));
+            // its nodes half full: twice the memory at a million rows). Every biz may
+            // have changed: none is listed.
             changes.shapes = !rows.shapes.is_empty();
             changes.grants = true;
             self.bizs = rows

@@ -72,6 +72,11 @@ macro_rules! migrations {
                 "change_feed",
                 include_str!(concat!("../../../sql/", $dialect, "/0009_change_feed.sql")),
             ),
+            (
+                10,
+                "token_lookup",
+                include_str!(concat!("../../../sql/", $dialect, "/0010_token_lookup.sql")),
+            ),
         ]
     };
 }

@@ -184,7 +184,8 @@ impl Store {
         let refusals = {
             let evidence = self.view.evidence.lock();
             let mut seen = vec![ByBiz::default(); count];
-            self.check_classes(
+            super::refresh::check_classes(
+                &self.dbs.names,
                 &evidence,
                 &snapshots,
                 &[biz.to_owned()],

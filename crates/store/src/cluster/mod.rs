@@ -117,7 +117,7 @@ pub struct Store {
     /// The databases, their names, timings and health.
     dbs: health::Databases,
     /// The catalog, the rows last read and the evidence checked against them.
-    view: refresh::CatalogView,
+    view: Arc<refresh::CatalogView>,
     /// The layouts read and each database's class.
     layout: layout::Layouts,
     /// Token uses noted and not yet written.
@@ -207,7 +207,7 @@ impl Store {
         metrics: Arc<Metrics>,
     ) -> Store {
         let configured: Vec<Residue> = dbs.iter().map(|d| d.2).collect();
-        let view = refresh::CatalogView::new(dbs.len());
+        let view = Arc::new(refresh::CatalogView::new(dbs.len()));
         let list = dbs
             .into_iter()
             .map(|(name, location, _, store)| Database {

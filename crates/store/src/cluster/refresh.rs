@@ -25,26 +25,33 @@ const WITNESSES_PER_WRITE: usize = 5_000;
 
 /// The most bizs checked under one hold of `view.evidence` (a reservation takes it
 /// too): a full read's checks of a million bizs take seconds, one chunk milliseconds.
-const CHECKS_PER_HOLD: usize = 10_000;
+const CHECKS_PER_HOLD: usize = 1_000;
 
 /// The catalog as this process sees it, and what the refreshes and evidence checks
 /// keep of the rows read.
 ///
 /// # Lock order
 /// `refreshed` (async, one refresh at a time) is taken before any other lock of the
-/// store and held across the refresh's database calls, a heal's included. The plain
-/// (`parking_lot`) mutexes are held for a few map or field operations, never across an
-/// await: `evidence` may hold a database's `health` (and so `Layouts.view` after it),
-/// or `snapshots`; `snapshots` may hold `classes_seen`, and `refused`;
-/// `classes_seen`, `refused` and `early`'s maps nest nothing. `catalog` is lock-free.
+/// store and held across the refresh's database calls, a heal's included, and across
+/// the work it hands to a blocking thread. The plain (`parking_lot`) mutexes are held
+/// for a few map or field operations, never across an await, or for a whole step on
+/// the blocking thread (`snapshots` and `unbuilt`, which only a refresh takes):
+/// `evidence` may hold a database's `health` (and so `Layouts.view` after it), or
+/// `snapshots`; `snapshots` may hold `classes_seen`, `refused` and `unbuilt`;
+/// `classes_seen`, `refused`, `unbuilt` and `early`'s maps nest nothing. `catalog` is
+/// lock-free.
 pub(super) struct CatalogView {
     /// Read on every request, replaced on refresh.
     pub(super) catalog: ArcSwap<Catalog>,
     /// Last rows read from each database; kept while a database is down so that its
     /// rows still take part in the residue checks.
     pub(super) snapshots: Mutex<Vec<Option<Snapshot>>>,
-    /// Single flight for refreshes; holds when the last one started.
-    pub(super) refreshed: tokio::sync::Mutex<Option<Instant>>,
+    /// Single flight for refreshes; holds when the last one started. Owned by the
+    /// refresh's turn ([`Turn`]), which goes with its work to a blocking thread.
+    pub(super) refreshed: Arc<tokio::sync::Mutex<Option<Instant>>>,
+    /// What the reads applied to `snapshots` changed and no catalog was built from
+    /// yet: a refresh given up between the two leaves it to the next one.
+    unbuilt: Mutex<Changes>,
     /// How far every row has advanced, as seen here and witnessed elsewhere. Plain
     /// mutex: held for map updates only, never across an await.
     pub(super) evidence: Mutex<Evidence>,
@@ -52,7 +59,7 @@ pub(super) struct CatalogView {
     /// whose class changes is used only once its `max_id` is above every ID issued
     /// before (see `refresh`). Plain mutex, as `evidence`.
     pub(super) classes_seen: Mutex<Vec<ByBiz<SeenRow>>>,
-    /// Why a biz is refused by [`Store::check_classes`], kept between refreshes: only
+    /// Why a biz is refused by [`check_classes`], kept between refreshes: only
     /// the bizs a refresh touched are checked again.
     pub(super) refused: Mutex<HashMap<String, StoreError>>,
     /// Before the first catalog is read: what was read of single bizs, for the
@@ -66,12 +73,181 @@ impl CatalogView {
         CatalogView {
             catalog: ArcSwap::from_pointee(Catalog::default()),
             snapshots: Mutex::new(vec![None; databases]),
-            refreshed: tokio::sync::Mutex::new(None),
+            refreshed: Arc::new(tokio::sync::Mutex::new(None)),
+            unbuilt: Mutex::new(Changes::default()),
             evidence: Mutex::new(Evidence::default()),
             classes_seen: Mutex::new(vec![ByBiz::default(); databases]),
             refused: Mutex::new(HashMap::new()),
             early: super::early::Early::default(),
         }
+    }
+
+    /// Takes in the rows `read` at `now` (by database), noting what they changed for
+    /// the next [`CatalogView::build`]; says of each database whether a witness it held
+    /// went missing or back. Seconds after a full read of a million bizs: run on a
+    /// blocking thread.
+    fn apply(&self, read: Vec<(usize, CatalogRows)>, now: Instant) -> Vec<(usize, bool)> {
+        let mut snapshots = self.snapshots.lock();
+        let mut unbuilt = self.unbuilt.lock();
+        read.into_iter()
+            .map(|(i, rows)| {
+                let changes = snapshots[i]
+                    .get_or_insert_with(Snapshot::default)
+                    .apply(rows, now);
+                (i, unbuilt.merge(changes))
+            })
+            .collect()
+    }
+
+    /// The marks that the witnesses of each database just `read` lack (with whether a
+    /// witness it held went missing or back, so that every mark must be looked for
+    /// again): at most [`WITNESSES_PER_REFRESH`] a database, the others left for the
+    /// next refresh. Looked at a chunk at a time under `evidence` (a reservation takes
+    /// it too): a first look at a million bizs takes seconds. Run on a blocking thread.
+    fn lacking_witnesses(
+        &self,
+        names: &[String],
+        read: &[(usize, bool)],
+    ) -> Vec<(usize, Vec<Witness>)> {
+        let mut all = Vec::new();
+        for &(k, lost) in read {
+            // Only a refresh changes the snapshots, and this one holds its turn.
+            if self.snapshots.lock()[k].is_none() {
+                continue;
+            }
+            let keys = {
+                let mut evidence = self.evidence.lock();
+                if lost {
+                    evidence.unsettle(k);
+                }
+                evidence.lacking(k)
+            };
+            let mut lacking = Vec::new();
+            for chunk in keys.chunks(CHECKS_PER_HOLD) {
+                let evidence = self.evidence.lock();
+                let snapshots = self.snapshots.lock();
+                let Some(snap) = snapshots[k].as_ref() else {
+                    continue;
+                };
+                let held = |db: &str, biz: &str| {
+                    snap.witnesses
+                        .get(db)
+                        .and_then(|marks| marks.get(biz))
+                        .copied()
+                };
+                lacking.extend(evidence.lacking_among(k, names, chunk, held));
+            }
+            let (taken, left) = Evidence::first_lacking(lacking, WITNESSES_PER_REFRESH);
+            self.evidence.lock().leave(k, left);
+            if !taken.is_empty() {
+                all.push((k, taken));
+            }
+        }
+        all
+    }
+
+    /// The catalog after the changes applied since the last one was built (`unbuilt`),
+    /// under a layout in force of epoch `floor` whose classes are `layouts`
+    /// ([`Store::layout_classes`]): the rows of the bizs touched are checked again
+    /// ([`check_classes`]), and the catalog is built again only if what it holds
+    /// changed (else the current one is kept, generation and all). Seconds after a
+    /// full read of a million bizs: run on a blocking thread.
+    fn build(
+        &self,
+        names: &[String],
+        floor: i64,
+        layouts: &[(i64, String, Residue)],
+    ) -> Arc<Catalog> {
+        let changes = std::mem::take(&mut *self.unbuilt.lock());
+        let touched: Vec<String> = {
+            let snapshots = self.snapshots.lock();
+            match changes.full {
+                true => Snapshot::all_bizs(&snapshots)
+                    .into_iter()
+                    .map(str::to_owned)
+                    .collect(),
+                false => changes.bizs.iter().cloned().collect(),
+            }
+        };
+        // Checked against the marks where they are (`evidence` before `snapshots`, as
+        // the lock order has it), a chunk at a time: a reservation never waits on the
+        // marks for longer than one chunk. Marks only grow, so a mark learnt between
+        // two chunks is as good as one known before the first.
+        let mut refusals = Vec::new();
+        for chunk in touched.chunks(CHECKS_PER_HOLD) {
+            let evidence = self.evidence.lock();
+            let snapshots = self.snapshots.lock();
+            let mut seen = self.classes_seen.lock();
+            refusals.extend(check_classes(
+                names,
+                &evidence,
+                &snapshots,
+                chunk,
+                (floor, layouts),
+                &mut seen,
+            ));
+        }
+        let snapshots = self.snapshots.lock();
+        let mut refused = self.refused.lock();
+        for biz in &touched {
+            refused.remove(biz);
+        }
+        refused.extend(refusals);
+        let current = self.catalog.load_full();
+        let rebuild = changes.full
+            || changes.grants
+            || changes.shapes
+            || !current.is_read()
+            || current.differs(names, &snapshots, floor, &touched, &refused);
+        if !rebuild {
+            return current;
+        }
+        // Built again in full after a full read or a layout change; else the entries
+        // and grants that may differ are updated in a copy of the current one.
+        let catalog = if changes.full || !current.is_read() {
+            let mut catalog = Catalog::build_at(names, &snapshots, floor);
+            for (biz, why) in refused.iter() {
+                catalog.refuse(biz, why.clone());
+            }
+            catalog
+        } else {
+            current.updated(
+                names,
+                &snapshots,
+                floor,
+                &touched,
+                &refused,
+                &changes.digests,
+            )
+        };
+        let catalog = Arc::new(catalog);
+        self.catalog.store(catalog.clone());
+        catalog
+    }
+}
+
+/// A refresh's turn: held from its start to its end (see [`CatalogView::refreshed`]).
+type Turn = tokio::sync::OwnedMutexGuard<Option<Instant>>;
+
+/// Runs `work` on a blocking thread, its `turn` with it. A full read of a million bizs
+/// is seconds of CPU (learning, checking and building); on a runtime's thread it would
+/// starve the connections that thread drives, which requests use too. A refresh given
+/// up meanwhile (its caller went away) leaves `work` to finish and keep the turn until
+/// it is over, so no other refresh runs beside it. `None` when the runtime is shutting
+/// down.
+async fn off_thread<T: Send + 'static>(
+    turn: Turn,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Option<(Turn, T)> {
+    match tokio::task::spawn_blocking(move || {
+        let out = work();
+        (turn, out)
+    })
+    .await
+    {
+        Ok(done) => Some(done),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
     }
 }
 
@@ -135,15 +311,23 @@ impl Store {
     }
 
     async fn refresh_with(&self, since: Instant, witnesses: bool) -> Arc<Catalog> {
-        let mut last_start = self.view.refreshed.lock().await;
-        if let Some(last) = *last_start {
+        match self.refresh_in_turn(since, witnesses).await {
+            Some(catalog) => catalog,
+            // The runtime is shutting down.
+            None => self.catalog(),
+        }
+    }
+
+    async fn refresh_in_turn(&self, since: Instant, witnesses: bool) -> Option<Arc<Catalog>> {
+        let mut turn = self.view.refreshed.clone().lock_owned().await;
+        if let Some(last) = *turn {
             if last >= since {
-                return self.catalog();
+                return Some(self.catalog());
             }
             tokio::time::sleep_until((last + self.protocol.min_refresh_gap).into()).await;
         }
         let now = self.clock.now();
-        *last_start = Some(now);
+        *turn = Some(now);
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.is_reachable(i))
@@ -204,7 +388,7 @@ impl Store {
             .zip(reads)
             .filter_map(|(i, r)| Some((i, r.ok()?)))
             .collect();
-        self.check_rows(&read);
+        self.check_rows(&read).await;
         for (i, rows) in &read {
             self.dbs.list[*i].metrics.catalog_read(
                 rows.full,
@@ -215,23 +399,8 @@ impl Store {
         let layout_was = (self.layout_epochs().0, self.layout_classes());
         self.apply_layouts(&layouts);
         self.share_layouts(&layouts).await;
-        let mut changes = Changes::default();
-        let read: Vec<(usize, bool)> = {
-            let mut snapshots = self.view.snapshots.lock();
-            read.into_iter()
-                .map(|(i, rows)| {
-                    let c = snapshots[i]
-                        .get_or_insert_with(Snapshot::default)
-                        .apply(rows, now);
-                    changes.full |= c.full;
-                    changes.grants |= c.grants;
-                    changes.digests.extend(c.digests);
-                    changes.shapes |= c.shapes;
-                    changes.bizs.extend(c.bizs);
-                    (i, c.witnesses_lost)
-                })
-                .collect()
-        };
+        let view = self.view.clone();
+        let (turn, read) = off_thread(turn, move || view.apply(read, now)).await?;
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
         if self.layout_epochs().1.is_some() {
@@ -249,127 +418,70 @@ impl Store {
                         snap.bizs = bizs.into_iter().map(|r| (r.biz_type.clone(), r)).collect();
                     }
                 }
-                changes.full = true;
+                self.view.unbuilt.lock().full = true;
             }
         }
         let floor = self.layout_epochs().0;
-        if (floor, self.layout_classes()) != layout_was {
-            changes.full = true;
+        let classes = self.layout_classes();
+        if (floor, &classes) != (layout_was.0, &layout_was.1) {
+            self.view.unbuilt.lock().full = true;
         }
-        let catalog = self.catalog_after(&changes, floor);
+        let (view, names) = (self.view.clone(), self.dbs.names.clone());
+        let (turn, catalog) = off_thread(turn, move || view.build(&names, floor, &classes)).await?;
         if catalog.is_read() {
             self.view.early.forget();
         }
         self.write_uses();
         if witnesses {
-            self.write_witnesses(&read).await;
+            let (view, names) = (self.view.clone(), self.dbs.names.clone());
+            let (turn, lacking) =
+                off_thread(turn, move || view.lacking_witnesses(&names, &read)).await?;
+            self.write_witnesses(&lacking).await;
+            drop(turn);
         }
-        catalog
-    }
-
-    /// The catalog after a refresh that made `changes`, under a layout in force of
-    /// epoch `floor`: the rows of the bizs touched are checked again
-    /// ([`Store::check_classes`]), and the catalog is built again only if what it holds
-    /// changed (else the current one is kept, generation and all).
-    fn catalog_after(&self, changes: &Changes, floor: i64) -> Arc<Catalog> {
-        let touched: Vec<String> = {
-            let snapshots = self.view.snapshots.lock();
-            match changes.full {
-                true => Snapshot::all_bizs(&snapshots)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-                false => changes.bizs.iter().cloned().collect(),
-            }
-        };
-        // Checked against the marks where they are (`evidence` before `snapshots`, as
-        // the lock order has it), a chunk at a time: a reservation never waits on the
-        // marks for longer than one chunk. Marks only grow, so a mark learnt between
-        // two chunks is as good as one known before the first.
-        let layouts = self.layout_classes();
-        let mut refusals = Vec::new();
-        for chunk in touched.chunks(CHECKS_PER_HOLD) {
-            let evidence = self.view.evidence.lock();
-            let snapshots = self.view.snapshots.lock();
-            let mut seen = self.view.classes_seen.lock();
-            refusals.extend(self.check_classes(
-                &evidence,
-                &snapshots,
-                chunk,
-                (floor, &layouts),
-                &mut seen,
-            ));
-        }
-        let snapshots = self.view.snapshots.lock();
-        let mut refused = self.view.refused.lock();
-        for biz in &touched {
-            refused.remove(biz);
-        }
-        refused.extend(refusals);
-        let current = self.catalog();
-        let rebuild = changes.full
-            || changes.grants
-            || changes.shapes
-            || !current.is_read()
-            || current.differs(&self.dbs.names, &snapshots, floor, &touched, &refused);
-        if !rebuild {
-            return current;
-        }
-        // Built again in full after a full read or a layout change; else the entries
-        // and grants that may differ are updated in a copy of the current one.
-        let catalog = if changes.full || !current.is_read() {
-            let mut catalog = Catalog::build_at(&self.dbs.names, &snapshots, floor);
-            for (biz, why) in refused.iter() {
-                catalog.refuse(biz, why.clone());
-            }
-            catalog
-        } else {
-            current.updated(
-                &self.dbs.names,
-                &snapshots,
-                floor,
-                &touched,
-                &refused,
-                &changes.digests,
-            )
-        };
-        let catalog = Arc::new(catalog);
-        self.view.catalog.store(catalog.clone());
-        catalog
+        Some(catalog)
     }
 
     /// Checks every row just `read` against the evidence known before the reads
     /// began: a database with a row behind it is fenced, a fenced one whose rows all
     /// caught up (a full read) is used again. Then learns the rows and the witnesses
     /// read, and ends the read.
-    fn check_rows(&self, read: &[(usize, CatalogRows)]) {
+    async fn check_rows(&self, read: &[(usize, CatalogRows)]) {
         // Every row is checked before any is learnt. A read's rows are all of one
         // database and each biz once, so learning them cannot change how another of
         // them is judged; learnt after the read ends, they are not journalled. The
         // marks are held a chunk at a time (a reservation takes them too): until the
         // read ends, a mark learnt between two chunks is journalled, and the rows are
-        // still judged by the marks from before the read.
+        // still judged by the marks from before the read. The task yields after each
+        // chunk, so that a full read (a million rows: a second) never holds the
+        // runtime's thread, and the connections it drives, for longer than a chunk.
         let mut ok: Vec<Vec<bool>> = Vec::with_capacity(read.len());
         for (i, rows) in read {
             let mut behind = None;
             let mut fine = Vec::with_capacity(rows.bizs.len());
             for chunk in rows.bizs.chunks(CHECKS_PER_HOLD) {
-                let evidence = self.view.evidence.lock();
-                fine.extend(chunk.iter().map(|row| match evidence.check_read(*i, row) {
-                    Ok(()) => true,
-                    Err(regression) => {
-                        behind = behind.take().or(Some(regression));
-                        false
+                {
+                    let evidence = self.view.evidence.lock();
+                    for row in chunk {
+                        fine.push(match evidence.check_read(*i, row) {
+                            Ok(()) => true,
+                            Err(regression) => {
+                                behind = behind.take().or(Some(regression));
+                                false
+                            }
+                        });
                     }
-                }));
+                }
+                tokio::task::yield_now().await;
             }
             ok.push(fine);
-            let _evidence = self.view.evidence.lock();
+            let fencing = self.view.evidence.lock();
             match behind {
                 Some(regression) => self.fence(*i, &regression),
                 None if rows.full => self.unfence(*i),
                 None => {}
             }
+            drop(fencing);
         }
         self.view.evidence.lock().end_read();
         for ((i, rows), ok) in read.iter().zip(ok) {
@@ -382,175 +494,35 @@ impl Store {
                 .chunks(CHECKS_PER_HOLD)
                 .zip(ok.chunks(CHECKS_PER_HOLD))
             {
-                let mut evidence = self.view.evidence.lock();
-                for (row, _) in chunk.iter().zip(ok).filter(|(_, ok)| **ok) {
-                    evidence.learn(*i, &row.biz_type, Mark::of(row));
+                {
+                    let mut evidence = self.view.evidence.lock();
+                    for (row, _) in chunk.iter().zip(ok).filter(|(_, ok)| **ok) {
+                        evidence.learn(*i, &row.biz_type, Mark::of(row));
+                    }
                 }
+                tokio::task::yield_now().await;
             }
         }
         for (_, rows) in read {
             for chunk in rows.witnesses.chunks(CHECKS_PER_HOLD) {
-                let mut evidence = self.view.evidence.lock();
-                for w in chunk {
-                    if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
-                        evidence.learn(db, &w.biz, w.mark);
-                    }
-                }
-            }
-        }
-    }
-
-    /// Checks each row whose class changed since this process last accepted it.
-    ///
-    /// - Changed by a layout change (a later layout epoch, which the stored layouts
-    ///   name with a class holding the row's): the change fenced it above every ID of
-    ///   the earlier layout; it is checked against the rows still in earlier epochs.
-    /// - Changed by hand (same epoch): it is used only when its `max_id` is at or above
-    ///   every ID known issued of the biz: every row's `max_id`, and every mark seen or
-    ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
-    ///
-    /// `layouts` are [`Store::layout_classes`]; `seen` what was accepted before, by
-    /// database (`view.classes_seen`, or a scratch one for a look at one biz).
-    pub(super) fn check_classes(
-        &self,
-        evidence: &Evidence,
-        snapshots: &[Option<Snapshot>],
-        touched: &[String],
-        (floor, layouts): (i64, &[(i64, String, Residue)]),
-        seen: &mut [ByBiz<SeenRow>],
-    ) -> Vec<(String, StoreError)> {
-        let mut refusals = Vec::new();
-        for biz in touched.iter().map(String::as_str) {
-            let Some(entry) = BizEntry::of(biz, &self.dbs.names, snapshots, floor) else {
-                continue;
-            };
-            for (i, snap) in snapshots.iter().enumerate() {
-                let Some(row) = snap.as_ref().and_then(|s| s.bizs.get(biz)) else {
-                    continue;
-                };
-                // Only the rows the catalog would reserve from.
-                let Some(class) = entry
-                    .classes
-                    .iter()
-                    .find(|(db, _)| *db == i)
-                    .map(|(_, c)| *c)
-                else {
-                    continue;
-                };
-                // Once layouts are stored, every row's class must be its database's class
-                // in the row's epoch (narrowed to the biz's restriction), whoever looks:
-                // a server started after an edit by hand refuses it too.
-                let stored = layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
-                if stored {
-                    let db = layouts
-                        .iter()
-                        .find(|(epoch, name, _)| *epoch == row.epoch && *name == self.dbs.names[i])
-                        .map(|(.., c)| *c);
-                    if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
-                        refusals.push((
-                            biz.to_owned(),
-                            StoreError::InvalidRow {
-                                biz: biz.to_owned(),
-                                database: self.dbs.names[i].clone(),
-                                reason: format!(
-                                    "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
-                                    row.epoch,
-                                    self.dbs.names[i],
-                                    db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
-                                ),
-                            },
-                        ));
-                        continue;
-                    }
-                }
-                let mark = |k: usize| evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id));
-                let Some(was) = seen[i].get(biz).copied() else {
-                    seen[i].insert(biz.to_owned(), SeenRow::first(class, row));
-                    continue;
-                };
-                if was.class == class {
-                    put(
-                        &mut seen[i],
-                        biz,
-                        SeenRow {
-                            epoch: was.epoch.max(row.epoch),
-                            top: was.top.max(row.max_id).max(mark(i).unwrap_or(i64::MIN)),
-                            ..was
-                        },
-                    );
-                    continue;
-                }
-                // A stored layout names the row's epoch with a class holding the row's
-                // (checked above): the layout change moved it.
-                let by_layout = row.epoch > was.epoch && stored;
-                let tops = (0..self.dbs.names.len()).filter_map(|k| {
-                    let other = snapshots[k].as_ref().and_then(|s| s.bizs.get(biz));
-                    let s = seen[k].get(biz);
-                    let top = if by_layout {
-                        // Rows moved by the same change issue from disjoint classes.
-                        match (k == i, other) {
-                            (true, _) => s.map(|s| s.top.max(s.earlier)),
-                            (false, Some(o)) if o.epoch < row.epoch => Some(o.max_id),
-                            _ => None,
+                {
+                    let mut evidence = self.view.evidence.lock();
+                    for w in chunk {
+                        if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
+                            evidence.learn(db, &w.biz, w.mark);
                         }
-                    } else {
-                        let other = other.filter(|_| k != i).map(|o| o.max_id);
-                        let s = s.map(|s| s.top.max(s.earlier));
-                        other.max(s).max(mark(k))
-                    };
-                    top.map(|top| (k, top))
-                });
-                match tops.max_by_key(|&(_, top)| top) {
-                    Some((k, top)) if row.max_id < top || row.epoch < was.epoch => refusals.push((
-                        biz.to_owned(),
-                        StoreError::InvalidRow {
-                            biz: biz.to_owned(),
-                            database: self.dbs.names[i].clone(),
-                            reason: format!(
-                                "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
-                                was.class, was.epoch, row.epoch, row.max_id, self.dbs.names[k], self.dbs.names[i]
-                            ),
-                        },
-                    )),
-                    _ => {
-                        tracing::info!(%biz, database = %self.dbs.names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
-                        put(&mut seen[i], biz, SeenRow {
-                            earlier: was.top.max(was.earlier),
-                            ..SeenRow::first(class, row)
-                        });
                     }
                 }
+                tokio::task::yield_now().await;
             }
         }
-        refusals
     }
 
-    /// Writes into each database just `read` (with whether a witness it held went
-    /// missing or back, so that every mark must be looked for again) the marks its
-    /// witnesses lack, each write bounded by the fetch timeout. A failure is only
-    /// logged: the database's witnesses are looked at in full at the next refresh.
-    async fn write_witnesses(&self, read: &[(usize, bool)]) {
-        let lacking: Vec<(usize, Vec<Witness>)> = {
-            let mut evidence = self.view.evidence.lock();
-            let snapshots = self.view.snapshots.lock();
-            read.iter()
-                .filter_map(|&(k, lost)| {
-                    let snap = snapshots[k].as_ref()?;
-                    if lost {
-                        evidence.unsettle(k);
-                    }
-                    let held = |db: &str, biz: &str| {
-                        snap.witnesses
-                            .get(db)
-                            .and_then(|marks| marks.get(biz))
-                            .copied()
-                    };
-                    let lacking =
-                        evidence.take_lacking(k, &self.dbs.names, held, WITNESSES_PER_REFRESH);
-                    (!lacking.is_empty()).then_some((k, lacking))
-                })
-                .collect()
-        };
+    /// Writes into each database its witnesses `lacking` (from
+    /// [`CatalogView::lacking_witnesses`]), each write bounded by the fetch timeout. A
+    /// failure is only logged: the database's witnesses are looked at in full at the
+    /// next refresh.
+    async fn write_witnesses(&self, lacking: &[(usize, Vec<Witness>)]) {
         let writes = lacking.iter().map(|(k, rows)| async move {
             for rows in rows.chunks(WITNESSES_PER_WRITE) {
                 if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
@@ -561,5 +533,247 @@ impl Store {
             }
         });
         join_all(writes).await;
+    }
+}
+
+/// Checks each row whose class changed since this process last accepted it.
+///
+/// - Changed by a layout change (a later layout epoch, which the stored layouts
+///   name with a class holding the row's): the change fenced it above every ID of
+///   the earlier layout; it is checked against the rows still in earlier epochs.
+/// - Changed by hand (same epoch): it is used only when its `max_id` is at or above
+///   every ID known issued of the biz: every row's `max_id`, and every mark seen or
+///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
+///
+/// `names` are the databases' names; `layouts` are [`Store::layout_classes`]; `seen` what was accepted before, by
+/// database (`view.classes_seen`, or a scratch one for a look at one biz).
+pub(super) fn check_classes(
+    names: &[String],
+    evidence: &Evidence,
+    snapshots: &[Option<Snapshot>],
+    touched: &[String],
+    (floor, layouts): (i64, &[(i64, String, Residue)]),
+    seen: &mut [ByBiz<SeenRow>],
+) -> Vec<(String, StoreError)> {
+    let mut refusals = Vec::new();
+    for biz in touched.iter().map(String::as_str) {
+        let Some(entry) = BizEntry::of(biz, names, snapshots, floor) else {
+            continue;
+        };
+        for (i, snap) in snapshots.iter().enumerate() {
+            let Some(row) = snap.as_ref().and_then(|s| s.bizs.get(biz)) else {
+                continue;
+            };
+            // Only the rows the catalog would reserve from.
+            let Some(class) = entry
+                .classes
+                .iter()
+                .find(|(db, _)| *db == i)
+                .map(|(_, c)| *c)
+            else {
+                continue;
+            };
+            // Once layouts are stored, every row's class must be its database's class
+            // in the row's epoch (narrowed to the biz's restriction), whoever looks:
+            // a server started after an edit by hand refuses it too.
+            let stored = layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
+            if stored {
+                let db = layouts
+                    .iter()
+                    .find(|(epoch, name, _)| *epoch == row.epoch && *name == names[i])
+                    .map(|(.., c)| *c);
+                if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
+                    refusals.push((
+                        biz.to_owned(),
+                        StoreError::InvalidRow {
+                            biz: biz.to_owned(),
+                            database: names[i].clone(),
+                            reason: format!(
+                                "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
+                                row.epoch,
+                                names[i],
+                                db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
+                            ),
+                        },
+                    ));
+                    continue;
+                }
+            }
+            let mark = |k: usize| evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id));
+            let Some(was) = seen[i].get(biz).copied() else {
+                seen[i].insert(biz.to_owned(), SeenRow::first(class, row));
+                continue;
+            };
+            if was.class == class {
+                put(
+                    &mut seen[i],
+                    biz,
+                    SeenRow {
+                        epoch: was.epoch.max(row.epoch),
+                        top: was.top.max(row.max_id).max(mark(i).unwrap_or(i64::MIN)),
+                        ..was
+                    },
+                );
+                continue;
+            }
+            // A stored layout names the row's epoch with a class holding the row's
+            // (checked above): the layout change moved it.
+            let by_layout = row.epoch > was.epoch && stored;
+            let tops = (0..names.len()).filter_map(|k| {
+                let other = snapshots[k].as_ref().and_then(|s| s.bizs.get(biz));
+                let s = seen[k].get(biz);
+                let top = if by_layout {
+                    // Rows moved by the same change issue from disjoint classes.
+                    match (k == i, other) {
+                        (true, _) => s.map(|s| s.top.max(s.earlier)),
+                        (false, Some(o)) if o.epoch < row.epoch => Some(o.max_id),
+                        _ => None,
+                    }
+                } else {
+                    let other = other.filter(|_| k != i).map(|o| o.max_id);
+                    let s = s.map(|s| s.top.max(s.earlier));
+                    other.max(s).max(mark(k))
+                };
+                top.map(|top| (k, top))
+            });
+            match tops.max_by_key(|&(_, top)| top) {
+                Some((k, top)) if row.max_id < top || row.epoch < was.epoch => refusals.push((
+                    biz.to_owned(),
+                    StoreError::InvalidRow {
+                        biz: biz.to_owned(),
+                        database: names[i].clone(),
+                        reason: format!(
+                            "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
+                            was.class, was.epoch, row.epoch, row.max_id, names[k], names[i]
+                        ),
+                    },
+                )),
+                _ => {
+                    tracing::info!(%biz, database = %names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
+                    put(&mut seen[i], biz, SeenRow {
+                        earlier: was.top.max(was.earlier),
+                        ..SeenRow::first(class, row)
+                    });
+                }
+            }
+        }
+    }
+    refusals
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::mpsc::{Receiver, RecvTimeoutError};
+    use std::time::Duration;
+
+    use crate::biz::BizTag;
+    use crate::store::{Catalog, Store};
+
+    /// An embedded store in `dir` with biz `order`, never refreshed.
+    fn store_with_a_biz(dir: &std::path::Path) -> Arc<Store> {
+        let toml = format!(
+            "[[databases]]\nname = \"db0\"\nurl = \"sqlite://{}\"\ndelta = 1\nremainder = 0\n",
+            dir.join("db0.db").display()
+        );
+        let config = crate::config::Config::from_toml(&toml).unwrap();
+        let store = Arc::new(Store::connect(&config).unwrap());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            for (_, migrated) in store.migrate().await {
+                migrated.unwrap();
+            }
+            let biz = BizTag::parse("order").unwrap();
+            store.add_biz(&biz, 100, 1, None).await.unwrap();
+        });
+        store
+    }
+
+    /// Runs `store`'s first refresh on a current-thread runtime of a thread of its own,
+    /// beside a task of that runtime that sends a tick every 5 ms.
+    fn refresh_beside_ticks(
+        store: Arc<Store>,
+    ) -> (Receiver<()>, std::thread::JoinHandle<Arc<Catalog>>) {
+        let (tick, ticks) = std::sync::mpsc::channel();
+        let refreshing = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let ticking = async {
+                    loop {
+                        let _ = tick.send(());
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                };
+                tokio::select! {
+                    catalog = store.first_refresh() => catalog,
+                    () = ticking => unreachable!(),
+                }
+            })
+        });
+        (ticks, refreshing)
+    }
+
+    /// Waits until the refresh holds `view.snapshots` for good (it waits on a lock the
+    /// test holds), then checks that the runtime's thread still ticks.
+    fn ticks_while_the_refresh_waits(store: &Store, ticks: &Receiver<()>) {
+        let mut held_for = 0;
+        for _ in 0..2_000 {
+            held_for = if store.view.snapshots.is_locked() {
+                held_for + 1
+            } else {
+                0
+            };
+            if held_for == 20 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(held_for, 20, "the refresh never got to the step held");
+        while ticks.try_recv().is_ok() {}
+        for _ in 0..10 {
+            match ticks.recv_timeout(Duration::from_secs(10)) {
+                Ok(()) => {}
+                Err(RecvTimeoutError::Timeout) => {
+                    panic!(
+                        "the runtime's thread stopped while the refresh waited: the step runs on it"
+                    )
+                }
+                Err(RecvTimeoutError::Disconnected) => panic!("the runtime ended"),
+            }
+        }
+    }
+
+    /// A full read's rows are taken in off the runtime's thread: while that step waits
+    /// (here on a lock the test holds; at a million bizs, on seconds of CPU), the
+    /// runtime still runs its other tasks, the connections it drives among them.
+    #[test]
+    fn a_full_read_is_taken_in_off_the_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with_a_biz(dir.path());
+        let unbuilt = store.view.unbuilt.lock();
+        let (ticks, refreshing) = refresh_beside_ticks(store.clone());
+        ticks_while_the_refresh_waits(&store, &ticks);
+        drop(unbuilt);
+        let catalog = refreshing.join().unwrap();
+        assert!(catalog.biz("order").is_some());
+    }
+
+    /// As for taking the rows in, so for checking and building the catalog.
+    #[test]
+    fn a_catalog_is_checked_and_built_off_the_runtime_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with_a_biz(dir.path());
+        let refused = store.view.refused.lock();
+        let (ticks, refreshing) = refresh_beside_ticks(store.clone());
+        ticks_while_the_refresh_waits(&store, &ticks);
+        drop(refused);
+        let catalog = refreshing.join().unwrap();
+        assert!(catalog.biz("order").is_some());
     }
 }
