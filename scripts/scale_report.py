@@ -345,6 +345,73 @@ def cold(args):
     print(f"{len(errors)} of {len(picks)} failed")
 
 
+def busy_start(args):
+    """Spawns the server and, from its first answer until its first full catalog read is
+    over on every database (and `--after` seconds more), asks every `--every` seconds
+    for the first ID of a never-used biz, one after another on one keep-alive
+    connection: what requests meet while a start reads, checks and builds the catalog."""
+    host, port = host_port(args.base)
+    log = open(args.log, "ab")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args.cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    with open(args.pidfile, "w") as f:
+        f.write(f"{proc.pid}\n")
+    span = args.last - args.first + 1
+    conn, times, errors, k = None, [], [], 0
+    read_at, next_scrape = None, 0.0
+    while True:
+        now = time.monotonic() - t0
+        if proc.poll() is not None:
+            die(f"the server exited with {proc.returncode} after {now:.2f} s; see {args.log}")
+        if now > args.max or (read_at is not None and now > read_at + args.after):
+            break
+        if read_at is None and now >= next_scrape and times:
+            # On a connection of its own: the catalog read is over once every database
+            # was read in full.
+            next_scrape = now + 1
+            full = by_label(scrape(args.base), "segmint_catalog_reads_total", "read").get("full", 0)
+            if full >= args.databases:
+                read_at = time.monotonic() - t0
+        n = args.first + (k * 7919) % span
+        k += 1
+        try:
+            if conn is None:
+                conn = http.client.HTTPConnection(host, port, timeout=60)
+            status, body, secs = get(conn, f"/v1/ids/{args.biz_prefix}{n}?count=1",
+                                     {"Authorization": f"Bearer {args.token_prefix}{n}"})
+        except ConnectionRefusedError:
+            conn = None
+            time.sleep(0.005)
+            continue
+        except (OSError, http.client.HTTPException) as e:
+            if conn is not None:
+                conn.close()
+            conn = None
+            if times or errors:
+                errors.append(f"{args.biz_prefix}{n} at {now:.2f} s: {e!r}")
+            continue
+        if status == 200 and b'"ids":[' in body:
+            times.append((now, secs * 1000))
+        else:
+            errors.append(f"{args.biz_prefix}{n} at {now:.2f} s: {status} "
+                          f"{body[:200].decode(errors='replace')}")
+        time.sleep(args.every)
+    if conn is not None:
+        conn.close()
+    ms = [t for _, t in times]
+    out = {"requests": len(ms) + len(errors), "errors": len(errors), "error_samples": errors[:3],
+           "first_read_s": None if read_at is None else round(read_at, 2),
+           "cpu_s": round(proc_cpu(proc.pid), 2), "load": load()}
+    if ms:
+        out.update({"p50_ms": round(percentile(ms, 50), 3),
+                    "p99_ms": round(percentile(ms, 99), 3),
+                    "max_ms": round(max(ms), 3),
+                    "over_100_ms": sum(1 for t in ms if t > 100)})
+    write(args.out, {"busy_start": out})
+    print(f"{len(errors)} of {out['requests']} failed; first read over after "
+          f"{out['first_read_s']} s")
+
+
 def changes(args):
     """`count` bizs added at rest, one after another: each a row on both databases (the
     first `--pg-port` even, the second odd) and a token, written by SQL as an operator
@@ -539,6 +606,15 @@ def figures(run):
     w = dig(run, "changes", "window_s")
     add("change_cpu_s", "a biz added at rest: server CPU in the next "
         f"{w or 0:.0f} s (median)", v, secs(v, 2))
+    for key, label, k in (("busy_p50", "during the first read: a cold request, p50", "p50_ms"),
+                          ("busy_p99", "during the first read: a cold request, p99", "p99_ms"),
+                          ("busy_max", "during the first read: a cold request, max", "max_ms")):
+        v = dig(run, "busy_start", k)
+        add(key, label, v, None if v is None else f"{v:,.2f} ms")
+    v = dig(run, "busy_start", "errors")
+    r = dig(run, "busy_start", "requests")
+    add("busy_errors", "during the first read: requests failed", v,
+        None if v is None else f"{v:,} of {r:,}")
     for path, key, label in (("/status", "status", "/status"),
                              (bizs_path, "bizs", bizs_path or "/v1/bizs?limit=100"),
                              ("/metrics", "metrics", "/metrics")):
@@ -767,6 +843,14 @@ def render(args, info, runs, table_md):
     w("- **Operator routes.** One `GET` each of `/status`, `/v1/bizs?limit=100` (a server "
       "without paging ignores `limit` and lists every biz) and `/metrics`, each on a new "
       "connection, after the cold bizs: bytes of the body and time to the whole answer.")
+    w("- **During the first read.** After the operator routes the server is stopped and "
+      "started a third time. From the spawn, the first ID of a never-used biz "
+      "(`GET /v1/ids/biz-<n>?count=1` with its token, a new biz each time) is asked every "
+      "20 ms, one after another on one keep-alive connection, until 5 s after the first "
+      "full catalog read is over on both databases (`segmint_catalog_reads_total` with "
+      "`read=\"full\"`, scraped once a second). Until that read is over the server serves "
+      "from looks at single bizs; meanwhile it reads, checks and builds the catalog. "
+      "p50, p99 and max of the answered requests, and the failed ones.")
     w("- **Import.** With the server stopped (its time is the command's alone), "
       "`segmint import tinyid FILE` of a `mysql --batch` file of N new bizs (`imported-<n>`, "
       "`max_id` 1000, step 1000, delta 1), which creates each in both databases beside the "
@@ -837,6 +921,21 @@ def main():
     s.add_argument("--biz-prefix", required=True)
     s.add_argument("--token-prefix", required=True)
     s.set_defaults(func=cold)
+    s = sub.add_parser("busy-start")
+    s.add_argument("--out", required=True)
+    s.add_argument("--pidfile", required=True)
+    s.add_argument("--log", required=True)
+    s.add_argument("--base", required=True)
+    s.add_argument("--first", type=int, required=True)
+    s.add_argument("--last", type=int, required=True)
+    s.add_argument("--databases", type=int, default=2)
+    s.add_argument("--every", type=float, default=0.02, help="seconds between requests")
+    s.add_argument("--after", type=float, default=5, help="seconds on after the first read")
+    s.add_argument("--max", type=float, default=300)
+    s.add_argument("--biz-prefix", required=True)
+    s.add_argument("--token-prefix", required=True)
+    s.add_argument("cmd", nargs="+")
+    s.set_defaults(func=busy_start)
     s = sub.add_parser("changes")
     s.add_argument("--out", required=True)
     s.add_argument("--pid", type=int, required=True)

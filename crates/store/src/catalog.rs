@@ -778,9 +778,13 @@ impl Catalog {
     }
 
     pub fn biz(&self, name: &str) -> Option<&BizEntry> {
-        match self.changed.get(name) {
-            Some(entry) => entry.as_ref(),
-            None => self.bizs.get(name),
+        // An empty overlay (every catalog after a full build) costs no hashing.
+        match self.changed.is_empty() {
+            true => self.bizs.get(name),
+            false => match self.changed.get(name) {
+                Some(entry) => entry.as_ref(),
+                None => self.bizs.get(name),
+            },
         }
     }
 

@@ -160,12 +160,11 @@ impl Store {
                     }
                 }
             }
-            let mut evidence = self.view.evidence.lock();
-            for w in &rows.witnesses {
-                if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
-                    evidence.learn(db, &w.biz, w.mark);
-                }
-            }
+            super::refresh::learn_witnesses(
+                &self.dbs.names,
+                &mut self.view.evidence.lock(),
+                &rows.witnesses,
+            );
         }
         let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
         self.apply_layouts(&layouts);

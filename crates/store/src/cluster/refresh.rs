@@ -505,14 +505,7 @@ impl Store {
         }
         for (_, rows) in read {
             for chunk in rows.witnesses.chunks(CHECKS_PER_HOLD) {
-                {
-                    let mut evidence = self.view.evidence.lock();
-                    for w in chunk {
-                        if let Some(db) = self.dbs.names.iter().position(|n| *n == w.database) {
-                            evidence.learn(db, &w.biz, w.mark);
-                        }
-                    }
-                }
+                learn_witnesses(&self.dbs.names, &mut self.view.evidence.lock(), chunk);
                 tokio::task::yield_now().await;
             }
         }
@@ -533,6 +526,16 @@ impl Store {
             }
         });
         join_all(writes).await;
+    }
+}
+
+/// Learns the marks that `witnesses` record of the databases named `names` (a witness
+/// of a database not configured here is passed over).
+pub(super) fn learn_witnesses(names: &[String], evidence: &mut Evidence, witnesses: &[Witness]) {
+    for w in witnesses {
+        if let Some(db) = names.iter().position(|n| *n == w.database) {
+            evidence.learn(db, &w.biz, w.mark);
+        }
     }
 }
 
