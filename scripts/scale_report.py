@@ -25,6 +25,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 
@@ -347,9 +348,9 @@ def cold(args):
 
 def busy_start(args):
     """Spawns the server and, from its first answer until its first full catalog read is
-    over on every database (and `--after` seconds more), asks every `--every` seconds
-    for the first ID of a never-used biz, one after another on one keep-alive
-    connection: what requests meet while a start reads, checks and builds the catalog."""
+    over (and `--after` seconds more), asks every `--every` seconds for the first ID of a
+    never-used biz, one after another on one keep-alive connection: what requests meet
+    while a start reads, checks and builds the catalog."""
     host, port = host_port(args.base)
     log = open(args.log, "ab")
     t0 = time.monotonic()
@@ -358,20 +359,31 @@ def busy_start(args):
         f.write(f"{proc.pid}\n")
     span = args.last - args.first + 1
     conn, times, errors, k = None, [], [], 0
-    read_at, next_scrape = None, 0.0
+    read = {}
+
+    def wait_for_the_catalog():
+        # A listing waits for the first full read: its answer marks the end of it.
+        while time.monotonic() - t0 < args.max:
+            c = http.client.HTTPConnection(host, port, timeout=args.max)
+            try:
+                status, _, _ = get(c, "/v1/bizs?limit=1")
+                if status == 200:
+                    read["at"] = time.monotonic() - t0
+                    return
+            except (OSError, http.client.HTTPException):
+                time.sleep(0.01)
+            finally:
+                c.close()
+
+    waiter = threading.Thread(target=wait_for_the_catalog, daemon=True)
+    waiter.start()
     while True:
         now = time.monotonic() - t0
         if proc.poll() is not None:
             die(f"the server exited with {proc.returncode} after {now:.2f} s; see {args.log}")
+        read_at = read.get("at")
         if now > args.max or (read_at is not None and now > read_at + args.after):
             break
-        if read_at is None and now >= next_scrape and times:
-            # On a connection of its own: the catalog read is over once every database
-            # was read in full.
-            next_scrape = now + 1
-            full = by_label(scrape(args.base), "segmint_catalog_reads_total", "read").get("full", 0)
-            if full >= args.databases:
-                read_at = time.monotonic() - t0
         n = args.first + (k * 7919) % span
         k += 1
         try:
@@ -847,8 +859,8 @@ def render(args, info, runs, table_md):
       "started a third time. From the spawn, the first ID of a never-used biz "
       "(`GET /v1/ids/biz-<n>?count=1` with its token, a new biz each time) is asked every "
       "20 ms, one after another on one keep-alive connection, until 5 s after the first "
-      "full catalog read is over on both databases (`segmint_catalog_reads_total` with "
-      "`read=\"full\"`, scraped once a second). Until that read is over the server serves "
+      "full catalog read is over (when a `GET /v1/bizs?limit=1` sent on another connection "
+      "at the start, which waits for that read, answers). Until then the server serves "
       "from looks at single bizs; meanwhile it reads, checks and builds the catalog. "
       "p50, p99 and max of the answered requests, and the failed ones.")
     w("- **Import.** With the server stopped (its time is the command's alone), "
@@ -928,7 +940,6 @@ def main():
     s.add_argument("--base", required=True)
     s.add_argument("--first", type=int, required=True)
     s.add_argument("--last", type=int, required=True)
-    s.add_argument("--databases", type=int, default=2)
     s.add_argument("--every", type=float, default=0.02, help="seconds between requests")
     s.add_argument("--after", type=float, default=5, help="seconds on after the first read")
     s.add_argument("--max", type=float, default=300)
