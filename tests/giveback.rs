@@ -168,3 +168,52 @@ async fn kill_9_loses_at_most_the_cached_segments_and_reuses_none() {
     );
     assert_eq!(after[0], 201);
 }
+
+/// The real binary, stopped by SIGTERM: a burst of first requests makes the pool open
+/// connections while the HTTP workers ask for them, and those connections still answer
+/// at the stop, after the workers are gone: every biz's cache goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_cache_goes_back_through_connections_opened_while_serving() {
+    let pg = PgCluster::start();
+    let extra = "preload_percent = 20\nadaptive_step = false";
+    let config = config(&[&pg], extra);
+    let bizs: Vec<String> = (0..12).map(|i| format!("burst{i}")).collect();
+    let mut tokens = Vec::new();
+    for biz in &bizs {
+        tokens.push(setup_biz(&config, biz, 100, false).await);
+    }
+    let mut server = ServerProcess::start(&config_toml(&[&pg], extra)).await;
+    {
+        // Dropped before the stop: no idle keep-alive connection for it to wait on.
+        let remote = Remote::new(&server.base, Duration::from_secs(30));
+        let firsts = futures_util::future::join_all(
+            bizs.iter()
+                .zip(&tokens)
+                .map(|(biz, token)| v1_ids(&remote, biz, token, 3)),
+        )
+        .await;
+        assert!(firsts.iter().all(|ids| *ids == [1, 2, 3]), "{firsts:?}");
+    }
+    let stopped = server.terminate_within(Duration::from_secs(30)).await;
+    assert!(
+        stopped.is_some_and(|(_, status)| status.success()),
+        "{stopped:?}"
+    );
+    let rows: Vec<(String, String)> = tokio::task::block_in_place(|| {
+        bizs.iter()
+            .map(|biz| {
+                let row = pg.row(biz);
+                (
+                    biz.clone(),
+                    row.split('|').take(2).collect::<Vec<_>>().join("|"),
+                )
+            })
+            .collect()
+    });
+    // max_id back at the last ID issued, one version past the reservation.
+    let expected: Vec<(String, String)> = bizs
+        .iter()
+        .map(|biz| (biz.clone(), "3|2".to_string()))
+        .collect();
+    assert_eq!(rows, expected, "{}", server.log_text());
+}

@@ -175,6 +175,32 @@ fn a_without_required_the_partial_remove_issues_an_id_twice() {
     );
 }
 
+/// I: as A, but both servers start meanwhile and serve from looks at the biz alone
+/// before their first catalog read (`Store::look_up`): a look applies the layouts it
+/// reads as a refresh does.
+fn looks_during_a_remove(fixes: Fixes) -> Sys {
+    let mut sys = partial_remove(fixes);
+    sys.spec.title = "I looks during a partial-configuration remove";
+    sys.spec.looks = true;
+    sys
+}
+
+#[test]
+fn i_looks_during_a_partial_remove_are_safe() {
+    holds(looks_during_a_remove(Fixes::ALL));
+}
+
+#[test]
+fn i_with_looks_and_without_required_the_partial_remove_issues_an_id_twice() {
+    finds(
+        looks_during_a_remove(Fixes {
+            required: false,
+            ..Fixes::ALL
+        }),
+        DUP,
+    );
+}
+
 /// B: `db add q1` and `db add q2` at once onto the one-database layout {q0} (bug 2),
 /// stored as epoch 0 (or, when `!stored`, not stored yet: both then claim epoch 0
 /// first); a server configured with [q0, q1] and one with [q0, q2] reserve.

@@ -64,9 +64,12 @@ impl PgStore {
         pg.options(options.trim())
             .application_name("segmint")
             .connect_timeout(timeout);
-        let manager = Manager::from_config(
+        let manager = Manager::from_connect(
             pg,
-            target.connector.clone(),
+            OnRuntime {
+                tls: target.connector.clone(),
+                runtime: io_runtime(),
+            },
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -87,6 +90,94 @@ impl PgStore {
             .get()
             .await
             .map_err(|e| DbError::connect(with_causes(&e), e))
+    }
+}
+
+/// The runtime that opens and drives every PostgreSQL connection of the process: one
+/// thread of its own, which runs nothing else and lives as long as the process (never
+/// dropped, so never dropped inside another runtime). `None` if it cannot be started;
+/// connections are then made where they are asked for.
+///
+/// A connection belongs to the runtime it was opened on (its socket to that runtime's
+/// I/O driver), and answers only while that runtime's thread is free to drive it.
+/// Opened for a request on an HTTP worker (each has a runtime of its own), it failed
+/// when that worker stopped, under the give-backs and the worker-ID release of a
+/// stopping server. Opened on the main runtime, it waited while that thread worked
+/// (a full catalog read streams and checks a million rows there).
+fn io_runtime() -> Option<tokio::runtime::Handle> {
+    static IO: std::sync::OnceLock<Option<tokio::runtime::Handle>> = std::sync::OnceLock::new();
+    IO.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()?;
+        let handle = runtime.handle().clone();
+        std::thread::Builder::new()
+            .name("segmint-pg-io".into())
+            .spawn(move || runtime.block_on(std::future::pending::<()>()))
+            .ok()?;
+        Some(handle)
+    })
+    .clone()
+}
+
+/// Connects as deadpool does by default, but on `runtime` ([`io_runtime`]), where the
+/// connection is then driven.
+struct OnRuntime<T> {
+    tls: T,
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl<T> OnRuntime<T>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    /// Connects and spawns the connection's driver, both on the current runtime.
+    async fn here(
+        tls: T,
+        pg_config: tokio_postgres::Config,
+    ) -> Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error> {
+        let (client, connection) = pg_config.connect(tls).await?;
+        let task = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!(target: "deadpool.postgres", "Connection error: {e}");
+            }
+        });
+        Ok((client, task))
+    }
+}
+
+impl<T> deadpool_postgres::Connect for OnRuntime<T>
+where
+    T: tokio_postgres::tls::MakeTlsConnect<tokio_postgres::Socket> + Clone + Sync + Send + 'static,
+    T::Stream: Sync + Send,
+    T::TlsConnect: Sync + Send,
+    <T::TlsConnect as tokio_postgres::tls::TlsConnect<tokio_postgres::Socket>>::Future: Send,
+{
+    fn connect(
+        &self,
+        pg_config: &tokio_postgres::Config,
+    ) -> futures_util::future::BoxFuture<
+        '_,
+        Result<(tokio_postgres::Client, tokio::task::JoinHandle<()>), tokio_postgres::Error>,
+    > {
+        let (tls, pg_config) = (self.tls.clone(), pg_config.clone());
+        Box::pin(async move {
+            match &self.runtime {
+                Some(runtime) => {
+                    let (tls_again, config_again) = (tls.clone(), pg_config.clone());
+                    match runtime.spawn(Self::here(tls, pg_config)).await {
+                        Ok(connected) => connected,
+                        // Not reached: the runtime lives as long as the process.
+                        Err(_) => Self::here(tls_again, config_again).await,
+                    }
+                }
+                None => Self::here(tls, pg_config).await,
+            }
+        })
     }
 }
 
