@@ -182,7 +182,7 @@ impl Store {
         // every row as its first).
         let refusals = {
             let evidence = self.view.evidence.lock();
-            let mut seen = vec![ByBiz::default(); count];
+            let mut seen: Vec<ByBiz<_>> = vec![ByBiz::default(); count];
             super::refresh::check_classes(
                 &self.dbs.names,
                 &evidence,

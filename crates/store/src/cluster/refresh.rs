@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 
 use super::Store;
 use crate::segment::Residue;
-use crate::store::catalog::{BizEntry, Changes, Snapshot};
+use crate::store::catalog::{BizEntry, ByName, Changes, Snapshot};
 use crate::store::evidence::{ByBiz, Evidence, Mark, Witness};
 use crate::store::{BizRow, Catalog, CatalogRows, FeedPosition, StoreError};
 
@@ -58,7 +58,7 @@ pub(super) struct CatalogView {
     /// What this process accepted of each row's class (by database and biz): a row
     /// whose class changes is used only once its `max_id` is above every ID issued
     /// before (see `refresh`). Plain mutex, as `evidence`.
-    pub(super) classes_seen: Mutex<Vec<ByBiz<SeenRow>>>,
+    pub(super) classes_seen: Mutex<ClassesSeen>,
     /// Why a biz is refused by [`check_classes`], kept between refreshes: only
     /// the bizs a refresh touched are checked again.
     pub(super) refused: Mutex<HashMap<String, StoreError>>,
@@ -76,7 +76,7 @@ impl CatalogView {
             refreshed: Arc::new(tokio::sync::Mutex::new(None)),
             unbuilt: Mutex::new(Changes::default()),
             evidence: Mutex::new(Evidence::default()),
-            classes_seen: Mutex::new(vec![ByBiz::default(); databases]),
+            classes_seen: Mutex::new(ClassesSeen::default()),
             refused: Mutex::new(HashMap::new()),
             early: super::early::Early::default(),
         }
@@ -184,7 +184,7 @@ impl CatalogView {
                 &snapshots,
                 chunk,
                 (floor, layouts),
-                &mut seen,
+                &mut seen.by_marks(&evidence),
             ));
         }
         let snapshots = self.snapshots.lock();
@@ -252,12 +252,94 @@ async fn off_thread<T: Send + 'static>(
 }
 
 /// Sets `biz`'s entry in `map` to `value`, allocating its key only when new.
-fn put<V>(map: &mut ByBiz<V>, biz: &str, value: V) {
-    match map.get_mut(biz) {
-        Some(v) => *v = value,
-        None => {
-            map.insert(biz.to_owned(), value);
+/// Where [`check_classes`] keeps what it accepted of each row's class.
+pub(super) trait Seen {
+    /// What was accepted of the row of `biz` on database `db`.
+    fn get(&self, db: usize, biz: &str) -> Option<SeenRow>;
+    /// Records what is accepted of the row of `biz` on database `db`.
+    fn put(&mut self, db: usize, biz: &str, row: SeenRow);
+}
+
+/// A scratch record, by database and biz (a look at one biz).
+impl Seen for Vec<ByBiz<SeenRow>> {
+    fn get(&self, db: usize, biz: &str) -> Option<SeenRow> {
+        self.as_slice().get(db)?.get(biz).copied()
+    }
+
+    fn put(&mut self, db: usize, biz: &str, row: SeenRow) {
+        if self.len() <= db {
+            self.resize_with(db + 1, ByBiz::default);
         }
+        match self[db].get_mut(biz) {
+            Some(v) => *v = row,
+            None => {
+                self[db].insert(biz.to_owned(), row);
+            }
+        }
+    }
+}
+
+/// What this process accepted of every row's class, kept beside the row's mark: by
+/// database, at the row's [`MarkKey`](crate::store::evidence::MarkKey) index (marks
+/// are never removed, so the index is stable). A vector entry of 48 bytes a row, where
+/// a map by name took about 150 at a million rows. A row with no mark yet (its first
+/// read found it behind the evidence) is kept by name until it has one.
+#[derive(Debug, Default)]
+pub(crate) struct ClassesSeen {
+    /// By database, then mark index.
+    by_mark: Vec<Vec<Option<SeenRow>>>,
+    /// Rows with no mark when last accepted, by database and biz.
+    unmarked: Vec<ByBiz<SeenRow>>,
+}
+
+impl ClassesSeen {
+    /// This record, its rows found through `evidence`'s marks.
+    pub(super) fn by_marks<'a>(&'a mut self, evidence: &'a Evidence) -> SeenByMarks<'a> {
+        SeenByMarks {
+            seen: self,
+            evidence,
+        }
+    }
+}
+
+/// [`ClassesSeen`] with the marks that index it.
+pub(super) struct SeenByMarks<'a> {
+    seen: &'a mut ClassesSeen,
+    evidence: &'a Evidence,
+}
+
+impl Seen for SeenByMarks<'_> {
+    fn get(&self, db: usize, biz: &str) -> Option<SeenRow> {
+        let by_mark = self.evidence.index_of(db, biz).and_then(|i| {
+            self.seen
+                .by_mark
+                .get(db)
+                .and_then(|rows| rows.get(i).copied().flatten())
+        });
+        by_mark.or_else(|| Seen::get(&self.seen.unmarked, db, biz))
+    }
+
+    fn put(&mut self, db: usize, biz: &str, row: SeenRow) {
+        let Some(i) = self.evidence.index_of(db, biz) else {
+            self.seen.unmarked.put(db, biz, row);
+            return;
+        };
+        if let Some(unmarked) = self.seen.unmarked.get_mut(db) {
+            unmarked.remove(biz);
+        }
+        let by_mark = &mut self.seen.by_mark;
+        if by_mark.len() <= db {
+            by_mark.resize_with(db + 1, Vec::new);
+        }
+        let rows = &mut by_mark[db];
+        if rows.len() <= i {
+            // To the number of marks at once (a full read's first checks fill every
+            // one): no doubling past it.
+            let marks = self.evidence.len(db).max(i + 1);
+            rows.reserve_exact(marks.saturating_sub(rows.len()));
+            rows.resize(i + 1, None);
+        }
+        rows[i] = Some(row);
     }
 }
 
@@ -415,7 +497,7 @@ impl Store {
                     if let Ok(bizs) = self.timed(self.dbs.list[i].store.bizs()).await
                         && let Some(snap) = &mut self.view.snapshots.lock()[i]
                     {
-                        snap.bizs = bizs.into_iter().map(|r| (r.biz_type.clone(), r)).collect();
+                        snap.bizs = bizs.into_iter().map(ByName).collect();
                     }
                 }
                 self.view.unbuilt.lock().full = true;
@@ -556,7 +638,7 @@ pub(super) fn check_classes(
     snapshots: &[Option<Snapshot>],
     touched: &[String],
     (floor, layouts): (i64, &[(i64, String, Residue)]),
-    seen: &mut [ByBiz<SeenRow>],
+    seen: &mut impl Seen,
 ) -> Vec<(String, StoreError)> {
     let mut refusals = Vec::new();
     for biz in touched.iter().map(String::as_str) {
@@ -564,7 +646,7 @@ pub(super) fn check_classes(
             continue;
         };
         for (i, snap) in snapshots.iter().enumerate() {
-            let Some(row) = snap.as_ref().and_then(|s| s.bizs.get(biz)) else {
+            let Some(row) = snap.as_ref().and_then(|s| s.bizs.get(biz)).map(|r| &r.0) else {
                 continue;
             };
             // Only the rows the catalog would reserve from.
@@ -603,13 +685,13 @@ pub(super) fn check_classes(
                 }
             }
             let mark = |k: usize| evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id));
-            let Some(was) = seen[i].get(biz).copied() else {
-                seen[i].insert(biz.to_owned(), SeenRow::first(class, row));
+            let Some(was) = seen.get(i, biz) else {
+                seen.put(i, biz, SeenRow::first(class, row));
                 continue;
             };
             if was.class == class {
-                put(
-                    &mut seen[i],
+                seen.put(
+                    i,
                     biz,
                     SeenRow {
                         epoch: was.epoch.max(row.epoch),
@@ -623,8 +705,11 @@ pub(super) fn check_classes(
             // (checked above): the layout change moved it.
             let by_layout = row.epoch > was.epoch && stored;
             let tops = (0..names.len()).filter_map(|k| {
-                let other = snapshots[k].as_ref().and_then(|s| s.bizs.get(biz));
-                let s = seen[k].get(biz);
+                let other = snapshots[k]
+                    .as_ref()
+                    .and_then(|s| s.bizs.get(biz))
+                    .map(|r| &r.0);
+                let s = seen.get(k, biz);
                 let top = if by_layout {
                     // Rows moved by the same change issue from disjoint classes.
                     match (k == i, other) {
@@ -653,7 +738,7 @@ pub(super) fn check_classes(
                 )),
                 _ => {
                     tracing::info!(%biz, database = %names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
-                    put(&mut seen[i], biz, SeenRow {
+                    seen.put(i, biz, SeenRow {
                         earlier: was.top.max(was.earlier),
                         ..SeenRow::first(class, row)
                     });

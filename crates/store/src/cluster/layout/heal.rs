@@ -78,7 +78,7 @@ impl Store {
             .flat_map(|(database, marks)| {
                 marks.iter().map(|(biz, &mark)| crate::store::Witness {
                     database: database.clone(),
-                    biz: biz.clone(),
+                    biz: biz.to_string(),
                     mark,
                 })
             })
@@ -113,7 +113,7 @@ impl Store {
             if pending.class_of(&self.dbs.names[*i]).is_none() {
                 continue;
             }
-            for r in snap.bizs.values() {
+            for r in &snap.bizs {
                 if r.frozen && r.claimed_by == pending.epoch {
                     bizs.insert(&r.biz_type);
                 }
