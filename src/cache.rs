@@ -516,7 +516,7 @@ mod tests {
             .await
             .into_iter()
             .flat_map(|(_, rows)| rows.unwrap())
-            .map(|r| (r.biz_type, r.max_id))
+            .map(|r| (r.biz_type.to_string(), r.max_id))
             .collect();
         assert_eq!(rows["order"], 100, "order's row stays above its issued IDs");
         assert_eq!(rows["user"], 5);

@@ -392,7 +392,7 @@ fn biz_row(biz: &str, epoch: i64) -> BizRow {
         delta: 2,
         remainder: 1,
         version: 0,
-        description: String::new(),
+        description: Box::default(),
         epoch,
         frozen: false,
         claimed_by: 0,
@@ -462,7 +462,7 @@ async fn biz_rows_are_inserted_once_and_moved_only_by_compare_and_set(kind: Kind
         .await
         .unwrap()
         .into_iter()
-        .map(|r| r.biz_type)
+        .map(|r| r.biz_type.to_string())
         .collect();
     assert_eq!(names, ["a", "b", "c", "d"], "every row, by name");
 
@@ -527,7 +527,7 @@ async fn biz_rows_are_inserted_once_and_moved_only_by_compare_and_set(kind: Kind
     assert!(raw.describe("b", "orders").await.unwrap());
     assert!(!raw.describe("none", "x").await.unwrap());
     let described = raw.biz("b").await.unwrap().unwrap();
-    assert_eq!(described.description, "orders");
+    assert_eq!(&*described.description, "orders");
     assert_eq!(described.version, 9, "a description is no new version");
 }
 
@@ -874,7 +874,7 @@ async fn shape_rows_are_replaced_whole(kind: Kind) {
 }
 
 fn names(rows: &segmint::store::CatalogRows) -> Vec<String> {
-    rows.bizs.iter().map(|r| r.biz_type.clone()).collect()
+    rows.bizs.iter().map(|r| r.biz_type.to_string()).collect()
 }
 
 /// Reads the catalog feed of `raw` from `since`, expecting the rows of `bizs` and so

@@ -579,7 +579,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
         delta: 1,
         remainder: 0,
         version: 0,
-        description: String::new(),
+        description: Box::default(),
         epoch,
         frozen: false,
         claimed_by: 0,

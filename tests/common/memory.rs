@@ -63,14 +63,14 @@ impl MemoryStore {
         store.inner.lock().rows.insert(
             biz.to_string(),
             BizRow {
-                biz_type: biz.to_string(),
+                biz_type: biz.into(),
                 begin_id: 0,
                 max_id: 0,
                 step,
                 delta: residue.delta(),
                 remainder: residue.remainder(),
                 version: 0,
-                description: String::new(),
+                description: Box::default(),
                 epoch: 0,
                 frozen: false,
                 claimed_by: 0,
@@ -270,10 +270,10 @@ impl SegmentStore for MemoryStore {
         Ok(rows
             .iter()
             .map(|row| {
-                if inner.rows.contains_key(&row.biz_type) {
+                if inner.rows.contains_key(row.biz_type.as_str()) {
                     return Inserted::Exists;
                 }
-                inner.rows.insert(row.biz_type.clone(), row.clone());
+                inner.rows.insert(row.biz_type.to_string(), row.clone());
                 Inserted::Yes
             })
             .collect())

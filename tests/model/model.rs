@@ -254,7 +254,7 @@ impl Row {
             delta: self.class.delta(),
             remainder: self.class.remainder(),
             version: self.version,
-            description: String::new(),
+            description: Box::default(),
             epoch: self.epoch,
             frozen: self.frozen,
             claimed_by: self.claimed_by,

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::name::Name;
 use crate::rows::BizRow;
 
 /// The progress of one biz row: versions only grow (a give-back bumps it too).
@@ -84,7 +85,7 @@ impl std::fmt::Display for Regression {
 pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
     match known {
         Some(known) if known.is_ahead_of(row) => Err(Regression {
-            biz: row.biz_type.clone(),
+            biz: row.biz_type.to_string(),
             found: (row.version, row.max_id),
             known,
         }),
@@ -98,7 +99,7 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
 pub type MarkKey = (usize, usize);
 
 /// The marks of one database's rows, by biz, in the order first learnt.
-type Marks = indexmap::IndexMap<Box<str>, Mark, foldhash::fast::RandomState>;
+type Marks = indexmap::IndexMap<Name, Mark, foldhash::fast::RandomState>;
 
 /// A map keyed by biz name, with a fast hasher seeded per process: it holds a mark of
 /// every row of every biz (two million at a million bizs on two databases), and its
@@ -134,6 +135,16 @@ impl Evidence {
         marks.reserve_exact(n.saturating_sub(marks.len()));
     }
 
+    /// Gives back the room for database `db`'s marks beyond a tenth more than it holds
+    /// (marks learnt one by one grow by doubling: up to twice the room they need).
+    pub fn shrink(&mut self, db: usize) {
+        if let Some(marks) = self.marks.get_mut(db)
+            && marks.capacity() > marks.len() + marks.len() / 10
+        {
+            marks.shrink_to_fit();
+        }
+    }
+
     /// The index of the mark of `biz` on database `db` (the second of its
     /// [`MarkKey`]), if one is known.
     pub fn index_of(&self, db: usize, biz: &str) -> Option<usize> {
@@ -167,7 +178,7 @@ impl Evidence {
         match marks.get_index_mut(index) {
             Some((_, m)) => *m = new,
             None => {
-                marks.insert(biz.into(), new);
+                marks.insert(Name::new(biz), new);
             }
         }
         if let Some(journal) = &mut self.journal {
@@ -355,7 +366,7 @@ mod tests {
             delta: 1,
             remainder: 0,
             version,
-            description: String::new(),
+            description: Box::default(),
             epoch: 0,
             frozen: false,
             claimed_by: 0,

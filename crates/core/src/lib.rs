@@ -11,6 +11,7 @@
 //! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard.
 //! - [`backoff`]: the back-off after failures.
 //! - [`biz`]: biz names, batch sizes, tokens and their digests.
+//! - [`name`]: biz names held once in the process, each a number.
 //! - [`import`]: parsing Tinyid's and Leaf's table exports.
 
 pub mod backoff;
@@ -18,6 +19,7 @@ pub mod biz;
 pub mod evidence;
 pub mod import;
 pub mod layout;
+pub mod name;
 pub mod rate;
 pub mod rows;
 pub mod segment;

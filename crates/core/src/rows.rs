@@ -1,18 +1,23 @@
 //! The rows the databases hold that the pure rules read: a biz's row and a layout row.
 //! The store reads and writes them; the core decides from them.
 
+use crate::name::Name;
+
 /// One `tiny_id_info` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BizRow {
-    pub biz_type: String,
+    /// Held once in the process ([`Name`]): a million rows of two databases hold each
+    /// name once, not twice.
+    pub biz_type: Name,
     pub begin_id: i64,
     pub max_id: i64,
     pub step: i64,
     pub delta: i64,
     pub remainder: i64,
     pub version: i64,
-    /// The operator's note on the biz (Leaf's `description`); empty when none.
-    pub description: String,
+    /// The operator's note on the biz (Leaf's `description`); empty when none (no
+    /// allocation).
+    pub description: Box<str>,
     /// The layout epoch the row's class was set in (0: before any layout change).
     pub epoch: i64,
     /// A frozen row gives out no segment: a layout change is moving it, or its database

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
+use crate::name::Name;
 use crate::segment::Residue;
 use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
 use crate::store::evidence::{ByBiz, Mark};
@@ -25,7 +26,7 @@ pub(crate) struct Snapshot {
     pub tokens: BTreeMap<i64, GrantRow>,
     /// How far the other databases' rows advanced, as recorded here: by database name,
     /// then by biz (looked up by `&str`, with no key built).
-    pub witnesses: BTreeMap<String, BTreeMap<Box<str>, Mark>>,
+    pub witnesses: BTreeMap<String, BTreeMap<Name, Mark>>,
     /// The layouts recorded here (see [`crate::layout`]); always read in full.
     pub layouts: Vec<super::LayoutRow>,
     /// Where the database's change feed stood at the last read.
@@ -80,7 +81,7 @@ pub(crate) struct GrantRow {
     /// either case): the digest of no token.
     pub digest: Option<TokenDigest>,
     /// The biz the row grants.
-    pub biz: Box<str>,
+    pub biz: Name,
     /// From when on the token is refused; `None`: never.
     pub expires: Option<i64>,
     /// Whether the token was revoked (when says nothing about its grants).
@@ -94,7 +95,7 @@ impl GrantRow {
             digest: hex::decode_to_slice(&row.token_hash, &mut digest)
                 .is_ok()
                 .then_some(digest),
-            biz: row.biz_type.into(),
+            biz: Name::new(&row.biz_type),
             expires: row.expires,
             revoked: row.revoked.is_some(),
         }
@@ -103,7 +104,7 @@ impl GrantRow {
 
 /// Whether any mark of `before` is missing from `after` or older there: both sorted by
 /// biz, compared in one pass.
-fn lost_any(before: &BTreeMap<Box<str>, Mark>, after: &BTreeMap<Box<str>, Mark>) -> bool {
+fn lost_any(before: &BTreeMap<Name, Mark>, after: &BTreeMap<Name, Mark>) -> bool {
     let mut after = after.iter().peekable();
     before.iter().any(|(biz, mark)| {
         while after.next_if(|(b, _)| ***b < **biz).is_some() {}
@@ -241,7 +242,7 @@ impl Snapshot {
             return changes;
         }
         for row in rows.bizs {
-            changes.bizs.insert(row.biz_type.clone());
+            changes.bizs.insert(row.biz_type.to_string());
             self.bizs.replace(ByName(row));
         }
         for row in rows.shapes {
@@ -264,7 +265,7 @@ impl Snapshot {
             self.witnesses
                 .entry(w.database)
                 .or_default()
-                .insert(w.biz.into(), w.mark);
+                .insert(Name::new(&w.biz), w.mark);
         }
         self.layouts = rows.layouts;
         self.position = rows.position;
@@ -393,9 +394,9 @@ impl BizEntry {
 }
 
 /// A catalog's base of entries: a table of indexes over entries held in one vector, each
-/// name a box of its bytes. At a million bizs, 90 MB where a map of `String`s, its
-/// table half empty just past a power of two, took 160 MB.
-type Entries = indexmap::IndexMap<Box<str>, BizEntry, foldhash::fast::RandomState>;
+/// keyed by its [`Name`]. At a million bizs, 80 MB where a map of `String`s, its table
+/// half empty just past a power of two, took 170 MB.
+type Entries = indexmap::IndexMap<Name, BizEntry, foldhash::fast::RandomState>;
 
 /// The generation of the next catalog built.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -420,17 +421,45 @@ pub struct BizEntry {
 pub struct Grant {
     /// The token's SHA-256.
     digest: TokenDigest,
-    /// The bizs it may use, sorted (shared: a catalog updated in place copies it
-    /// without copying the names).
-    bizs: Arc<[Box<str>]>,
+    /// The bizs it may use.
+    bizs: Granted,
     /// From when on (unix seconds) it is refused: the earliest expiry of its rows.
     pub expires: Option<i64>,
+}
+
+/// The bizs a token may use: one (nearly every token), held in the grant, or many.
+#[derive(Debug, Clone)]
+enum Granted {
+    One(Name),
+    /// Sorted; none for a token whose grant went (shared: a catalog updated in place
+    /// copies it without copying the names).
+    Many(Arc<[Name]>),
+}
+
+impl Granted {
+    fn of(mut bizs: Vec<Name>) -> Granted {
+        match bizs.pop() {
+            Some(one) if bizs.is_empty() => Granted::One(one),
+            Some(last) => {
+                bizs.push(last);
+                Granted::Many(bizs.into())
+            }
+            None => Granted::Many(Arc::from([])),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Granted::Many(bizs) if bizs.is_empty())
+    }
 }
 
 impl Grant {
     /// Whether the token may use `biz`.
     pub fn allows(&self, biz: &str) -> bool {
-        self.bizs.binary_search_by(|b| (**b).cmp(biz)).is_ok()
+        match &self.bizs {
+            Granted::One(one) => one.as_str() == biz,
+            Granted::Many(bizs) => bizs.binary_search_by(|b| b.as_str().cmp(biz)).is_ok(),
+        }
     }
 
     /// Whether the token is still accepted at `now` (unix seconds).
@@ -534,7 +563,7 @@ pub fn merge_tokens<'a>(
 /// `snapshots`: the bizs granted, the earliest expiry; a token revoked on any database
 /// is left out (it is then refused exactly as an unknown one). Unsorted.
 fn grants(snapshots: &[Option<Snapshot>], wanted: impl Fn(&TokenDigest) -> bool) -> Vec<Grant> {
-    let mut merged: HashMap<TokenDigest, (Vec<&str>, Option<i64>, bool)> = HashMap::new();
+    let mut merged: HashMap<TokenDigest, (Vec<Name>, Option<i64>, bool)> = HashMap::new();
     for row in snapshots.iter().flatten().flat_map(|s| s.tokens.values()) {
         let Some(digest) = row.digest.filter(|d| wanted(d)) else {
             continue;
@@ -542,7 +571,7 @@ fn grants(snapshots: &[Option<Snapshot>], wanted: impl Fn(&TokenDigest) -> bool)
         let (bizs, expires, revoked) = merged
             .entry(digest)
             .or_insert_with(|| (Vec::new(), row.expires, false));
-        bizs.push(&row.biz);
+        bizs.push(row.biz);
         *expires = (*expires).into_iter().chain(row.expires).min();
         *revoked |= row.revoked;
     }
@@ -554,7 +583,7 @@ fn grants(snapshots: &[Option<Snapshot>], wanted: impl Fn(&TokenDigest) -> bool)
             bizs.dedup();
             Grant {
                 digest,
-                bizs: bizs.into_iter().map(Box::from).collect(),
+                bizs: Granted::of(bizs),
                 expires,
             }
         })
@@ -717,7 +746,7 @@ impl Catalog {
                 .filter(|d| !merged.iter().any(|g| g.digest == **d))
                 .map(|d| Grant {
                     digest: *d,
-                    bizs: Arc::from([]),
+                    bizs: Granted::Many(Arc::from([])),
                     expires: Some(i64::MIN),
                 })
                 .collect();
@@ -749,7 +778,7 @@ impl Catalog {
         for (biz, entry) in std::mem::take(&mut self.changed) {
             match entry {
                 Some(entry) => {
-                    bizs.insert(biz.into(), entry);
+                    bizs.insert(Name::new(&biz), entry);
                 }
                 None => {
                     bizs.swap_remove(biz.as_str());
@@ -857,7 +886,7 @@ impl Catalog {
     pub fn biz_names(&self) -> Vec<&str> {
         let base = self
             .sorted
-            .get_or_init(|| SortedNames::of(self.bizs.keys().map(|k| &**k)));
+            .get_or_init(|| SortedNames::of(self.bizs.keys().map(|k| k.as_str())));
         // The overlay's names, each with whether it is known now: few, sorted here.
         let mut changed: Vec<(&str, bool)> = self
             .changed
@@ -1003,7 +1032,7 @@ mod tests {
             delta,
             remainder,
             version: 0,
-            description: String::new(),
+            description: Box::default(),
             epoch: 0,
             frozen: false,
             claimed_by: 0,
@@ -1071,6 +1100,32 @@ mod tests {
         assert_eq!(cat.grant(&d, 1499).map(|g| g.expires), Some(Some(1500)));
         assert!(cat.grant(&d, 1499).is_some_and(|g| g.allows("y")));
         assert!(cat.grant(&d, 1500).is_none(), "refused from the expiry on");
+    }
+
+    /// A token of one biz (its grant holds the name) and one of several (sorted
+    /// names) allow their bizs alone.
+    #[test]
+    fn a_grant_allows_its_bizs_alone() {
+        let names = vec!["a".to_string()];
+        let (one, many) = (hash_token("t1"), hash_token("t2"));
+        let cat = Catalog::build(
+            &names,
+            &[tokens_only(vec![
+                token(&one, "m"),
+                token(&many, "z"),
+                token(&many, "b"),
+                token(&many, "m"),
+            ])],
+        );
+        let granted = |t, biz| granted(&cat, &token_digest(t), biz);
+        assert_eq!(granted("t1", "m"), Some(true));
+        assert_eq!(granted("t1", "b"), Some(false));
+        assert_eq!(granted("t1", "mm"), Some(false));
+        for biz in ["b", "m", "z"] {
+            assert_eq!(granted("t2", biz), Some(true), "{biz}");
+        }
+        assert_eq!(granted("t2", "a"), Some(false));
+        assert_eq!(granted("t2", "n"), Some(false));
     }
 
     #[test]

@@ -443,7 +443,7 @@ impl SegmentStore for PgStore {
         }
         let column = |f: fn(&BizRow) -> i64| rows.iter().map(f).collect::<Vec<i64>>();
         let names: Vec<&str> = rows.iter().map(|r| r.biz_type.as_str()).collect();
-        let descriptions: Vec<&str> = rows.iter().map(|r| r.description.as_str()).collect();
+        let descriptions: Vec<&str> = rows.iter().map(|r| &*r.description).collect();
         let frozen: Vec<bool> = rows.iter().map(|r| r.frozen).collect();
         let inserted = tx
             .query(
@@ -478,7 +478,7 @@ impl SegmentStore for PgStore {
             .map_err(db_error)?;
         Ok(rows
             .iter()
-            .map(|r| match inserted.contains(&r.biz_type) {
+            .map(|r| match inserted.contains(r.biz_type.as_str()) {
                 true => Inserted::Yes,
                 false => Inserted::Exists,
             })

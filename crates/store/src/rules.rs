@@ -9,6 +9,7 @@
 //! of writing it again.
 
 use crate::layout::LayoutState;
+use crate::name::Name;
 use crate::{
     BizRow, DbError, FeedPosition, Inserted, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass,
     RowClass, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
@@ -135,14 +136,14 @@ pub(crate) trait Cells {
 /// A biz row read with [`BIZ_COLUMNS`].
 pub(crate) fn biz_row<C: Cells>(r: &C) -> Result<BizRow, C::Error> {
     Ok(BizRow {
-        biz_type: r.text(0)?,
+        biz_type: Name::new(&r.text(0)?),
         begin_id: r.int(1)?,
         max_id: r.int(2)?,
         step: r.int(3)?,
         delta: r.int(4)?,
         remainder: r.int(5)?,
         version: r.int(6)?,
-        description: r.text(7)?,
+        description: r.text(7)?.into(),
         epoch: r.int(8)?,
         frozen: r.flag(9)?,
         claimed_by: r.int(10)?,

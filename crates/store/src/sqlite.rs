@@ -387,7 +387,7 @@ impl SegmentStore for SqliteStore {
                 ))?;
                 rows.iter()
                     .map(|row| {
-                        let n = insert.execute(params![row.biz_type, row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by])?;
+                        let n = insert.execute(params![row.biz_type.as_str(), row.begin_id, row.max_id, row.step, row.delta, row.remainder, row.version, row.description, row.epoch, row.frozen, row.claimed_by])?;
                         Ok(if n == 1 { Inserted::Yes } else { Inserted::Exists })
                     })
                     .collect()

@@ -1,5 +1,7 @@
 //! Residue classes: the `id % delta == remainder` rule that keeps databases disjoint.
 
+use std::num::NonZeroI64;
+
 use super::SegmentError;
 
 /// The residue class `remainder mod delta` a biz row issues from.
@@ -7,8 +9,9 @@ use super::SegmentError;
 /// Invariant: `delta >= 1` and `0 <= remainder < delta`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Residue {
-    /// Distance between two consecutive IDs of the class.
-    delta: i64,
+    /// Distance between two consecutive IDs of the class. Never zero: an
+    /// `Option<Residue>`, kept for every row, takes no more room than a class.
+    delta: NonZeroI64,
     /// Value every ID of the class leaves modulo `delta`.
     remainder: i64,
 }
@@ -16,7 +19,7 @@ pub struct Residue {
 impl Residue {
     /// The class of every integer (`delta = 1`): a biz on a single database.
     pub const ALL: Residue = Residue {
-        delta: 1,
+        delta: NonZeroI64::new(1).unwrap(),
         remainder: 0,
     };
 
@@ -26,17 +29,20 @@ impl Residue {
     /// [`SegmentError::Delta`] when `delta < 1`, [`SegmentError::Remainder`] when
     /// `remainder` is not in `0..delta`.
     pub fn new(delta: i64, remainder: i64) -> Result<Self, SegmentError> {
-        if delta < 1 {
+        let Some(nonzero) = NonZeroI64::new(delta).filter(|_| delta >= 1) else {
             return Err(SegmentError::Delta(delta));
-        }
+        };
         if !(0..delta).contains(&remainder) {
             return Err(SegmentError::Remainder { delta, remainder });
         }
-        Ok(Residue { delta, remainder })
+        Ok(Residue {
+            delta: nonzero,
+            remainder,
+        })
     }
 
     pub fn delta(self) -> i64 {
-        self.delta
+        self.delta.get()
     }
 
     pub fn remainder(self) -> i64 {
@@ -45,12 +51,12 @@ impl Residue {
 
     /// Whether `id` belongs to this class.
     pub fn contains(self, id: i64) -> bool {
-        id.rem_euclid(self.delta) == self.remainder
+        id.rem_euclid(self.delta()) == self.remainder
     }
 
     /// Whether some integer is in both classes: `r1 ≡ r2 (mod gcd(d1, d2))`.
     pub fn overlaps(self, other: Residue) -> bool {
-        let g = gcd(self.delta, other.delta);
+        let g = gcd(self.delta(), other.delta());
         (self.remainder - other.remainder).rem_euclid(g) == 0
     }
 
@@ -64,17 +70,17 @@ impl Residue {
     /// [`SegmentError::TooLarge`] when `m·d` does not fit in an `i64`.
     pub fn restrict(self, within: Residue) -> Result<Residue, SegmentError> {
         let delta = within
-            .delta
-            .checked_mul(self.delta)
+            .delta()
+            .checked_mul(self.delta())
             .ok_or(SegmentError::TooLarge)?;
-        let remainder = within.delta * self.remainder + within.remainder;
+        let remainder = within.delta() * self.remainder + within.remainder;
         Residue::new(delta, remainder)
     }
 }
 
 impl std::fmt::Display for Residue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} mod {}", self.remainder, self.delta)
+        write!(f, "{} mod {}", self.remainder, self.delta())
     }
 }
 

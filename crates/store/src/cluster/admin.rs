@@ -275,14 +275,14 @@ impl Store {
                 )));
             }
             rows.push(BizRow {
-                biz_type: biz.to_string(),
+                biz_type: biz.as_str().into(),
                 begin_id: start - 1,
                 max_id: start - 1,
                 step,
                 delta: class.delta(),
                 remainder: class.remainder(),
                 version: 0,
-                description: description.to_string(),
+                description: description.into(),
                 claimed_by: 0,
                 epoch,
                 frozen: false,
@@ -510,7 +510,7 @@ impl Store {
                     ));
                     raised.push(Witness {
                         database: name.to_string(),
-                        biz: biz.clone(),
+                        biz: biz.to_string(),
                         mark: Mark {
                             version,
                             max_id,

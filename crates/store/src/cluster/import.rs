@@ -70,7 +70,11 @@ impl Store {
             .zip(&self.dbs.names)
         {
             let rows = result.map_err(|e| unreachable(name, &e))?;
-            existing.push(rows.into_iter().map(|r| (r.biz_type.clone(), r)).collect());
+            existing.push(
+                rows.into_iter()
+                    .map(|r| (r.biz_type.to_string(), r))
+                    .collect(),
+            );
         }
         let mut report = ImportReport::default();
         for chunk in imports.chunks(IMPORT_BATCH) {
@@ -144,7 +148,7 @@ impl Store {
                 (_, None) => Vec::new(),
                 (true, _) => vec![Inserted::Yes; rows.len()],
                 (false, Some(first)) => {
-                    let first = first.biz_type.clone();
+                    let first = first.biz_type;
                     match self
                         .step(i, self.dbs.list[i].store.insert_bizs(&rows))
                         .await
@@ -167,7 +171,12 @@ impl Store {
                 let stopped = format!("the import stopped at biz `{first}` on database \"{name}\"");
                 return Err(change_began(stopped, *epoch, report.lines.clone()));
             }
-            created.push(rows.into_iter().map(|r| r.biz_type).zip(results).collect());
+            created.push(
+                rows.into_iter()
+                    .map(|r| r.biz_type.to_string())
+                    .zip(results)
+                    .collect(),
+            );
         }
         Ok(created)
     }
@@ -211,7 +220,7 @@ impl Store {
                 let describe = match &plan {
                     Plan::Raise(row) | Plan::Unchanged(row)
                         if !import.description.is_empty()
-                            && row.description != import.description =>
+                            && *row.description != *import.description =>
                     {
                         Some(row.description.clone())
                     }
@@ -335,14 +344,14 @@ fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan,
     }
     let Some(row) = row else {
         return Ok(Plan::Create(BizRow {
-            biz_type: import.biz.to_string(),
+            biz_type: import.biz.as_str().into(),
             begin_id: import.max_id,
             max_id: import.max_id,
             step: import.step,
             delta: class.delta(),
             remainder: class.remainder(),
             version: 0,
-            description: import.description.clone(),
+            description: import.description.as_str().into(),
             epoch: 0,
             frozen: false,
             claimed_by: 0,

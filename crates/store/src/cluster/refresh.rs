@@ -344,7 +344,7 @@ impl Seen for SeenByMarks<'_> {
 }
 
 /// What this process accepted of one biz row's class.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SeenRow {
     class: Residue,
     /// The row's layout epoch when its class was accepted.
@@ -583,6 +583,10 @@ impl Store {
                     }
                 }
                 tokio::task::yield_now().await;
+            }
+            if rows.full {
+                // The witnesses learnt before may have grown the marks by doubling.
+                self.view.evidence.lock().shrink(*i);
             }
         }
         for (_, rows) in read {
@@ -863,5 +867,60 @@ mod tests {
         drop(refused);
         let catalog = refreshing.join().unwrap();
         assert!(catalog.biz("order").is_some());
+    }
+
+    /// A row accepted before it has a mark is kept by name, then found by its mark
+    /// once it has one, and moved there when accepted again; rows of other bizs and
+    /// databases are apart.
+    #[test]
+    fn a_class_accepted_is_found_before_and_after_the_row_has_a_mark() {
+        use super::{ClassesSeen, Seen, SeenRow};
+        use crate::segment::Residue;
+        use crate::store::evidence::{Evidence, Mark};
+
+        let seen_row = |top| SeenRow {
+            class: Residue::new(2, 1).unwrap(),
+            epoch: 0,
+            top,
+            earlier: i64::MIN,
+        };
+        let mark = Mark {
+            version: 1,
+            max_id: 10,
+            high_id: 10,
+        };
+        let mut evidence = Evidence::default();
+        let mut classes = ClassesSeen::default();
+        classes.by_marks(&evidence).put(1, "order", seen_row(10));
+        assert_eq!(
+            classes.by_marks(&evidence).get(1, "order"),
+            Some(seen_row(10))
+        );
+        assert_eq!(classes.by_marks(&evidence).get(0, "order"), None);
+
+        evidence.learn(1, "invoice", mark);
+        evidence.learn(1, "order", mark);
+        assert_eq!(
+            classes.by_marks(&evidence).get(1, "order"),
+            Some(seen_row(10))
+        );
+        classes.by_marks(&evidence).put(1, "order", seen_row(20));
+        assert!(classes.unmarked[1].is_empty(), "moved to its mark");
+        assert_eq!(classes.by_mark[1].len(), 2, "up to the mark's index");
+        assert_eq!(
+            classes.by_marks(&evidence).get(1, "order"),
+            Some(seen_row(20))
+        );
+        assert_eq!(classes.by_marks(&evidence).get(1, "invoice"), None);
+
+        classes.by_marks(&evidence).put(1, "invoice", seen_row(30));
+        assert_eq!(
+            classes.by_marks(&evidence).get(1, "invoice"),
+            Some(seen_row(30))
+        );
+        assert_eq!(
+            classes.by_marks(&evidence).get(1, "order"),
+            Some(seen_row(20))
+        );
     }
 }

@@ -315,7 +315,7 @@ impl Store {
             .await?
             .into_iter()
             .flatten()
-            .map(|r| r.biz_type)
+            .map(|r| r.biz_type.to_string())
             .collect();
         let witnessed = witnessed(
             self.all_parts(parts, |db| db.witnesses(), "stopped")
