@@ -89,6 +89,23 @@ async fn tinyid_import_issues_above_the_old_max_id(kind: Kind) {
     let ids = app.ids("odd", &odd, 3).await;
     assert_eq!(ids, [5003, 5005, 5007], "odd IDs above Tinyid's max_id");
     app.stop().await;
+
+    // A migration script run again once segmint has served: the rows are above the
+    // file's max_id, issue none of Tinyid's IDs, and are left as they are.
+    let served = dbs.row(0, "order");
+    let again = import(&cfg, "tinyid", TINYID, false);
+    assert!(again.ok(), "{again:?}");
+    assert!(
+        again.stdout.contains("biz `order`: unchanged (max_id ")
+            && again
+                .stdout
+                .contains(", above the file's 2001: it issues none")
+            && again.stdout.contains("nothing to change")
+            && !again.stdout.contains("refused"),
+        "{}",
+        again.stdout
+    );
+    assert_eq!(dbs.row(0, "order"), served, "a row served since is left");
 }
 
 async fn leaf_import_keeps_the_description(kind: Kind) {
@@ -217,8 +234,8 @@ huge\t9223372036854775000\t1000\t1\t0
         "\"pg0\": biz `order`: raised: max_id 0 to 4400",
         "\"pg1\": biz `order`: raised: max_id 0 to 4400",
         "\"pg0\": biz `even`: refused: its row has IDs ≡ 0 mod 4, the import needs 0 mod 2",
-        "\"pg1\": biz `ahead`: refused: its row's max_id 9000 is above the import's 5000",
-        "\"pg0\": biz `ahead`: refused: another database refuses it",
+        "\"pg1\": biz `ahead`: unchanged (max_id 9000, above the file's 5000: it issues none of the IDs the file's system issued)",
+        "\"pg0\": biz `ahead`: raised: max_id 0 to 5000",
         "\"pg0\": biz `fresh`: created: IDs ≡ 1 mod 4 above 7000, step 100",
         "\"pg1\": biz `fresh`: created: IDs ≡ 3 mod 4 above 7000, step 100",
         "\"pg0\": biz `huge`: refused: max_id 9223372036854775000 + step 1000 exceeds",
@@ -226,7 +243,9 @@ huge\t9223372036854775000\t1000\t1\t0
         assert!(out.contains(line), "missing {line:?} in:\n{out}");
     }
     assert!(
-        run.stderr.contains("refused 3 biz(s): even, ahead, huge"),
+        run.stderr.contains("refused 2 biz(s): even, huge")
+            && run.stdout.contains("imported, but for the bizs refused")
+            && !run.stdout.contains("nothing to change"),
         "{}",
         run.stderr
     );
@@ -237,7 +256,12 @@ huge\t9223372036854775000\t1000\t1\t0
         "0|0|1000|4|0",
         "a refused biz is left alone"
     );
-    assert_eq!(dbs.row(0, "ahead"), "0|0|1000|2|0");
+    assert_eq!(dbs.row(0, "ahead"), "5000|1|1000|2|0");
+    assert_eq!(
+        dbs.row(1, "ahead"),
+        "9000|0|1000|2|1",
+        "a row above the file is left"
+    );
 
     let again = import(&cfg, "tinyid", export, false);
     assert!(

@@ -142,10 +142,12 @@ pub async fn import(store: &Store, source: Source, file: &ImportFile, json: bool
     let imports = segmint::import::parse(source, &text)
         .map_err(|e| format!("{path}: {e}; nothing changed"))?;
     let report = store.import(&imports, file.dry_run).await?;
-    let done = match (file.dry_run, report.changes) {
-        (true, _) => "dry run: nothing changed",
-        (false, 0) => "nothing to change: every biz is imported already",
-        (false, _) => "imported",
+    let done = match (file.dry_run, report.changes, report.refused.is_empty()) {
+        (true, ..) => "dry run: nothing changed",
+        (false, 0, true) => "nothing to change: every biz is imported already",
+        (false, 0, false) => "nothing changed",
+        (false, _, true) => "imported",
+        (false, _, false) => "imported, but for the bizs refused",
     };
     if json {
         print_json(&json!({

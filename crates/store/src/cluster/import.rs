@@ -30,7 +30,7 @@ enum Plan {
     Create(BizRow),
     /// The row is below the old system's `max_id`: raise it there.
     Raise(BizRow),
-    /// The row is already where the import would put it.
+    /// The row is already where the import would put it, or above.
     Unchanged(BizRow),
 }
 
@@ -227,6 +227,10 @@ impl Store {
                     _ => None,
                 };
                 let mut line = match plan {
+                    Plan::Unchanged(row) if row.max_id > import.max_id => format!(
+                        "\"{name}\": biz `{biz}`: unchanged (max_id {}, above the file's {}: it issues none of the IDs the file's system issued)",
+                        row.max_id, import.max_id
+                    ),
                     Plan::Unchanged(row) => {
                         format!("\"{name}\": biz `{biz}`: unchanged (max_id {})", row.max_id)
                     }
@@ -363,12 +367,11 @@ fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan,
             row.remainder, row.delta
         ));
     }
-    match row.max_id.cmp(&import.max_id) {
-        std::cmp::Ordering::Greater => Err(format!(
-            "its row's max_id {} is above the import's {}: the file is older than the row, or names another sequence",
-            row.max_id, import.max_id
-        )),
-        std::cmp::Ordering::Equal => Ok(Plan::Unchanged(row.clone())),
-        std::cmp::Ordering::Less => Ok(Plan::Raise(row.clone())),
+    // A row at or above the file's max_id issues none of the IDs the old system issued
+    // (it was imported, then served; or the file is older): it is left as it is, so that
+    // a migration script can be run again.
+    match row.max_id >= import.max_id {
+        true => Ok(Plan::Unchanged(row.clone())),
+        false => Ok(Plan::Raise(row.clone())),
     }
 }
