@@ -93,13 +93,14 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
     }
 }
 
-/// A database's row of a biz: the database's index, and the index of the biz among
-/// that database's marks. Marks are never removed, so a key stays valid, and holding
-/// one allocates nothing.
+/// A database's row of a biz: the database's index, and the number of the biz's
+/// [`Name`]. Names and marks are never removed, so a key stays valid, and holding one
+/// allocates nothing.
 pub type MarkKey = (usize, usize);
 
-/// The marks of one database's rows, by biz, in the order first learnt.
-type Marks = indexmap::IndexMap<Name, Mark, foldhash::fast::RandomState>;
+/// The marks of one database's rows, by the number of the biz's [`Name`] (32 bytes a
+/// row, where a map by name took about 60 and the name).
+type Marks = Vec<Option<Mark>>;
 
 /// A map keyed by biz name, with a fast hasher seeded per process: it holds a mark of
 /// every row of every biz (two million at a million bizs on two databases), and its
@@ -126,13 +127,14 @@ pub struct Evidence {
 }
 
 impl Evidence {
-    /// Makes room for `n` marks in all of database `db`'s rows (before a full read of
-    /// it is learnt: one allocation, not a doubling per power of two).
+    /// Makes room for a mark of every name held in database `db`'s rows, unless `n`
+    /// (the rows of a full read about to be learnt) is 0: one allocation, not a doubling
+    /// per power of two.
     pub fn reserve(&mut self, db: usize, n: usize) {
-        let marks = self.marks_of(db);
-        // Exact: `reserve` would fill the entries up to the table's capacity, up to
-        // 1.8 times the marks at a million.
-        marks.reserve_exact(n.saturating_sub(marks.len()));
+        if n > 0 {
+            let marks = self.marks_of(db);
+            marks.reserve_exact(Name::count().saturating_sub(marks.len()));
+        }
     }
 
     /// Gives back the room for database `db`'s marks beyond a tenth more than it holds
@@ -145,17 +147,6 @@ impl Evidence {
         }
     }
 
-    /// The index of the mark of `biz` on database `db` (the second of its
-    /// [`MarkKey`]), if one is known.
-    pub fn index_of(&self, db: usize, biz: &str) -> Option<usize> {
-        self.marks.get(db)?.get_index_of(biz)
-    }
-
-    /// How many marks of database `db`'s rows are known.
-    pub fn len(&self, db: usize) -> usize {
-        self.marks.get(db).map_or(0, Marks::len)
-    }
-
     fn marks_of(&mut self, db: usize) -> &mut Marks {
         if self.marks.len() <= db {
             self.marks.resize_with(db + 1, Marks::default);
@@ -165,22 +156,18 @@ impl Evidence {
 
     /// Adds what is known elsewhere of the row of `biz` on database `db`. Returns
     /// whether the mark moved.
-    pub fn learn(&mut self, db: usize, biz: &str, mark: Mark) -> bool {
+    pub fn learn(&mut self, db: usize, biz: impl Into<Name>, mark: Mark) -> bool {
+        let index = biz.into().index();
         let marks = self.marks_of(db);
-        let (index, old) = match marks.get_full(biz) {
-            Some((index, _, old)) => (index, Some(*old)),
-            None => (marks.len(), None),
-        };
+        if marks.len() <= index {
+            marks.resize(index + 1, None);
+        }
+        let old = marks[index];
         let new = old.map_or(mark, |m| m.join(mark));
         if old == Some(new) {
             return false;
         }
-        match marks.get_index_mut(index) {
-            Some((_, m)) => *m = new,
-            None => {
-                marks.insert(Name::new(biz), new);
-            }
-        }
+        marks[index] = Some(new);
         if let Some(journal) = &mut self.journal {
             journal.entry((db, index)).or_insert(old);
         }
@@ -197,12 +184,17 @@ impl Evidence {
     /// # Errors
     /// [`Regression`] when it is.
     pub fn check(&self, db: usize, row: &BizRow) -> Result<(), Regression> {
-        behind(self.mark(db, &row.biz_type), row)
+        behind(self.mark_of(db, row.biz_type), row)
     }
 
     /// The mark of the row of `biz` on database `db`, if any is known.
     pub fn mark(&self, db: usize, biz: &str) -> Option<Mark> {
-        self.marks.get(db)?.get(biz).copied()
+        self.mark_of(db, Name::find(biz)?)
+    }
+
+    /// [`Evidence::mark`], of a name held.
+    pub fn mark_of(&self, db: usize, biz: Name) -> Option<Mark> {
+        *self.marks.get(db)?.get(biz.index())?
     }
 
     /// Starts a catalog read: until [`Evidence::end_read`], [`Evidence::check_read`]
@@ -228,7 +220,7 @@ impl Evidence {
             .journal
             .as_ref()
             .filter(|j| !j.is_empty())
-            .and_then(|j| j.get(&(db, self.marks.get(db)?.get_index_of(row.biz_type.as_str())?)));
+            .and_then(|j| j.get(&(db, row.biz_type.index())));
         match then {
             Some(then) => behind(*then, row),
             None => self.check(db, row),
@@ -273,7 +265,10 @@ impl Evidence {
                 .iter()
                 .enumerate()
                 .filter(|&(other, _)| other != db)
-                .flat_map(|(other, marks)| (0..marks.len()).map(move |i| (other, i)))
+                .flat_map(|(other, marks)| {
+                    let known = marks.iter().enumerate().filter(|(_, m)| m.is_some());
+                    known.map(move |(i, _)| (other, i))
+                })
                 .collect(),
         }
     }
@@ -291,8 +286,9 @@ impl Evidence {
         keys.iter()
             .filter(|&&(other, _)| other != db)
             .filter_map(|&(other, i)| {
-                let (biz, &mark) = self.marks.get(other)?.get_index(i)?;
-                held(&names[other], biz)
+                let mark = (*self.marks.get(other)?.get(i)?)?;
+                let biz = Name::from_index(i)?;
+                held(&names[other], biz.as_str())
                     .is_none_or(|h| h.join(mark) != h)
                     .then(|| {
                         let witness = Witness {

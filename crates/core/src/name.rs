@@ -5,14 +5,15 @@
 //!
 //! A name, once held, stays for the life of the process (about 40 bytes and its own
 //! length): a biz deleted and never added again leaves its name behind. Reading a
-//! name takes no lock; holding a new one takes a lock for a table insert.
+//! name takes no lock; finding one by its text takes a read lock, holding a new one a
+//! write lock for a table insert.
 
 use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::LazyLock;
 
 use hashbrown::HashTable;
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 /// Names are copied into chunks of this many bytes, one allocation each.
 const CHUNK: usize = 64 * 1024;
@@ -21,8 +22,8 @@ const CHUNK: usize = 64 * 1024;
 struct Table {
     /// By number; read without a lock, never moved.
     names: boxcar::Vec<&'static str>,
-    /// What a new name takes.
-    writer: Mutex<Writer>,
+    /// What a new name takes (written), and a search by text (read).
+    writer: RwLock<Writer>,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -35,7 +36,7 @@ struct Writer {
 
 static TABLE: LazyLock<Table> = LazyLock::new(|| Table {
     names: boxcar::Vec::new(),
-    writer: Mutex::new(Writer {
+    writer: RwLock::new(Writer {
         ids: HashTable::new(),
         free: &mut [],
     }),
@@ -73,14 +74,14 @@ impl Name {
     pub fn new(name: &str) -> Name {
         let table = &*TABLE;
         let hash = table.hasher.hash_one(name);
-        let mut writer = table.writer.lock();
-        let names = &table.names;
-        let found = writer
-            .ids
-            .find(hash, |&id| names.get(id as usize) == Some(&name));
-        if let Some(&id) = found {
-            return Name(id);
+        if let Some(found) = Name::search(&table.writer.read(), hash, name) {
+            return found;
         }
+        let mut writer = table.writer.write();
+        if let Some(found) = Name::search(&writer, hash, name) {
+            return found;
+        }
+        let names = &table.names;
         let kept = writer.keep(name);
         let id = u32::try_from(names.push(kept)).expect("fewer than 2^32 biz names");
         let hasher = &table.hasher;
@@ -88,6 +89,37 @@ impl Name {
             hasher.hash_one(names.get(id as usize).copied().unwrap_or_default())
         });
         Name(id)
+    }
+
+    /// The number of `name`, if it is held.
+    pub fn find(name: &str) -> Option<Name> {
+        let table = &*TABLE;
+        Name::search(&table.writer.read(), table.hasher.hash_one(name), name)
+    }
+
+    fn search(writer: &Writer, hash: u64, name: &str) -> Option<Name> {
+        let names = &TABLE.names;
+        writer
+            .ids
+            .find(hash, |&id| names.get(id as usize) == Some(&name))
+            .map(|&id| Name(id))
+    }
+
+    /// The name's number: names are numbered from 0 in the order first held, so that
+    /// what is kept of every biz can be a vector indexed by it.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The name numbered `index`, if one is.
+    pub fn from_index(index: usize) -> Option<Name> {
+        let id = u32::try_from(index).ok()?;
+        TABLE.names.get(index).map(|_| Name(id))
+    }
+
+    /// How many names are held.
+    pub fn count() -> usize {
+        TABLE.names.count()
     }
 
     /// The name's text.
@@ -139,6 +171,12 @@ impl Ord for Name {
 impl From<&str> for Name {
     fn from(name: &str) -> Name {
         Name::new(name)
+    }
+}
+
+impl From<&Name> for Name {
+    fn from(name: &Name) -> Name {
+        *name
     }
 }
 
@@ -208,6 +246,11 @@ mod tests {
         assert_eq!(Name::new("name-test-order"), a);
         assert_eq!(Name::new(&String::from("name-test-order")), a);
         assert_ne!(Name::new("name-test-invoice"), a);
+        assert_eq!(Name::find("name-test-order"), Some(a));
+        assert_eq!(Name::find("name-test-never-held"), None);
+        assert_eq!(Name::from_index(a.index()), Some(a));
+        assert!(Name::count() > a.index());
+        assert_eq!(Name::from_index(u32::MAX as usize), None);
         assert_eq!(a.as_str(), "name-test-order");
         assert_eq!(Name::new("").as_str(), "");
         let long = "x".repeat(CHUNK);

@@ -82,8 +82,9 @@ pub(crate) struct GrantRow {
     pub digest: Option<TokenDigest>,
     /// The biz the row grants.
     pub biz: Name,
-    /// From when on the token is refused; `None`: never.
-    pub expires: Option<i64>,
+    /// From when on the token is refused; `i64::MAX`: never (see
+    /// [`GrantRow::expires`]). Not an `Option`: a row is 48 bytes, not 56.
+    expires_at: i64,
     /// Whether the token was revoked (when says nothing about its grants).
     pub revoked: bool,
 }
@@ -96,9 +97,15 @@ impl GrantRow {
                 .is_ok()
                 .then_some(digest),
             biz: Name::new(&row.biz_type),
-            expires: row.expires,
+            expires_at: row.expires.unwrap_or(i64::MAX),
             revoked: row.revoked.is_some(),
         }
+    }
+
+    /// From when on the token is refused; `None`: never (a token refused from the end
+    /// of time is never refused).
+    pub fn expires(&self) -> Option<i64> {
+        (self.expires_at != i64::MAX).then_some(self.expires_at)
     }
 }
 
@@ -570,9 +577,9 @@ fn grants(snapshots: &[Option<Snapshot>], wanted: impl Fn(&TokenDigest) -> bool)
         };
         let (bizs, expires, revoked) = merged
             .entry(digest)
-            .or_insert_with(|| (Vec::new(), row.expires, false));
+            .or_insert_with(|| (Vec::new(), row.expires(), false));
         bizs.push(row.biz);
-        *expires = (*expires).into_iter().chain(row.expires).min();
+        *expires = (*expires).into_iter().chain(row.expires()).min();
         *revoked |= row.revoked;
     }
     merged

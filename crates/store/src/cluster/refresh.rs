@@ -184,7 +184,7 @@ impl CatalogView {
                 &snapshots,
                 chunk,
                 (floor, layouts),
-                &mut seen.by_marks(&evidence),
+                &mut *seen,
             ));
         }
         let snapshots = self.snapshots.lock();
@@ -279,64 +279,32 @@ impl Seen for Vec<ByBiz<SeenRow>> {
     }
 }
 
-/// What this process accepted of every row's class, kept beside the row's mark: by
-/// database, at the row's [`MarkKey`](crate::store::evidence::MarkKey) index (marks
-/// are never removed, so the index is stable). A vector entry of 48 bytes a row, where
-/// a map by name took about 150 at a million rows. A row with no mark yet (its first
-/// read found it behind the evidence) is kept by name until it has one.
+/// What this process accepted of every row's class: by database, in a vector indexed by
+/// the number of the biz's [`Name`](crate::name::Name). 40 bytes a row, where a map by
+/// name took about 150 at a million rows.
 #[derive(Debug, Default)]
 pub(crate) struct ClassesSeen {
-    /// By database, then mark index.
-    by_mark: Vec<Vec<Option<SeenRow>>>,
-    /// Rows with no mark when last accepted, by database and biz.
-    unmarked: Vec<ByBiz<SeenRow>>,
+    /// By database, then name.
+    by_name: Vec<Vec<Option<SeenRow>>>,
 }
 
-impl ClassesSeen {
-    /// This record, its rows found through `evidence`'s marks.
-    pub(super) fn by_marks<'a>(&'a mut self, evidence: &'a Evidence) -> SeenByMarks<'a> {
-        SeenByMarks {
-            seen: self,
-            evidence,
-        }
-    }
-}
-
-/// [`ClassesSeen`] with the marks that index it.
-pub(super) struct SeenByMarks<'a> {
-    seen: &'a mut ClassesSeen,
-    evidence: &'a Evidence,
-}
-
-impl Seen for SeenByMarks<'_> {
+impl Seen for ClassesSeen {
     fn get(&self, db: usize, biz: &str) -> Option<SeenRow> {
-        let by_mark = self.evidence.index_of(db, biz).and_then(|i| {
-            self.seen
-                .by_mark
-                .get(db)
-                .and_then(|rows| rows.get(i).copied().flatten())
-        });
-        by_mark.or_else(|| Seen::get(&self.seen.unmarked, db, biz))
+        let name = crate::name::Name::find(biz)?;
+        *self.by_name.get(db)?.get(name.index())?
     }
 
     fn put(&mut self, db: usize, biz: &str, row: SeenRow) {
-        let Some(i) = self.evidence.index_of(db, biz) else {
-            self.seen.unmarked.put(db, biz, row);
-            return;
-        };
-        if let Some(unmarked) = self.seen.unmarked.get_mut(db) {
-            unmarked.remove(biz);
+        let i = crate::name::Name::new(biz).index();
+        if self.by_name.len() <= db {
+            self.by_name.resize_with(db + 1, Vec::new);
         }
-        let by_mark = &mut self.seen.by_mark;
-        if by_mark.len() <= db {
-            by_mark.resize_with(db + 1, Vec::new);
-        }
-        let rows = &mut by_mark[db];
+        let rows = &mut self.by_name[db];
         if rows.len() <= i {
-            // To the number of marks at once (a full read's first checks fill every
+            // To every name held at once (a full read's first checks fill nearly every
             // one): no doubling past it.
-            let marks = self.evidence.len(db).max(i + 1);
-            rows.reserve_exact(marks.saturating_sub(rows.len()));
+            let names = crate::name::Name::count().max(i + 1);
+            rows.reserve_exact(names.saturating_sub(rows.len()));
             rows.resize(i + 1, None);
         }
         rows[i] = Some(row);
@@ -579,7 +547,7 @@ impl Store {
                 {
                     let mut evidence = self.view.evidence.lock();
                     for (row, _) in chunk.iter().zip(ok).filter(|(_, ok)| **ok) {
-                        evidence.learn(*i, &row.biz_type, Mark::of(row));
+                        evidence.learn(*i, row.biz_type, Mark::of(row));
                     }
                 }
                 tokio::task::yield_now().await;
@@ -869,14 +837,12 @@ mod tests {
         assert!(catalog.biz("order").is_some());
     }
 
-    /// A row accepted before it has a mark is kept by name, then found by its mark
-    /// once it has one, and moved there when accepted again; rows of other bizs and
-    /// databases are apart.
+    /// A class accepted is found by its biz and database, and replaced when accepted
+    /// again; rows of other bizs and databases are apart.
     #[test]
-    fn a_class_accepted_is_found_before_and_after_the_row_has_a_mark() {
+    fn a_class_accepted_is_found_by_biz_and_database() {
         use super::{ClassesSeen, Seen, SeenRow};
         use crate::segment::Residue;
-        use crate::store::evidence::{Evidence, Mark};
 
         let seen_row = |top| SeenRow {
             class: Residue::new(2, 1).unwrap(),
@@ -884,43 +850,15 @@ mod tests {
             top,
             earlier: i64::MIN,
         };
-        let mark = Mark {
-            version: 1,
-            max_id: 10,
-            high_id: 10,
-        };
-        let mut evidence = Evidence::default();
         let mut classes = ClassesSeen::default();
-        classes.by_marks(&evidence).put(1, "order", seen_row(10));
-        assert_eq!(
-            classes.by_marks(&evidence).get(1, "order"),
-            Some(seen_row(10))
-        );
-        assert_eq!(classes.by_marks(&evidence).get(0, "order"), None);
-
-        evidence.learn(1, "invoice", mark);
-        evidence.learn(1, "order", mark);
-        assert_eq!(
-            classes.by_marks(&evidence).get(1, "order"),
-            Some(seen_row(10))
-        );
-        classes.by_marks(&evidence).put(1, "order", seen_row(20));
-        assert!(classes.unmarked[1].is_empty(), "moved to its mark");
-        assert_eq!(classes.by_mark[1].len(), 2, "up to the mark's index");
-        assert_eq!(
-            classes.by_marks(&evidence).get(1, "order"),
-            Some(seen_row(20))
-        );
-        assert_eq!(classes.by_marks(&evidence).get(1, "invoice"), None);
-
-        classes.by_marks(&evidence).put(1, "invoice", seen_row(30));
-        assert_eq!(
-            classes.by_marks(&evidence).get(1, "invoice"),
-            Some(seen_row(30))
-        );
-        assert_eq!(
-            classes.by_marks(&evidence).get(1, "order"),
-            Some(seen_row(20))
-        );
+        assert_eq!(classes.get(0, "seen-test-never-held"), None);
+        classes.put(1, "seen-test-order", seen_row(10));
+        assert_eq!(classes.get(1, "seen-test-order"), Some(seen_row(10)));
+        assert_eq!(classes.get(0, "seen-test-order"), None);
+        assert_eq!(classes.get(3, "seen-test-order"), None);
+        classes.put(1, "seen-test-invoice", seen_row(30));
+        classes.put(1, "seen-test-order", seen_row(20));
+        assert_eq!(classes.get(1, "seen-test-order"), Some(seen_row(20)));
+        assert_eq!(classes.get(1, "seen-test-invoice"), Some(seen_row(30)));
     }
 }
