@@ -91,8 +91,8 @@ async fn tinyid_import_issues_above_the_old_max_id(kind: Kind) {
     app.stop().await;
 
     // A migration script run again once segmint has served: the rows are above the
-    // file's max_id, issue none of Tinyid's IDs, and are left as they are.
-    let served = dbs.row(0, "order");
+    // file's max_id, issue none of Tinyid's IDs, and are left as they are. (The stopped
+    // server may still give its unissued IDs back meanwhile: the row stays above 2004.)
     let again = import(&cfg, "tinyid", TINYID, false);
     assert!(again.ok(), "{again:?}");
     assert!(
@@ -105,7 +105,9 @@ async fn tinyid_import_issues_above_the_old_max_id(kind: Kind) {
         "{}",
         again.stdout
     );
-    assert_eq!(dbs.row(0, "order"), served, "a row served since is left");
+    let row = dbs.row(0, "order");
+    let max_id: i64 = row.split('|').next().unwrap().parse().unwrap();
+    assert!(max_id >= 2004, "a row served since is left: {row}");
 }
 
 async fn leaf_import_keeps_the_description(kind: Kind) {
