@@ -349,7 +349,7 @@ mod tests {
     /// Checks `row` of database `db` and learns it if it is not behind.
     fn observe(ev: &mut Evidence, db: usize, row: &BizRow) -> Result<(), Regression> {
         ev.check(db, row)?;
-        ev.learn(db, &row.biz_type, Mark::of(row));
+        ev.learn(db, row.biz_type, Mark::of(row));
         Ok(())
     }
 
@@ -493,7 +493,7 @@ mod tests {
         };
         let mut ev = Evidence::default();
         for n in 0..50 {
-            ev.learn(0, &format!("biz{n:02}"), mark(n));
+            ev.learn(0, format!("biz{n:02}"), mark(n));
         }
         let mut whole = ev.clone();
         let held = |_: &str, biz: &str| (biz < "biz10").then(|| mark(0).join(mark(99)));
