@@ -43,12 +43,26 @@ async fn connect_error(url: &str) -> String {
     }
 }
 
+/// Asserts that a store connects to the database at `url` (through `migrate`).
+async fn assert_connects(url: &str) {
+    let store = Store::connect(&config_for(url)).unwrap();
+    let (db, result) = store.migrate().await.remove(0);
+    if let Err(e) = result {
+        panic!("database {db} at {url} refused: {e}");
+    }
+}
+
 /// Serves IDs from the database at `url`; returns the IDs and the app.
 async fn serve_ids(url: &str) -> (Vec<i64>, TestApp) {
+    serve_biz(url, "order").await
+}
+
+/// Serves IDs of a new biz `biz` from the database at `url`; returns the IDs and the app.
+async fn serve_biz(url: &str, biz: &str) -> (Vec<i64>, TestApp) {
     let config = config_for(url);
-    let token = setup_biz(&config, "order", 100, false).await;
+    let token = setup_biz(&config, biz, 100, false).await;
     let app = spawn_app(config).await;
-    (app.ids("order", &token, 5).await, app)
+    (app.ids(biz, &token, 5).await, app)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +225,107 @@ async fn sslcrl_refuses_a_revoked_server_certificate() {
     let (ids, _app) = serve_ids(&with_crl("none.crl")).await;
     assert_eq!(ids.len(), 5);
     let error = connect_error(&with_crl("server-revoked.crl")).await;
+    assert!(error.contains("Revoked"), "{error}");
+}
+
+/// PostgreSQL's documented certificate recipe, run as its docs give it: OpenSSL 3.0
+/// makes the server's certificate X.509 version 1, signed by an intermediate the server
+/// sends, naming the host in its CN only. libpq's verify-full accepts it; so does
+/// segmint, with the same checks of the chain and the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificates_of_postgresqls_documented_recipe_pass_verify_full() {
+    let pki = Pki::new();
+    pki.postgres_docs_recipe();
+    assert_eq!(
+        pki.version("docs-leaf"),
+        1,
+        "the recipe makes a version 1 certificate"
+    );
+    let cluster = tls_cluster_serving(&pki, "docs-server", &[]);
+    let root = pki.path("root.crt");
+    let (ids, app) = serve_ids(&localhost_url(&cluster, &ssl("verify-full", &root))).await;
+    assert_eq!(ids, [1, 2, 3, 4, 5]);
+    assert_sessions_encrypted(&cluster, true);
+    app.stop().await;
+
+    // The name is checked: the CN names localhost, not 127.0.0.1.
+    let by_address = |params: String| format!("{}?{params}", cluster.url());
+    let error = connect_error(&by_address(ssl("verify-full", &root))).await;
+    assert!(
+        error.contains("certificate not valid for name \"127.0.0.1\""),
+        "{error}"
+    );
+    assert_connects(&by_address(ssl("verify-ca", &root))).await;
+    // The chain is checked: another root, or the intermediate missing from the server's
+    // chain, is refused.
+    for mode in ["verify-ca", "verify-full"] {
+        let error = connect_error(&localhost_url(&cluster, &ssl(mode, &pki.path("ca.crt")))).await;
+        assert!(error.contains("UnknownIssuer"), "{mode}: {error}");
+    }
+    serve_certificate(&cluster, &pki, "docs-leaf");
+    let error = connect_error(&localhost_url(&cluster, &ssl("verify-ca", &root))).await;
+    assert!(error.contains("UnknownIssuer"), "{error}");
+}
+
+/// What else libpq accepts beyond webpki, and what it still refuses, on one cluster
+/// restarted with each certificate: a self-signed certificate trusted as its own root; a
+/// version 3 certificate naming the host in its CN only; a version 1 certificate over
+/// TLS 1.2, revoked by `sslcrl`, or signed by a root not trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn libpq_certificate_rules_beyond_webpki_hold() {
+    let pki = Pki::new();
+    pki.self_signed("self", "localhost");
+    pki.leaf("cn-only", "localhost", "");
+    pki.leaf(
+        "san-other",
+        "localhost",
+        "subjectAltName=DNS:db.example.com\n",
+    );
+    pki.v1_leaf("v1", "localhost", "ca");
+    pki.v1_leaf("v1-other", "localhost", "other-ca");
+    pki.revocation_lists_of("v1");
+    let cluster = tls_cluster_serving(&pki, "self", &[]);
+    let ca = pki.path("ca.crt");
+    let full = |root: &Path| localhost_url(&cluster, &ssl("verify-full", root));
+
+    let (ids, app) = serve_ids(&full(&pki.path("self.crt"))).await;
+    assert_eq!(ids.len(), 5, "a self-signed certificate as its own root");
+    app.stop().await;
+    // Trusted as its own root only: under another root it is a CA's certificate.
+    let error = connect_error(&full(&ca)).await;
+    assert!(error.contains("CaUsedAsEndEntity"), "{error}");
+
+    serve_certificate(&cluster, &pki, "cn-only");
+    assert_connects(&full(&ca)).await;
+
+    // A DNS name in the subjectAltName: the CN is no longer read.
+    serve_certificate(&cluster, &pki, "san-other");
+    let error = connect_error(&full(&ca)).await;
+    assert!(error.contains("not valid for name"), "{error}");
+
+    serve_certificate(&cluster, &pki, "v1-other");
+    for mode in ["verify-ca", "verify-full", "require"] {
+        let error = connect_error(&localhost_url(&cluster, &ssl(mode, &ca))).await;
+        assert!(error.contains("UnknownIssuer"), "{mode}: {error}");
+    }
+
+    // TLS 1.2 signs the handshake differently: the version 1 key is still checked.
+    cluster.psql("ALTER SYSTEM SET ssl_max_protocol_version = 'TLSv1.2'");
+    serve_certificate(&cluster, &pki, "v1");
+    assert_eq!(pki.version("v1"), 1);
+    let with_crl = |crl: &str| format!("{}&sslcrl={}", full(&ca), pki.path(crl).display());
+    let (ids, app) = serve_biz(&with_crl("none.crl"), "tls12").await;
+    assert_eq!(ids.len(), 5, "a version 1 certificate over TLS 1.2");
+    assert_sessions_encrypted(&cluster, true);
+    assert_eq!(
+        cluster.psql(
+            "SELECT DISTINCT version FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.application_name = 'segmint'"
+        ),
+        "TLSv1.2"
+    );
+    app.stop().await;
+    let error = connect_error(&with_crl("v1-revoked.crl")).await;
     assert!(error.contains("Revoked"), "{error}");
 }
 

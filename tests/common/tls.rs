@@ -73,48 +73,132 @@ impl Pki {
     }
 
     /// `NAME.crt` and `NAME.key` for `cn`, signed by `ca`, with the extensions `ext`.
-    fn leaf(&self, name: &str, cn: &str, ext: &str) {
-        let (key, csr, crt, extfile) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.crt"),
-            format!("{name}.ext"),
-        );
+    pub fn leaf(&self, name: &str, cn: &str, ext: &str) {
+        let extfile = format!("{name}.ext");
         std::fs::write(
             self.path(&extfile),
             format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n{ext}"),
         )
         .unwrap();
+        self.signed(name, cn, "ca", Some(&extfile));
+    }
+
+    /// `NAME.crt` and `NAME.key`: a new key and a certificate for `cn` signed by `ca` with
+    /// `openssl x509 -req`, with the extensions of `extfile`, or none (version 1).
+    fn signed(&self, name: &str, cn: &str, ca: &str, extfile: Option<&str>) {
+        let (key, csr, crt) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.crt"),
+        );
         let subject = format!("/CN={cn}");
         let mut args = vec!["req", "-new", "-subj", &subject, "-out", &csr];
         args.extend(NEW_KEY);
         args.push(&key);
         openssl(self.dir.path(), &args);
+        let (ca_crt, ca_key) = (format!("{ca}.crt"), format!("{ca}.key"));
+        let mut args = vec![
+            "x509",
+            "-req",
+            "-days",
+            "2",
+            "-in",
+            &csr,
+            "-CA",
+            &ca_crt,
+            "-CAkey",
+            &ca_key,
+            "-CAcreateserial",
+            "-out",
+            &crt,
+        ];
+        if let Some(extfile) = extfile {
+            args.extend(["-extfile", extfile]);
+        }
+        openssl(self.dir.path(), &args);
+    }
+
+    /// PostgreSQL's documented recipe ("Creating Certificates"), run as its docs give it
+    /// with this machine's OpenSSL: `root.crt` (self-signed, `v3_ca`), an intermediate
+    /// signed by it, and a server certificate for `localhost` signed by the intermediate
+    /// with `openssl x509 -req` and no extension file: OpenSSL 3.0 makes it X.509
+    /// version 1, the host named in its CN only. `docs-server.crt` holds it followed by
+    /// the intermediate, as the server sends them; `docs-leaf.crt` holds it alone (with
+    /// the same key, `docs-leaf.key`).
+    pub fn postgres_docs_recipe(&self) {
+        // The docs' commands, with `-days 2`, this machine's openssl.cnf and the names
+        // used here.
+        let recipe = [
+            "req -new -nodes -text -out root.csr -keyout root.key -subj /CN=root.yourdomain.com",
+            "x509 -req -in root.csr -text -days 2 -extfile /etc/ssl/openssl.cnf -extensions v3_ca \
+             -signkey root.key -out root.crt",
+            "req -new -nodes -text -out intermediate.csr -keyout intermediate.key \
+             -subj /CN=intermediate.yourdomain.com",
+            "x509 -req -in intermediate.csr -text -days 2 -extfile /etc/ssl/openssl.cnf \
+             -extensions v3_ca -CA root.crt -CAkey root.key -CAcreateserial -out intermediate.crt",
+            "req -new -nodes -text -out docs-server.csr -keyout docs-server.key -subj /CN=localhost",
+            "x509 -req -in docs-server.csr -text -days 2 -CA intermediate.crt \
+             -CAkey intermediate.key -CAcreateserial -out docs-leaf.crt",
+        ];
+        for command in recipe {
+            let args: Vec<&str> = command.split_whitespace().collect();
+            openssl(self.dir.path(), &args);
+        }
+        let chain = [
+            std::fs::read_to_string(self.path("docs-leaf.crt")).unwrap(),
+            std::fs::read_to_string(self.path("intermediate.crt")).unwrap(),
+        ];
+        std::fs::write(self.path("docs-server.crt"), chain.concat()).unwrap();
+        std::fs::copy(self.path("docs-server.key"), self.path("docs-leaf.key")).unwrap();
+    }
+
+    /// `NAME.crt` and `NAME.key`: a version 1 certificate for `cn`, signed by `ca` with
+    /// `openssl x509 -req` and no extensions.
+    pub fn v1_leaf(&self, name: &str, cn: &str, ca: &str) {
+        self.signed(name, cn, ca, None);
+    }
+
+    /// `NAME.crt` and `NAME.key`: the self-signed certificate of the documented recipe's
+    /// first form (`openssl req -new -x509`), for `cn`; clients trust it as its own root.
+    pub fn self_signed(&self, name: &str, cn: &str) {
+        let (key, crt, subject) = (
+            format!("{name}.key"),
+            format!("{name}.crt"),
+            format!("/CN={cn}"),
+        );
         openssl(
             self.dir.path(),
             &[
-                "x509",
-                "-req",
-                "-days",
-                "2",
-                "-in",
-                &csr,
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-extfile",
-                &extfile,
-                "-out",
-                &crt,
+                "req", "-new", "-x509", "-days", "2", "-nodes", "-text", "-out", &crt, "-keyout",
+                &key, "-subj", &subject,
             ],
         );
+    }
+
+    /// The X.509 version of `NAME.crt` (its first certificate), as OpenSSL reads it.
+    pub fn version(&self, name: &str) -> u32 {
+        let out = Command::new("openssl")
+            .args(["x509", "-noout", "-text", "-in"])
+            .arg(self.path(&format!("{name}.crt")))
+            .output()
+            .expect("run openssl");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Version: "))
+            .unwrap_or_else(|| panic!("no version in {text}"));
+        line.split_whitespace().next().unwrap().parse().unwrap()
     }
 
     /// Two revocation lists from `ca`: `none.crl`, revoking nothing, then
     /// `server-revoked.crl`, revoking the server's certificate.
     pub fn revocation_lists(&self) {
+        self.revocation_lists_of("server");
+    }
+
+    /// Two revocation lists from `ca`: `none.crl`, revoking nothing, then
+    /// `NAME-revoked.crl`, revoking `NAME.crt`.
+    pub fn revocation_lists_of(&self, name: &str) {
         std::fs::write(
             self.path("crl.cnf"),
             "[ca]\ndefault_ca = test\n[test]\ndatabase = index.txt\ncrlnumber = crlnumber\n\
@@ -131,13 +215,11 @@ impl Pki {
             dir,
             &[&["ca"], &ca[..], &["-gencrl", "-out", "none.crl"]].concat(),
         );
+        let (crt, crl) = (format!("{name}.crt"), format!("{name}-revoked.crl"));
+        openssl(dir, &[&["ca"], &ca[..], &["-revoke", &crt]].concat());
         openssl(
             dir,
-            &[&["ca"], &ca[..], &["-revoke", "server.crt"]].concat(),
-        );
-        openssl(
-            dir,
-            &[&["ca"], &ca[..], &["-gencrl", "-out", "server-revoked.crl"]].concat(),
+            &[&["ca"], &ca[..], &["-gencrl", "-out", &crl]].concat(),
         );
     }
 
@@ -172,13 +254,19 @@ pub fn reconfigure(cluster: &PgCluster, settings: &[&str], files: &[(&Path, &str
 /// A cluster serving TLS with `pki`'s server certificate, trusting `pki`'s CA for
 /// client certificates, with `hba` lines first in pg_hba.conf.
 pub fn tls_cluster(pki: &Pki, hba: &[&str]) -> PgCluster {
+    tls_cluster_serving(pki, "server", hba)
+}
+
+/// A cluster serving TLS with `pki`'s `NAME.crt` and `NAME.key`, trusting `pki`'s CA for
+/// client certificates, with `hba` lines first in pg_hba.conf.
+pub fn tls_cluster_serving(pki: &Pki, name: &str, hba: &[&str]) -> PgCluster {
     let cluster = PgCluster::start();
     reconfigure(
         &cluster,
         &["ssl = on", "ssl_ca_file = 'root.crt'"],
         &[
-            (&pki.path("server.crt"), "server.crt"),
-            (&pki.path("server.key"), "server.key"),
+            (&pki.path(&format!("{name}.crt")), "server.crt"),
+            (&pki.path(&format!("{name}.key")), "server.key"),
             (&pki.path("ca.crt"), "root.crt"),
         ],
         hba,
@@ -200,5 +288,18 @@ pub fn assert_sessions_encrypted(cluster: &PgCluster, encrypted: bool) {
         all != "0" && tls == expected,
         "{tls} of {all} segmint sessions encrypted, expected {}",
         if encrypted { "all" } else { "none" }
+    );
+}
+
+/// Restarts `cluster` serving `pki`'s `NAME.crt` and `NAME.key`.
+pub fn serve_certificate(cluster: &PgCluster, pki: &Pki, name: &str) {
+    reconfigure(
+        cluster,
+        &[],
+        &[
+            (&pki.path(&format!("{name}.crt")), "server.crt"),
+            (&pki.path(&format!("{name}.key")), "server.key"),
+        ],
+        &[],
     );
 }
