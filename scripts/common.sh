@@ -64,6 +64,84 @@ ensure_postgres_user() {
     fi
 }
 
+# The MariaDB server program: PATH first, then /usr/sbin (Debian puts mariadbd there,
+# outside a normal user's PATH). Fails when it is absent.
+mariadbd_path() {
+    local found
+    if found=$(command -v mariadbd 2>/dev/null); then
+        echo "$found"
+    elif [ -x /usr/sbin/mariadbd ]; then
+        echo /usr/sbin/mariadbd
+    else
+        return 1
+    fi
+}
+
+have_mariadb() {
+    mariadbd_path >/dev/null && command -v mariadb-install-db >/dev/null 2>&1 &&
+        command -v mariadb >/dev/null 2>&1
+}
+
+# Installs Debian's mariadb-server (the server, mariadb-install-db and the mariadb
+# client) unless they are already there; sets MARIADBD to the server program. The tests
+# start throwaway servers of their own (tests/common/maria.rs), so the package's system
+# service must not run: a policy-rc.d answering 101 keeps its postinst from starting it
+# (which also spares a machine without systemd a failed install), one started anyway is
+# stopped, and under systemd the service is disabled.
+ensure_mariadb() {
+    if ! have_mariadb; then
+        say "MariaDB server or client not found; installing Debian's mariadb-server"
+        local policy=/usr/sbin/policy-rc.d saved="" status=0
+        if [ -e "$policy" ]; then
+            saved=$(as_root mktemp /usr/sbin/policy-rc.d.segmint.XXXXXX)
+            as_root cp -p "$policy" "$saved"
+        fi
+        printf '#!/bin/sh\n# segmint: no services started while mariadb-server installs\nexit 101\n' |
+            as_root tee "$policy" >/dev/null
+        as_root chmod 755 "$policy"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update || status=$?
+        if [ "$status" -eq 0 ]; then
+            as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+                mariadb-server || status=$?
+        fi
+        if [ -n "$saved" ]; then
+            as_root mv "$saved" "$policy"
+        else
+            as_root rm -f "$policy"
+        fi
+        [ "$status" -eq 0 ] || die "installing mariadb-server failed"
+        stop_system_mariadb
+        # Under systemd the package also enabled the service for the next boot.
+        if [ -d /run/systemd/system ]; then
+            as_root systemctl disable --quiet mariadb || true
+        fi
+        have_mariadb || die "mariadb-server was installed but mariadbd, mariadb-install-db or mariadb is still missing"
+    fi
+    MARIADBD=$(mariadbd_path)
+    export MARIADBD
+}
+
+# Stops the system MariaDB service if the package started one (its datadir is
+# /var/lib/mysql; the tests' servers have their own).
+stop_system_mariadb() {
+    local pidfile=/run/mysqld/mysqld.pid pid
+    [ -s "$pidfile" ] || return 0
+    pid=$(cat "$pidfile")
+    [ -d "/proc/$pid" ] || return 0
+    say "stopping the MariaDB service the package started"
+    if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+        as_root systemctl stop mariadb || true
+    else
+        as_root kill -TERM "$pid" || true
+    fi
+    local _
+    for _ in $(seq 60); do
+        [ -d "/proc/$pid" ] || return 0
+        sleep 0.5
+    done
+    die "the system MariaDB (pid $pid) did not stop"
+}
+
 have_prometheus() {
     command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1
 }

@@ -171,7 +171,11 @@ struct Row {
 }
 
 fn row(c: &PgCluster, biz: &str) -> Row {
-    let text = c.row(biz);
+    parse_row(&c.row(biz), biz)
+}
+
+/// A row as `max_id|version|step|delta|remainder`.
+fn parse_row(text: &str, biz: &str) -> Row {
     let f: Vec<i64> = text
         .split('|')
         .map(|s| s.parse().unwrap_or_else(|e| panic!("row `{text}`: {e}")))
@@ -588,18 +592,17 @@ async fn segments_align_like_tinyid_on_one_database() {
 }
 
 /// Consumes `segments` segments of `biz` with the Java client while the server issues
-/// IDs of the same biz, and checks every segment yields exactly its IDs.
-async fn java_client_consumes(odd: bool, step: i64, segments: usize) {
-    let (a, b) = (PgCluster::start(), PgCluster::start());
-    let clusters = [&a, &b];
-    let config = config(&clusters, "");
+/// IDs of the same biz from two databases of `kind`, and checks every segment yields
+/// exactly its IDs.
+async fn java_client_consumes(kind: Kind, odd: bool, step: i64, segments: usize) {
+    let dbs = Databases::start(kind, 2);
+    let rows =
+        |biz: &str| -> Vec<Row> { (0..2).map(|i| parse_row(&dbs.row(i, biz), biz)).collect() };
+    let config = dbs.config("");
     let biz = if odd { "java-odd" } else { "java" };
     let token = setup_biz(&config, biz, step, odd).await;
     let app = spawn_app(config).await;
-    let classes: Vec<(i64, i64)> = rows(&clusters, biz)
-        .iter()
-        .map(|r| (r.delta, r.remainder))
-        .collect();
+    let classes: Vec<(i64, i64)> = rows(biz).iter().map(|r| (r.delta, r.remainder)).collect();
     let expected_classes = if odd {
         vec![(4, 1), (4, 3)]
     } else {
@@ -666,7 +669,7 @@ async fn java_client_consumes(odd: bool, step: i64, segments: usize) {
         );
     }
     assert_eq!(all.len(), client_ids + server_ids);
-    let max: i64 = rows(&clusters, biz).iter().map(|r| r.max_id).max().unwrap();
+    let max: i64 = rows(biz).iter().map(|r| r.max_id).max().unwrap();
     assert!(
         all.iter().all(|&id| id > 0 && id <= max),
         "IDs within reserved ranges"
@@ -675,12 +678,19 @@ async fn java_client_consumes(odd: bool, step: i64, segments: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_client_gets_every_id_of_a_plain_biz_on_two_databases() {
-    java_client_consumes(false, 101, 8).await;
+    java_client_consumes(Kind::Postgres, false, 101, 8).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn java_client_gets_every_id_of_an_odd_only_biz() {
-    java_client_consumes(true, 103, 8).await;
+    java_client_consumes(Kind::Postgres, true, 103, 8).await;
+}
+
+/// The same protocol served from two MySQL/MariaDB databases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn java_client_gets_every_id_on_mysql_plain_and_odd_only() {
+    java_client_consumes(Kind::MySql, false, 101, 6).await;
+    java_client_consumes(Kind::MySql, true, 103, 6).await;
 }
 
 /// A compat request refused with code 6.

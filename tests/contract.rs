@@ -326,6 +326,18 @@ async fn a_failed_statement_keeps_the_engines_error(kind: Kind) {
                 "{source:?}"
             );
         }
+        Kind::MySql => {
+            assert_eq!(err.sqlstate(), Some("42S02"), "{err}");
+            assert!(
+                err.to_string()
+                    .contains("Table 'segmint.segmint_biz_shape' doesn't exist"),
+                "{err}"
+            );
+            assert!(
+                source.downcast_ref::<mysql_async::Error>().is_some(),
+                "{source:?}"
+            );
+        }
     }
 }
 
@@ -334,7 +346,7 @@ async fn a_failed_statement_keeps_the_engines_error(kind: Kind) {
 async fn an_unreachable_database_is_a_connect_error_with_its_cause(kind: Kind) {
     let (dbs, config, _store) = setup(kind, &[]).await;
     let err = match kind {
-        Kind::Postgres => {
+        Kind::Postgres | Kind::MySql => {
             dbs.stop(0);
             raw_store(&config, 0).ping().await.unwrap_err()
         }
@@ -356,6 +368,13 @@ async fn an_unreachable_database_is_a_connect_error_with_its_cause(kind: Kind) {
                 source
                     .downcast_ref::<deadpool_postgres::PoolError>()
                     .is_some(),
+                "{source:?}"
+            );
+        }
+        Kind::MySql => {
+            assert!(err.to_string().contains("Connection refused"), "{err}");
+            assert!(
+                source.downcast_ref::<mysql_async::Error>().is_some(),
                 "{source:?}"
             );
         }
@@ -775,7 +794,8 @@ async fn leases_are_taken_renewed_and_set_by_compare_and_set(kind: Kind) {
 /// hash is matched in lower case.
 async fn token_times_move_one_way_only(kind: Kind) {
     let (_dbs, raw) = engine(kind).await;
-    let upper = "ABCDEF0123";
+    // A SHA-256 in hex, in upper case as a hand-made row might hold it.
+    let upper = &"ABCDEF0123456789".repeat(4);
     let lower = upper.to_lowercase();
     raw.insert_token(upper, "order", "svc", None).await.unwrap();
     raw.insert_token(upper, "order", "again", Some(9))
@@ -799,8 +819,8 @@ async fn token_times_move_one_way_only(kind: Kind) {
     assert_eq!(
         got,
         [
-            (upper, "order", "svc", None),
-            (upper, "other", "", Some(5_000))
+            (upper.as_str(), "order", "svc", None),
+            (upper.as_str(), "other", "", Some(5_000))
         ],
         "one row per token and biz"
     );
@@ -840,6 +860,15 @@ async fn a_token_is_found_through_an_index(kind: Kind) {
         // With sequential scans priced out, as on a large table.
         Kind::Postgres => dbs.sql(0, &format!("SET enable_seqscan = off; EXPLAIN {lookup}")),
         Kind::Embedded => dbs.sql(0, &format!("EXPLAIN QUERY PLAN {lookup}")),
+        // MySQL looks a token up by its hash column (Tinyid's rows hold plain tokens).
+        Kind::MySql => {
+            let plan = dbs.sql(
+                0,
+                "EXPLAIN UPDATE tiny_id_token SET last_used_time = NULL WHERE token_hash = 'abc'",
+            );
+            assert!(plan.contains("segmint_token"), "{plan}");
+            return;
+        }
     };
     assert!(plan.contains("tiny_id_token_lower"), "{plan}");
 }
@@ -912,6 +941,15 @@ async fn the_catalog_feed_returns_the_rows_written_since(kind: Kind) {
         .unwrap();
     let full = raw.catalog(None).await.unwrap();
     assert!(full.full);
+    if kind == Kind::MySql {
+        // No feed on MySQL yet: every read is a full one, with no position to resume.
+        assert_eq!(
+            (full.position, full.bizs.len(), full.tokens.len()),
+            (None, 2, 1)
+        );
+        assert_eq!(full.layouts.len(), 1);
+        return;
+    }
     let mut at = full.position.clone().expect("a feed position");
     at = feed(&*raw, &at, &[], 0, 0).await;
     at = feed(&*raw, &at, &[], 0, 0).await;

@@ -551,9 +551,13 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     // Layout rows: one per epoch; `done` and `superseded` are final, and a claim
     // inserts only where the epoch has no row.
     let epochs = || {
+        let concat = match dbs.kind {
+            Kind::MySql => "concat(epoch, ':', state)",
+            _ => "epoch || ':' || state",
+        };
         dbs.sql(
             0,
-            "SELECT epoch || ':' || state FROM segmint_layout ORDER BY epoch",
+            &format!("SELECT {concat} FROM segmint_layout ORDER BY epoch"),
         )
     };
     assert_eq!(epochs(), "0:done\n1:done\n2:done");

@@ -32,6 +32,8 @@ mod layout;
 mod layout_operator;
 mod leaf;
 mod many_bizs;
+mod maria_harness;
+mod mysql;
 mod observability;
 mod operator;
 mod preload;

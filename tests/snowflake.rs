@@ -567,6 +567,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     let n = match kind {
         Kind::Postgres => 2,
         Kind::Embedded => 1,
+        Kind::MySql => 2,
     };
     let dbs = Databases::start(kind, n);
     let config: Config = dbs.config("");

@@ -334,6 +334,7 @@ async fn audit_lines_name_the_change_never_the_token(kind: Kind) {
     let databases = match kind {
         Kind::Postgres => "databases=pg0,pg1",
         Kind::Embedded => "databases=pg0",
+        Kind::MySql => "databases=pg0,pg1",
     };
     let run = setup.ok(&["biz", "add", "pay", "--step", "10"]);
     let audit = audit_lines(&run.stderr);

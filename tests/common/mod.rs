@@ -13,6 +13,7 @@ pub mod cli;
 pub mod http;
 pub mod ids;
 pub mod layout;
+pub mod maria;
 pub mod memory;
 pub mod operator;
 pub mod pg;
@@ -28,6 +29,8 @@ pub mod wait;
 pub use app::{TestApp, add_token, read, run_app, setup_biz, shared, spawn_app, spawn_app_at_once};
 #[allow(unused_imports)]
 pub use ids::assert_unique;
+#[allow(unused_imports)]
+pub use maria::MariaServer;
 #[allow(unused_imports)]
 pub use pg::{
     Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_urls,

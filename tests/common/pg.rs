@@ -487,6 +487,9 @@ pub fn raw_store(config: &Config, i: usize) -> Box<dyn SegmentStore> {
         DatabaseKind::Sqlite(path) => {
             Box::new(SqliteStore::open(path, Duration::from_secs(5), OpenMode::Existing).unwrap())
         }
+        DatabaseKind::MySql(my) => {
+            Box::new(segmint::store::mysql::MyStore::new(my, 2, Duration::from_secs(5)).unwrap())
+        }
     }
 }
 
@@ -495,6 +498,8 @@ pub fn raw_store(config: &Config, i: usize) -> Box<dyn SegmentStore> {
 pub enum Kind {
     Postgres,
     Embedded,
+    /// MariaDB, as the MySQL engine runs against it.
+    MySql,
 }
 
 /// N databases of one kind, named `pg0, pg1, …` in their configuration, with SQL
@@ -504,8 +509,10 @@ pub struct Databases {
     pub kind: Kind,
     /// How many databases.
     n: usize,
-    /// The PostgreSQL clusters; none for embedded databases.
+    /// The PostgreSQL clusters; none for other kinds.
     clusters: Vec<PgCluster>,
+    /// The MariaDB servers; none for other kinds.
+    servers: Vec<super::MariaServer>,
     /// Holds the embedded files.
     dir: tempfile::TempDir,
 }
@@ -517,7 +524,11 @@ impl Databases {
             n,
             clusters: match kind {
                 Kind::Postgres => (0..n).map(|_| PgCluster::start()).collect(),
-                Kind::Embedded => Vec::new(),
+                Kind::Embedded | Kind::MySql => Vec::new(),
+            },
+            servers: match kind {
+                Kind::MySql => (0..n).map(|_| super::MariaServer::start()).collect(),
+                Kind::Postgres | Kind::Embedded => Vec::new(),
             },
             dir: tempfile::Builder::new()
                 .prefix("segmint-db-")
@@ -533,6 +544,7 @@ impl Databases {
     pub fn urls(&self) -> Vec<String> {
         match self.kind {
             Kind::Postgres => self.clusters.iter().map(PgCluster::url).collect(),
+            Kind::MySql => self.servers.iter().map(super::MariaServer::url).collect(),
             Kind::Embedded => (0..self.n)
                 .map(|i| format!("sqlite://{}", self.file(i).display()))
                 .collect(),
@@ -547,6 +559,7 @@ impl Databases {
     pub fn sql(&self, i: usize, sql: &str) -> String {
         match self.kind {
             Kind::Postgres => self.clusters[i].psql(sql),
+            Kind::MySql => self.servers[i].sql(sql),
             Kind::Embedded => {
                 let conn = rusqlite::Connection::open(self.file(i)).unwrap();
                 conn.busy_timeout(Duration::from_secs(5)).unwrap();
@@ -576,6 +589,15 @@ impl Databases {
             Kind::Postgres => {
                 self.sql(i, &format!("SELECT to_regclass('{table}') IS NOT NULL")) == "t"
             }
+            Kind::MySql => {
+                self.sql(
+                    i,
+                    &format!(
+                        "SELECT count(*) FROM information_schema.tables
+                         WHERE table_schema = database() AND table_name = '{table}'"
+                    ),
+                ) == "1"
+            }
             Kind::Embedded => {
                 self.file(i).exists()
                     && self.sql(
@@ -591,14 +613,20 @@ impl Databases {
         &self.clusters[i]
     }
 
-    /// Stops PostgreSQL database `i` at once, as a crash would.
+    /// Stops database `i` (PostgreSQL or MariaDB) at once, as a crash would.
     pub fn stop(&self, i: usize) {
-        self.clusters[i].stop();
+        match self.kind {
+            Kind::MySql => self.servers[i].stop(),
+            _ => self.clusters[i].stop(),
+        }
     }
 
-    /// Starts PostgreSQL database `i` again after [`Databases::stop`].
+    /// Starts database `i` again after [`Databases::stop`].
     pub fn start_again(&self, i: usize) {
-        self.clusters[i].start_again();
+        match self.kind {
+            Kind::MySql => self.servers[i].start_again(),
+            _ => self.clusters[i].start_again(),
+        }
     }
 
     /// `max_id|version|step|delta|remainder` of a biz row on database `i`.

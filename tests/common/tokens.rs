@@ -24,6 +24,7 @@ impl TokenSetup {
         let n = match kind {
             Kind::Postgres => 2,
             Kind::Embedded => 1,
+            Kind::MySql => 2,
         };
         let dbs = Databases::start(kind, n);
         let toml = config_toml_urls(&dbs.urls(), extra);

@@ -49,6 +49,19 @@ pub enum DatabaseKind {
     /// `sqlite://path`: an embedded database file, relative to the working directory
     /// unless absolute (`sqlite:///var/lib/segmint/a.db`).
     Sqlite(std::path::PathBuf),
+    /// `mysql://user[:password]@host[:port]/database`: MySQL or MariaDB.
+    MySql(Box<MyTarget>),
+}
+
+/// How to reach one MySQL or MariaDB database.
+#[derive(Clone)]
+pub struct MyTarget {
+    pub host: String,
+    pub port: u16,
+    pub user: String,
+    /// From the URL, `password_file` or `password_env`.
+    pub password: Option<String>,
+    pub database: String,
 }
 
 /// How to reach one PostgreSQL database.
@@ -92,6 +105,7 @@ impl DatabaseConfig {
                 format!("{host}:{port}/{db}")
             }
             DatabaseKind::Sqlite(path) => format!("sqlite:{}", path.display()),
+            DatabaseKind::MySql(my) => format!("{}:{}/{}", my.host, my.port, my.database),
         }
     }
 
@@ -158,8 +172,12 @@ impl Config {
     }
 }
 
-/// Parses a database URL: `sqlite://path` or a PostgreSQL URL / key=value string.
+/// Parses a database URL: `sqlite://path`, `mysql://…`, or a PostgreSQL URL / key=value
+/// string.
 fn database_kind(url: &str) -> Result<DatabaseKind, String> {
+    if let Some(rest) = url.strip_prefix("mysql://") {
+        return mysql_target(rest).map(|t| DatabaseKind::MySql(Box::new(t)));
+    }
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() {
             return Err("`sqlite://` needs a file path, e.g. sqlite://data/segmint.db".into());
@@ -173,6 +191,61 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
         tls,
         connector,
     })))
+}
+
+/// The parts of `mysql://user[:password]@host[:port]/database` after the scheme, each
+/// percent-decoded. No query parameter is taken yet: TLS to MySQL is not built, and an
+/// `ssl-mode` asking for it is refused rather than ignored.
+fn mysql_target(rest: &str) -> Result<MyTarget, String> {
+    const FORM: &str = "expected mysql://user[:password]@host[:port]/database";
+    let decode = |part: &str| {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| format!("{FORM}: a part is not valid UTF-8 once percent-decoded"))
+    };
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = param.split_once('=').unwrap_or((param, ""));
+        match (key, value.to_ascii_uppercase().as_str()) {
+            ("ssl-mode" | "ssl_mode" | "sslmode", "DISABLED") => {}
+            ("ssl-mode" | "ssl_mode" | "sslmode", _) => {
+                return Err(format!(
+                    "{key}={value}: TLS to MySQL/MariaDB is not supported yet; only ssl-mode=DISABLED is accepted"
+                ));
+            }
+            _ => return Err(format!("unknown parameter `{key}`: {FORM}")),
+        }
+    }
+    let (credentials, address) = rest
+        .rsplit_once('@')
+        .ok_or_else(|| format!("{FORM}: the user is missing"))?;
+    let (user, password) = match credentials.split_once(':') {
+        Some((user, password)) => (decode(user)?, Some(decode(password)?)),
+        None => (decode(credentials)?, None),
+    };
+    let (host_port, database) = address
+        .split_once('/')
+        .ok_or_else(|| format!("{FORM}: the database name is missing"))?;
+    let database = decode(database)?;
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) => (
+            host,
+            port.parse::<u16>()
+                .map_err(|_| format!("{FORM}: port `{port}` is not a number from 1 to 65535"))?,
+        ),
+        None => (host_port, 3306),
+    };
+    if user.is_empty() || host.is_empty() || database.is_empty() || port == 0 {
+        return Err(format!("{FORM}: user, host and database must be non-empty"));
+    }
+    Ok(MyTarget {
+        host: host.to_owned(),
+        port,
+        user,
+        password: password.filter(|p| !p.is_empty()),
+        database,
+    })
 }
 
 /// Checks `pool_size` and every `[[databases]]` entry: a unique name, a class that
@@ -210,9 +283,14 @@ pub(crate) fn validate(
             db.password_env.as_deref(),
             &kind,
             key,
-        )? && let DatabaseKind::Postgres(pg) = &mut kind
-        {
-            pg.config.password(password);
+        )? {
+            match &mut kind {
+                DatabaseKind::Postgres(pg) => {
+                    pg.config.password(password);
+                }
+                DatabaseKind::MySql(my) => my.password = Some(password),
+                DatabaseKind::Sqlite(_) => {}
+            }
         }
         if let DatabaseKind::Sqlite(path) = &kind
             && let Some(other) = databases
@@ -264,6 +342,56 @@ mod tests {
     }
 
     #[test]
+    fn mysql_urls_are_read_part_by_part() {
+        let target = |url: &str| match mysql_target(url.strip_prefix("mysql://").unwrap()) {
+            Ok(t) => (t.user, t.password, t.host, t.port, t.database),
+            Err(e) => panic!("{url}: {e}"),
+        };
+        assert_eq!(
+            target("mysql://tinyid:p%40ss:w@db1.internal:3307/tinyid-db1"),
+            (
+                "tinyid".into(),
+                Some("p@ss:w".into()),
+                "db1.internal".into(),
+                3307,
+                "tinyid-db1".into()
+            )
+        );
+        assert_eq!(
+            target("mysql://root@127.0.0.1/segmint?ssl-mode=disabled"),
+            (
+                "root".into(),
+                None,
+                "127.0.0.1".into(),
+                3306,
+                "segmint".into()
+            )
+        );
+        for (url, why) in [
+            ("mysql://root@h/db?ssl-mode=REQUIRED", "not supported yet"),
+            (
+                "mysql://root@h/db?charset=latin1",
+                "unknown parameter `charset`",
+            ),
+            ("mysql://root@h:x/db", "port `x`"),
+            ("mysql://root@h", "database name is missing"),
+            ("mysql://root@/db", "must be non-empty"),
+        ] {
+            let Err(e) = mysql_target(url.strip_prefix("mysql://").unwrap()) else {
+                panic!("{url} was taken");
+            };
+            assert!(e.contains(why), "{url}: {e}");
+        }
+        let cfg = Config::from_toml(
+            "[[databases]]\nname = \"m\"\nurl = \"mysql://root:secret@127.0.0.1:3306/segmint\"\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.databases[0].location(), "127.0.0.1:3306/segmint");
+        let shown = format!("{:?}", cfg.databases[0]);
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
     fn built_in_default_is_one_embedded_database() {
         let cfg = Config::from_toml(BUILT_IN).unwrap();
         assert!(cfg.all_embedded());
@@ -291,8 +419,15 @@ mod tests {
         assert!(msg.contains("databases[0].delta"), "{msg}");
         let msg = error(&TWO.replace("name = \"b\"", "name = \"a\""));
         assert!(msg.contains("databases[1].name"), "{msg}");
-        let msg = error(&TWO.replacen("postgres://", "mysql://", 1));
-        assert!(msg.contains("databases[0].url"), "{msg}");
+        let msg = error(&TWO.replacen(
+            "postgres://postgres:secret@127.0.0.1:5432/segmint",
+            "mysql://127.0.0.1:3306/segmint",
+            1,
+        ));
+        assert!(
+            msg.contains("databases[0].url") && msg.contains("the user is missing"),
+            "{msg}"
+        );
         let same_file = TWO.replace(
             "postgres://postgres:secret@127.0.0.1:5432/segmint",
             "sqlite://x.db",

@@ -78,7 +78,10 @@ pub(crate) fn password(
     };
     match kind {
         DatabaseKind::Sqlite(_) => {
-            return Err(invalid(key(field), "is for PostgreSQL databases only"));
+            return Err(invalid(
+                key(field),
+                "is for PostgreSQL and MySQL databases only",
+            ));
         }
         DatabaseKind::Postgres(pg) if pg.config.get_password().is_some() => {
             return Err(invalid(
@@ -86,7 +89,13 @@ pub(crate) fn password(
                 "the url holds a password too: give the password in one place",
             ));
         }
-        DatabaseKind::Postgres(_) => {}
+        DatabaseKind::MySql(my) if my.password.is_some() => {
+            return Err(invalid(
+                key(field),
+                "the url holds a password too: give the password in one place",
+            ));
+        }
+        DatabaseKind::Postgres(_) | DatabaseKind::MySql(_) => {}
     }
     let password = match secret {
         PasswordSource::File(path) => read_secret_file(&key(field), path)?,
@@ -119,7 +128,7 @@ mod tests {
         };
         let pg_password = |text: &str| match &Config::from_toml(text).unwrap().databases[0].kind {
             DatabaseKind::Postgres(pg) => pg.config.get_password().map(<[u8]>::to_vec),
-            DatabaseKind::Sqlite(_) => None,
+            DatabaseKind::Sqlite(_) | DatabaseKind::MySql(_) => None,
         };
         let url = "postgres://u@h/db";
         let from_file = one(

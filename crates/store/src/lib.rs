@@ -9,6 +9,7 @@ pub(crate) mod catalog;
 mod clock;
 mod cluster;
 mod error;
+pub mod mysql;
 pub mod postgres;
 mod refusal;
 pub mod rules;

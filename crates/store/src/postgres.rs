@@ -104,7 +104,7 @@ impl PgStore {
 /// when that worker stopped, under the give-backs and the worker-ID release of a
 /// stopping server. Opened on the main runtime, it waited while that thread worked
 /// (a full catalog read streams and checks a million rows there).
-fn io_runtime() -> Option<tokio::runtime::Handle> {
+pub(crate) fn io_runtime() -> Option<tokio::runtime::Handle> {
     static IO: std::sync::OnceLock<Option<tokio::runtime::Handle>> = std::sync::OnceLock::new();
     IO.get_or_init(|| {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -113,7 +113,7 @@ fn io_runtime() -> Option<tokio::runtime::Handle> {
             .ok()?;
         let handle = runtime.handle().clone();
         std::thread::Builder::new()
-            .name("segmint-pg-io".into())
+            .name("segmint-db-io".into())
             .spawn(move || runtime.block_on(std::future::pending::<()>()))
             .ok()?;
         Some(handle)

@@ -27,6 +27,7 @@ pub use health::DatabaseStatus;
 pub use reserve::Reservation;
 pub use shape::Decoded;
 
+use super::mysql::MyStore;
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
 use super::{Catalog, Clock, RuntimeClock, SegmentStore, StoreError};
@@ -179,6 +180,8 @@ impl Store {
                 DatabaseKind::Postgres(pg) => PgStore::new(pg, config.pool_size, statements)
                     .map(|s| Box::new(s) as Box<dyn SegmentStore>),
                 DatabaseKind::Sqlite(path) => SqliteStore::open(path, statements, mode)
+                    .map(|s| Box::new(s) as Box<dyn SegmentStore>),
+                DatabaseKind::MySql(my) => MyStore::new(my, config.pool_size, statements)
                     .map(|s| Box::new(s) as Box<dyn SegmentStore>),
             }
             .map_err(|e| StoreError::Unavailable(format!("database \"{}\": {e}", db.name)))?;

@@ -1,0 +1,965 @@
+//! A MySQL or MariaDB database behind a `mysql_async` connection pool, on Tinyid's own
+//! tables (`tiny_id_info`, `tiny_id_token`) with segmint's columns and tables added.
+//!
+//! MySQL has no `RETURNING` on an UPDATE: a write that returns its row is an explicit
+//! transaction (the write, then a read of the row it locked, then `COMMIT`), and its
+//! result counts only once the commit has answered. Every statement runs on the
+//! process's database I/O thread ([`crate::postgres::io_runtime`]), as PostgreSQL's do.
+//!
+//! Durability is checked by [`SegmentStore::ping`]: `innodb_flush_log_at_trx_commit`
+//! must be 1, and with the binary log on, `sync_binlog` must be 1 (a commit InnoDB
+//! answered is rolled back at recovery if its binary log entry was lost).
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use mysql_async::prelude::{FromValue, Queryable};
+use mysql_async::{
+    Conn, IsolationLevel, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, TxOpts,
+};
+
+use crate::config::MyTarget;
+
+use super::rules::{self, Cells, Migration, migrations};
+use super::{
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
+    ShapeRow, TokenRow, Witness,
+};
+
+/// Schema migrations, applied in order, each once per database.
+const MIGRATIONS: &[Migration] = migrations!("mysql");
+
+/// [`rules::BIZ_COLUMNS`] as MySQL reads them: Tinyid's `step` may be NULL.
+const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, coalesce(step, 0), delta, remainder, version, \
+     description, layout_epoch, frozen, claimed_by";
+
+/// [`rules::WITNESS_COLUMNS`], `database` quoted (a reserved word in MySQL).
+const WITNESS_COLUMNS: &str = "`database`, biz_type, version, max_id, high_id";
+
+use super::rules::{LAYOUT_COLUMNS, LEASE_COLUMNS, SHAPE_COLUMNS};
+
+/// The token rows, as [`rules::token_row`] reads them (times in UTC, the sessions' zone),
+/// with the hash of a token Tinyid keeps in plain text (see `0010_token_lookup.sql`).
+const TOKENS: &str = "SELECT id,
+        IF(token REGEXP '^[0-9a-fA-F]{64}$', token, token_hash), biz_type, remark,
+        CAST(coalesce(unix_timestamp(create_time), 0) AS SIGNED),
+        CAST(unix_timestamp(expire_time) AS SIGNED),
+        CAST(unix_timestamp(revoke_time) AS SIGNED),
+        CAST(unix_timestamp(last_used_time) AS SIGNED)
+    FROM tiny_id_token";
+
+/// The database's clock in Unix milliseconds.
+const NOW_MS: &str = "CAST(unix_timestamp(now(3)) * 1000 AS SIGNED)";
+
+/// Serialises concurrent `segmint migrate` runs on one database.
+const MIGRATION_LOCK: &str = "segmint_migrate";
+
+/// One MySQL or MariaDB database.
+pub struct MyStore {
+    /// Connections, opened and driven on the I/O thread.
+    pool: Pool,
+    /// The I/O thread's runtime; `None` if it could not be started.
+    io: Option<tokio::runtime::Handle>,
+}
+
+impl MyStore {
+    /// A pool for `target` that connects lazily. Waiting on a row lock is bounded by
+    /// `timeout`; the caller bounds every call.
+    ///
+    /// # Errors
+    /// [`DbError`] when the pool cannot be built.
+    pub fn new(target: &MyTarget, pool_size: usize, timeout: Duration) -> Result<Self, DbError> {
+        let constraints =
+            PoolConstraints::new(0, pool_size.max(1)).ok_or_else(|| DbError::Connect {
+                message: "pool_size must be at least 1".into(),
+                source: None,
+            })?;
+        let lock_wait = timeout.as_secs().max(1);
+        let opts = OptsBuilder::default()
+            .ip_or_hostname(target.host.clone())
+            .tcp_port(target.port)
+            .user(Some(target.user.clone()))
+            .pass(target.password.clone())
+            .db_name(Some(target.database.clone()))
+            .prefer_socket(false)
+            .pool_opts(PoolOpts::default().with_constraints(constraints))
+            .init(vec![
+                // Token times are written and read as UTC.
+                "SET time_zone = '+00:00'".to_owned(),
+                format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
+            ]);
+        let io = crate::postgres::io_runtime();
+        // The pool's background work runs where it is built: on the I/O thread.
+        let pool = match &io {
+            Some(handle) => {
+                let _on_io = handle.enter();
+                Pool::new(Opts::from(opts))
+            }
+            None => Pool::new(Opts::from(opts)),
+        };
+        Ok(MyStore { pool, io })
+    }
+
+    /// Every row `sql` returns, read by `read`.
+    async fn all<T: Send + 'static>(
+        &self,
+        sql: String,
+        read: fn(&Row) -> Result<T, DbError>,
+    ) -> Result<Vec<T>, DbError> {
+        self.run(move |mut conn| async move {
+            let rows: Vec<Row> = conn.query(sql).await.map_err(db_error)?;
+            read_all(&rows, read)
+        })
+        .await
+    }
+
+    /// Runs `f` with a connection, on the I/O thread.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Conn) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, DbError>> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        let work = async move {
+            let conn = pool
+                .get_conn()
+                .await
+                .map_err(|e| DbError::connect(e.to_string(), e))?;
+            f(conn).await
+        };
+        match &self.io {
+            Some(handle) => handle
+                .spawn(work)
+                .await
+                .map_err(|e| DbError::connect(format!("database I/O thread: {e}"), e))?,
+            None => work.await,
+        }
+    }
+}
+
+fn db_error(e: mysql_async::Error) -> DbError {
+    let (sqlstate, message) = match &e {
+        mysql_async::Error::Server(server) => (Some(server.state.clone()), server.message.clone()),
+        other => (None, other.to_string()),
+    };
+    DbError::Query {
+        sqlstate,
+        message,
+        source: Some(Box::new(e)),
+    }
+}
+
+/// Cell `i` of `row` as `T`; a NULL, a missing cell or another type is an error.
+fn cell<T: FromValue>(row: &Row, i: usize) -> Result<T, DbError> {
+    match row.get_opt::<T, usize>(i) {
+        Some(Ok(v)) => Ok(v),
+        Some(Err(e)) => Err(DbError::Query {
+            sqlstate: None,
+            message: format!("column {i}: {e}"),
+            source: None,
+        }),
+        None => Err(DbError::Query {
+            sqlstate: None,
+            message: format!("column {i} is missing"),
+            source: None,
+        }),
+    }
+}
+
+impl Cells for Row {
+    type Error = DbError;
+    fn int(&self, i: usize) -> Result<i64, DbError> {
+        cell(self, i)
+    }
+    fn int32(&self, i: usize) -> Result<i32, DbError> {
+        cell(self, i)
+    }
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, DbError> {
+        cell(self, i)
+    }
+    fn text(&self, i: usize) -> Result<String, DbError> {
+        cell(self, i)
+    }
+    fn flag(&self, i: usize) -> Result<bool, DbError> {
+        cell(self, i)
+    }
+}
+
+/// The lease row of `worker` as this transaction wrote it, with the database's clock
+/// `now` (read before the write).
+async fn lease_as_written(
+    tx: &mut mysql_async::Transaction<'_>,
+    worker: i32,
+    now: i64,
+) -> Result<Option<LeaseRow>, DbError> {
+    let row: Option<Row> = tx
+        .exec_first(
+            format!("SELECT {LEASE_COLUMNS}, ? FROM segmint_worker_lease WHERE worker_id = ?"),
+            (now, worker),
+        )
+        .await
+        .map_err(db_error)?;
+    row.as_ref().map(rules::lease_row).transpose()
+}
+
+/// Every row of `rows` read by `read`.
+fn read_all<T>(rows: &[Row], read: impl Fn(&Row) -> Result<T, DbError>) -> Result<Vec<T>, DbError> {
+    rows.iter().map(read).collect()
+}
+
+/// The statements of a migration file: split at `;` ending a line, comments dropped.
+fn statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in sql.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("--") || trimmed.is_empty() {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if trimmed.ends_with(';') {
+            out.push(current.trim().trim_end_matches(';').to_owned());
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        out.push(current.trim().to_owned());
+    }
+    out
+}
+
+/// A transaction for a write whose result is read back before the commit.
+fn write_tx() -> TxOpts {
+    let mut opts = TxOpts::default();
+    opts.with_isolation_level(IsolationLevel::ReadCommitted);
+    opts
+}
+
+#[async_trait]
+impl SegmentStore for MyStore {
+    async fn migrate(&self) -> Result<Vec<String>, DbError> {
+        self.run(|mut conn| async move {
+            // DDL commits on its own in MySQL: a lock (not a transaction) keeps two runs
+            // apart, and every statement is written to be run again after a run that
+            // died midway (IF NOT EXISTS).
+            let locked: Option<i64> = conn
+                .exec_first("SELECT GET_LOCK(?, 60)", (MIGRATION_LOCK,))
+                .await
+                .map_err(db_error)?;
+            if locked != Some(1) {
+                return Err(DbError::Refused {
+                    reason: "another `segmint migrate` holds the migration lock".into(),
+                });
+            }
+            let result = async {
+                conn.query_drop(
+                    "CREATE TABLE IF NOT EXISTS segmint_migrations (
+                         version int NOT NULL PRIMARY KEY,
+                         name varchar(255) NOT NULL,
+                         applied_at timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP
+                     ) ENGINE=InnoDB",
+                )
+                .await
+                .map_err(db_error)?;
+                let applied: Vec<i32> = conn
+                    .query("SELECT version FROM segmint_migrations")
+                    .await
+                    .map_err(db_error)?;
+                let mut done = Vec::new();
+                for migration @ (version, name, sql) in rules::pending(MIGRATIONS, &applied) {
+                    for statement in statements(sql) {
+                        conn.query_drop(statement).await.map_err(db_error)?;
+                    }
+                    conn.exec_drop(
+                        "INSERT INTO segmint_migrations (version, name) VALUES (?, ?)",
+                        (version, name),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    done.push(rules::migration_name(migration));
+                }
+                Ok(done)
+            }
+            .await;
+            conn.exec_drop("DO RELEASE_LOCK(?)", (MIGRATION_LOCK,))
+                .await
+                .map_err(db_error)?;
+            result
+        })
+        .await
+    }
+
+    /// Also checks the durability settings (see the module's text): a database where
+    /// they do not hold is not ready.
+    async fn ping(&self) -> Result<(), DbError> {
+        self.run(|mut conn| async move {
+            let row: Option<(i64, i64, i64)> = conn
+                .query_first(
+                    "SELECT @@innodb_flush_log_at_trx_commit, @@log_bin, @@sync_binlog",
+                )
+                .await
+                .map_err(db_error)?;
+            let Some((flush, log_bin, sync_binlog)) = row else {
+                return Err(DbError::Refused {
+                    reason: "the durability settings could not be read".into(),
+                });
+            };
+            if flush != 1 {
+                return Err(DbError::Refused {
+                    reason: format!(
+                        "innodb_flush_log_at_trx_commit is {flush}, not 1: a crash could lose reservations"
+                    ),
+                });
+            }
+            if log_bin == 1 && sync_binlog != 1 {
+                return Err(DbError::Refused {
+                    reason: format!(
+                        "sync_binlog is {sync_binlog}, not 1, with the binary log on: a crash could roll back reservations already answered"
+                    ),
+                });
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
+        let biz = biz.to_owned();
+        self.run(move |mut conn| async move {
+            let row: Option<Row> = conn
+                .exec_first(
+                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
+                    (biz,),
+                )
+                .await
+                .map_err(db_error)?;
+            row.as_ref().map(rules::biz_row).transpose()
+        })
+        .await
+    }
+
+    async fn write_row(
+        &self,
+        biz: &str,
+        version: i64,
+        max_id: i64,
+        to: &RowWrite,
+    ) -> Result<Option<BizRow>, DbError> {
+        let (biz, to) = (biz.to_owned(), *to);
+        self.run(move |mut conn| async move {
+            let class = to.class;
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            // A NULL keeps the column, as on PostgreSQL.
+            tx.exec_drop(
+                "UPDATE tiny_id_info SET version = ?, max_id = ?,
+                     delta = coalesce(?, delta), remainder = coalesce(?, remainder),
+                     layout_epoch = coalesce(?, layout_epoch), frozen = coalesce(?, frozen),
+                     claimed_by = coalesce(?, claimed_by), update_time = now()
+                 WHERE biz_type = ? AND version = ? AND max_id = ?",
+                (
+                    to.version,
+                    to.max_id,
+                    class.map(|c| c.delta),
+                    class.map(|c| c.remainder),
+                    class.map(|c| c.epoch),
+                    class.map(|c| c.frozen),
+                    class.map(|c| c.claimed_by),
+                    &biz,
+                    version,
+                    max_id,
+                ),
+            )
+            .await
+            .map_err(db_error)?;
+            if tx.affected_rows() != 1 {
+                tx.rollback().await.map_err(db_error)?;
+                return Ok(None);
+            }
+            // The row is locked by the update until the commit: this reads it as written.
+            let row: Option<Row> = tx
+                .exec_first(
+                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
+                    (&biz,),
+                )
+                .await
+                .map_err(db_error)?;
+            let row = row.as_ref().map(rules::biz_row).transpose()?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(row)
+        })
+        .await
+    }
+
+    async fn witness(&self, witnesses: &[Witness]) -> Result<(), DbError> {
+        let witnesses = witnesses.to_vec();
+        self.run(move |mut conn| async move {
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            // The assignments read the row's old values: max_id before version.
+            tx.exec_batch(
+                "INSERT INTO segmint_witness (`database`, biz_type, version, max_id, high_id)
+                 VALUES (?, ?, ?, ?, ?)
+                 ON DUPLICATE KEY UPDATE
+                     max_id = IF(VALUES(version) > version, VALUES(max_id), max_id),
+                     version = GREATEST(version, VALUES(version)),
+                     high_id = GREATEST(high_id, VALUES(high_id)),
+                     update_time = now()",
+                witnesses.iter().map(|w| {
+                    (
+                        w.database.clone(),
+                        w.biz.clone(),
+                        w.mark.version,
+                        w.mark.max_id,
+                        w.mark.high_id,
+                    )
+                }),
+            )
+            .await
+            .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)
+        })
+        .await
+    }
+
+    async fn witness_rows(&self, biz: Option<&str>) -> Result<Vec<Witness>, DbError> {
+        let biz = biz.map(str::to_owned);
+        self.run(move |mut conn| async move {
+            let rows: Vec<Row> = conn
+                .exec(
+                    format!(
+                        "SELECT {WITNESS_COLUMNS} FROM segmint_witness WHERE ? IS NULL OR biz_type = ?"
+                    ),
+                    (&biz, &biz),
+                )
+                .await
+                .map_err(db_error)?;
+            read_all(&rows, rules::witness_row)
+        })
+        .await
+    }
+
+    async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
+        self.all(
+            format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info ORDER BY biz_type"),
+            rules::biz_row,
+        )
+        .await
+    }
+
+    async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
+        let rows = rows.to_vec();
+        let Some(epoch) = rows.iter().map(|r| r.epoch).min() else {
+            return Ok(Vec::new());
+        };
+        self.run(move |mut conn| async move {
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            // A locking read of the layouts above the rows' epoch: a claim's insert of
+            // such a layout waits for this commit (the gap is locked), or committed
+            // before and is seen here.
+            let above: Option<Option<i64>> = tx
+                .exec_first(
+                    "SELECT max(epoch) FROM segmint_layout WHERE epoch > ? LOCK IN SHARE MODE",
+                    (epoch,),
+                )
+                .await
+                .map_err(db_error)?;
+            if let Some(above) = above.flatten() {
+                tx.rollback().await.map_err(db_error)?;
+                return Ok(vec![Inserted::LayoutAbove(above); rows.len()]);
+            }
+            let mut out = Vec::with_capacity(rows.len());
+            for row in &rows {
+                tx.exec_drop(
+                    "INSERT IGNORE INTO tiny_id_info (biz_type, begin_id, max_id, step, delta,
+                         remainder, version, description, layout_epoch, frozen, claimed_by,
+                         create_time, update_time)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), now())",
+                    (
+                        row.biz_type.as_str(),
+                        row.begin_id,
+                        row.max_id,
+                        row.step,
+                        row.delta,
+                        row.remainder,
+                        row.version,
+                        &*row.description,
+                        row.epoch,
+                        row.frozen,
+                        row.claimed_by,
+                    ),
+                )
+                .await
+                .map_err(db_error)?;
+                out.push(if tx.affected_rows() == 1 {
+                    Inserted::Yes
+                } else {
+                    Inserted::Exists
+                });
+            }
+            tx.commit().await.map_err(db_error)?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn shapes(&self) -> Result<Vec<ShapeRow>, DbError> {
+        self.all(
+            format!("SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape ORDER BY biz_type"),
+            rules::shape_row,
+        )
+        .await
+    }
+
+    async fn put_shape(&self, row: &ShapeRow) -> Result<(), DbError> {
+        let r = row.clone();
+        self.run(move |mut conn| async move {
+            conn.exec_drop(
+                format!(
+                    "INSERT INTO segmint_biz_shape ({SHAPE_COLUMNS})
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     ON DUPLICATE KEY UPDATE id_order = VALUES(id_order), block = VALUES(block),
+                         domain = VALUES(domain), within_delta = VALUES(within_delta),
+                         within_remainder = VALUES(within_remainder),
+                         shape_key = VALUES(shape_key), prefix = VALUES(prefix),
+                         width = VALUES(width), base = VALUES(base),
+                         check_char = VALUES(check_char), as_string = VALUES(as_string)"
+                ),
+                mysql_async::Params::Positional(vec![
+                    r.biz_type.into(),
+                    r.id_order.into(),
+                    r.block.into(),
+                    r.domain.into(),
+                    r.within_delta.into(),
+                    r.within_remainder.into(),
+                    r.key.into(),
+                    r.prefix.into(),
+                    r.width.into(),
+                    r.base.into(),
+                    r.check_char.into(),
+                    r.as_string.into(),
+                ]),
+            )
+            .await
+            .map_err(db_error)
+        })
+        .await
+    }
+
+    async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {
+        let (biz, description) = (biz.to_owned(), description.to_owned());
+        self.run(move |mut conn| async move {
+            // Matched rather than changed: a description set to what it is still exists.
+            let found: Option<i64> = conn
+                .exec_first("SELECT 1 FROM tiny_id_info WHERE biz_type = ?", (&biz,))
+                .await
+                .map_err(db_error)?;
+            conn.exec_drop(
+                "UPDATE tiny_id_info SET description = ?, update_time = now() WHERE biz_type = ?",
+                (&description, &biz),
+            )
+            .await
+            .map_err(db_error)?;
+            Ok(found.is_some())
+        })
+        .await
+    }
+
+    async fn tokens(&self) -> Result<Vec<TokenRow>, DbError> {
+        self.all(format!("{TOKENS} ORDER BY id"), rules::token_row)
+            .await
+    }
+
+    async fn insert_token(
+        &self,
+        token_hash: &str,
+        biz: &str,
+        remark: &str,
+        expires: Option<i64>,
+    ) -> Result<(), DbError> {
+        let (hash, biz, remark) = (token_hash.to_owned(), biz.to_owned(), remark.to_owned());
+        self.run(move |mut conn| async move {
+            // Tinyid's table has no unique key on (token, biz_type): the check is the
+            // statement's own.
+            conn.exec_drop(
+                "INSERT INTO tiny_id_token (token, biz_type, remark, expire_time, create_time,
+                     update_time)
+                 SELECT ?, ?, ?, from_unixtime(?), now(), now() FROM DUAL
+                 WHERE NOT EXISTS (SELECT 1 FROM tiny_id_token WHERE token_hash = LOWER(?) AND biz_type = ?)",
+                (&hash, &biz, &remark, expires, &hash, &biz),
+            )
+            .await
+            .map_err(db_error)
+        })
+        .await
+    }
+
+    async fn revoke_tokens(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        self.update_tokens(
+            "UPDATE tiny_id_token SET revoke_time = from_unixtime(?), update_time = now()
+             WHERE token_hash = ? AND revoke_time IS NULL",
+            token_hash,
+            at,
+        )
+        .await
+    }
+
+    async fn expire_token(&self, token_hash: &str, at: i64) -> Result<u64, DbError> {
+        self.update_tokens(
+            "UPDATE tiny_id_token SET expire_time = from_unixtime(?), update_time = now()
+             WHERE token_hash = ? AND (expire_time IS NULL OR expire_time > from_unixtime(?))",
+            token_hash,
+            at,
+        )
+        .await
+    }
+
+    async fn touch_tokens(&self, uses: &[(String, i64)]) -> Result<(), DbError> {
+        let uses = uses.to_vec();
+        self.run(move |mut conn| async move {
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            tx.exec_batch(
+                "UPDATE tiny_id_token SET last_used_time = from_unixtime(?)
+                 WHERE token_hash = ? AND (last_used_time IS NULL OR last_used_time < from_unixtime(?))",
+                uses.iter().map(|(hash, at)| (*at, hash.clone(), *at)),
+            )
+            .await
+            .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)
+        })
+        .await
+    }
+
+    async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
+        self.all(
+            format!("SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"),
+            rules::layout_row,
+        )
+        .await
+    }
+
+    async fn catalog_of(
+        &self,
+        biz: &str,
+        token_hash: Option<&str>,
+        databases: &[String],
+    ) -> Result<super::CatalogRows, DbError> {
+        let (biz, hash, databases) = (
+            biz.to_owned(),
+            token_hash.map(str::to_owned),
+            databases.to_vec(),
+        );
+        self.run(move |mut conn| async move {
+            let mut opts = TxOpts::default();
+            opts.with_isolation_level(IsolationLevel::RepeatableRead)
+                .with_consistent_snapshot(true)
+                .with_readonly(true);
+            let mut tx = conn.start_transaction(opts).await.map_err(db_error)?;
+            let bizs: Vec<Row> = tx
+                .exec(
+                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
+                    (&biz,),
+                )
+                .await
+                .map_err(db_error)?;
+            let shapes: Vec<Row> = tx
+                .exec(
+                    format!("SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE biz_type = ?"),
+                    (&biz,),
+                )
+                .await
+                .map_err(db_error)?;
+            let tokens: Vec<Row> = tx
+                .exec(
+                    format!("{TOKENS} WHERE token_hash = ? ORDER BY id"),
+                    (&hash,),
+                )
+                .await
+                .map_err(db_error)?;
+            let mut witnesses = Vec::new();
+            for database in &databases {
+                let rows: Vec<Row> = tx
+                    .exec(
+                        format!(
+                            "SELECT {WITNESS_COLUMNS} FROM segmint_witness
+                             WHERE `database` = ? AND biz_type = ?"
+                        ),
+                        (database, &biz),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                witnesses.extend(rows);
+            }
+            let layouts: Vec<Row> = tx
+                .query(format!(
+                    "SELECT {LAYOUT_COLUMNS} FROM segmint_layout ORDER BY epoch"
+                ))
+                .await
+                .map_err(db_error)?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(super::CatalogRows {
+                position: None,
+                full: false,
+                bizs: read_all(&bizs, rules::biz_row)?,
+                shapes: read_all(&shapes, rules::shape_row)?,
+                tokens: read_all(&tokens, rules::token_row)?,
+                witnesses: read_all(&witnesses, rules::witness_row)?,
+                layouts: read_all(&layouts, rules::layout_row)?,
+            })
+        })
+        .await
+    }
+
+    async fn write_layout(
+        &self,
+        row: &LayoutRow,
+        replacing: Option<&str>,
+    ) -> Result<bool, DbError> {
+        let (row, replacing) = (row.clone(), replacing.map(str::to_owned));
+        self.run(move |mut conn| async move {
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            let state: Option<String> = tx
+                .exec_first(
+                    "SELECT state FROM segmint_layout WHERE epoch = ? FOR UPDATE",
+                    (row.epoch,),
+                )
+                .await
+                .map_err(db_error)?;
+            let written = match state {
+                None => {
+                    tx.exec_drop(
+                        format!(
+                            "INSERT INTO segmint_layout ({LAYOUT_COLUMNS}) VALUES (?, ?, ?, ?)"
+                        ),
+                        (row.epoch, &row.members, &row.state, row.changed_ms),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    true
+                }
+                Some(state) if Some(&state) == replacing.as_ref() => {
+                    tx.exec_drop(
+                        "UPDATE segmint_layout SET members = ?, state = ?, changed_ms = ?
+                         WHERE epoch = ?",
+                        (&row.members, &row.state, row.changed_ms, row.epoch),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    true
+                }
+                Some(_) => false,
+            };
+            tx.commit().await.map_err(db_error)?;
+            Ok(written)
+        })
+        .await
+    }
+
+    async fn set_leases_while(
+        &self,
+        epoch: i64,
+        state: &str,
+        rows: &[LeaseSet],
+    ) -> Result<Option<Vec<LeaseRow>>, DbError> {
+        let (rows, state) = (rows.to_vec(), state.to_owned());
+        self.run(move |mut conn| async move {
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            // The shared lock holds the layout row until the commit: a rewrite of its
+            // state waits, so no lease is written after it.
+            let held: Option<i64> = tx
+                .exec_first(
+                    "SELECT 1 FROM segmint_layout WHERE epoch = ? AND state = ? LOCK IN SHARE MODE",
+                    (epoch, &state),
+                )
+                .await
+                .map_err(db_error)?;
+            if held.is_none() {
+                tx.rollback().await.map_err(db_error)?;
+                return Ok(None);
+            }
+            let mut written = Vec::with_capacity(rows.len());
+            for r in &rows {
+                tx.exec_drop(
+                    format!(
+                        "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS})
+                         VALUES (?, ?, 1, ?, ?, ?)
+                         ON DUPLICATE KEY UPDATE holder = VALUES(holder), version = version + 1,
+                             expires_ms = VALUES(expires_ms),
+                             last_ms = GREATEST(last_ms, VALUES(last_ms)),
+                             bound_ms = GREATEST(bound_ms, VALUES(bound_ms)),
+                             update_time = now()"
+                    ),
+                    (i32::from(r.worker_id), &r.holder, r.expires_ms, r.last_ms, r.bound_ms),
+                )
+                .await
+                .map_err(db_error)?;
+                let row: Option<Row> = tx
+                    .exec_first(
+                        format!(
+                            "SELECT {LEASE_COLUMNS}, {NOW_MS} FROM segmint_worker_lease WHERE worker_id = ?"
+                        ),
+                        (i32::from(r.worker_id),),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                let row = row.ok_or_else(|| DbError::Query {
+                    sqlstate: None,
+                    message: "a lease row written is missing".into(),
+                    source: None,
+                })?;
+                written.push(rules::lease_row(&row)?);
+            }
+            tx.commit().await.map_err(db_error)?;
+            Ok(Some(written))
+        })
+        .await
+    }
+
+    async fn leases(&self) -> Result<Vec<LeaseRow>, DbError> {
+        self.all(
+            format!(
+                "SELECT {LEASE_COLUMNS}, {NOW_MS} FROM segmint_worker_lease ORDER BY worker_id"
+            ),
+            rules::lease_row,
+        )
+        .await
+    }
+
+    async fn take_lease(
+        &self,
+        worker_id: u16,
+        holder: &str,
+        lease_ms: i64,
+        grace_ms: i64,
+    ) -> Result<Option<LeaseRow>, DbError> {
+        let holder = holder.to_owned();
+        self.run(move |mut conn| async move {
+            let worker = i32::from(worker_id);
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            // The row (or its gap) is locked until the commit: of two takers, one waits
+            // and then sees the other's lease.
+            let now: Option<i64> = tx
+                .query_first(format!("SELECT {NOW_MS}"))
+                .await
+                .map_err(db_error)?;
+            let now = now.unwrap_or_default();
+            let current: Option<(i64,)> = tx
+                .exec_first(
+                    "SELECT expires_ms FROM segmint_worker_lease WHERE worker_id = ? FOR UPDATE",
+                    (worker,),
+                )
+                .await
+                .map_err(db_error)?;
+            let statement = match current {
+                None => format!(
+                    "INSERT INTO segmint_worker_lease ({LEASE_COLUMNS}) VALUES (?, ?, 1, ?, 0, 0)"
+                ),
+                Some((expires,)) if expires + grace_ms < now => "UPDATE segmint_worker_lease
+                     SET holder = ?, version = version + 1, expires_ms = ?, update_time = now()
+                     WHERE worker_id = ?"
+                    .to_owned(),
+                Some(_) => {
+                    tx.rollback().await.map_err(db_error)?;
+                    return Ok(None);
+                }
+            };
+            let expires = now + lease_ms;
+            if current.is_none() {
+                let inserted = tx.exec_drop(statement, (worker, &holder, expires)).await;
+                match inserted {
+                    Ok(()) => {}
+                    // Another taker inserted first: the lease is held.
+                    Err(mysql_async::Error::Server(e)) if e.code == 1062 || e.code == 1213 => {
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(db_error(e)),
+                }
+            } else {
+                tx.exec_drop(statement, (&holder, expires, worker))
+                    .await
+                    .map_err(db_error)?;
+            }
+            let row = lease_as_written(&mut tx, worker, now).await?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(row)
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
+        let r = renewal.clone();
+        self.run(move |mut conn| async move {
+            let worker = i32::from(r.worker_id);
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            let now: Option<i64> = tx
+                .query_first(format!("SELECT {NOW_MS}"))
+                .await
+                .map_err(db_error)?;
+            let now = now.unwrap_or_default();
+            tx.exec_drop(
+                "UPDATE segmint_worker_lease SET version = version + 1, expires_ms = ?,
+                     last_ms = GREATEST(last_ms, ?), bound_ms = GREATEST(bound_ms, ?),
+                     update_time = now()
+                 WHERE worker_id = ? AND holder = ? AND (version = ? OR ? < 0)",
+                (
+                    now + r.expires_in_ms,
+                    r.last_ms,
+                    r.bound_ms,
+                    worker,
+                    &r.holder,
+                    r.version,
+                    r.expires_in_ms,
+                ),
+            )
+            .await
+            .map_err(db_error)?;
+            if tx.affected_rows() != 1 {
+                tx.rollback().await.map_err(db_error)?;
+                return Ok(None);
+            }
+            let row = lease_as_written(&mut tx, worker, now).await?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(row)
+        })
+        .await
+    }
+}
+
+impl MyStore {
+    /// Runs `sql`, an UPDATE of token rows taking a time, the hash, and optionally the
+    /// time again. Returns the number of rows updated.
+    async fn update_tokens(
+        &self,
+        sql: &'static str,
+        token_hash: &str,
+        at: i64,
+    ) -> Result<u64, DbError> {
+        let hash = token_hash.to_owned();
+        self.run(move |mut conn| async move {
+            let params = if sql.matches('?').count() == 3 {
+                mysql_async::Params::Positional(vec![at.into(), hash.into(), at.into()])
+            } else {
+                mysql_async::Params::Positional(vec![at.into(), hash.into()])
+            };
+            conn.exec_drop(sql, params).await.map_err(db_error)?;
+            Ok(conn.affected_rows())
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::statements;
+
+    #[test]
+    fn migration_files_split_into_statements() {
+        let sql = "-- a comment\nCREATE TABLE a (\n  x int\n);\n\nALTER TABLE a ADD y int;\n";
+        assert_eq!(
+            statements(sql),
+            ["CREATE TABLE a (\n  x int\n)", "ALTER TABLE a ADD y int"]
+        );
+        assert!(statements("-- nothing\n").is_empty());
+    }
+}

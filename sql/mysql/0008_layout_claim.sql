@@ -1,0 +1,1 @@
+ALTER TABLE tiny_id_info ADD COLUMN IF NOT EXISTS claimed_by bigint NOT NULL DEFAULT 0;

@@ -1,0 +1,1 @@
+-- No change feed on MySQL/MariaDB yet: a catalog read reads every row.
