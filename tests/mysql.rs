@@ -5,6 +5,7 @@
 use crate::common;
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use common::*;
 use mysql_async::prelude::Queryable;
@@ -234,6 +235,50 @@ async fn tinyids_plain_tokens_work_in_place_and_once_hashed() {
     let r = common::http::next_id_simple(&app, "test", TINYID_TOKEN).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.body.parse::<i64>().is_ok(), "{r:?}");
+}
+
+/// MySQL's durability settings are global (no session can turn them on for itself, as
+/// segmint's PostgreSQL sessions turn on `synchronous_commit`): a database that could
+/// lose a commit it answered is not ready, says why, and serves no ID until fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_could_lose_commits_is_not_ready_and_says_why() {
+    let server = MariaServer::start();
+    let config = config_for_urls(&[server.url()]);
+    let token = setup_biz(&config, "order", 10, false).await;
+    let app = spawn_app(config).await;
+    let (status, body) = app.get_v1("/readyz", None).await;
+    assert_eq!(status, 200, "{body}");
+    server.sql("SET GLOBAL innodb_flush_log_at_trx_commit = 2");
+    let why = "innodb_flush_log_at_trx_commit is 2, not 1";
+    common::wait::eventually(
+        Duration::from_secs(30),
+        "/readyz names the setting",
+        async || {
+            let (status, body) = app.get("/readyz").await;
+            if status == 503 && body.contains(why) {
+                Ok(())
+            } else {
+                Err(format!("{status}: {body}"))
+            }
+        },
+    )
+    .await;
+    let (_, status_page) = app.get("/status").await;
+    assert!(status_page.contains(why), "/status names it too");
+    assert!(
+        common::http::try_v1_ids(&app, "order", &token, 1)
+            .await
+            .is_err(),
+        "no ID from a database that could lose it"
+    );
+    server.sql("SET GLOBAL innodb_flush_log_at_trx_commit = 1");
+    common::wait::eventually(Duration::from_secs(30), "ready again", async || {
+        match common::http::try_v1_ids(&app, "order", &token, 1).await {
+            Ok(ids) if ids.len() == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
 }
 
 /// A configuration of the databases at `urls`.
