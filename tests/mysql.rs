@@ -281,6 +281,186 @@ async fn a_database_that_could_lose_commits_is_not_ready_and_says_why() {
     .await;
 }
 
+/// `n` IDs of `biz`, one request each; every one new to `seen`.
+async fn one_by_one(
+    app: &TestApp,
+    biz: &str,
+    token: &str,
+    n: usize,
+    seen: &mut HashSet<i64>,
+) -> Vec<i64> {
+    let mut ids = Vec::with_capacity(n);
+    for _ in 0..n {
+        let id = app.ids(biz, token, 1).await[0];
+        assert!(seen.insert(id), "ID {id} issued twice");
+        ids.push(id);
+    }
+    ids
+}
+
+/// The fence of database `name` as `/readyz` shows it, once it is (or is no longer)
+/// fenced.
+async fn until_fenced(app: &TestApp, name: &str, fenced: bool) -> serde_json::Value {
+    common::wait::eventually(
+        Duration::from_secs(10),
+        &format!("{name} fenced: {fenced}"),
+        async || {
+            let (_, body) = app.get_v1("/readyz", None).await;
+            let db = body["databases"]
+                .as_array()
+                .and_then(|dbs| dbs.iter().find(|d| d["name"] == name).cloned())
+                .ok_or_else(|| format!("no {name} in {body}"))?;
+            if db["fenced"].is_string() == fenced {
+                Ok(db)
+            } else {
+                Err(db.to_string())
+            }
+        },
+    )
+    .await
+}
+
+/// A MariaDB database restored from a real backup (its data directory copied while it
+/// was shut down, put back after IDs were issued from it) is fenced by the server that
+/// saw its rows advance and by one started after the restore, and no ID is issued
+/// twice: the other database witnessed how far its rows had gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
+    let dbs = Databases::start(Kind::MySql, 2);
+    let extra = "adaptive_step = false";
+    let token = setup_biz(&dbs.config(extra), "order", 10, false).await;
+    let backup = tempfile::tempdir().unwrap();
+    let copy = |from: &std::path::Path, to: &std::path::Path| {
+        let out = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from)
+            .arg(to)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let saved = backup.path().join("data");
+    tokio::task::block_in_place(|| {
+        dbs.maria(0).shutdown();
+        copy(dbs.maria(0).data(), &saved);
+        dbs.maria(0).start_again();
+    });
+
+    let running = spawn_app(dbs.config(extra)).await;
+    let mut seen = HashSet::new();
+    let before = one_by_one(&running, "order", &token, 200, &mut seen).await;
+    assert!(
+        before.iter().filter(|id| *id % 2 == 0).count() >= 10,
+        "pg0 (even IDs) served part of the first 200"
+    );
+
+    // The restore: pg0 crashes, and its data directory is put back as it was.
+    tokio::task::block_in_place(|| {
+        dbs.maria(0).stop();
+        std::fs::remove_dir_all(dbs.maria(0).data()).unwrap();
+        copy(&saved, dbs.maria(0).data());
+        dbs.maria(0).start_again();
+    });
+    one_by_one(&running, "order", &token, 400, &mut seen).await;
+    let db = until_fenced(&running, "pg0", true).await;
+    assert!(
+        db["fenced"]
+            .as_str()
+            .unwrap_or("")
+            .contains("gone back in time"),
+        "{db}"
+    );
+    let fresh = spawn_app(dbs.config(extra)).await;
+    let from_fresh = one_by_one(&fresh, "order", &token, 400, &mut seen).await;
+    until_fenced(&fresh, "pg0", true).await;
+    assert!(
+        from_fresh.iter().all(|id| id % 2 == 1),
+        "a fenced database serves nothing"
+    );
+    running.stop().await;
+    fresh.stop().await;
+}
+
+/// `mariadbd` killed (`kill -9`) while a reservation waits on a row lock: the
+/// reservation's outcome never reaches segmint, so its segment gives no ID, and once the
+/// database is back nothing is reissued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
+    let server = MariaServer::start();
+    let extra = "adaptive_step = false\nfetch_timeout_ms = 5000\nwait_timeout_ms = 8000";
+    let config =
+        segmint::config::Config::from_toml(&config_toml_urls(&[server.url()], extra)).unwrap();
+    let token = setup_biz(&config, "order", 10, false).await;
+    let app = shared(spawn_app(config).await);
+    let mut seen = HashSet::new();
+    for id in app.ids("order", &token, 5).await {
+        assert!(seen.insert(id));
+    }
+    // Another session holds the row: the next reservation's UPDATE waits on it.
+    let pool = mysql_async::Pool::new(server.url().as_str());
+    let mut holder = pool.get_conn().await.unwrap();
+    holder.query_drop("START TRANSACTION").await.unwrap();
+    holder
+        .query_drop("SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE")
+        .await
+        .unwrap();
+    let row = "SELECT max_id, version FROM tiny_id_info WHERE biz_type = 'order'";
+    let before = server.sql(row);
+    let waiting = {
+        let (app, token) = (app.clone(), token.clone());
+        tokio::spawn(async move { app.get_v1("/v1/ids/order?count=40", Some(&token)).await })
+    };
+    common::wait::eventually(Duration::from_secs(10), "a reservation waits on the lock", async || {
+        let waits = tokio::task::block_in_place(|| {
+            server.sql("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+        });
+        if waits == "0" { Err("none yet".to_string()) } else { Ok(()) }
+    })
+    .await;
+    tokio::task::block_in_place(|| server.stop());
+    let (status, body) = waiting.await.unwrap();
+    assert_ne!(
+        status, 200,
+        "a reservation whose outcome was lost gave IDs: {body}"
+    );
+    drop(holder);
+    drop(pool);
+    tokio::task::block_in_place(|| server.start_again());
+    assert_eq!(
+        server.sql(row),
+        before,
+        "the killed reservation never committed"
+    );
+    let mut after = 0;
+    common::wait::eventually(
+        Duration::from_secs(20),
+        "100 IDs after the restart",
+        async || {
+            while after < 100 {
+                let ids = common::http::try_v1_ids(&*app, "order", &token, 1).await?;
+                assert!(
+                    seen.insert(ids[0]),
+                    "ID {} issued twice after the restart",
+                    ids[0]
+                );
+                after += 1;
+            }
+            Ok(())
+        },
+    )
+    .await;
+    let max_id: i64 = server.sql(row).split('|').next().unwrap().parse().unwrap();
+    assert!(
+        seen.iter().all(|id| *id <= max_id),
+        "every ID below the row's max_id"
+    );
+    app.stop().await;
+}
+
 /// A configuration of the databases at `urls`.
 fn config_for_urls(urls: &[String]) -> segmint::config::Config {
     segmint::config::Config::from_toml(&config_toml_urls(urls, "")).expect("test configuration")

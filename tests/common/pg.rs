@@ -613,6 +613,11 @@ impl Databases {
         &self.clusters[i]
     }
 
+    /// The MariaDB server of database `i`.
+    pub fn maria(&self, i: usize) -> &super::MariaServer {
+        &self.servers[i]
+    }
+
     /// Stops database `i` (PostgreSQL or MariaDB) at once, as a crash would.
     pub fn stop(&self, i: usize) {
         match self.kind {
