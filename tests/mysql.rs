@@ -461,6 +461,261 @@ async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
     app.stop().await;
 }
 
+/// Leaf's `leaf_alloc`, as Leaf's README creates it, with its sample row (a smaller
+/// step, for many segments of both sides to interleave).
+const LEAF_DB_SQL: &str = "
+CREATE TABLE `leaf_alloc` (
+  `biz_tag` varchar(128)  NOT NULL DEFAULT '',
+  `max_id` bigint(20) NOT NULL DEFAULT '1',
+  `step` int(11) NOT NULL,
+  `description` varchar(256)  DEFAULT NULL,
+  `update_time` timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+  PRIMARY KEY (`biz_tag`)
+) ENGINE=InnoDB;
+
+insert into leaf_alloc(biz_tag, max_id, step, description) values('leaf-segment-test', 1, 50, 'Test leaf Segment Mode Get Id');
+";
+
+/// Leaf's reservation of one segment of `tag`, as its server makes it
+/// (`IDAllocDaoImpl.updateMaxIdAndGetLeafAlloc`, or `…ByCustomStep` when its dynamic
+/// step differs from the row's): the UPDATE, then the SELECT, in one transaction. The
+/// IDs are `[max_id - step, max_id)` (`SegmentIDGenImpl.updateSegmentFromDb`).
+async fn leaf_next_segment(
+    conn: &mut mysql_async::Conn,
+    tag: &str,
+    custom_step: Option<i64>,
+) -> Vec<i64> {
+    let mut tx = conn
+        .start_transaction(mysql_async::TxOpts::default())
+        .await
+        .unwrap();
+    match custom_step {
+        None => tx
+            .exec_drop(
+                "UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = ?",
+                (tag,),
+            )
+            .await
+            .unwrap(),
+        Some(step) => tx
+            .exec_drop(
+                "UPDATE leaf_alloc SET max_id = max_id + ? WHERE biz_tag = ?",
+                (step, tag),
+            )
+            .await
+            .unwrap(),
+    }
+    let (max_id, step): (i64, i64) = tx
+        .exec_first(
+            "SELECT biz_tag, max_id, step FROM leaf_alloc WHERE biz_tag = ?",
+            (tag,),
+        )
+        .await
+        .unwrap()
+        .map(|(_, max_id, step): (String, i64, i64)| (max_id, step))
+        .unwrap();
+    tx.commit().await.unwrap();
+    let step = custom_step.unwrap_or(step);
+    (max_id - step..max_id).collect()
+}
+
+/// Leaf servers and a segmint server (`tables=leaf`) issue IDs of one tag from Leaf's
+/// own `leaf_alloc` at the same time, through segmint's v1 API and Leaf's own route, and
+/// Leaf goes on after segmint stops (its give-back written): no ID twice, and Leaf's
+/// columns and row are as Leaf's statements need them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segmint_serves_leafs_table_beside_leafs_own_statements() {
+    const TAG: &str = "leaf-segment-test";
+    let server = MariaServer::start();
+    server.sql(LEAF_DB_SQL);
+    let url = format!("{}?tables=leaf", server.url());
+    let extra = r#"leaf = { enabled = true, bizs = ["leaf-segment-test"] }"#;
+    let config = segmint::config::Config::from_toml(&config_toml_urls(&[url], extra)).unwrap();
+    let token = add_token_after_migrate(&config, TAG).await;
+    assert_eq!(
+        server.sql("SELECT biz_tag, max_id, step, description FROM leaf_alloc"),
+        format!("{TAG}|1|50|Test leaf Segment Mode Get Id"),
+        "migrating changes no row"
+    );
+    let app = spawn_app(config).await;
+
+    let leaf = |custom: Option<i64>| {
+        let url = server.url();
+        tokio::spawn(async move {
+            let pool = mysql_async::Pool::new(url.as_str());
+            let mut conn = pool.get_conn().await.unwrap();
+            let mut ids = Vec::new();
+            for _ in 0..40 {
+                ids.extend(leaf_next_segment(&mut conn, TAG, custom).await);
+                tokio::task::yield_now().await;
+            }
+            drop(conn);
+            pool.disconnect().await.unwrap();
+            ids
+        })
+    };
+    let leaf_servers = [leaf(None), leaf(Some(120))];
+    let mut ours = Vec::new();
+    for i in 0..40 {
+        ours.extend(app.ids(TAG, &token, 37).await);
+        // Leaf's own route, served by segmint from the same row.
+        let r = common::http::get(&app, &format!("/api/segment/get/{TAG}")).await;
+        assert_eq!(r.status, 200, "{i}: {r:?}");
+        ours.push(r.body.parse().unwrap_or_else(|e| panic!("{e}: {r:?}")));
+    }
+    let mut theirs = Vec::new();
+    for server in leaf_servers {
+        theirs.extend(server.await.unwrap());
+    }
+    app.stop().await;
+    let pool = mysql_async::Pool::new(server.url().as_str());
+    let mut conn = pool.get_conn().await.unwrap();
+    for _ in 0..3 {
+        theirs.extend(leaf_next_segment(&mut conn, TAG, None).await);
+    }
+    drop(conn);
+    pool.disconnect().await.unwrap();
+
+    let mut seen = HashSet::new();
+    for id in ours.iter().chain(&theirs) {
+        assert!(*id >= 1, "ID {id} below Leaf's first");
+        assert!(seen.insert(*id), "ID {id} issued twice");
+    }
+    assert_eq!(ours.len(), 40 * 38, "segmint served every request");
+    assert_eq!(
+        theirs.len(),
+        40 * 50 + 40 * 120 + 3 * 50,
+        "Leaf reserved its segments"
+    );
+    // Every change of max_id moved segmint's version on, Leaf's included.
+    let version: i64 = server
+        .sql("SELECT segmint_version FROM leaf_alloc")
+        .parse()
+        .unwrap();
+    assert!(version > 83, "version {version}");
+}
+
+/// The engine's primitives on Leaf's table keep the contract the suite checks on
+/// Tinyid's: an insert never replaces nor lands below a stored layout, the
+/// compare-and-set needs version and max_id, a description changes nothing else; and
+/// Leaf's `max_id` is one above segmint's (`[max_id - step, max_id)` against `(max_id -
+/// step, max_id]`), Leaf's own reservation moving segmint's version on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaf_rows_keep_the_engine_contract() {
+    use segmint::store::{BizRow, Inserted, LayoutRow, RowWrite};
+    let server = MariaServer::start();
+    server.sql(LEAF_DB_SQL);
+    let config = config_for_urls(&[format!("{}?tables=leaf", server.url())]);
+    let store = segmint::store::Store::connect(&config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    let raw = raw_store(&config, 0);
+    assert_eq!(
+        raw.migrate().await.unwrap(),
+        Vec::<String>::new(),
+        "migrated once"
+    );
+    let row = |biz: &str, max_id, version, epoch| BizRow {
+        biz_type: biz.into(),
+        begin_id: 0,
+        max_id,
+        step: 10,
+        delta: 1,
+        remainder: 0,
+        version,
+        description: Box::default(),
+        epoch,
+        frozen: false,
+        claimed_by: 0,
+    };
+    // Leaf's own row, as segmint reads it: max_id 1 in Leaf's terms issues from 1.
+    let sample = raw.biz("leaf-segment-test").await.unwrap().unwrap();
+    assert_eq!((sample.max_id, sample.step, sample.version), (0, 50, 0));
+    assert_eq!(&*sample.description, "Test leaf Segment Mode Get Id");
+
+    assert_eq!(
+        raw.insert_biz(&row("b", 0, 0, 0)).await.unwrap(),
+        Inserted::Yes
+    );
+    assert_eq!(
+        raw.insert_biz(&row("b", 7, 0, 0)).await.unwrap(),
+        Inserted::Exists
+    );
+    assert_eq!(
+        raw.biz("b").await.unwrap(),
+        Some(row("b", 0, 0, 0)),
+        "not replaced"
+    );
+    assert_eq!(
+        server.sql("SELECT max_id FROM leaf_alloc WHERE biz_tag = 'b'"),
+        "1"
+    );
+    let to = |version, max_id| RowWrite {
+        version,
+        max_id,
+        class: None,
+    };
+    assert_eq!(
+        raw.write_row("b", 1, 0, &to(2, 10)).await.unwrap(),
+        None,
+        "stale version"
+    );
+    assert_eq!(
+        raw.write_row("b", 0, 5, &to(1, 10)).await.unwrap(),
+        None,
+        "stale max_id"
+    );
+    assert_eq!(
+        raw.write_row("b", 0, 0, &to(1, 10)).await.unwrap(),
+        Some(row("b", 10, 1, 0))
+    );
+    assert_eq!(
+        server.sql("SELECT max_id, segmint_version FROM leaf_alloc WHERE biz_tag = 'b'"),
+        "11|1"
+    );
+    // Leaf's reservation: max_id moves, and so does segmint's version.
+    server.sql("UPDATE leaf_alloc SET max_id = max_id + step WHERE biz_tag = 'b'");
+    assert_eq!(raw.biz("b").await.unwrap(), Some(row("b", 20, 2, 0)));
+    assert_eq!(
+        raw.write_row("b", 1, 10, &to(2, 30)).await.unwrap(),
+        None,
+        "Leaf got there first"
+    );
+    assert_eq!(
+        raw.write_row("b", 2, 20, &to(3, 30)).await.unwrap(),
+        Some(row("b", 30, 3, 0))
+    );
+    assert!(raw.describe("b", "orders").await.unwrap());
+    assert!(!raw.describe("none", "x").await.unwrap());
+    assert_eq!(&*raw.biz("b").await.unwrap().unwrap().description, "orders");
+    let one = raw.catalog_of("b", None, &[]).await.unwrap();
+    assert_eq!(one.bizs.len(), 1);
+    assert_eq!(one.bizs[0].max_id, 30);
+    let names: Vec<String> = raw
+        .bizs()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.biz_type.to_string())
+        .collect();
+    assert_eq!(names, ["b", "leaf-segment-test"]);
+    let moving = LayoutRow {
+        epoch: 5,
+        members: "pg0=1:0".into(),
+        state: "moving".into(),
+        changed_ms: 1,
+    };
+    assert!(raw.write_layout(&moving, None).await.unwrap());
+    assert_eq!(
+        raw.insert_bizs(&[row("c", 0, 0, 4), row("d", 0, 0, 4)])
+            .await
+            .unwrap(),
+        [Inserted::LayoutAbove(5); 2]
+    );
+    assert_eq!(raw.biz("c").await.unwrap(), None, "nothing of the batch");
+}
+
 /// A configuration of the databases at `urls`.
 fn config_for_urls(urls: &[String]) -> segmint::config::Config {
     segmint::config::Config::from_toml(&config_toml_urls(urls, "")).expect("test configuration")

@@ -13,8 +13,6 @@ use common::http::{bearer, request, send};
 use common::tls::*;
 use common::*;
 use reqwest::Method;
-use segmint::config::Config;
-use segmint::store::Store;
 
 /// `localhost` for the certificate's name, 127.0.0.1 for the connection (`hostaddr`),
 /// so the name check does not depend on how `localhost` resolves.
@@ -27,42 +25,6 @@ fn localhost_url(cluster: &PgCluster, params: &str) -> String {
 
 fn ssl(mode: &str, root: &Path) -> String {
     format!("sslmode={mode}&sslrootcert={}", root.display())
-}
-
-fn config_for(url: &str) -> Config {
-    Config::from_toml(&config_toml_urls(&[url.to_string()], "")).expect("test configuration")
-}
-
-/// The error of connecting to `url` (through `migrate`); panics if it connects.
-async fn connect_error(url: &str) -> String {
-    let store = Store::connect(&config_for(url)).unwrap();
-    let (db, result) = store.migrate().await.remove(0);
-    match result {
-        Ok(_) => panic!("database {db} at {url} accepted the connection"),
-        Err(e) => e.to_string(),
-    }
-}
-
-/// Asserts that a store connects to the database at `url` (through `migrate`).
-async fn assert_connects(url: &str) {
-    let store = Store::connect(&config_for(url)).unwrap();
-    let (db, result) = store.migrate().await.remove(0);
-    if let Err(e) = result {
-        panic!("database {db} at {url} refused: {e}");
-    }
-}
-
-/// Serves IDs from the database at `url`; returns the IDs and the app.
-async fn serve_ids(url: &str) -> (Vec<i64>, TestApp) {
-    serve_biz(url, "order").await
-}
-
-/// Serves IDs of a new biz `biz` from the database at `url`; returns the IDs and the app.
-async fn serve_biz(url: &str, biz: &str) -> (Vec<i64>, TestApp) {
-    let config = config_for(url);
-    let token = setup_biz(&config, biz, 100, false).await;
-    let app = spawn_app(config).await;
-    (app.ids(biz, &token, 5).await, app)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,17 +52,7 @@ async fn verify_full_with_another_ca_fails_clearly_everywhere() {
     );
 
     let app = spawn_app(config_for(&url)).await;
-    let (status, body) = app.get("/readyz").await;
-    assert_eq!(status, 503, "{body}");
-    assert!(
-        body.contains("UnknownIssuer"),
-        "/readyz names the reason: {body}"
-    );
-    let (_, body) = app.get("/status").await;
-    assert!(
-        body.contains("UnknownIssuer"),
-        "/status names the reason: {body}"
-    );
+    assert_not_ready_because(&app, "UnknownIssuer").await;
 }
 
 /// The server's certificate names `localhost` only: connecting to 127.0.0.1 by that

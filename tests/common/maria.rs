@@ -115,11 +115,19 @@ pub struct MariaServer {
     pub port: u16,
     /// The running `mariadbd`, if any.
     server: Mutex<Option<Child>>,
+    /// Options of every start after [`SETTINGS`] ([`MariaServer::start_with`]).
+    extra: Vec<String>,
 }
 
 impl MariaServer {
     /// Starts a copy of the template data directory (see [`template`]).
     pub fn start() -> MariaServer {
+        MariaServer::start_with(&[])
+    }
+
+    /// As [`MariaServer::start`], with more server options (`--ssl-cert=…`), given after
+    /// the usual ones at this start and every start again.
+    pub fn start_with(options: &[&str]) -> MariaServer {
         let dir = server_dir();
         let data = dir.path().join("data");
         check(
@@ -135,6 +143,7 @@ impl MariaServer {
             data,
             port: free_port(),
             server: Mutex::new(None),
+            extra: options.iter().map(|o| (*o).to_owned()).collect(),
         };
         server.first_start();
         server
@@ -225,6 +234,7 @@ impl MariaServer {
             .arg(format!("--log-error={}", log_path.display()))
             .args(SHAPE)
             .args(SETTINGS)
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(stderr);

@@ -83,6 +83,18 @@ impl Pki {
         self.signed(name, cn, "ca", Some(&extfile));
     }
 
+    /// `NAME.crt` and `NAME.key` for `cn`, signed by `ca` (e.g. `other-ca`), with the
+    /// extensions `ext`.
+    pub fn leaf_of(&self, name: &str, cn: &str, ca: &str, ext: &str) {
+        let extfile = format!("{name}.ext");
+        std::fs::write(
+            self.path(&extfile),
+            format!("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n{ext}"),
+        )
+        .unwrap();
+        self.signed(name, cn, ca, Some(&extfile));
+    }
+
     /// `NAME.crt` and `NAME.key`: a new key and a certificate for `cn` signed by `ca` with
     /// `openssl x509 -req`, with the extensions of `extfile`, or none (version 1).
     fn signed(&self, name: &str, cn: &str, ca: &str, extfile: Option<&str>) {
@@ -302,4 +314,53 @@ pub fn serve_certificate(cluster: &PgCluster, pki: &Pki, name: &str) {
         ],
         &[],
     );
+}
+
+/// Asserts that `app` is not ready and that `/readyz` and `/status` both name `why`.
+pub async fn assert_not_ready_because(app: &super::TestApp, why: &str) {
+    let (status, body) = app.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains(why), "/readyz names the reason: {body}");
+    let (_, body) = app.get("/status").await;
+    assert!(body.contains(why), "/status names the reason: {body}");
+}
+
+// What the TLS tests of both engines do with a database URL.
+
+/// A configuration of the one database at `url`.
+pub fn config_for(url: &str) -> segmint::config::Config {
+    segmint::config::Config::from_toml(&super::config_toml_urls(&[url.to_string()], ""))
+        .expect("test configuration")
+}
+
+/// The error of connecting to `url` (through `migrate`); panics if it connects.
+pub async fn connect_error(url: &str) -> String {
+    let store = segmint::store::Store::connect(&config_for(url)).unwrap();
+    let (db, result) = store.migrate().await.remove(0);
+    match result {
+        Ok(_) => panic!("database {db} at {url} accepted the connection"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Asserts that a store connects to the database at `url` (through `migrate`).
+pub async fn assert_connects(url: &str) {
+    let store = segmint::store::Store::connect(&config_for(url)).unwrap();
+    let (db, result) = store.migrate().await.remove(0);
+    if let Err(e) = result {
+        panic!("database {db} at {url} refused: {e}");
+    }
+}
+
+/// Serves IDs from the database at `url`; returns the IDs and the app.
+pub async fn serve_ids(url: &str) -> (Vec<i64>, super::TestApp) {
+    serve_biz(url, "order").await
+}
+
+/// Serves IDs of a new biz `biz` from the database at `url`; returns the IDs and the app.
+pub async fn serve_biz(url: &str, biz: &str) -> (Vec<i64>, super::TestApp) {
+    let config = config_for(url);
+    let token = super::setup_biz(&config, biz, 100, false).await;
+    let app = super::spawn_app(config).await;
+    (app.ids(biz, &token, 5).await, app)
 }

@@ -62,6 +62,20 @@ pub struct MyTarget {
     /// From the URL, `password_file` or `password_env`.
     pub password: Option<String>,
     pub database: String,
+    /// Where the biz rows are (`tables=` in the URL).
+    pub tables: BizTables,
+    /// TLS: `ssl-mode`, `ssl-ca`, `ssl-cert`, `ssl-key` in the URL, their files read.
+    pub tls: crate::tls::MyTls,
+}
+
+/// The table of a MySQL database's biz rows: Tinyid's `tiny_id_info` (the default), or
+/// Leaf's `leaf_alloc` (`tables=leaf`), each served in place beside the servers it
+/// belongs to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BizTables {
+    #[default]
+    Tinyid,
+    Leaf,
 }
 
 /// How to reach one PostgreSQL database.
@@ -193,9 +207,10 @@ fn database_kind(url: &str) -> Result<DatabaseKind, String> {
     })))
 }
 
-/// The parts of `mysql://user[:password]@host[:port]/database` after the scheme, each
-/// percent-decoded. No query parameter is taken yet: TLS to MySQL is not built, and an
-/// `ssl-mode` asking for it is refused rather than ignored.
+/// The parts of `mysql://user[:password]@host[:port]/database[?parameters]` after the
+/// scheme, each percent-decoded. The TLS parameters are the mysql client's options:
+/// `ssl-mode` (or `ssl_mode`, `sslmode`; its value in any case), `ssl-ca`, `ssl-cert`,
+/// `ssl-key` (or with `_`), read by [`crate::tls::my_tls`] with their files.
 fn mysql_target(rest: &str) -> Result<MyTarget, String> {
     const FORM: &str = "expected mysql://user[:password]@host[:port]/database";
     let decode = |part: &str| {
@@ -205,18 +220,58 @@ fn mysql_target(rest: &str) -> Result<MyTarget, String> {
             .map_err(|_| format!("{FORM}: a part is not valid UTF-8 once percent-decoded"))
     };
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let mut tables = BizTables::Tinyid;
+    let mut tls: [(&str, Option<String>); 5] = [
+        ("ssl-mode", None),
+        ("ssl-ca", None),
+        ("ssl-cert", None),
+        ("ssl-key", None),
+        ("ssl-crl", None),
+    ];
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (key, value) = param.split_once('=').unwrap_or((param, ""));
         match (key, value.to_ascii_uppercase().as_str()) {
-            ("ssl-mode" | "ssl_mode" | "sslmode", "DISABLED") => {}
-            ("ssl-mode" | "ssl_mode" | "sslmode", _) => {
+            ("tables", "TINYID") => tables = BizTables::Tinyid,
+            ("tables", "LEAF") => tables = BizTables::Leaf,
+            ("tables", _) => {
                 return Err(format!(
-                    "{key}={value}: TLS to MySQL/MariaDB is not supported yet; only ssl-mode=DISABLED is accepted"
+                    "tables={value}: expected `tinyid` (tiny_id_info, the default) or `leaf` (leaf_alloc)"
                 ));
+            }
+            (
+                "ssl-mode" | "ssl_mode" | "sslmode" | "ssl-ca" | "ssl_ca" | "ssl-cert" | "ssl_cert"
+                | "ssl-key" | "ssl_key" | "ssl-crl" | "ssl_crl",
+                _,
+            ) => {
+                let name = if key == "sslmode" {
+                    "ssl-mode".to_owned()
+                } else {
+                    key.replace('_', "-")
+                };
+                let value = decode(value)?;
+                if value.is_empty() {
+                    return Err(format!("{key}= needs a value"));
+                }
+                let slot = tls
+                    .iter_mut()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| v)
+                    .expect("a slot for every TLS parameter");
+                if slot.replace(value).is_some() {
+                    return Err(format!("{name} is given twice"));
+                }
             }
             _ => return Err(format!("unknown parameter `{key}`: {FORM}")),
         }
     }
+    let [mode, ca, cert, key, crl] = tls.each_ref().map(|(_, v)| v.as_deref());
+    let tls = crate::tls::my_tls(&crate::tls::MyTlsParams {
+        mode,
+        ca,
+        cert,
+        key,
+        crl,
+    })?;
     let (credentials, address) = rest
         .rsplit_once('@')
         .ok_or_else(|| format!("{FORM}: the user is missing"))?;
@@ -240,6 +295,8 @@ fn mysql_target(rest: &str) -> Result<MyTarget, String> {
         return Err(format!("{FORM}: user, host and database must be non-empty"));
     }
     Ok(MyTarget {
+        tables,
+        tls,
         host: host.to_owned(),
         port,
         user,
@@ -342,6 +399,18 @@ mod tests {
     }
 
     #[test]
+    fn mysql_tables_name_tinyids_or_leafs() {
+        let tables = |query: &str| mysql_target(&format!("root@h/db{query}")).map(|t| t.tables);
+        assert_eq!(tables(""), Ok(BizTables::Tinyid));
+        assert_eq!(tables("?tables=tinyid"), Ok(BizTables::Tinyid));
+        assert_eq!(tables("?tables=LEAF"), Ok(BizTables::Leaf));
+        let Err(e) = tables("?tables=snowflake") else {
+            panic!("tables=snowflake was taken");
+        };
+        assert!(e.contains("expected `tinyid`"), "{e}");
+    }
+
+    #[test]
     fn mysql_urls_are_read_part_by_part() {
         let target = |url: &str| match mysql_target(url.strip_prefix("mysql://").unwrap()) {
             Ok(t) => (t.user, t.password, t.host, t.port, t.database),
@@ -368,7 +437,6 @@ mod tests {
             )
         );
         for (url, why) in [
-            ("mysql://root@h/db?ssl-mode=REQUIRED", "not supported yet"),
             (
                 "mysql://root@h/db?charset=latin1",
                 "unknown parameter `charset`",
@@ -389,6 +457,169 @@ mod tests {
         assert_eq!(cfg.databases[0].location(), "127.0.0.1:3306/segmint");
         let shown = format!("{:?}", cfg.databases[0]);
         assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
+    fn mysql_tls_parameters_follow_the_mysql_client() {
+        use crate::tls::MySslMode;
+        // A CA (P-256) and a client certificate it signed, with its key and another key.
+        const CA: &str = r"-----BEGIN CERTIFICATE-----
+MIIBlTCCATugAwIBAgIUInR4GK+d+1c3ozQJSNdMZuoY1iQwCgYIKoZIzj0EAwIw
+HzEdMBsGA1UEAwwUc2VnbWludCB1bml0IHRlc3QgY2EwIBcNMjYxMTI2MDc0OTM3
+WhgPMjEyNjExMDIwNzQ5MzdaMB8xHTAbBgNVBAMMFHNlZ21pbnQgdW5pdCB0ZXN0
+IGNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEWKunZ0m1cMzlOUofgZPDrzVv
+GTRUBu1v35opWctCNJCIs9xntlX5SNcsUUMWVeuIhzkuzckW3ivvu0V0cLIv2KNT
+MFEwHQYDVR0OBBYEFMXBaG86ZAeLJgkJcXMDw2dRFmrVMB8GA1UdIwQYMBaAFMXB
+aG86ZAeLJgkJcXMDw2dRFmrVMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwID
+SAAwRQIgf0MJ3pW1CjzAcaHGQJZYeDKdFje9t72NTRBJ/AyXv8YCIQCco8SUJfYw
+iwQj7sVeGn78b9fK0bSkBijlDuD4xd7AkQ==
+-----END CERTIFICATE-----
+";
+        const CERT: &str = r"-----BEGIN CERTIFICATE-----
+MIIBlzCCAT6gAwIBAgIUUZyFaW5IU4h8ziFsCDTuWS7aFuwwCgYIKoZIzj0EAwIw
+HzEdMBsGA1UEAwwUc2VnbWludCB1bml0IHRlc3QgY2EwIBcNMjYxMTI2MDc0OTM3
+WhgPMjEyNjExMDIwNzQ5MzdaMBMxETAPBgNVBAMMCGNlcnR1c2VyMFkwEwYHKoZI
+zj0CAQYIKoZIzj0DAQcDQgAEHW3zJFf6Yr3cRqUBn6nCZ67dpb2Mmw3Ox/K/IIFq
+rGFTuu41B4O1n1q5+X/avTCeCP9+VVJu0Y/CtKby1Ia70aNiMGAwCQYDVR0TBAIw
+ADATBgNVHSUEDDAKBggrBgEFBQcDAjAdBgNVHQ4EFgQUUagN/G0BJZ/V8w7CYA0R
+41pq724wHwYDVR0jBBgwFoAUxcFobzpkB4smCQlxcwPDZ1EWatUwCgYIKoZIzj0E
+AwIDRwAwRAIgAT7EJ5Oyh8h6tHSR220+CGr8KBW26odYlaa2bDsMrB0CIHFQjbBl
+GqJcLSwSjSKq8mnAYbLJBOhgrHeuP4hgiJ9g
+-----END CERTIFICATE-----
+";
+        const KEY: &str = r"-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg6NN2Q/yAH+wB63WF
+iO0D2WXFiIFnWNY2gX4/SlUvqvehRANCAAQdbfMkV/pivdxGpQGfqcJnrt2lvYyb
+Dc7H8r8ggWqsYVO67jUHg7WfWrn5f9q9MJ4I/35VUm7Rj8K0pvLUhrvR
+-----END PRIVATE KEY-----
+";
+        const OTHER_KEY: &str = r"-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg7A7Ai1mE/uxChPS9
+LBiFdIegFKNETMTOsyKScunnNFahRANCAARL8DWNH/entKoky9tTdL4TbY/SZQvx
+1JBiMCO4enpJrC4ySnuraV0LSNEME4Y6FKc+cPAizX3gF3+vdvi1/ize
+-----END PRIVATE KEY-----
+";
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let (ca, cert, key, other_key) = (
+            file("ca.pem", CA),
+            file("client.pem", CERT),
+            file("client.key", KEY),
+            file("other.key", OTHER_KEY),
+        );
+        let not_pem = file("not.pem", "not a certificate\n");
+        let with_space = file("my ca.pem", CA);
+        let tls = |params: &str| {
+            mysql_target(&format!("root@h/db?{params}")).map(|t| {
+                let client = t.tls.client.map(|(c, k)| (c.path, k.path));
+                (t.tls.mode, t.tls.ca.map(|c| c.path), client)
+            })
+        };
+        let mode = |params: &str| match tls(params) {
+            Ok((mode, _, _)) => mode,
+            Err(e) => panic!("{params}: {e}"),
+        };
+        assert_eq!(mode(""), MySslMode::Disabled, "plain text by default");
+        assert_eq!(mode("ssl-mode=disabled"), MySslMode::Disabled);
+        assert_eq!(mode("sslmode=Required"), MySslMode::Required);
+        assert_eq!(
+            mode(&format!("ssl_mode=verify_ca&ssl-ca={ca}")),
+            MySslMode::VerifyCa
+        );
+        // As the mysql client: `ssl-ca` without `ssl-mode` is VERIFY_CA.
+        assert_eq!(mode(&format!("ssl-ca={ca}")), MySslMode::VerifyCa);
+        assert_eq!(
+            tls(&format!(
+                "ssl-mode=VERIFY_IDENTITY&ssl_ca={}&ssl-cert={cert}&ssl_key={key}",
+                with_space.replace(' ', "%20")
+            ))
+            .unwrap(),
+            (
+                MySslMode::VerifyIdentity,
+                Some(with_space.clone().into()),
+                Some((cert.clone().into(), key.clone().into()))
+            )
+        );
+        assert_eq!(
+            mode(&format!("ssl-mode=REQUIRED&ssl-cert={cert}&ssl-key={key}")),
+            MySslMode::Required
+        );
+        for (params, why) in [
+            ("ssl-mode=PREFERRED".to_string(), "cannot fall back"),
+            ("ssl-mode=preferred".into(), "use ssl-mode=REQUIRED"),
+            ("ssl-mode=bogus".into(), "invalid ssl-mode \"bogus\""),
+            ("ssl-mode=".into(), "ssl-mode= needs a value"),
+            (
+                "ssl-mode=REQUIRED&sslmode=REQUIRED".into(),
+                "ssl-mode is given twice",
+            ),
+            (
+                "ssl-mode=VERIFY_CA".into(),
+                "ssl-mode=VERIFY_CA needs ssl-ca",
+            ),
+            (
+                "ssl-mode=verify_identity".into(),
+                "VERIFY_IDENTITY needs ssl-ca",
+            ),
+            (format!("ssl-mode=DISABLED&ssl-ca={ca}"), "ssl-ca needs TLS"),
+            (
+                format!("ssl-cert={cert}&ssl-key={key}"),
+                "ssl-cert needs TLS",
+            ),
+            (
+                format!("ssl-mode=REQUIRED&ssl-cert={cert}"),
+                "ssl-cert needs ssl-key",
+            ),
+            (
+                format!("ssl-mode=REQUIRED&ssl-key={key}"),
+                "ssl-key needs ssl-cert",
+            ),
+            (
+                "ssl-ca=/nonexistent/ca.pem".into(),
+                "ssl-ca /nonexistent/ca.pem: ",
+            ),
+            (format!("ssl-ca={not_pem}"), "no PEM item"),
+            (format!("ssl-ca={key}"), "no PEM item"),
+            (
+                format!("ssl-mode=REQUIRED&ssl-cert={cert}&ssl-key=/nonexistent/k"),
+                "ssl-key /nonexistent/k: ",
+            ),
+            (
+                format!("ssl-mode=REQUIRED&ssl-cert={key}&ssl-key={key}"),
+                "ssl-cert",
+            ),
+            (
+                format!("ssl-mode=REQUIRED&ssl-cert={cert}&ssl-key={cert}"),
+                "no private key in it",
+            ),
+            (
+                format!("ssl-mode=REQUIRED&ssl-cert={cert}&ssl-key={other_key}"),
+                "does not go with ssl-cert",
+            ),
+            (format!("ssl-ca={ca}&ssl-crl={ca}"), "ssl-crl"),
+            (
+                "ssl-capath=/etc/ssl/certs".into(),
+                "unknown parameter `ssl-capath`",
+            ),
+        ] {
+            match tls(&params) {
+                Ok(taken) => panic!("{params} was taken: {taken:?}"),
+                Err(e) => assert!(e.contains(why), "{params}: {e}"),
+            }
+        }
+        // The error names the database's URL key, and the key's file only by its path.
+        let msg = error(&format!(
+            "[[databases]]\nname = \"m\"\nurl = \"mysql://root:hunter2@h/db?ssl-mode=REQUIRED&ssl-cert={cert}&ssl-key={other_key}\"\n"
+        ));
+        assert!(msg.contains("databases[0].url (database \"m\")"), "{msg}");
+        assert!(
+            !msg.contains("hunter2") && !msg.contains("PRIVATE"),
+            "{msg}"
+        );
     }
 
     #[test]

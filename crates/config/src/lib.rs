@@ -30,7 +30,7 @@ mod snowflake;
 pub mod tls;
 
 pub use cache::METRICS_MAX_BIZS_LIMIT;
-pub use database::{DatabaseConfig, DatabaseKind, MyTarget, PgTarget};
+pub use database::{BizTables, DatabaseConfig, DatabaseKind, MyTarget, PgTarget};
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
 pub use protocol::{BEATS_PER_SILENCE, Protocol};

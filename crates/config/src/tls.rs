@@ -1,4 +1,6 @@
-//! The rustls connector for one PostgreSQL database, built from its libpq TLS settings.
+//! The rustls connector for one PostgreSQL database, built from its libpq TLS settings;
+//! and the TLS settings of one MySQL or MariaDB database ([`my_tls`]), with which its
+//! driver builds its own connector.
 //!
 //! Certificates are checked as libpq checks them: not at all without `sslrootcert`
 //! (`prefer`, `require`: encryption only), the chain to `sslrootcert` but not the host
@@ -240,4 +242,212 @@ impl ServerCertVerifier for Libpq {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
     }
+}
+
+/// The mysql client's `--ssl-mode`, as far as segmint's MySQL driver (mysql_async with
+/// rustls) can follow it. `PREFERRED`, the client's default, is not among them: it falls
+/// back to plain text when the server offers no TLS, which the driver cannot do (see
+/// [`my_tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MySslMode {
+    /// Plain TCP: no `ssl-mode` (and no `ssl-ca`), or `DISABLED`.
+    Disabled,
+    /// TLS or no connection; the certificate is checked only when `ssl-ca` is given, and
+    /// then as for `VERIFY_CA`.
+    Required,
+    /// TLS, and the server's certificate must chain to `ssl-ca`.
+    VerifyCa,
+    /// As `VERIFY_CA`, and the certificate must also name the host connected to.
+    VerifyIdentity,
+}
+
+impl MySslMode {
+    /// The mysql client's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MySslMode::Disabled => "DISABLED",
+            MySslMode::Required => "REQUIRED",
+            MySslMode::VerifyCa => "VERIFY_CA",
+            MySslMode::VerifyIdentity => "VERIFY_IDENTITY",
+        }
+    }
+}
+
+/// A PEM file as read at startup: what the driver is handed, and where it came from.
+#[derive(Clone)]
+pub struct PemFile {
+    pub path: std::path::PathBuf,
+    pub pem: Vec<u8>,
+}
+
+/// The TLS part of a `mysql://` URL, with its files read and checked.
+#[derive(Clone)]
+pub struct MyTls {
+    pub mode: MySslMode,
+    /// `ssl-ca`: the certificates the server's must chain to. Given, it is always
+    /// checked (under `REQUIRED` too, as by the mysql client).
+    pub ca: Option<PemFile>,
+    /// `ssl-cert` and `ssl-key`: a client certificate and its private key.
+    pub client: Option<(PemFile, PemFile)>,
+}
+
+impl MyTls {
+    /// No TLS.
+    pub const DISABLED: MyTls = MyTls {
+        mode: MySslMode::Disabled,
+        ca: None,
+        client: None,
+    };
+}
+
+impl std::fmt::Debug for MyTls {
+    /// The mode and the files' paths; never a key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MyTls")
+            .field("mode", &self.mode)
+            .field("ca", &self.ca.as_ref().map(|c| &c.path))
+            .field(
+                "client",
+                &self.client.as_ref().map(|(c, k)| (&c.path, &k.path)),
+            )
+            .finish()
+    }
+}
+
+/// The TLS parameters of a `mysql://` URL, as written (values percent-decoded).
+#[derive(Debug, Default)]
+pub struct MyTlsParams<'a> {
+    /// `ssl-mode` (or `ssl_mode`, `sslmode`), any case.
+    pub mode: Option<&'a str>,
+    pub ca: Option<&'a str>,
+    pub cert: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub crl: Option<&'a str>,
+}
+
+/// Reads the TLS parameters of a `mysql://` URL as the mysql client reads its options,
+/// and every file they name now, so that a bad one is a configuration error rather than
+/// a failure at the first connection:
+/// - no `ssl-mode`: plain text, or `VERIFY_CA` when `ssl-ca` is given (as the mysql
+///   client takes `--ssl-ca` without `--ssl-mode`);
+/// - `PREFERRED` is refused: the mysql client then tries TLS and falls back to plain text,
+///   which mysql_async cannot (it either requires TLS or never asks for it);
+/// - `VERIFY_CA` and `VERIFY_IDENTITY` need `ssl-ca` (the mysql client refuses them
+///   without a CA too);
+/// - `ssl-ca`, `ssl-cert` and `ssl-key` need a mode that encrypts, rather than being
+///   ignored; `ssl-cert` and `ssl-key` go together;
+/// - `ssl-crl` is refused: mysql_async cannot check revocation.
+///
+/// # Errors
+/// A message naming the parameter (and the file).
+pub fn my_tls(params: &MyTlsParams<'_>) -> Result<MyTls, String> {
+    let explicit = match params.mode {
+        None => None,
+        Some(value) => Some(match value.to_ascii_uppercase().as_str() {
+            "DISABLED" => MySslMode::Disabled,
+            "REQUIRED" => MySslMode::Required,
+            "VERIFY_CA" => MySslMode::VerifyCa,
+            "VERIFY_IDENTITY" => MySslMode::VerifyIdentity,
+            "PREFERRED" => {
+                return Err(format!(
+                    "ssl-mode={value} is not supported: the MySQL driver cannot fall back from \
+                     TLS to plain text as the mysql client does; use ssl-mode=REQUIRED (or \
+                     VERIFY_CA, VERIFY_IDENTITY) to encrypt, or ssl-mode=DISABLED for plain text"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "invalid ssl-mode \"{value}\": use DISABLED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY"
+                ));
+            }
+        }),
+    };
+    if let Some(crl) = params.crl {
+        return Err(format!(
+            "ssl-crl={crl}: revocation lists are not supported for MySQL/MariaDB (the driver cannot check them)"
+        ));
+    }
+    let mode = match (explicit, params.ca) {
+        (Some(mode), _) => mode,
+        (None, Some(_)) => MySslMode::VerifyCa,
+        (None, None) => MySslMode::Disabled,
+    };
+    if mode == MySslMode::Disabled {
+        if let Some(name) = [
+            ("ssl-ca", params.ca),
+            ("ssl-cert", params.cert),
+            ("ssl-key", params.key),
+        ]
+        .iter()
+        .find_map(|(name, value)| value.map(|_| *name))
+        {
+            return Err(format!(
+                "{name} needs TLS: give ssl-mode=REQUIRED, VERIFY_CA or VERIFY_IDENTITY (without ssl-mode the connection is plain text)"
+            ));
+        }
+        return Ok(MyTls::DISABLED);
+    }
+    if params.ca.is_none() && matches!(mode, MySslMode::VerifyCa | MySslMode::VerifyIdentity) {
+        return Err(format!(
+            "ssl-mode={} needs ssl-ca, the CA certificate the server's must chain to",
+            mode.as_str()
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let ca = match params.ca {
+        None => None,
+        Some(path) => {
+            let file = read_pem("ssl-ca", path)?;
+            let mut store = RootCertStore::empty();
+            for cert in pem_items::<CertificateDer>("ssl-ca", &file)? {
+                store.add(cert).map_err(|e| format!("ssl-ca {path}: {e}"))?;
+            }
+            Some(file)
+        }
+    };
+    let client = match (params.cert, params.key) {
+        (None, None) => None,
+        (Some(_), None) => return Err("ssl-cert needs ssl-key, its private key".into()),
+        (None, Some(_)) => return Err("ssl-key needs ssl-cert, its certificate".into()),
+        (Some(cert_path), Some(key_path)) => {
+            let cert = read_pem("ssl-cert", cert_path)?;
+            let key = read_pem("ssl-key", key_path)?;
+            let chain = pem_items::<CertificateDer>("ssl-cert", &cert)?;
+            let private = PrivateKeyDer::from_pem_slice(&key.pem).map_err(|e| match e {
+                rustls::pki_types::pem::Error::NoItemsFound => {
+                    format!("ssl-key {key_path}: no private key in it")
+                }
+                e => format!("ssl-key {key_path}: {e}"),
+            })?;
+            // What the driver does at each connection: a key of another certificate, or
+            // of a kind the provider cannot sign with, is refused now.
+            rustls::sign::CertifiedKey::from_der(chain, private, &provider).map_err(|e| {
+                format!("ssl-key {key_path} does not go with ssl-cert {cert_path}: {e}")
+            })?;
+            Some((cert, key))
+        }
+    };
+    Ok(MyTls { mode, ca, client })
+}
+
+fn read_pem(key: &str, path: &str) -> Result<PemFile, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("{key} {path}: {e}"))?;
+    Ok(PemFile {
+        path: path.into(),
+        pem,
+    })
+}
+
+/// Every PEM item of one kind in `file`; at least one.
+fn pem_items<T: PemObject>(key: &str, file: &PemFile) -> Result<Vec<T>, String> {
+    let all = T::pem_slice_iter(&file.pem)
+        .collect::<Result<Vec<T>, _>>()
+        .map_err(|e| format!("{key} {}: {e}", file.path.display()))?;
+    if all.is_empty() {
+        return Err(format!(
+            "{key} {}: no PEM item of the expected kind in it",
+            file.path.display()
+        ));
+    }
+    Ok(all)
 }

@@ -27,12 +27,126 @@ use super::{
     ShapeRow, TokenRow, Witness,
 };
 
-/// Schema migrations, applied in order, each once per database.
-const MIGRATIONS: &[Migration] = migrations!("mysql");
+/// Where a database keeps its biz rows, and the statements on them: Tinyid's
+/// `tiny_id_info`, or Leaf's `leaf_alloc` (see [`BizTable::leaf`]). The other tables are
+/// the same for both.
+pub(crate) struct BizTable {
+    /// Schema migrations, applied in order, each once per database.
+    migrations: &'static [Migration],
+    /// One row by name: [`rules::BIZ_COLUMNS`] in order, the name as the parameter.
+    row: String,
+    /// Every row, by name.
+    all: String,
+    /// The compare-and-set: the new version, max_id, delta, remainder, epoch, frozen
+    /// state and claim (a NULL keeps the column), then the name, version and max_id.
+    write: String,
+    /// An insert unless the name exists, with the parameters of `insert_params`.
+    insert: String,
+    insert_params: fn(&BizRow) -> mysql_async::Params,
+    /// Whether a row of the name exists.
+    exists: String,
+    /// The description, then the name.
+    describe: String,
+}
 
-/// [`rules::BIZ_COLUMNS`] as MySQL reads them: Tinyid's `step` may be NULL.
-const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, coalesce(step, 0), delta, remainder, version, \
-     description, layout_epoch, frozen, claimed_by";
+impl BizTable {
+    /// Tinyid's `tiny_id_info`, its columns as Tinyid names them (its `step` may be NULL).
+    fn tinyid() -> BizTable {
+        let columns = "biz_type, begin_id, max_id, coalesce(step, 0), delta, remainder, version, \
+             description, layout_epoch, frozen, claimed_by";
+        BizTable {
+            migrations: migrations!("mysql"),
+            row: format!("SELECT {columns} FROM tiny_id_info WHERE biz_type = ?"),
+            all: format!("SELECT {columns} FROM tiny_id_info ORDER BY biz_type"),
+            write: "UPDATE tiny_id_info SET version = ?, max_id = ?,
+                     delta = coalesce(?, delta), remainder = coalesce(?, remainder),
+                     layout_epoch = coalesce(?, layout_epoch), frozen = coalesce(?, frozen),
+                     claimed_by = coalesce(?, claimed_by), update_time = now()
+                 WHERE biz_type = ? AND version = ? AND max_id = ?"
+                .into(),
+            insert: "INSERT IGNORE INTO tiny_id_info (biz_type, begin_id, max_id, step, delta,
+                     remainder, version, description, layout_epoch, frozen, claimed_by,
+                     create_time, update_time)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), now())"
+                .into(),
+            insert_params: |row| {
+                (
+                    row.biz_type.as_str(),
+                    row.begin_id,
+                    row.max_id,
+                    row.step,
+                    row.delta,
+                    row.remainder,
+                    row.version,
+                    &*row.description,
+                    row.epoch,
+                    row.frozen,
+                    row.claimed_by,
+                )
+                    .into()
+            },
+            exists: "SELECT 1 FROM tiny_id_info WHERE biz_type = ?".into(),
+            describe: "UPDATE tiny_id_info SET description = ?, update_time = now()
+                 WHERE biz_type = ?"
+                .into(),
+        }
+    }
+
+    /// Leaf's `leaf_alloc`. Leaf issues a segment as `[max_id - step, max_id)`, segmint
+    /// as `(max_id - step, max_id]`: a Leaf row of `max_id` M is a segmint row of
+    /// `max_id` M - 1, and segmint writes M + 1 for its M. Leaf's reservation (`max_id =
+    /// max_id + step`) leaves segmint's version alone; a trigger moves it on whenever
+    /// `max_id` changes without it, so that a row never holds two `max_id`s at one
+    /// version (`0001_init.sql` of `sql/mysql_leaf`).
+    fn leaf() -> BizTable {
+        let columns = "biz_tag, 0, max_id - 1, step, delta, remainder, segmint_version, \
+             coalesce(description, ''), layout_epoch, frozen, claimed_by";
+        BizTable {
+            migrations: migrations!("mysql_leaf"),
+            row: format!("SELECT {columns} FROM leaf_alloc WHERE biz_tag = ?"),
+            all: format!("SELECT {columns} FROM leaf_alloc ORDER BY biz_tag"),
+            write: "UPDATE leaf_alloc SET segmint_version = ?, max_id = ? + 1,
+                     delta = coalesce(?, delta), remainder = coalesce(?, remainder),
+                     layout_epoch = coalesce(?, layout_epoch), frozen = coalesce(?, frozen),
+                     claimed_by = coalesce(?, claimed_by), update_time = now()
+                 WHERE biz_tag = ? AND segmint_version = ? AND max_id = ? + 1"
+                .into(),
+            insert: "INSERT IGNORE INTO leaf_alloc (biz_tag, max_id, step, delta, remainder,
+                     segmint_version, description, layout_epoch, frozen, claimed_by)
+                 VALUES (?, ? + 1, ?, ?, ?, ?, ?, ?, ?, ?)"
+                .into(),
+            insert_params: |row| {
+                (
+                    row.biz_type.as_str(),
+                    row.max_id,
+                    row.step,
+                    row.delta,
+                    row.remainder,
+                    row.version,
+                    &*row.description,
+                    row.epoch,
+                    row.frozen,
+                    row.claimed_by,
+                )
+                    .into()
+            },
+            exists: "SELECT 1 FROM leaf_alloc WHERE biz_tag = ?".into(),
+            describe: "UPDATE leaf_alloc SET description = ?, update_time = now()
+                 WHERE biz_tag = ?"
+                .into(),
+        }
+    }
+
+    /// The table named by a database's `tables` setting.
+    pub(crate) fn of(tables: crate::config::BizTables) -> &'static BizTable {
+        static TINYID: std::sync::LazyLock<BizTable> = std::sync::LazyLock::new(BizTable::tinyid);
+        static LEAF: std::sync::LazyLock<BizTable> = std::sync::LazyLock::new(BizTable::leaf);
+        match tables {
+            crate::config::BizTables::Tinyid => &TINYID,
+            crate::config::BizTables::Leaf => &LEAF,
+        }
+    }
+}
 
 /// [`rules::WITNESS_COLUMNS`], `database` quoted (a reserved word in MySQL).
 const WITNESS_COLUMNS: &str = "`database`, biz_type, version, max_id, high_id";
@@ -61,6 +175,8 @@ pub struct MyStore {
     pool: Pool,
     /// The I/O thread's runtime; `None` if it could not be started.
     io: Option<tokio::runtime::Handle>,
+    /// Where the biz rows are.
+    table: &'static BizTable,
 }
 
 impl MyStore {
@@ -83,6 +199,7 @@ impl MyStore {
             .pass(target.password.clone())
             .db_name(Some(target.database.clone()))
             .prefer_socket(false)
+            .ssl_opts(Self::ssl_opts(&target.tls))
             .pool_opts(PoolOpts::default().with_constraints(constraints))
             .init(vec![
                 // Token times are written and read as UTC.
@@ -98,8 +215,66 @@ impl MyStore {
             }
             None => Pool::new(Opts::from(opts)),
         };
-        Ok(MyStore { pool, io })
+        Ok(MyStore {
+            pool,
+            io,
+            table: BizTable::of(target.tables),
+        })
     }
+
+    /// The driver's TLS options for the mysql client's modes; `None`: plain text.
+    ///
+    /// mysql_async builds its rustls configuration itself and takes no verifier of ours
+    /// (not segmint's libpq-like one of [`crate::tls`]): the server's certificate is
+    /// checked by webpki, which reads X.509 version 3 certificates only, and names in the
+    /// subjectAltName only. Within that:
+    /// - `REQUIRED` without `ssl-ca`: any certificate (`accept_invalid_certs`), as the
+    ///   mysql client checks none; the handshake is still signed with its key.
+    /// - with `ssl-ca` (`REQUIRED`, `VERIFY_CA`, `VERIFY_IDENTITY`): the chain to its
+    ///   certificates alone, never to the roots built into the driver (Mozilla's).
+    /// - `VERIFY_IDENTITY`: the host's name too, as connected to (`host` of the URL).
+    ///
+    /// The chain without the name is `skip_domain_validation`, which mysql_async 0.37.1
+    /// honours only for a name error whose text holds `NotValidForName`
+    /// (blackbeam/mysql_async#404; fixed upstream by #408, unreleased). rustls 0.23 words
+    /// that error "certificate not valid for name \"…\"", quoting the name expected: so
+    /// the name expected (also sent as SNI, which MySQL and MariaDB ignore) is
+    /// [`Self::ANY_NAME`]. webpki checks the chain before the name, so a name error means
+    /// the chain held; any other error stands.
+    fn ssl_opts(tls: &crate::config::tls::MyTls) -> Option<mysql_async::SslOpts> {
+        use crate::config::tls::MySslMode;
+        if tls.mode == MySslMode::Disabled {
+            return None;
+        }
+        let mut opts = mysql_async::SslOpts::default();
+        match &tls.ca {
+            // The driver's built-in roots stay, never consulted: its verifier cannot be
+            // built without a root.
+            None => opts = opts.with_danger_accept_invalid_certs(true),
+            Some(ca) => {
+                opts = opts
+                    .with_disable_built_in_roots(true)
+                    .with_root_certs(vec![ca.pem.clone().into()]);
+                if tls.mode != MySslMode::VerifyIdentity {
+                    opts = opts
+                        .with_danger_skip_domain_validation(true)
+                        .with_danger_tls_hostname_override(Some(Self::ANY_NAME));
+                }
+            }
+        }
+        if let Some((cert, key)) = &tls.client {
+            opts = opts.with_client_identity(Some(mysql_async::ClientIdentity::new(
+                cert.pem.clone().into(),
+                key.pem.clone().into(),
+            )));
+        }
+        Some(opts)
+    }
+
+    /// The server name of a certificate checked for its chain only: one no certificate
+    /// of a real host holds (`.invalid`, RFC 6761), whose mismatch mysql_async recognises
+    /// (see [`Self::ssl_opts`]).
+    const ANY_NAME: &'static str = "NotValidForName.segmint.invalid";
 
     /// Every row `sql` returns, read by `read`.
     async fn all<T: Send + 'static>(
@@ -241,7 +416,8 @@ fn write_tx() -> TxOpts {
 #[async_trait]
 impl SegmentStore for MyStore {
     async fn migrate(&self) -> Result<Vec<String>, DbError> {
-        self.run(|mut conn| async move {
+        let migrations = self.table.migrations;
+        self.run(move |mut conn| async move {
             // DDL commits on its own in MySQL: a lock (not a transaction) keeps two runs
             // apart, and every statement is written to be run again after a run that
             // died midway (IF NOT EXISTS).
@@ -269,7 +445,7 @@ impl SegmentStore for MyStore {
                     .await
                     .map_err(db_error)?;
                 let mut done = Vec::new();
-                for migration @ (version, name, sql) in rules::pending(MIGRATIONS, &applied) {
+                for migration @ (version, name, sql) in rules::pending(migrations, &applied) {
                     for statement in statements(sql) {
                         conn.query_drop(statement).await.map_err(db_error)?;
                     }
@@ -328,12 +504,10 @@ impl SegmentStore for MyStore {
 
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
+        let table = self.table;
         self.run(move |mut conn| async move {
             let row: Option<Row> = conn
-                .exec_first(
-                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
-                    (biz,),
-                )
+                .exec_first(&table.row, (biz,))
                 .await
                 .map_err(db_error)?;
             row.as_ref().map(rules::biz_row).transpose()
@@ -349,16 +523,13 @@ impl SegmentStore for MyStore {
         to: &RowWrite,
     ) -> Result<Option<BizRow>, DbError> {
         let (biz, to) = (biz.to_owned(), *to);
+        let table = self.table;
         self.run(move |mut conn| async move {
             let class = to.class;
             let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
             // A NULL keeps the column, as on PostgreSQL.
             tx.exec_drop(
-                "UPDATE tiny_id_info SET version = ?, max_id = ?,
-                     delta = coalesce(?, delta), remainder = coalesce(?, remainder),
-                     layout_epoch = coalesce(?, layout_epoch), frozen = coalesce(?, frozen),
-                     claimed_by = coalesce(?, claimed_by), update_time = now()
-                 WHERE biz_type = ? AND version = ? AND max_id = ?",
+                &table.write,
                 (
                     to.version,
                     to.max_id,
@@ -379,13 +550,7 @@ impl SegmentStore for MyStore {
                 return Ok(None);
             }
             // The row is locked by the update until the commit: this reads it as written.
-            let row: Option<Row> = tx
-                .exec_first(
-                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
-                    (&biz,),
-                )
-                .await
-                .map_err(db_error)?;
+            let row: Option<Row> = tx.exec_first(&table.row, (&biz,)).await.map_err(db_error)?;
             let row = row.as_ref().map(rules::biz_row).transpose()?;
             tx.commit().await.map_err(db_error)?;
             Ok(row)
@@ -441,11 +606,7 @@ impl SegmentStore for MyStore {
     }
 
     async fn bizs(&self) -> Result<Vec<BizRow>, DbError> {
-        self.all(
-            format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info ORDER BY biz_type"),
-            rules::biz_row,
-        )
-        .await
+        self.all(self.table.all.clone(), rules::biz_row).await
     }
 
     async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
@@ -453,6 +614,7 @@ impl SegmentStore for MyStore {
         let Some(epoch) = rows.iter().map(|r| r.epoch).min() else {
             return Ok(Vec::new());
         };
+        let table = self.table;
         self.run(move |mut conn| async move {
             let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
             // A locking read of the layouts above the rows' epoch: a claim's insert of
@@ -471,27 +633,9 @@ impl SegmentStore for MyStore {
             }
             let mut out = Vec::with_capacity(rows.len());
             for row in &rows {
-                tx.exec_drop(
-                    "INSERT IGNORE INTO tiny_id_info (biz_type, begin_id, max_id, step, delta,
-                         remainder, version, description, layout_epoch, frozen, claimed_by,
-                         create_time, update_time)
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, now(), now())",
-                    (
-                        row.biz_type.as_str(),
-                        row.begin_id,
-                        row.max_id,
-                        row.step,
-                        row.delta,
-                        row.remainder,
-                        row.version,
-                        &*row.description,
-                        row.epoch,
-                        row.frozen,
-                        row.claimed_by,
-                    ),
-                )
-                .await
-                .map_err(db_error)?;
+                tx.exec_drop(&table.insert, (table.insert_params)(row))
+                    .await
+                    .map_err(db_error)?;
                 out.push(if tx.affected_rows() == 1 {
                     Inserted::Yes
                 } else {
@@ -549,18 +693,16 @@ impl SegmentStore for MyStore {
 
     async fn describe(&self, biz: &str, description: &str) -> Result<bool, DbError> {
         let (biz, description) = (biz.to_owned(), description.to_owned());
+        let table = self.table;
         self.run(move |mut conn| async move {
             // Matched rather than changed: a description set to what it is still exists.
             let found: Option<i64> = conn
-                .exec_first("SELECT 1 FROM tiny_id_info WHERE biz_type = ?", (&biz,))
+                .exec_first(&table.exists, (&biz,))
                 .await
                 .map_err(db_error)?;
-            conn.exec_drop(
-                "UPDATE tiny_id_info SET description = ?, update_time = now() WHERE biz_type = ?",
-                (&description, &biz),
-            )
-            .await
-            .map_err(db_error)?;
+            conn.exec_drop(&table.describe, (&description, &biz))
+                .await
+                .map_err(db_error)?;
             Ok(found.is_some())
         })
         .await
@@ -650,19 +792,14 @@ impl SegmentStore for MyStore {
             token_hash.map(str::to_owned),
             databases.to_vec(),
         );
+        let table = self.table;
         self.run(move |mut conn| async move {
             let mut opts = TxOpts::default();
             opts.with_isolation_level(IsolationLevel::RepeatableRead)
                 .with_consistent_snapshot(true)
                 .with_readonly(true);
             let mut tx = conn.start_transaction(opts).await.map_err(db_error)?;
-            let bizs: Vec<Row> = tx
-                .exec(
-                    format!("SELECT {BIZ_COLUMNS} FROM tiny_id_info WHERE biz_type = ?"),
-                    (&biz,),
-                )
-                .await
-                .map_err(db_error)?;
+            let bizs: Vec<Row> = tx.exec(&table.row, (&biz,)).await.map_err(db_error)?;
             let shapes: Vec<Row> = tx
                 .exec(
                     format!("SELECT {SHAPE_COLUMNS} FROM segmint_biz_shape WHERE biz_type = ?"),

@@ -1,0 +1,1 @@
+../mysql/0002_witness.sql

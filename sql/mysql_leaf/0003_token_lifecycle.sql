@@ -1,0 +1,1 @@
+../mysql/0003_token_lifecycle.sql

@@ -1,0 +1,1 @@
+-- Leaf's leaf_alloc has a description column of its own.

@@ -1,0 +1,1 @@
+../mysql/0005_worker_lease.sql

@@ -1,0 +1,1 @@
+../mysql/0006_biz_shape.sql

@@ -1,0 +1,1 @@
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS claimed_by bigint NOT NULL DEFAULT 0;

@@ -1,0 +1,1 @@
+../mysql/0009_change_feed.sql

@@ -1,0 +1,1 @@
+../mysql/0010_token_lookup.sql
