@@ -53,7 +53,7 @@ RUN mkdir -p src benches \
     && cargo build --release --locked --bin segmint \
     && rm -rf src crates/*/src
 
-# The real sources. sql/ (sql/postgres/ and sql/sqlite/) is compiled in: the
+# The real sources. sql/ (one directory of migrations per dialect) is compiled in: the
 # migrations are include_str!'d by crates/store. rusqlite builds its bundled SQLite
 # with the image's C compiler (gcc).
 COPY src ./src

@@ -102,7 +102,9 @@ async fn concurrent_reservations_from_two_processes_are_disjoint(kind: Kind) {
     // Two stores stand for two server processes: their reservations really race. No
     // hedging: a hedged attempt on a loaded machine writes a second row whose segment
     // is dropped (wasted by design), and this test counts one write per reservation.
-    let config = dbs.config("hedge_after_ms = 0");
+    // 64 reservations of one row at once: each may lose many races before it wins, on a
+    // loaded machine for longer than the default fetch timeout.
+    let config = dbs.config("hedge_after_ms = 0\nfetch_timeout_ms = 30000");
     let stores = [
         shared(Store::connect(&config).unwrap()),
         shared(Store::connect(&config).unwrap()),

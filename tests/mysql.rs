@@ -716,6 +716,53 @@ async fn leaf_rows_keep_the_engine_contract() {
     assert_eq!(raw.biz("c").await.unwrap(), None, "nothing of the batch");
 }
 
+/// segmint's transactions run REPEATABLE READ on a server whose default is READ
+/// COMMITTED (a common setting): the locking reads of `insert_bizs` and `take_lease`
+/// rely on the gap locks READ COMMITTED does not take. Seen from the server, on a
+/// reservation's transaction caught waiting on a row lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn segmints_transactions_are_repeatable_read_whatever_the_server_default() {
+    let server = MariaServer::start();
+    server.sql("SET GLOBAL TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    let config = config_for_urls(&[server.url()]);
+    setup_biz(&config, "order", 10, false).await;
+    let store = shared(segmint::store::Store::connect(&config).unwrap());
+    let biz = segmint::biz::BizTag::parse("order").unwrap();
+    // Connections used and given back first: a setting lost when the pool takes a
+    // connection back would show on the next use.
+    for _ in 0..5 {
+        store.reserve(&biz, None, None).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let pool = mysql_async::Pool::new(server.url().as_str());
+    let mut holder = pool.get_conn().await.unwrap();
+    holder.query_drop("START TRANSACTION").await.unwrap();
+    holder
+        .query_drop("SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE")
+        .await
+        .unwrap();
+    let reserving = {
+        let store = store.clone();
+        let biz = biz.clone();
+        tokio::spawn(async move { store.reserve(&biz, None, None).await })
+    };
+    let waiting = "SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
+    let level =
+        common::wait::eventually(Duration::from_secs(10), "a reservation waits", async || {
+            match tokio::task::block_in_place(|| server.sql(waiting)) {
+                level if level.is_empty() => Err("none yet".to_string()),
+                level => Ok(level),
+            }
+        })
+        .await;
+    assert_eq!(level, "REPEATABLE READ");
+    holder.query_drop("ROLLBACK").await.unwrap();
+    let reserved = reserving.await.unwrap().unwrap();
+    assert_eq!(reserved.range.ids().count(), 10);
+    drop(holder);
+    pool.disconnect().await.unwrap();
+}
+
 /// A configuration of the databases at `urls`.
 fn config_for_urls(urls: &[String]) -> segmint::config::Config {
     segmint::config::Config::from_toml(&config_toml_urls(urls, "")).expect("test configuration")

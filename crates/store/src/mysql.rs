@@ -15,9 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use mysql_async::prelude::{FromValue, Queryable};
-use mysql_async::{
-    Conn, IsolationLevel, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, TxOpts,
-};
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts, Row, TxOpts};
 
 use crate::config::MyTarget;
 
@@ -200,10 +198,22 @@ impl MyStore {
             .db_name(Some(target.database.clone()))
             .prefer_socket(false)
             .ssl_opts(Self::ssl_opts(&target.tls))
-            .pool_opts(PoolOpts::default().with_constraints(constraints))
-            .init(vec![
+            // A connection goes back to the pool with no transaction open (the driver
+            // rolls back one left open) and no state of ours but the settings below: no
+            // reset (a round trip, and a reset would drop them) on each return.
+            .pool_opts(
+                PoolOpts::default()
+                    .with_constraints(constraints)
+                    .with_reset_connection(false),
+            )
+            // Run on every new connection (and after a reset, were there one).
+            .setup(vec![
                 // Token times are written and read as UTC.
                 "SET time_zone = '+00:00'".to_owned(),
+                // Whatever the server's default: the locking reads of `insert_bizs` and
+                // `take_lease` lock the gaps they read (a layout or lease row inserted
+                // there meanwhile waits for the commit), which READ COMMITTED does not.
+                "SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ".to_owned(),
                 format!("SET SESSION innodb_lock_wait_timeout = {lock_wait}"),
             ]);
         let io = crate::postgres::io_runtime();
@@ -326,6 +336,13 @@ fn db_error(e: mysql_async::Error) -> DbError {
     }
 }
 
+/// Whether `e` is the loss of a race to insert one key: a duplicate key (1062), or the
+/// deadlock (1213) of two transactions that locked the same gap and both inserted
+/// into it; the loser's transaction is rolled back.
+fn lost_insert_race(e: &mysql_async::Error) -> bool {
+    matches!(e, mysql_async::Error::Server(server) if server.code == 1062 || server.code == 1213)
+}
+
 /// Cell `i` of `row` as `T`; a NULL, a missing cell or another type is an error.
 fn cell<T: FromValue>(row: &Row, i: usize) -> Result<T, DbError> {
     match row.get_opt::<T, usize>(i) {
@@ -406,11 +423,11 @@ fn statements(sql: &str) -> Vec<String> {
     out
 }
 
-/// A transaction for a write whose result is read back before the commit.
+/// A transaction for a write whose result is read back before the commit: the
+/// session's REPEATABLE READ (set once per connection, so that a transaction costs no
+/// statement of its own to set it).
 fn write_tx() -> TxOpts {
-    let mut opts = TxOpts::default();
-    opts.with_isolation_level(IsolationLevel::ReadCommitted);
-    opts
+    TxOpts::default()
 }
 
 #[async_trait]
@@ -794,10 +811,9 @@ impl SegmentStore for MyStore {
         );
         let table = self.table;
         self.run(move |mut conn| async move {
+            // One snapshot of every table (the session's REPEATABLE READ).
             let mut opts = TxOpts::default();
-            opts.with_isolation_level(IsolationLevel::RepeatableRead)
-                .with_consistent_snapshot(true)
-                .with_readonly(true);
+            opts.with_consistent_snapshot(true);
             let mut tx = conn.start_transaction(opts).await.map_err(db_error)?;
             let bizs: Vec<Row> = tx.exec(&table.row, (&biz,)).await.map_err(db_error)?;
             let shapes: Vec<Row> = tx
@@ -865,15 +881,22 @@ impl SegmentStore for MyStore {
                 .map_err(db_error)?;
             let written = match state {
                 None => {
-                    tx.exec_drop(
-                        format!(
-                            "INSERT INTO segmint_layout ({LAYOUT_COLUMNS}) VALUES (?, ?, ?, ?)"
-                        ),
-                        (row.epoch, &row.members, &row.state, row.changed_ms),
-                    )
-                    .await
-                    .map_err(db_error)?;
-                    true
+                    let inserted = tx
+                        .exec_drop(
+                            format!(
+                                "INSERT INTO segmint_layout ({LAYOUT_COLUMNS}) VALUES (?, ?, ?, ?)"
+                            ),
+                            (row.epoch, &row.members, &row.state, row.changed_ms),
+                        )
+                        .await;
+                    match inserted {
+                        Ok(()) => true,
+                        // Two writers found the epoch free and both inserted: the
+                        // other's row stands (a duplicate key, or this transaction
+                        // chosen as the deadlock's victim over the gap both locked).
+                        Err(e) if lost_insert_race(&e) => return Ok(false),
+                        Err(e) => return Err(db_error(e)),
+                    }
                 }
                 Some(state) if Some(&state) == replacing.as_ref() => {
                     tx.exec_drop(
@@ -1007,9 +1030,7 @@ impl SegmentStore for MyStore {
                 match inserted {
                     Ok(()) => {}
                     // Another taker inserted first: the lease is held.
-                    Err(mysql_async::Error::Server(e)) if e.code == 1062 || e.code == 1213 => {
-                        return Ok(None);
-                    }
+                    Err(e) if lost_insert_race(&e) => return Ok(None),
                     Err(e) => return Err(db_error(e)),
                 }
             } else {
