@@ -5,7 +5,7 @@
 //! Certificates are checked as libpq checks them: not at all without `sslrootcert`
 //! (`prefer`, `require`: encryption only), the chain to `sslrootcert` but not the host
 //! name for `verify-ca` (and for `prefer`/`require` once a root certificate is given),
-//! chain and host name for `verify-full`. webpki checks what it can; [`peer`] checks what
+//! chain and host name for `verify-full`. webpki checks what it can; `tls/peer.rs` checks what
 //! libpq accepts beyond it: version 1 server certificates and a host name found only in
 //! the Common Name.
 

@@ -1,10 +1,11 @@
 //! A MySQL or MariaDB database behind a `mysql_async` connection pool, on Tinyid's own
-//! tables (`tiny_id_info`, `tiny_id_token`) with segmint's columns and tables added.
+//! tables (`tiny_id_info`, `tiny_id_token`) or Leaf's `leaf_alloc`, with segmint's
+//! columns and tables added.
 //!
 //! MySQL has no `RETURNING` on an UPDATE: a write that returns its row is an explicit
 //! transaction (the write, then a read of the row it locked, then `COMMIT`), and its
 //! result counts only once the commit has answered. Every statement runs on the
-//! process's database I/O thread ([`crate::postgres::io_runtime`]), as PostgreSQL's do.
+//! process's database I/O thread, the one PostgreSQL's connections run on.
 //!
 //! Durability is checked by [`SegmentStore::ping`]: `innodb_flush_log_at_trx_commit`
 //! must be 1, and with the binary log on, `sync_binlog` must be 1 (a commit InnoDB
@@ -299,8 +300,23 @@ impl MyStore {
         .await
     }
 
-    /// Runs `f` with a connection, on the I/O thread.
+    /// Runs `f` with a connection, on the I/O thread. A caller that gives up (its bound
+    /// ran out) cancels the work where it stands, as dropping a PostgreSQL query does: a
+    /// write whose outcome it never learns counts for nothing, and no work piles up
+    /// behind a stalled database.
     async fn run<T, F, Fut>(&self, f: F) -> Result<T, DbError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Conn) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, DbError>> + Send + 'static,
+    {
+        self.on_io(f, true).await
+    }
+
+    /// As [`Self::run`], `abort` telling whether a caller that gives up cancels the work
+    /// (a migration runs to its end: an ALTER of a large Tinyid table may outlast the
+    /// caller's bound, and cut off it would never finish).
+    async fn on_io<T, F, Fut>(&self, f: F, abort: bool) -> Result<T, DbError>
     where
         T: Send + 'static,
         F: FnOnce(Conn) -> Fut + Send + 'static,
@@ -314,13 +330,23 @@ impl MyStore {
                 .map_err(|e| DbError::connect(e.to_string(), e))?;
             f(conn).await
         };
-        match &self.io {
-            Some(handle) => handle
-                .spawn(work)
-                .await
-                .map_err(|e| DbError::connect(format!("database I/O thread: {e}"), e))?,
-            None => work.await,
-        }
+        let Some(handle) = &self.io else {
+            return work.await;
+        };
+        let task = handle.spawn(work);
+        let abort_handle = task.abort_handle();
+        let _cancel = abort.then(|| CancelOnDrop(abort_handle));
+        task.await
+            .map_err(|e| DbError::connect(format!("database I/O thread: {e}"), e))?
+    }
+}
+
+/// Aborts a task when dropped (a finished task ignores it).
+struct CancelOnDrop(tokio::task::AbortHandle);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -434,7 +460,7 @@ fn write_tx() -> TxOpts {
 impl SegmentStore for MyStore {
     async fn migrate(&self) -> Result<Vec<String>, DbError> {
         let migrations = self.table.migrations;
-        self.run(move |mut conn| async move {
+        let migrate = move |mut conn: Conn| async move {
             // DDL commits on its own in MySQL: a lock (not a transaction) keeps two runs
             // apart, and every statement is written to be run again after a run that
             // died midway (IF NOT EXISTS).
@@ -481,8 +507,8 @@ impl SegmentStore for MyStore {
                 .await
                 .map_err(db_error)?;
             result
-        })
-        .await
+        };
+        self.on_io(migrate, false).await
     }
 
     /// Also checks the durability settings (see the module's text): a database where
