@@ -41,33 +41,6 @@ fn all_new(seen: &mut HashSet<i64>, ids: &[i64], when: &str) {
     }
 }
 
-/// The database `name` as `/readyz` shows it.
-async fn readyz_database(app: &TestApp, name: &str) -> serde_json::Value {
-    let (_, body) = app.get_v1("/readyz", None).await;
-    body["databases"]
-        .as_array()
-        .and_then(|dbs| dbs.iter().find(|d| d["name"] == name).cloned())
-        .unwrap_or_else(|| panic!("no database {name} in {body}"))
-}
-
-/// Waits until `/readyz` shows `name` fenced (or not), within `limit`.
-async fn until_fenced(
-    app: &TestApp,
-    name: &str,
-    fenced: bool,
-    limit: Duration,
-) -> serde_json::Value {
-    eventually(limit, &format!("{name} fenced: {fenced}"), async || {
-        let db = readyz_database(app, name).await;
-        if db["fenced"].is_string() == fenced {
-            Ok(db)
-        } else {
-            Err(db.to_string())
-        }
-    })
-    .await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_restored_from_backup_is_fenced_by_running_and_fresh_servers() {
     let dbs = Databases::start(Kind::Postgres, 2);

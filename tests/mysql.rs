@@ -298,28 +298,6 @@ async fn one_by_one(
     ids
 }
 
-/// The fence of database `name` as `/readyz` shows it, once it is (or is no longer)
-/// fenced.
-async fn until_fenced(app: &TestApp, name: &str, fenced: bool) -> serde_json::Value {
-    common::wait::eventually(
-        Duration::from_secs(10),
-        &format!("{name} fenced: {fenced}"),
-        async || {
-            let (_, body) = app.get_v1("/readyz", None).await;
-            let db = body["databases"]
-                .as_array()
-                .and_then(|dbs| dbs.iter().find(|d| d["name"] == name).cloned())
-                .ok_or_else(|| format!("no {name} in {body}"))?;
-            if db["fenced"].is_string() == fenced {
-                Ok(db)
-            } else {
-                Err(db.to_string())
-            }
-        },
-    )
-    .await
-}
-
 /// A MariaDB database restored from a real backup (its data directory copied while it
 /// was shut down, put back after IDs were issued from it) is fenced by the server that
 /// saw its rows advance and by one started after the restore, and no ID is issued
@@ -366,7 +344,7 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
         dbs.maria(0).start_again();
     });
     one_by_one(&running, "order", &token, 400, &mut seen).await;
-    let db = until_fenced(&running, "pg0", true).await;
+    let db = until_fenced(&running, "pg0", true, Duration::from_secs(10)).await;
     assert!(
         db["fenced"]
             .as_str()
@@ -376,7 +354,7 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
     );
     let fresh = spawn_app(dbs.config(extra)).await;
     let from_fresh = one_by_one(&fresh, "order", &token, 400, &mut seen).await;
-    until_fenced(&fresh, "pg0", true).await;
+    until_fenced(&fresh, "pg0", true, Duration::from_secs(10)).await;
     assert!(
         from_fresh.iter().all(|id| id % 2 == 1),
         "a fenced database serves nothing"

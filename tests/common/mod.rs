@@ -41,4 +41,4 @@ pub use process::{
     ChildGuard, ServerProcess, child_healthy, segmint_bin, send_signal, serve_command, wait_healthy,
 };
 #[allow(unused_imports)]
-pub use wait::{eventually, eventually_every};
+pub use wait::{eventually, eventually_every, readyz_database, until_fenced};

@@ -36,3 +36,30 @@ pub async fn eventually_every<T>(
         }
     }
 }
+
+/// The database `name` as `/readyz` shows it.
+pub async fn readyz_database(app: &super::TestApp, name: &str) -> serde_json::Value {
+    let (_, body) = app.get_v1("/readyz", None).await;
+    body["databases"]
+        .as_array()
+        .and_then(|dbs| dbs.iter().find(|d| d["name"] == name).cloned())
+        .unwrap_or_else(|| panic!("no database {name} in {body}"))
+}
+
+/// Waits until `/readyz` shows `name` fenced (or not), within `limit`.
+pub async fn until_fenced(
+    app: &super::TestApp,
+    name: &str,
+    fenced: bool,
+    limit: Duration,
+) -> serde_json::Value {
+    eventually(limit, &format!("{name} fenced: {fenced}"), async || {
+        let db = readyz_database(app, name).await;
+        if db["fenced"].is_string() == fenced {
+            Ok(db)
+        } else {
+            Err(db.to_string())
+        }
+    })
+    .await
+}
