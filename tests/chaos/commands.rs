@@ -302,7 +302,7 @@ pub(crate) fn config_without(ctx: &Ctx, db: usize) -> Result<PathBuf, String> {
     let marker = "[[databases]]";
     let mut parts = text.split(marker);
     let mut kept = parts.next().unwrap_or_default().to_string();
-    let name = format!("name = \"pg{db}\"");
+    let name = format!("name = \"{}\"", db_name(db));
     let mut dropped = 0;
     for part in parts {
         if part.lines().any(|l| l.trim() == name) {
@@ -313,9 +313,13 @@ pub(crate) fn config_without(ctx: &Ctx, db: usize) -> Result<PathBuf, String> {
         }
     }
     if dropped != 1 {
-        return Err(format!("{} names pg{db} {dropped} times", full.display()));
+        return Err(format!(
+            "{} names {} {dropped} times",
+            full.display(),
+            db_name(db)
+        ));
     }
-    let path = full.with_file_name(format!("segmint-without-pg{db}.toml"));
+    let path = full.with_file_name(format!("segmint-without-{}.toml", db_name(db)));
     std::fs::write(&path, kept).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }

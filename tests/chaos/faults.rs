@@ -39,14 +39,16 @@ impl FaultKind {
             FaultKind::ServerKill => "segmint `kill -9`, restarted on its port",
             FaultKind::ServerTerm => "segmint SIGTERM (graceful stop, IDs given back), restarted",
             FaultKind::ServerStop => "segmint frozen (SIGSTOP … SIGCONT)",
-            FaultKind::DbStop => "PostgreSQL `pg_ctl stop -m immediate`, restarted",
-            FaultKind::DbKill => "PostgreSQL postmaster `kill -9`, restarted",
-            FaultKind::DbStall => "PostgreSQL biz rows locked (`FOR UPDATE` + `pg_sleep`)",
+            FaultKind::DbStop => {
+                "database stopped (PostgreSQL `pg_ctl stop -m immediate`, MariaDB SIGTERM), restarted"
+            }
+            FaultKind::DbKill => "database `kill -9` (the postmaster, or `mariadbd`), restarted",
+            FaultKind::DbStall => "database biz rows locked (`FOR UPDATE`, then a sleep)",
             FaultKind::BackInTime => {
-                "PostgreSQL biz rows restored from a backup taken seconds before, fenced, then `segmint db fence`"
+                "database biz rows restored from a backup taken seconds before, fenced, then `segmint db fence`"
             }
             FaultKind::DiskFull => {
-                "PostgreSQL file system full (its tmpfs filled with a ballast file), then freed"
+                "database file system full (its tmpfs filled with a ballast file), then freed"
             }
             FaultKind::Layout => {
                 "layout change: a database taken out (`segmint db remove`, the others move to 2 classes), then brought back (`segmint db add`)"
@@ -180,6 +182,7 @@ pub(crate) async fn inject(
     let mut running = JoinSet::new();
     let mut deck: Vec<(FaultKind, Option<usize>)> = Vec::new();
     let mut waits = 0;
+    let mut rounds = 0;
     loop {
         let pause = rng.millis(1600, 4100);
         let now = Instant::now();
@@ -190,6 +193,10 @@ pub(crate) async fn inject(
         tokio::time::sleep(pause).await;
         watch_for_crashes(&ctx, &busy);
         if deck.is_empty() {
+            // The first round restores and kills the MariaDB database; later rounds
+            // draw their targets.
+            let on_maria = (rounds == 0).then_some(MARIA_DB);
+            rounds += 1;
             let groups = [
                 vec![
                     (FaultKind::Layout, None),
@@ -198,11 +205,12 @@ pub(crate) async fn inject(
                     (FaultKind::LayoutKill, None),
                 ],
                 vec![
-                    (FaultKind::BackInTime, None),
+                    (FaultKind::BackInTime, on_maria),
                     (FaultKind::DbStop, None),
-                    (FaultKind::DbKill, None),
+                    (FaultKind::DbKill, on_maria),
                     (FaultKind::DbStall, None),
                     (FaultKind::DiskFull, Some(DISK_DB)),
+                    (FaultKind::DiskFull, Some(MARIA_DB)),
                 ],
                 vec![
                     (FaultKind::ServerKill, Some(0)),
@@ -401,31 +409,12 @@ pub(crate) async fn run_fault(
         }
         FaultKind::DbStop | FaultKind::DbKill => {
             let db = &ctx.databases[target];
-            let began = Instant::now();
-            let mut note = String::new();
-            if kind == FaultKind::DbStop {
-                db.blocking("pg_ctl stop -m immediate", PgCluster::stop)
-                    .await?;
+            let note = if kind == FaultKind::DbStop {
+                db.stop().await?;
+                String::new()
             } else {
-                let pid = db.postmaster_pid()?;
-                let children = children_of(pid);
-                send_signal(pid, "KILL")?;
-                // The orphaned backends exit on their own once they see the postmaster
-                // gone; the cluster cannot start while they hold its shared memory, nor
-                // while the dead postmaster's PID exists, even as a zombie not yet reaped
-                // (PostgreSQL then takes its lock file for a running server's).
-                let deadline = Instant::now() + Duration::from_secs(15);
-                while (proc_state(pid).is_some() || children.iter().any(|&c| alive(c)))
-                    && Instant::now() < deadline
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                note = format!(
-                    "postmaster and {} children gone in {:.2} s; ",
-                    children.len(),
-                    began.elapsed().as_secs_f64()
-                );
-            }
+                db.kill9().await?
+            };
             tokio::time::sleep(hold).await;
             let began = Instant::now();
             let attempts = db.restart().await?;
@@ -443,11 +432,15 @@ pub(crate) async fn run_fault(
         FaultKind::DiskFull => disk_full(ctx, target, hold).await,
         FaultKind::DbStall => {
             let db = &ctx.databases[target];
+            let sleep = match &*db.engine {
+                Engine::Postgres(_) => "pg_sleep",
+                Engine::Maria(_) => "SLEEP",
+            };
             let sql = format!(
-                "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type IN ('chaos', 'odd') FOR UPDATE; SELECT pg_sleep({:.3}); COMMIT;",
+                "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type IN ('chaos', 'odd') FOR UPDATE; SELECT {sleep}({:.3}); COMMIT;",
                 hold.as_secs_f64()
             );
-            let mut psql = db.cluster.psql_background(&sql);
+            let mut psql = db.engine.sql_background(&sql);
             let deadline = Instant::now() + hold + Duration::from_secs(15);
             loop {
                 if let Some(status) = psql.0.try_wait().map_err(|e| e.to_string())? {
@@ -455,11 +448,11 @@ pub(crate) async fn run_fault(
                         Ok(String::new())
                     } else {
                         // The lock was taken or not: either way the database was in use.
-                        Ok(format!("psql exited with {status}"))
+                        Ok(format!("the client exited with {status}"))
                     };
                 }
                 if Instant::now() > deadline {
-                    return Err("the locking psql did not finish".into());
+                    return Err("the locking client did not finish".into());
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -577,32 +570,57 @@ pub(crate) async fn back_in_time(
     hold: Duration,
 ) -> Result<String, String> {
     let db = &ctx.databases[target];
-    let name = format!("pg{target}");
+    let name = db.name();
     let backup = db
         .sql("SELECT biz_type, max_id, version FROM tiny_id_info ORDER BY biz_type".into())
         .await?;
     let backed_up = ctx.now();
-    let rows: Vec<String> = backup
+    let rows: Vec<Vec<&str>> = backup
         .lines()
-        .map(|line| {
-            let f: Vec<&str> = line.split('|').collect();
-            format!("('{}', {}::bigint, {}::bigint)", f[0], f[1], f[2])
-        })
+        .map(|line| line.split('|').collect())
         .collect();
     if rows.is_empty() {
         return Err(format!("{name} has no biz rows to back up"));
     }
     tokio::time::sleep(hold).await;
-    // The rows as the backup has them, in one statement; `now` locks each row to read
-    // how far it had gone.
-    let restore = format!(
-        "WITH backup(biz_type, max_id, version) AS (VALUES {}), \
-         now AS (SELECT t.biz_type, t.version FROM tiny_id_info t JOIN backup USING (biz_type) FOR UPDATE OF t) \
-         UPDATE tiny_id_info t SET max_id = backup.max_id, version = backup.version \
-         FROM backup JOIN now USING (biz_type) WHERE t.biz_type = backup.biz_type \
-         RETURNING t.biz_type, now.version - backup.version",
-        rows.join(", ")
-    );
+    // The rows as the backup has them, in one transaction that first locks each row to
+    // read how far it had gone: `biz_type|versions set back` lines.
+    let restore = match &*db.engine {
+        Engine::Postgres(_) => {
+            let values: Vec<String> = rows
+                .iter()
+                .map(|f| format!("('{}', {}::bigint, {}::bigint)", f[0], f[1], f[2]))
+                .collect();
+            format!(
+                "WITH backup(biz_type, max_id, version) AS (VALUES {}), \
+                 now AS (SELECT t.biz_type, t.version FROM tiny_id_info t JOIN backup USING (biz_type) FOR UPDATE OF t) \
+                 UPDATE tiny_id_info t SET max_id = backup.max_id, version = backup.version \
+                 FROM backup JOIN now USING (biz_type) WHERE t.biz_type = backup.biz_type \
+                 RETURNING t.biz_type, now.version - backup.version",
+                values.join(", ")
+            )
+        }
+        Engine::Maria(_) => {
+            let backup: Vec<String> = rows
+                .iter()
+                .map(|f| {
+                    format!(
+                        "SELECT '{}' AS biz_type, {} AS max_id, {} AS version",
+                        f[0], f[1], f[2]
+                    )
+                })
+                .collect();
+            let backup = backup.join(" UNION ALL ");
+            format!(
+                "BEGIN; \
+                 SELECT t.biz_type, t.version - b.version FROM tiny_id_info t JOIN ({backup}) b \
+                 ON t.biz_type = b.biz_type ORDER BY t.biz_type FOR UPDATE; \
+                 UPDATE tiny_id_info t JOIN ({backup}) b ON t.biz_type = b.biz_type \
+                 SET t.max_id = b.max_id, t.version = b.version; \
+                 COMMIT"
+            )
+        }
+    };
     let restored_rows = db.sql(restore).await?;
     let restored = ctx.now();
     let set_back: Vec<(String, i64)> = restored_rows
@@ -671,35 +689,50 @@ pub(crate) async fn back_in_time(
     ))
 }
 
-/// What PostgreSQL did while its file system was full, from its log and its process.
+/// What a database did while its file system was full, from its log and its process.
 #[derive(Default, Clone, Copy)]
 pub(crate) struct DiskOutcome {
-    /// Log lines saying `No space left on device` (errors and the PANIC among them).
+    /// The database filled.
+    pub(crate) target: usize,
+    /// Log lines saying the disk is full: PostgreSQL's `No space left on device`
+    /// (errors and the PANIC among them), MariaDB's `error 28` and `is full`.
     pub(crate) enospc: usize,
     /// PANICs: PostgreSQL's answer to a WAL write that fails.
     pub(crate) panics: usize,
     /// Whether the postmaster ended its backends and reinitialized on its own.
     pub(crate) reinitialized: bool,
-    /// Whether the postmaster exited, so that the harness had to start it again.
+    /// Whether `mariadbd` was killed (-9) while the disk was full.
+    pub(crate) killed: bool,
+    /// Whether the server was started again while the disk was still full.
+    pub(crate) started_full: bool,
+    /// Whether the server's main process exited (or was killed), so that the harness
+    /// had to start it again.
     pub(crate) restarted: bool,
 }
 
 /// Fills the tmpfs of database `target` with a ballast file until `ENOSPC`, holds it
 /// full for `hold`, deletes the ballast, and brings the database back if it crashed
-/// (as the crash faults do). Returns a note on what PostgreSQL did.
+/// (as the crash faults do). Returns a note on what the database did.
 ///
-/// The run's traffic writes less than one WAL segment in a few seconds, and PostgreSQL
-/// keeps recycled segments ahead, so a full disk mostly costs it a few failed writes.
-/// Every other disk-full fault (the first included) therefore also switches WAL
-/// segments while the disk is full, as a burst of writes would, until PostgreSQL needs
-/// a new segment file: the WAL write that then fails is its PANIC.
+/// Every other disk-full fault of each database (the first included) goes further, as
+/// a burst of writes or a crash would while the disk is full:
+/// - PostgreSQL: the run's traffic writes less than one WAL segment in a few seconds,
+///   and PostgreSQL keeps recycled segments ahead, so a full disk mostly costs it a few
+///   failed writes. The fault switches WAL segments until PostgreSQL needs a new
+///   segment file: the WAL write that then fails is its PANIC.
+/// - MariaDB: InnoDB writes its redo log into a file of fixed size and updates rows in
+///   pages it has, so reservations commit on a full disk (only what needs new pages
+///   fails, with "The table is full"). The fault kills `mariadbd` (-9) while the disk
+///   is full and starts it again on the full disk: crash recovery on what was
+///   committed full, with no room to grow.
 pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Result<String, String> {
     let db = &ctx.databases[target];
-    let Cluster::Tmpfs(tmpfs) = &*db.cluster else {
-        return Err(format!("pg{target} is not on a tmpfs"));
+    let name = db.name();
+    let Some(tmpfs) = &db.disk else {
+        return Err(format!("{name} is not on a tmpfs"));
     };
     let log_from = std::fs::metadata(db.log()).map_or(0, |m| m.len());
-    let pid = db.postmaster_pid()?;
+    let pid = db.engine.pid()?;
     let children = children_of(pid);
     let ballast = tmpfs.ballast();
     let path = ballast.clone();
@@ -723,30 +756,70 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
     .map_err(|e| e.to_string())??;
     let fill_secs = began.elapsed().as_secs_f64();
     let held_until = Instant::now() + hold;
-    let burst = ctx.disk_full.lock().unwrap().len().is_multiple_of(2);
-    let mut switches = 0;
+    let mut outcome = DiskOutcome {
+        target,
+        ..DiskOutcome::default()
+    };
+    let burst = ctx
+        .disk_full
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|o| o.target == target)
+        .count()
+        .is_multiple_of(2);
+    let mut burst_note = String::new();
     if burst {
-        for _ in 0..5 {
-            if !alive(pid) || Instant::now() >= held_until {
-                break;
+        match &*db.engine {
+            Engine::Postgres(_) => {
+                let mut switches = 0;
+                for _ in 0..5 {
+                    if !alive(pid) || Instant::now() >= held_until {
+                        break;
+                    }
+                    // Fails once PostgreSQL is down: that is what it is for.
+                    if db.sql("SELECT pg_switch_wal()".into()).await.is_ok() {
+                        switches += 1;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                burst_note = format!("WAL segment switches while full: {switches}; ");
             }
-            // Fails once PostgreSQL is down: that is what it is for.
-            if db.sql("SELECT pg_switch_wal()".into()).await.is_ok() {
-                switches += 1;
+            Engine::Maria(_) => {
+                db.kill9().await?;
+                outcome.killed = true;
+                outcome.restarted = true;
+                // Once: a server that cannot start on the full disk is started again
+                // below, once the ballast is gone.
+                let started = db
+                    .blocking("start on the full disk", |e| {
+                        if let Engine::Maria(m) = e {
+                            m.start_again()
+                        }
+                    })
+                    .await;
+                outcome.started_full = started.is_ok();
+                burst_note = match started {
+                    Ok(()) => {
+                        "killed (-9) while full and started again on the full disk; ".to_string()
+                    }
+                    Err(e) => format!(
+                        "killed (-9) while full; did not start on the full disk ({}); ",
+                        e.chars().take(140).collect::<String>()
+                    ),
+                };
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
     tokio::time::sleep(held_until.saturating_duration_since(Instant::now())).await;
     std::fs::remove_file(&ballast).map_err(|e| format!("remove ballast: {e}"))?;
 
-    // Either PostgreSQL answers again on its own (after errors, or a crash it recovered
-    // from), or its postmaster has exited and is started again.
+    // Either the database answers again on its own (after errors, or a crash it
+    // recovered from), or its main process has exited and is started again.
     let deadline = Instant::now() + RECOVERY;
-    let mut outcome = DiskOutcome::default();
     let mut back = String::new();
     loop {
-        if !alive(pid) {
+        if !db.engine.pid().is_ok_and(alive) {
             let gone = Instant::now() + Duration::from_secs(15);
             while children.iter().any(|&c| alive(c)) && Instant::now() < gone {
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -755,7 +828,7 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
             let attempts = db.restart().await?;
             outcome.restarted = true;
             back = format!(
-                "; the postmaster had exited: restarted in {:.2} s ({attempts} attempt{})",
+                "; the server had exited: restarted in {:.2} s ({attempts} attempt{})",
                 restarting.elapsed().as_secs_f64(),
                 if attempts == 1 { "" } else { "s" }
             );
@@ -766,7 +839,7 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
         }
         if Instant::now() > deadline {
             return Err(format!(
-                "pg{target} did not answer within {RECOVERY:?} of the ballast's removal"
+                "{name} did not answer within {RECOVERY:?} of the ballast's removal"
             ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -774,25 +847,24 @@ pub(crate) async fn disk_full(ctx: &Ctx, target: usize, hold: Duration) -> Resul
 
     let log = std::fs::read(db.log()).unwrap_or_default();
     let log = String::from_utf8_lossy(log.get(log_from as usize..).unwrap_or_default());
-    outcome.enospc = log.matches("No space left on device").count();
+    let full = |l: &str| {
+        l.contains("No space left on device") || l.contains("error 28") || l.contains("is full")
+    };
+    outcome.enospc = log.lines().filter(|l| full(l)).count();
     outcome.panics = log.lines().filter(|l| l.contains("PANIC:")).count();
     outcome.reinitialized = log.contains("reinitializing");
     let first_error = log
         .lines()
-        .find(|l| l.contains("No space left on device"))
+        .find(|l| full(l))
         .and_then(|l| l.split_once("]").map(|(_, rest)| rest.trim().to_string()))
         .unwrap_or_default();
     ctx.disk_full.lock().unwrap().push(outcome);
     Ok(format!(
         "{:.1} MB of ballast filled the {TMPFS_MB} MB tmpfs in {fill_secs:.2} s; held full {:.1} s; \
-         {}PostgreSQL logged {} ENOSPC line{}, {} PANIC{}{}{}{}",
+         {burst_note}{} logged {} disk-full line{}, {} PANIC{}{}{}{}",
         filled as f64 / (1 << 20) as f64,
         hold.as_secs_f64(),
-        if burst {
-            format!("WAL segment switches while full: {switches}; ")
-        } else {
-            String::new()
-        },
+        db.product(),
         outcome.enospc,
         if outcome.enospc == 1 { "" } else { "s" },
         outcome.panics,

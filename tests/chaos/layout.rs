@@ -1,13 +1,18 @@
 //! The layout faults: the operator's `segmint db remove` / `db add` while the servers
 //! serve, run as planned, with a database missing from the configuration, two at once,
 //! and killed midway. Each ends with the cluster back in its configured layout
-//! (`pg0`, `pg1`, `pg2` issuing 0, 1, 2 mod 3, no change under way, no row frozen), so
+//! (`pg0`, `maria1`, `pg2` issuing 0, 1, 2 mod 3, no change under way, no row frozen), so
 //! that the next fault, and the run's final audit, find it as set up.
 
 use super::*;
 
 /// The layout as set up, as `segmint db` describes it.
-pub(crate) const CONFIGURED: &str = "pg0 (0 mod 3), pg1 (1 mod 3), pg2 (2 mod 3)";
+pub(crate) fn configured() -> String {
+    (0..DATABASES)
+        .map(|d| format!("{} ({d} mod {DATABASES})", db_name(d)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// What the layout faults saw, for the report's checks and totals.
 #[derive(Default)]
@@ -181,13 +186,13 @@ impl Listed {
                 .map(|l| match l.split_once("(done): ") {
                     Some((_, members)) => members.to_string(),
                     // Epoch 0: the configured classes.
-                    None => CONFIGURED.to_string(),
+                    None => configured(),
                 })
                 .unwrap_or_default(),
             pending: line("change under way"),
             databases: text
                 .lines()
-                .filter(|l| l.starts_with("pg"))
+                .filter(|l| (0..DATABASES).any(|d| l.starts_with(&format!("{} ", db_name(d)))))
                 .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
                 .collect(),
             text: text.to_string(),
@@ -197,14 +202,14 @@ impl Listed {
     /// Whether database `db` is a member of the layout in force, or of the change under
     /// way.
     pub(crate) fn names(&self, db: usize) -> bool {
-        let member = format!("pg{db} (");
+        let member = format!("{} (", db_name(db));
         self.done.contains(&member) || self.pending.as_ref().is_some_and(|p| p.contains(&member))
     }
 
     /// As set up: every database in its configured class, in the layout and answering,
     /// no change under way, no row frozen.
     pub(crate) fn configured(&self) -> bool {
-        self.done == CONFIGURED
+        self.done == configured()
             && self.pending.is_none()
             && self.databases.len() == DATABASES
             && self.databases.iter().all(|d| {
@@ -230,7 +235,7 @@ pub(crate) async fn restore(ctx: &Ctx) -> Result<Vec<String>, String> {
         if listed.configured() {
             return Ok(ran);
         }
-        let missing = (0..DATABASES).find(|&d| !listed.done.contains(&format!("pg{d} (")));
+        let missing = (0..DATABASES).find(|&d| !listed.done.contains(&format!("{} (", db_name(d))));
         // All three in force with a change under way (a removal cut off): adding any
         // supersedes it.
         let Some(db) = missing.or(listed.pending.as_ref().map(|_| 0)) else {
@@ -239,7 +244,7 @@ pub(crate) async fn restore(ctx: &Ctx) -> Result<Vec<String>, String> {
                 listed.text
             ));
         };
-        let name = format!("pg{db}");
+        let name = db_name(db);
         let added = db_command(ctx, &["add", &name]).await?;
         ran.push(format!("`db add {name}`{}", added.runs()));
     }
@@ -268,7 +273,7 @@ pub(crate) async fn layout_change(
     target: usize,
     hold: Duration,
 ) -> Result<String, String> {
-    let name = format!("pg{target}");
+    let name = db_name(target);
     let began = Instant::now();
     let gone = db_command(ctx, &["remove", &name]).await?;
     if !gone.out.contains("is done") && !gone.out.contains(FINISHED_EARLIER) {
@@ -281,9 +286,10 @@ pub(crate) async fn layout_change(
     tokio::time::sleep(hold).await;
     let began = Instant::now();
     let back = db_command(ctx, &["add", &name]).await?;
-    if !back.out.contains(CONFIGURED) {
+    if !back.out.contains(&configured()) {
         return Err(format!(
-            "`segmint db add {name}` did not restore {CONFIGURED}: {}",
+            "`segmint db add {name}` did not restore {}: {}",
+            configured(),
             back.out
         ));
     }
@@ -337,7 +343,7 @@ async fn run_missing(
     bizs: bool,
 ) -> Result<String, String> {
     let config = config_without(ctx, missing)?;
-    let y = format!("pg{missing}");
+    let y = db_name(missing);
     let first = !layout_stored(ctx).await;
     let before = layout_rows(ctx, bizs).await;
     let mut runs = Vec::new();
@@ -353,11 +359,14 @@ async fn run_missing(
     let mut unread = Vec::new();
     for (d, (b, a)) in before.iter().zip(&after).enumerate() {
         match (b, a) {
-            (Some(b), Some(a)) if a != b => {
-                changed.push(format!("pg{d}: {} → {}", short(b, 300), short(a, 300)))
-            }
+            (Some(b), Some(a)) if a != b => changed.push(format!(
+                "{}: {} → {}",
+                db_name(d),
+                short(b, 300),
+                short(a, 300)
+            )),
             (Some(_), Some(_)) => {}
-            _ => unread.push(format!("pg{d}")),
+            _ => unread.push(db_name(d)),
         }
     }
     let unchanged = match changed.is_empty() {
@@ -429,7 +438,7 @@ pub(crate) async fn layout_missing(
 ) -> Result<String, String> {
     let others: Vec<usize> = (0..DATABASES).filter(|&d| d != target).collect();
     let missing = others[rng.below(others.len())];
-    let (x, y) = (format!("pg{target}"), format!("pg{missing}"));
+    let (x, y) = (db_name(target), db_name(missing));
     run_missing(
         ctx,
         missing,
@@ -449,9 +458,9 @@ pub(crate) async fn layout_race(
     hold: Duration,
     mut rng: Rng,
 ) -> Result<String, String> {
-    let x = format!("pg{target}");
+    let x = db_name(target);
     let others: Vec<usize> = (0..DATABASES).filter(|&d| d != target).collect();
-    let z = format!("pg{}", others[rng.below(others.len())]);
+    let z = db_name(others[rng.below(others.len())]);
     let mut pair = match rng.below(3) {
         0 => [["remove", x.as_str()], ["remove", &z]],
         1 => [["remove", &x], ["remove", &x]],
@@ -500,7 +509,7 @@ pub(crate) async fn layout_kill(
     hold: Duration,
     mut rng: Rng,
 ) -> Result<String, String> {
-    let x = format!("pg{target}");
+    let x = db_name(target);
     let adding = rng.below(2) == 1;
     let same = rng.below(2) == 0;
     let (kill, point) = if rng.below(2) == 0 {

@@ -1,8 +1,11 @@
-//! Chaos run: three real `segmint serve` processes over three PostgreSQL databases
-//! (classes 0, 1 and 2 mod 3), ten workers asking for IDs through every API (Tinyid's
+//! Chaos run: three real `segmint serve` processes over three databases (classes 0, 1
+//! and 2 mod 3): two PostgreSQL clusters and a MariaDB server (on Tinyid's tables, as
+//! segmint creates them), ten workers asking for IDs through every API (Tinyid's
 //! routes, the v1 API, whole segments, the client library) for `CHAOS_SECS` seconds
 //! (default 60), while a fault injector kills, terminates and freezes the servers,
-//! crashes, kills and stalls the databases, and runs the operator's layout commands
+//! crashes, kills, stalls, restores and fills the disks of the databases (the first
+//! round kills and restores MariaDB; both engines' disks fill every round), and runs
+//! the operator's layout commands
 //! (`segmint db remove` / `db add`: as planned, with a database missing from the
 //! configuration, two at once, killed midway). Failed requests are allowed; one ID
 //! received twice fails the test.
@@ -45,8 +48,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use common::{
-    ChildGuard, PgCluster, cluster_dir, config_toml_urls, free_port, run_as, send_signal,
-    serve_command, setup_biz, wait_healthy,
+    ChildGuard, MariaServer, PgCluster, cluster_dir, config_toml_named, free_port, run_as,
+    send_signal, serve_command, setup_biz, wait_healthy,
 };
 use segmint::client::{Client, ClientError, Protocol};
 use segmint::config::Config;
@@ -251,28 +254,20 @@ impl Ctx {
 /// Three databases (classes 0, 1, 2 mod 3) with `chaos` and the odd-only `odd`, and three
 /// servers using them all, each answering.
 async fn set_up() -> Arc<Ctx> {
-    let clusters: Vec<Arc<Cluster>> = std::thread::scope(|s| {
+    let databases: Vec<Database> = std::thread::scope(|s| {
         let starting: Vec<_> = (0..DATABASES)
-            .map(|i| {
-                s.spawn(move || {
-                    if i == DISK_DB {
-                        Cluster::Tmpfs(TmpfsCluster::start())
-                    } else {
-                        Cluster::Plain(PgCluster::start())
-                    }
-                })
-            })
+            .map(|i| s.spawn(move || Database::start(i)))
             .collect();
-        starting
-            .into_iter()
-            .map(|h| Arc::new(h.join().unwrap()))
-            .collect()
+        starting.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
+    let named: Vec<(String, String)> = databases
+        .iter()
+        .map(|db| (db.name(), db.engine.url()))
+        .collect();
     // Fixed steps for the servers' own segments: they stay small and are reserved all
     // the time; clients ask for theirs, within `step_max`.
     let extra = format!("adaptive_step = false\nstep_max = {STEP_MAX}");
-    let config = || Config::from_toml(&config_toml_urls(&urls, &extra)).expect("configuration");
+    let config = || Config::from_toml(&config_toml_named(&named, &extra)).expect("configuration");
     let tokens = [
         setup_biz(&config(), Biz::Chaos.name(), STEP, false).await,
         setup_biz(&config(), Biz::Odd.name(), STEP, true).await,
@@ -282,26 +277,17 @@ async fn set_up() -> Arc<Ctx> {
         .tempdir()
         .unwrap();
     let config_file = dir.path().join("segmint.toml");
-    std::fs::write(&config_file, config_toml_urls(&urls, &extra)).unwrap();
-    let databases: Vec<Database> = clusters
-        .iter()
-        .enumerate()
-        .map(|(i, c)| Database {
-            index: i,
-            cluster: c.clone(),
-            data_dir: PathBuf::from(c.psql("SHOW data_directory")),
-        })
-        .collect();
+    std::fs::write(&config_file, config_toml_named(&named, &extra)).unwrap();
     for db in &databases {
         for biz in BIZS {
-            let row = db.cluster.row(biz.name());
+            let row = db.engine.row(biz.name());
             let f: Vec<&str> = row.split('|').collect();
             assert_eq!(
                 (f[3].parse::<i64>().unwrap(), f[4].parse::<i64>().unwrap()),
                 (biz.modulus(), biz.class_of(db.index)),
-                "class of `{}` on pg{}: {row}",
+                "class of `{}` on {}: {row}",
                 biz.name(),
-                db.index
+                db.name()
             );
         }
     }
@@ -447,11 +433,8 @@ async fn run(ctx: &Arc<Ctx>, secs: u64, seed: u64, setup_secs: f64) -> Run {
         }
     }
     for db in &ctx.databases {
-        if let Err(e) = db.blocking("SELECT 1", |c| drop(c.psql("SELECT 1"))).await {
-            ctx.anomaly(format!(
-                "pg{} not answering after the faults: {e}",
-                db.index
-            ));
+        if let Err(e) = db.sql("SELECT 1".into()).await {
+            ctx.anomaly(format!("{} not answering after the faults: {e}", db.name()));
         }
     }
     ctx.phase.store(CALMING, Ordering::SeqCst);

@@ -89,38 +89,153 @@ pub(crate) fn tail(path: &Path, bytes: usize) -> String {
     format!("--- {} (tail) ---\n{}", path.display(), &text[start..])
 }
 
-/// One database with what the faults need: its data directory (for the postmaster's
-/// PID) and its log.
+/// Size of the tmpfs under each disk-full fault's database. Measured: PostgreSQL's
+/// `initdb --wal-segsize=1` and `CREATE DATABASE segmint` take 30 MB of it; MariaDB's
+/// data directory 25 MB, and 37 MB once started (its 12 MB temporary tablespace). The
+/// rest is room for the run's WAL (`max_wal_size` 2 MB: checkpoints every 2 MB, few
+/// segments kept ahead) or InnoDB's growth, and what the ballast fills.
+pub(crate) const TMPFS_MB: u64 = 64;
+/// The database served by MariaDB, on a tmpfs of its own; the others are PostgreSQL.
+pub(crate) const MARIA_DB: usize = 1;
+/// The PostgreSQL database whose data directory is on a tmpfs.
+pub(crate) const DISK_DB: usize = DATABASES - 1;
+/// The databases the disk-full fault fills, one of each engine.
+pub(crate) const DISK_DBS: [usize; 2] = [DISK_DB, MARIA_DB];
+
+/// The server behind one database of the run.
+pub(crate) enum Engine {
+    Postgres(PgCluster),
+    Maria(MariaServer),
+}
+
+impl Engine {
+    /// Runs `sql` (one statement or more): the rows as `a|b|c` lines.
+    pub(crate) fn sql(&self, sql: &str) -> String {
+        match self {
+            Engine::Postgres(c) => c.psql(sql),
+            Engine::Maria(m) => m.sql(sql),
+        }
+    }
+
+    pub(crate) fn log(&self) -> PathBuf {
+        match self {
+            Engine::Postgres(c) => c.log(),
+            Engine::Maria(m) => m.log(),
+        }
+    }
+
+    pub(crate) fn url(&self) -> String {
+        match self {
+            Engine::Postgres(c) => c.url(),
+            Engine::Maria(m) => m.url(),
+        }
+    }
+
+    /// The server's main process: the postmaster, or `mariadbd`.
+    pub(crate) fn pid(&self) -> Result<u32, String> {
+        match self {
+            Engine::Postgres(c) => {
+                let file = c.data().join("postmaster.pid");
+                let text = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{}: {e}", file.display()))?;
+                text.lines()
+                    .next()
+                    .and_then(|l| l.trim().parse().ok())
+                    .ok_or_else(|| format!("{}: no PID", file.display()))
+            }
+            Engine::Maria(m) => m.pid().ok_or_else(|| "mariadbd is not running".to_string()),
+        }
+    }
+
+    /// `sql` run by the engine's client in the background (a lock it holds a while).
+    pub(crate) fn sql_background(&self, sql: &str) -> ChildGuard {
+        match self {
+            Engine::Postgres(c) => c.psql_background(sql),
+            Engine::Maria(m) => ChildGuard(
+                m.client()
+                    .args(["--execute", sql])
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn mariadb"),
+            ),
+        }
+    }
+
+    /// `max_id|version|step|delta|remainder` of a biz row.
+    pub(crate) fn row(&self, biz: &str) -> String {
+        self.sql(&format!(
+            "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
+        ))
+    }
+}
+
+/// One database of the run: its engine, and the tmpfs its data directory is on when a
+/// disk-full fault fills it.
 pub(crate) struct Database {
     pub(crate) index: usize,
-    pub(crate) cluster: Arc<Cluster>,
-    pub(crate) data_dir: PathBuf,
+    pub(crate) engine: Arc<Engine>,
+    /// Dropped after the engine, whose server must be gone before the unmount.
+    pub(crate) disk: Option<Tmpfs>,
 }
 
 impl Database {
+    /// Starts database `index`: MariaDB for [`MARIA_DB`], PostgreSQL otherwise, on a
+    /// tmpfs for those of [`DISK_DBS`].
+    pub(crate) fn start(index: usize) -> Database {
+        let disk = DISK_DBS.contains(&index).then(|| {
+            let owner = if index == MARIA_DB {
+                (0, 0)
+            } else {
+                run_as().unwrap_or((0, 0))
+            };
+            Tmpfs::mount(owner)
+        });
+        let engine = match (index == MARIA_DB, &disk) {
+            (true, Some(disk)) => Engine::Maria(MariaServer::start_in(disk.data(), &[])),
+            (true, None) => Engine::Maria(MariaServer::start()),
+            // 1 MB WAL segments, so that WAL needs new files often, keeping little WAL,
+            // so that the tmpfs holds it.
+            (false, Some(disk)) => Engine::Postgres(PgCluster::init(
+                cluster_dir("segmint-pg-tmpfs-"),
+                disk.data(),
+                &["--wal-segsize=1"],
+                "-c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
+            )),
+            (false, None) => Engine::Postgres(PgCluster::start()),
+        };
+        Database {
+            index,
+            engine: Arc::new(engine),
+            disk,
+        }
+    }
+
+    /// `pg0`, `maria1`, …: its name in the configuration, the reports and the logs.
+    pub(crate) fn name(&self) -> String {
+        db_name(self.index)
+    }
+
+    /// `PostgreSQL` or `MariaDB`.
+    pub(crate) fn product(&self) -> &'static str {
+        match &*self.engine {
+            Engine::Postgres(_) => "PostgreSQL",
+            Engine::Maria(_) => "MariaDB",
+        }
+    }
+
     pub(crate) fn log(&self) -> PathBuf {
-        self.cluster.log()
+        self.engine.log()
     }
 
-    pub(crate) fn postmaster_pid(&self) -> Result<u32, String> {
-        let file = self.data_dir.join("postmaster.pid");
-        let text =
-            std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        text.lines()
-            .next()
-            .and_then(|l| l.trim().parse().ok())
-            .ok_or_else(|| format!("{}: no PID", file.display()))
-    }
-
-    /// Runs a blocking cluster operation (which panics on failure) off the runtime.
+    /// Runs a blocking engine operation (which panics on failure) off the runtime.
     pub(crate) async fn blocking<T: Send + 'static>(
         &self,
         what: &str,
-        op: impl FnOnce(&PgCluster) -> T + Send + 'static,
+        op: impl FnOnce(&Engine) -> T + Send + 'static,
     ) -> Result<T, String> {
-        let cluster = self.cluster.clone();
+        let engine = self.engine.clone();
         let result = tokio::task::spawn_blocking(move || {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(&cluster)))
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| op(&engine)))
         })
         .await
         .map_err(|e| format!("{what}: {e}"))?;
@@ -137,17 +252,73 @@ impl Database {
         })
     }
 
-    /// Runs `sql` off the runtime: psql's unaligned output.
+    /// Runs `sql` off the runtime: rows as `a|b|c` lines.
     pub(crate) async fn sql(&self, sql: String) -> Result<String, String> {
-        self.blocking("psql", move |c| c.psql(&sql)).await
+        self.blocking("SQL", move |e| e.sql(&sql)).await
     }
 
-    /// Starts the cluster again, retrying: after a postmaster was killed its children
+    /// Stops the server at once, without a crash: PostgreSQL's `pg_ctl stop -m
+    /// immediate`, MariaDB's SIGTERM (it ends its sessions and flushes InnoDB).
+    pub(crate) async fn stop(&self) -> Result<(), String> {
+        self.blocking("stop", |e| match e {
+            Engine::Postgres(c) => c.stop(),
+            Engine::Maria(m) => m.shutdown(),
+        })
+        .await
+    }
+
+    /// SIGKILL of the server's main process, as a crash; returns once the processes
+    /// that would keep it from starting again are gone, with a note on them.
+    pub(crate) async fn kill9(&self) -> Result<String, String> {
+        let began = Instant::now();
+        match &*self.engine {
+            Engine::Maria(_) => {
+                self.blocking("kill -9 mariadbd", |e| {
+                    if let Engine::Maria(m) = e {
+                        m.stop()
+                    }
+                })
+                .await?;
+                Ok(format!(
+                    "mariadbd gone in {:.2} s; ",
+                    began.elapsed().as_secs_f64()
+                ))
+            }
+            Engine::Postgres(_) => {
+                let pid = self.engine.pid()?;
+                let children = children_of(pid);
+                send_signal(pid, "KILL")?;
+                // The orphaned backends exit on their own once they see the postmaster
+                // gone; the cluster cannot start while they hold its shared memory, nor
+                // while the dead postmaster's PID exists, even as a zombie not yet
+                // reaped (PostgreSQL then takes its lock file for a running server's).
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while (proc_state(pid).is_some() || children.iter().any(|&c| alive(c)))
+                    && Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok(format!(
+                    "postmaster and {} children gone in {:.2} s; ",
+                    children.len(),
+                    began.elapsed().as_secs_f64()
+                ))
+            }
+        }
+    }
+
+    /// Starts the server again, retrying: after a postmaster was killed its children
     /// may hold the shared memory for a moment.
     pub(crate) async fn restart(&self) -> Result<u32, String> {
         let mut last = String::new();
         for attempt in 1..=10 {
-            match self.blocking("pg_ctl start", PgCluster::start_again).await {
+            let started = self
+                .blocking("start", |e| match e {
+                    Engine::Postgres(c) => c.start_again(),
+                    Engine::Maria(m) => m.start_again(),
+                })
+                .await;
+            match started {
                 Ok(()) => return Ok(attempt),
                 Err(e) => last = e,
             }
@@ -157,50 +328,32 @@ impl Database {
     }
 }
 
-/// Size of the tmpfs under the disk-full fault's cluster. Measured: `initdb
-/// --wal-segsize=1` and `CREATE DATABASE segmint` take 30 MB of it; the rest is room for
-/// the run's WAL (`max_wal_size` 2 MB: checkpoints every 2 MB, few segments kept ahead)
-/// and table growth, and what the ballast fills.
-pub(crate) const TMPFS_MB: u64 = 64;
-/// The database whose data directory is on the tmpfs.
-pub(crate) const DISK_DB: usize = DATABASES - 1;
-
-/// A database cluster of the run: the harness's, or one on a tmpfs of its own.
-pub(crate) enum Cluster {
-    Plain(PgCluster),
-    Tmpfs(TmpfsCluster),
-}
-
-/// Either is a harness cluster; the tmpfs one only adds its file system.
-impl std::ops::Deref for Cluster {
-    type Target = PgCluster;
-
-    fn deref(&self) -> &PgCluster {
-        match self {
-            Cluster::Plain(c) => c,
-            Cluster::Tmpfs(t) => &t.cluster,
-        }
+/// The name of database `index` in the configuration: `maria1` for [`MARIA_DB`],
+/// `pgN` for the others.
+pub(crate) fn db_name(index: usize) -> String {
+    if index == MARIA_DB {
+        format!("maria{index}")
+    } else {
+        format!("pg{index}")
     }
 }
 
-/// A harness cluster whose data directory is on a small tmpfs of its own, so that the
-/// disk-full fault fills a real file system. Stopped and unmounted on drop.
-pub(crate) struct TmpfsCluster {
-    /// Its log and socket are on another file system, writable while the tmpfs is full.
-    pub(crate) cluster: PgCluster,
-    /// The tmpfs mount point, holding the data directory and the ballast.
-    pub(crate) disk: PathBuf,
+/// A small tmpfs of its own under a database's data directory, so that the disk-full
+/// fault fills a real file system. Unmounted on drop.
+pub(crate) struct Tmpfs {
+    /// The mount point, holding the data directory and the ballast.
+    disk: PathBuf,
+    /// Holds the mount point; removed after the unmount.
+    _dir: tempfile::TempDir,
 }
 
-impl TmpfsCluster {
-    /// Mounts the tmpfs (root only; a failure fails the run: the fault is never
-    /// skipped), then makes the cluster with 1 MB WAL segments, so that WAL needs new
-    /// files often, keeping little WAL, so that the tmpfs holds it.
-    pub(crate) fn start() -> TmpfsCluster {
-        let dir = cluster_dir("segmint-pg-tmpfs-");
+impl Tmpfs {
+    /// Mounts a [`TMPFS_MB`] tmpfs owned by `(uid, gid)` (root only; a failure fails the
+    /// run: the fault is never skipped).
+    pub(crate) fn mount((uid, gid): (u32, u32)) -> Tmpfs {
+        let dir = cluster_dir("segmint-tmpfs-");
         let disk = dir.path().join("disk");
         std::fs::create_dir(&disk).unwrap();
-        let (uid, gid) = run_as().unwrap_or((0, 0));
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
             .arg(format!("size={TMPFS_MB}m,mode=0700,uid={uid},gid={gid}"))
@@ -216,13 +369,12 @@ impl TmpfsCluster {
             ),
             Err(e) => panic!("the disk-full fault needs a tmpfs: run mount: {e}"),
         }
-        let cluster = PgCluster::init(
-            dir,
-            disk.join("data"),
-            &["--wal-segsize=1"],
-            "-c max_wal_size=2MB -c min_wal_size=2MB -c wal_keep_size=0",
-        );
-        TmpfsCluster { cluster, disk }
+        Tmpfs { disk, _dir: dir }
+    }
+
+    /// Where the database's data directory goes.
+    pub(crate) fn data(&self) -> PathBuf {
+        self.disk.join("data")
     }
 
     /// Where the disk-full fault writes its ballast: on the tmpfs, beside the data.
@@ -231,12 +383,9 @@ impl TmpfsCluster {
     }
 }
 
-impl Drop for TmpfsCluster {
-    /// Runs before the cluster's own drop removes its directory, which must not hold
-    /// the mount then.
+impl Drop for Tmpfs {
     fn drop(&mut self) {
-        self.cluster.halt();
-        // The postmaster's last children may hold the mount for a moment.
+        // The server's last processes may hold the mount for a moment.
         for _ in 0..50 {
             let unmounted = Command::new("umount")
                 .arg(&self.disk)

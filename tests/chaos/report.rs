@@ -153,12 +153,13 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
                     biz.name()
                 )),
                 Some(db) => {
-                    let row = ctx.databases[db].cluster.row(biz.name());
+                    let row = ctx.databases[db].engine.row(biz.name());
                     let row_max: i64 = row.split('|').next().unwrap().parse().unwrap();
                     if max_id > row_max || min_id < 1 {
                         out_of_class.push(format!(
-                            "biz `{}`: IDs of class {class} mod {m} reach {min_id}..={max_id}, beyond pg{db}'s row ({row})",
-                            biz.name()
+                            "biz `{}`: IDs of class {class} mod {m} reach {min_id}..={max_id}, beyond {}'s row ({row})",
+                            biz.name(),
+                            db_name(db)
                         ));
                     }
                 }
@@ -255,8 +256,22 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
                 .filter(|&s| restarts[s] == 0)
                 .map(|s| format!("server {s} never restarted")),
         );
+        missing.extend(
+            [
+                FaultKind::DbKill,
+                FaultKind::BackInTime,
+                FaultKind::DiskFull,
+            ]
+            .into_iter()
+            .filter(|&k| {
+                !run.faults
+                    .iter()
+                    .any(|f| f.kind == k && f.target == MARIA_DB)
+            })
+            .map(|k| format!("no {k:?} on {}", db_name(MARIA_DB))),
+        );
         checks.push(check(
-            "every kind of fault injected; every server restarted",
+            "every kind of fault injected (MariaDB killed, restored and filled); every server restarted",
             &missing,
             format!(
                 "{} faults; restarts per server: {restarts:?}",
@@ -285,7 +300,12 @@ pub(crate) fn audit_run(ctx: &Ctx, run: &mut Run) -> (Vec<Check>, Findings) {
 pub(crate) fn layout_checks(log: &LayoutLog) -> Vec<Check> {
     let mut wrong = Vec::new();
     for m in &log.missing {
-        let what = format!("t={:.1}s `{}` without pg{}", m.at, m.command, m.missing);
+        let what = format!(
+            "t={:.1}s `{}` without {}",
+            m.at,
+            m.command,
+            db_name(m.missing)
+        );
         if !m.refused() {
             wrong.push(format!(
                 "{what} was not refused ({}): \"{}\"",
@@ -294,8 +314,8 @@ pub(crate) fn layout_checks(log: &LayoutLog) -> Vec<Check> {
             ));
         } else if !m.named && !m.first {
             wrong.push(format!(
-                "{what} was refused without naming pg{}: \"{}\"",
-                m.missing,
+                "{what} was refused without naming {}: \"{}\"",
+                db_name(m.missing),
                 short(&m.message, 200)
             ));
         }
@@ -358,10 +378,10 @@ fn layout_section(w: &mut String, log: &LayoutLog) {
     for m in &log.missing {
         let _ = writeln!(
             w,
-            "- t = {:.1} s, `{}` without pg{}: {} \"{}\"",
+            "- t = {:.1} s, `{}` without {}: {} \"{}\"",
             m.at,
             m.command,
-            m.missing,
+            db_name(m.missing),
             m.code.map_or("killed".into(), |c| format!("exit {c},")),
             short(&m.message, 200)
         );
@@ -500,9 +520,12 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
     );
     let _ = writeln!(
         w,
-        "- Setup: {DATABASES} PostgreSQL clusters (classes 0, 1, 2 mod 3; pg{DISK_DB} on a {TMPFS_MB} MB tmpfs), {SERVERS} `segmint serve` processes using all three \
+        "- Setup: {DATABASES} databases (classes 0, 1, 2 mod 3): PostgreSQL clusters {} and {}, MariaDB {}, the last two each on a {TMPFS_MB} MB tmpfs; {SERVERS} `segmint serve` processes using all three \
          (fetch timeout 1 s, wait timeout 3 s, back-off 0.1–0.4 s, adaptive step off, clients' asks capped at step {STEP_MAX}); bizs `chaos` (step {STEP}: \
          segments of 100 IDs) and `odd` (`--odd`, step {STEP}: 50 IDs, classes 1, 3, 5 mod 6); {} workers, 2 s request timeout.",
+        db_name(0),
+        db_name(DISK_DB),
+        db_name(MARIA_DB),
         run.outcomes.len()
     );
     let _ = writeln!(
@@ -663,15 +686,26 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
         .filter(|f| f.kind == FaultKind::DiskFull)
         .collect();
     let outcomes = ctx.disk_full.lock().unwrap().clone();
+    let on = |db: usize| outcomes.iter().filter(move |o| o.target == db);
     let _ = writeln!(
         w,
-        "\nDisk full (pg{DISK_DB}'s {TMPFS_MB} MB tmpfs filled until ENOSPC): {}; PostgreSQL logged ENOSPC in {}, \
-         PANICked in {}, reinitialized itself in {}, and exited (restarted by the harness) in {}.\n",
+        "\nDisk full (a {TMPFS_MB} MB tmpfs filled until ENOSPC): {}.\n\n\
+         - PostgreSQL ({}): {} fills; logged ENOSPC in {}, PANICked in {}, reinitialized itself in {}, \
+         and exited (restarted by the harness) in {}.\n\
+         - MariaDB ({}): {} fills; logged the disk full in {}; killed (-9) while full in {}, \
+         of which started again on the full disk in {}.\n",
         fills.len(),
-        outcomes.iter().filter(|o| o.enospc > 0).count(),
-        outcomes.iter().filter(|o| o.panics > 0).count(),
-        outcomes.iter().filter(|o| o.reinitialized).count(),
-        outcomes.iter().filter(|o| o.restarted).count(),
+        db_name(DISK_DB),
+        on(DISK_DB).count(),
+        on(DISK_DB).filter(|o| o.enospc > 0).count(),
+        on(DISK_DB).filter(|o| o.panics > 0).count(),
+        on(DISK_DB).filter(|o| o.reinitialized).count(),
+        on(DISK_DB).filter(|o| o.restarted).count(),
+        db_name(MARIA_DB),
+        on(MARIA_DB).count(),
+        on(MARIA_DB).filter(|o| o.enospc > 0).count(),
+        on(MARIA_DB).filter(|o| o.killed).count(),
+        on(MARIA_DB).filter(|o| o.started_full).count(),
     );
     fault_lines(w, &fills);
     layout_section(w, &ctx.layout_log.lock().unwrap());
@@ -682,7 +716,7 @@ pub(crate) fn report(ctx: &Ctx, run: &mut Run, checks: &[Check], found: &Finding
     );
     for f in faults {
         let target = if f.kind.on_database() || f.kind.on_layout() {
-            format!("pg{}", f.target)
+            db_name(f.target)
         } else {
             format!("server {}", f.target)
         };
@@ -711,7 +745,7 @@ pub(crate) fn keep(ctx: &Ctx, report: &str, out: &Path) {
         );
     }
     for db in &ctx.databases {
-        let _ = std::fs::copy(db.log(), out.join(format!("pg{}.log", db.index)));
+        let _ = std::fs::copy(db.log(), out.join(format!("{}.log", db.name())));
     }
 }
 
@@ -721,10 +755,10 @@ fn fault_lines(w: &mut String, faults: &[&FaultRecord]) {
     for f in faults {
         let _ = writeln!(
             w,
-            "- t = {:.1}–{:.1} s, pg{}: {}",
+            "- t = {:.1}–{:.1} s, {}: {}",
             f.start,
             f.end,
-            f.target,
+            db_name(f.target),
             f.note.replace('\n', " ")
         );
     }

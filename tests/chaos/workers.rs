@@ -476,7 +476,7 @@ pub(crate) fn check_segment(
         ));
     }
     if let Some(name) = database
-        && !dbs.iter().any(|db| name == format!("pg{db}"))
+        && !dbs.iter().any(|&db| name == db_name(db))
     {
         return Err(format!(
             "class {} mod {} is not {name}'s in any layout",

@@ -130,6 +130,17 @@ impl MariaServer {
     pub fn start_with(options: &[&str]) -> MariaServer {
         let dir = server_dir();
         let data = dir.path().join("data");
+        MariaServer::start_at(dir, data, options)
+    }
+
+    /// As [`MariaServer::start_with`], with the data directory at `data` (which must not
+    /// exist; its parent must): on a file system of its own, for a disk-full fault. The
+    /// log, socket and pid file stay in the server's temporary directory.
+    pub fn start_in(data: PathBuf, options: &[&str]) -> MariaServer {
+        MariaServer::start_at(server_dir(), data, options)
+    }
+
+    fn start_at(dir: tempfile::TempDir, data: PathBuf, options: &[&str]) -> MariaServer {
         check(
             "copy the template MariaDB data directory",
             Command::new("cp")
@@ -347,19 +358,24 @@ impl MariaServer {
     pub fn sql(&self, sql: &str) -> String {
         let xml = check(
             &format!("SQL on MariaDB at port {}: {sql}", self.port),
-            maria_command("mariadb")
-                .args([
-                    "--user=root",
-                    "--host=127.0.0.1",
-                    "--protocol=tcp",
-                    "--default-character-set=utf8mb4",
-                    "--xml",
-                ])
-                .arg(format!("--port={}", self.port))
-                .args(["--database=segmint", "--execute", sql])
-                .output(),
+            self.client().arg("--xml").args(["--execute", sql]).output(),
         );
         rows_from_xml(&xml).join("\n")
+    }
+
+    /// The `mariadb` client on the `segmint` database, over TCP as `root@127.0.0.1`;
+    /// the caller adds what to run (`--execute SQL`) and how.
+    pub fn client(&self) -> Command {
+        let mut cmd = maria_command("mariadb");
+        cmd.args([
+            "--user=root",
+            "--host=127.0.0.1",
+            "--protocol=tcp",
+            "--default-character-set=utf8mb4",
+            "--database=segmint",
+        ])
+        .arg(format!("--port={}", self.port));
+        cmd
     }
 }
 

@@ -33,8 +33,8 @@ pub use ids::assert_unique;
 pub use maria::MariaServer;
 #[allow(unused_imports)]
 pub use pg::{
-    Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_urls,
-    free_port, hold, pg_bin, pg_command, raw_store, run_as,
+    Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_named,
+    config_toml_urls, free_port, hold, pg_bin, pg_command, raw_store, run_as,
 };
 #[allow(unused_imports)]
 pub use process::{

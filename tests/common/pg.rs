@@ -445,7 +445,17 @@ pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
 
 /// As [`config_toml`], for databases at `urls` (PostgreSQL or `sqlite://` files).
 pub fn config_toml_urls(urls: &[String], extra: &str) -> String {
-    let n = urls.len();
+    let named: Vec<(String, String)> = urls
+        .iter()
+        .enumerate()
+        .map(|(i, url)| (format!("pg{i}"), url.clone()))
+        .collect();
+    config_toml_named(&named, extra)
+}
+
+/// As [`config_toml_urls`], with each database's name given beside its URL.
+pub fn config_toml_named(databases: &[(String, String)], extra: &str) -> String {
+    let n = databases.len();
     let defaults = [
         ("bind", "\"127.0.0.1:0\""),
         ("workers", "2"),
@@ -464,9 +474,9 @@ pub fn config_toml_urls(urls: &[String], extra: &str) -> String {
             toml.push_str(&format!("{key} = {value}\n"));
         }
     }
-    for (i, url) in urls.iter().enumerate() {
+    for (i, (name, url)) in databases.iter().enumerate() {
         toml.push_str(&format!(
-            "[[databases]]\nname = \"pg{i}\"\nurl = \"{url}\"\ndelta = {n}\nremainder = {i}\n"
+            "[[databases]]\nname = \"{name}\"\nurl = \"{url}\"\ndelta = {n}\nremainder = {i}\n"
         ));
     }
     toml
