@@ -6,8 +6,9 @@
 //! second, the ratio to `AtomicU64::fetch_add` measured the same way in the same run,
 //! and the client's fetches, waits and final step.
 //!
-//! `SEGMINT_BENCH_SUSTAINED_SECS` sets the length of each client run (10 s; 1.5 s
-//! under `--test`, as `scripts/test` runs the benches once).
+//! `SEGMINT_BENCH_SUSTAINED_SECS` sets the length of each client run (10 s; 1.5 s in
+//! criterion's test mode: `cargo test`, as `scripts/test` runs the benches once, or
+//! `--test`).
 
 use std::cell::Cell;
 use std::io::{BufRead, BufReader};
@@ -123,7 +124,10 @@ fn rates((total, after): (u64, u64), length: Duration) -> (f64, f64) {
 }
 
 fn length() -> Duration {
-    let test_mode = std::env::args().any(|a| a == "--test");
+    // Criterion's own rule: `cargo bench` passes `--bench`; `cargo test` passes nothing
+    // (each routine once), and `--test` asks for that under `cargo bench` too.
+    let args: Vec<String> = std::env::args().collect();
+    let test_mode = args.iter().any(|a| a == "--test") || !args.iter().any(|a| a == "--bench");
     let secs = std::env::var("SEGMINT_BENCH_SUSTAINED_SECS")
         .ok()
         .and_then(|v| v.parse::<f64>().ok())
