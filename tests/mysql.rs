@@ -305,6 +305,11 @@ pub(crate) async fn not_ready_until_fixed(
     readyz(true).await;
 }
 
+/// How often a test reads `information_schema.INNODB_TRX`. InnoDB refreshes the
+/// snapshot that table is read from only when nobody read it for 100 ms: read more often
+/// (a fast client, every 20 ms), it never shows a lock wait begun meanwhile.
+const INNODB_TRX_POLL: Duration = Duration::from_millis(250);
+
 /// `n` IDs of `biz`, one request each; every one new to `seen`.
 async fn one_by_one(
     app: &TestApp,
@@ -491,12 +496,17 @@ pub(crate) async fn killed_during_a_reservation(tables: Tables) {
         let (app, token) = (app.clone(), token.clone());
         tokio::spawn(async move { app.get_v1("/v1/ids/order?count=40", Some(&token)).await })
     };
-    common::wait::eventually(Duration::from_secs(10), "a reservation waits on the lock", async || {
-        let waits = tokio::task::block_in_place(|| {
-            server.sql("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
-        });
-        if waits == "0" { Err("none yet".to_string()) } else { Ok(()) }
-    })
+    common::wait::eventually_every(
+        INNODB_TRX_POLL,
+        Duration::from_secs(10),
+        "a reservation waits on the lock",
+        async || {
+            let waits = tokio::task::block_in_place(|| {
+                server.sql("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+            });
+            if waits == "0" { Err("none yet".to_string()) } else { Ok(()) }
+        },
+    )
     .await;
     tokio::task::block_in_place(|| server.stop());
     let (status, body) = waiting.await.unwrap();
@@ -825,14 +835,16 @@ async fn segmints_transactions_are_repeatable_read_whatever_the_server_default()
         tokio::spawn(async move { store.reserve(&biz, None, None).await })
     };
     let waiting = "SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
-    let level =
-        common::wait::eventually(Duration::from_secs(10), "a reservation waits", async || {
-            match tokio::task::block_in_place(|| server.sql(waiting)) {
-                level if level.is_empty() => Err("none yet".to_string()),
-                level => Ok(level),
-            }
-        })
-        .await;
+    let level = common::wait::eventually_every(
+        INNODB_TRX_POLL,
+        Duration::from_secs(10),
+        "a reservation waits",
+        async || match tokio::task::block_in_place(|| server.sql(waiting)) {
+            level if level.is_empty() => Err("none yet".to_string()),
+            level => Ok(level),
+        },
+    )
+    .await;
     assert_eq!(level, "REPEATABLE READ");
     holder.query_drop("ROLLBACK").await.unwrap();
     let reserved = reserving.await.unwrap().unwrap();
