@@ -34,6 +34,7 @@ mod leaf;
 mod many_bizs;
 mod maria_harness;
 mod mysql;
+mod mysql_ops;
 mod mysql_tls;
 mod observability;
 mod operator;

@@ -12,7 +12,7 @@ use mysql_async::prelude::Queryable;
 
 /// Tinyid's `db.sql` (its two tables and its sample rows), as Tinyid ships it: `test`,
 /// and `test_odd`, a biz of odd IDs only.
-const TINYID_DB_SQL: &str = "
+pub(crate) const TINYID_DB_SQL: &str = "
 CREATE TABLE `tiny_id_info` (
   `id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT '自增主键',
   `biz_type` varchar(63) NOT NULL DEFAULT '' COMMENT '业务类型，唯一',
@@ -249,37 +249,66 @@ async fn a_database_that_could_lose_commits_is_not_ready_and_says_why() {
     let (status, body) = app.get_v1("/readyz", None).await;
     assert_eq!(status, 200, "{body}");
     server.sql("SET GLOBAL innodb_flush_log_at_trx_commit = 2");
-    let why = "innodb_flush_log_at_trx_commit is 2, not 1";
-    common::wait::eventually(
-        Duration::from_secs(30),
-        "/readyz names the setting",
-        async || {
-            let (status, body) = app.get("/readyz").await;
-            if status == 503 && body.contains(why) {
-                Ok(())
-            } else {
-                Err(format!("{status}: {body}"))
-            }
-        },
+    not_ready_until_fixed(
+        &app,
+        &server,
+        ("order", &token),
+        "innodb_flush_log_at_trx_commit is 2, not 1",
+        "SET GLOBAL innodb_flush_log_at_trx_commit = 1",
     )
     .await;
-    let (_, status_page) = app.get("/status").await;
-    assert!(status_page.contains(why), "/status names it too");
+}
+
+/// The server `target` on the database of `server`, whose durability settings do not
+/// hold: it becomes not ready, `/readyz` and `/status` naming the setting (`why`), and
+/// serves no ID of `biz` with `token`; once `fix` has run on the database, it serves
+/// and is ready again, without a restart.
+pub(crate) async fn not_ready_until_fixed(
+    target: &impl common::http::Target,
+    server: &MariaServer,
+    (biz, token): (&str, &str),
+    why: &str,
+    fix: &str,
+) {
+    let readyz = async |ready: bool| {
+        let what = format!("/readyz ready: {ready}");
+        common::wait::eventually(Duration::from_secs(30), &what, async || {
+            let r = common::http::get(target, "/readyz").await;
+            match r.status {
+                200 if ready => Ok(()),
+                503 if !ready && r.body.contains(why) => Ok(()),
+                _ => Err(format!("{}: {}", r.status, r.body)),
+            }
+        })
+        .await;
+    };
+    readyz(false).await;
+    let status_page = common::http::get(target, "/status").await.body;
     assert!(
-        common::http::try_v1_ids(&app, "order", &token, 1)
+        status_page.contains(why),
+        "/status names it too: {status_page}"
+    );
+    assert!(
+        common::http::try_v1_ids(target, biz, token, 1)
             .await
             .is_err(),
         "no ID from a database that could lose it"
     );
-    server.sql("SET GLOBAL innodb_flush_log_at_trx_commit = 1");
-    common::wait::eventually(Duration::from_secs(30), "ready again", async || {
-        match common::http::try_v1_ids(&app, "order", &token, 1).await {
+    server.sql(fix);
+    common::wait::eventually(Duration::from_secs(30), "IDs again", async || {
+        match common::http::try_v1_ids(target, biz, token, 1).await {
             Ok(ids) if ids.len() == 1 => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
+    readyz(true).await;
 }
+
+/// How often a test reads `information_schema.INNODB_TRX`. InnoDB refreshes the
+/// snapshot that table is read from only when nobody read it for 100 ms: read more often
+/// (a fast client, every 20 ms), it never shows a lock wait begun meanwhile.
+const INNODB_TRX_POLL: Duration = Duration::from_millis(250);
 
 /// `n` IDs of `biz`, one request each; every one new to `seen`.
 async fn one_by_one(
@@ -304,9 +333,80 @@ async fn one_by_one(
 /// twice: the other database witnessed how far its rows had gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
+    restored_from_a_backup(Tables::Tinyid).await;
+}
+
+/// Where a test keeps its biz rows: Tinyid's `tiny_id_info` (the default, created by
+/// `segmint migrate`) or Leaf's `leaf_alloc` (`tables=leaf`, created as Leaf creates it).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Tables {
+    Tinyid,
+    Leaf,
+}
+
+impl Tables {
+    /// Makes a new database of `server` one of these tables, before `segmint migrate`.
+    fn create(self, server: &MariaServer) {
+        if let Tables::Leaf = self {
+            server.sql(LEAF_DB_SQL);
+        }
+    }
+
+    /// A configuration of the databases at `urls`, their rows in these tables.
+    fn config(self, urls: &[String], extra: &str) -> segmint::config::Config {
+        let urls: Vec<String> = match self {
+            Tables::Tinyid => urls.to_vec(),
+            Tables::Leaf => urls.iter().map(|u| format!("{u}?tables=leaf")).collect(),
+        };
+        segmint::config::Config::from_toml(&config_toml_urls(&urls, extra))
+            .expect("test configuration")
+    }
+
+    /// The table and its name column.
+    fn table(self) -> (&'static str, &'static str) {
+        match self {
+            Tables::Tinyid => ("tiny_id_info", "biz_type"),
+            Tables::Leaf => ("leaf_alloc", "biz_tag"),
+        }
+    }
+
+    /// A statement that reads `biz`'s row as `max_id|version`, as the table holds them.
+    fn row(self, biz: &str) -> String {
+        let ((table, name), version) = match self {
+            Tables::Tinyid => (self.table(), "version"),
+            Tables::Leaf => (self.table(), "segmint_version"),
+        };
+        format!("SELECT max_id, {version} FROM {table} WHERE {name} = '{biz}'")
+    }
+
+    /// A statement that locks `biz`'s row (in a transaction).
+    fn lock(self, biz: &str) -> String {
+        let (table, name) = self.table();
+        format!("SELECT * FROM {table} WHERE {name} = '{biz}' FOR UPDATE")
+    }
+
+    /// The last ID issued from a row whose `max_id` column holds `max_id`: Leaf's is
+    /// the first ID not issued yet.
+    fn last_issued(self, max_id: i64) -> i64 {
+        match self {
+            Tables::Tinyid => max_id,
+            Tables::Leaf => max_id - 1,
+        }
+    }
+}
+
+/// A MariaDB database restored from a real backup (its data directory copied while it
+/// was shut down, put back after IDs were issued from it), its biz rows in `tables`, is
+/// fenced by the server that saw its rows advance and by one started after the
+/// restore, and no ID is issued twice.
+pub(crate) async fn restored_from_a_backup(tables: Tables) {
     let dbs = Databases::start(Kind::MySql, 2);
+    for i in 0..2 {
+        tables.create(dbs.maria(i));
+    }
     let extra = "adaptive_step = false";
-    let token = setup_biz(&dbs.config(extra), "order", 10, false).await;
+    let config = || tables.config(&dbs.urls(), extra);
+    let token = setup_biz(&config(), "order", 10, false).await;
     let backup = tempfile::tempdir().unwrap();
     let copy = |from: &std::path::Path, to: &std::path::Path| {
         let out = std::process::Command::new("cp")
@@ -328,7 +428,7 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
         dbs.maria(0).start_again();
     });
 
-    let running = spawn_app(dbs.config(extra)).await;
+    let running = spawn_app(config()).await;
     let mut seen = HashSet::new();
     let before = one_by_one(&running, "order", &token, 200, &mut seen).await;
     assert!(
@@ -352,7 +452,7 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
             .contains("gone back in time"),
         "{db}"
     );
-    let fresh = spawn_app(dbs.config(extra)).await;
+    let fresh = spawn_app(config()).await;
     let from_fresh = one_by_one(&fresh, "order", &token, 400, &mut seen).await;
     until_fenced(&fresh, "pg0", true, Duration::from_secs(10)).await;
     assert!(
@@ -368,10 +468,17 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
 /// database is back nothing is reissued.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
+    killed_during_a_reservation(Tables::Tinyid).await;
+}
+
+/// `mariadbd` killed while a reservation waits on a row lock, the biz rows in `tables`:
+/// no ID from the lost reservation, none twice after the restart, every one below the
+/// row's `max_id`.
+pub(crate) async fn killed_during_a_reservation(tables: Tables) {
     let server = MariaServer::start();
+    tables.create(&server);
     let extra = "adaptive_step = false\nfetch_timeout_ms = 5000\nwait_timeout_ms = 8000";
-    let config =
-        segmint::config::Config::from_toml(&config_toml_urls(&[server.url()], extra)).unwrap();
+    let config = tables.config(&[server.url()], extra);
     let token = setup_biz(&config, "order", 10, false).await;
     let app = shared(spawn_app(config).await);
     let mut seen = HashSet::new();
@@ -382,22 +489,24 @@ async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
     let pool = mysql_async::Pool::new(server.url().as_str());
     let mut holder = pool.get_conn().await.unwrap();
     holder.query_drop("START TRANSACTION").await.unwrap();
-    holder
-        .query_drop("SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE")
-        .await
-        .unwrap();
-    let row = "SELECT max_id, version FROM tiny_id_info WHERE biz_type = 'order'";
-    let before = server.sql(row);
+    holder.query_drop(tables.lock("order")).await.unwrap();
+    let row = tables.row("order");
+    let before = server.sql(&row);
     let waiting = {
         let (app, token) = (app.clone(), token.clone());
         tokio::spawn(async move { app.get_v1("/v1/ids/order?count=40", Some(&token)).await })
     };
-    common::wait::eventually(Duration::from_secs(10), "a reservation waits on the lock", async || {
-        let waits = tokio::task::block_in_place(|| {
-            server.sql("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
-        });
-        if waits == "0" { Err("none yet".to_string()) } else { Ok(()) }
-    })
+    common::wait::eventually_every(
+        INNODB_TRX_POLL,
+        Duration::from_secs(10),
+        "a reservation waits on the lock",
+        async || {
+            let waits = tokio::task::block_in_place(|| {
+                server.sql("SELECT count(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'")
+            });
+            if waits == "0" { Err("none yet".to_string()) } else { Ok(()) }
+        },
+    )
     .await;
     tokio::task::block_in_place(|| server.stop());
     let (status, body) = waiting.await.unwrap();
@@ -409,7 +518,7 @@ async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
     drop(pool);
     tokio::task::block_in_place(|| server.start_again());
     assert_eq!(
-        server.sql(row),
+        server.sql(&row),
         before,
         "the killed reservation never committed"
     );
@@ -431,17 +540,18 @@ async fn a_mariadb_killed_during_a_reservation_gives_no_ids_from_it() {
         },
     )
     .await;
-    let max_id: i64 = server.sql(row).split('|').next().unwrap().parse().unwrap();
+    let max_id: i64 = server.sql(&row).split('|').next().unwrap().parse().unwrap();
+    let last = tables.last_issued(max_id);
     assert!(
-        seen.iter().all(|id| *id <= max_id),
-        "every ID below the row's max_id"
+        seen.iter().all(|id| *id <= last),
+        "every ID within the row's max_id ({max_id})"
     );
     app.stop().await;
 }
 
 /// Leaf's `leaf_alloc`, as Leaf's README creates it, with its sample row (a smaller
 /// step, for many segments of both sides to interleave).
-const LEAF_DB_SQL: &str = "
+pub(crate) const LEAF_DB_SQL: &str = "
 CREATE TABLE `leaf_alloc` (
   `biz_tag` varchar(128)  NOT NULL DEFAULT '',
   `max_id` bigint(20) NOT NULL DEFAULT '1',
@@ -725,14 +835,16 @@ async fn segmints_transactions_are_repeatable_read_whatever_the_server_default()
         tokio::spawn(async move { store.reserve(&biz, None, None).await })
     };
     let waiting = "SELECT trx_isolation_level FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'";
-    let level =
-        common::wait::eventually(Duration::from_secs(10), "a reservation waits", async || {
-            match tokio::task::block_in_place(|| server.sql(waiting)) {
-                level if level.is_empty() => Err("none yet".to_string()),
-                level => Ok(level),
-            }
-        })
-        .await;
+    let level = common::wait::eventually_every(
+        INNODB_TRX_POLL,
+        Duration::from_secs(10),
+        "a reservation waits",
+        async || match tokio::task::block_in_place(|| server.sql(waiting)) {
+            level if level.is_empty() => Err("none yet".to_string()),
+            level => Ok(level),
+        },
+    )
+    .await;
     assert_eq!(level, "REPEATABLE READ");
     holder.query_drop("ROLLBACK").await.unwrap();
     let reserved = reserving.await.unwrap().unwrap();

@@ -36,19 +36,22 @@ impl CliRun {
     }
 }
 
-/// Runs `segmint --config CONFIG args…` with the variables `env` and no `SEGMINT_*`
-/// variable from the caller's environment, so that the file alone configures it.
-pub fn segmint_cli(config: &Path, args: &[&str], env: &[(&str, &str)]) -> CliRun {
+/// `segmint --config CONFIG args…` with no `SEGMINT_*` variable from the caller's
+/// environment, so that the file alone configures it.
+pub fn segmint_command(config: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new(segmint_bin());
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("SEGMINT_") {
             cmd.env_remove(name);
         }
     }
-    let out = cmd
-        .arg("--config")
-        .arg(config)
-        .args(args)
+    cmd.arg("--config").arg(config).args(args);
+    cmd
+}
+
+/// Runs [`segmint_command`] with the variables `env`.
+pub fn segmint_cli(config: &Path, args: &[&str], env: &[(&str, &str)]) -> CliRun {
+    let out = segmint_command(config, args)
         .envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("run segmint {args:?}: {e}"));
@@ -77,4 +80,67 @@ pub fn config_file(toml: &str) -> tempfile::NamedTempFile {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     file.write_all(toml.as_bytes()).unwrap();
     file
+}
+
+/// A `segmint` command running as a process of its own, its output going to files:
+/// for commands run at the same moment, or stopped and killed midway. Killed when
+/// dropped.
+pub struct CliProcess {
+    pub child: super::ChildGuard,
+    /// What the command was run with, for messages.
+    args: Vec<String>,
+    /// Holds its standard output and error.
+    dir: tempfile::TempDir,
+}
+
+impl CliProcess {
+    /// Starts `segmint --config CONFIG args…` (as [`segmint_cli`] runs it).
+    pub fn spawn(config: &Path, args: &[&str]) -> CliProcess {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str| std::fs::File::create(dir.path().join(name)).unwrap();
+        let child = segmint_command(config, args)
+            .stdin(std::process::Stdio::null())
+            .stdout(file("stdout"))
+            .stderr(file("stderr"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("run segmint {args:?}: {e}"));
+        CliProcess {
+            child: super::ChildGuard(child),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            dir,
+        }
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// What the command did, once it has ended; `None` while it runs.
+    pub fn ended(&mut self) -> Option<CliRun> {
+        let status = self.child.0.try_wait().expect("poll segmint")?;
+        let read = |name: &str| std::fs::read_to_string(self.dir.path().join(name)).unwrap();
+        Some(CliRun {
+            code: status.code(),
+            stdout: read("stdout"),
+            stderr: read("stderr"),
+        })
+    }
+
+    /// Panics, with what the command printed, if it has ended: for a command that must
+    /// still be running (waiting on a lock).
+    pub fn assert_running(&mut self) {
+        if let Some(run) = self.ended() {
+            panic!("segmint {:?} ended early: {run:?}", self.args);
+        }
+    }
+
+    /// What the command did, waiting at most `limit` for it to end.
+    pub async fn finish(mut self, limit: std::time::Duration) -> CliRun {
+        let what = format!("segmint {:?} ends", self.args);
+        super::eventually(limit, &what, async || {
+            self.ended().ok_or_else(|| "running".to_owned())
+        })
+        .await
+    }
 }

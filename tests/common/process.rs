@@ -18,6 +18,16 @@ impl Drop for ChildGuard {
 }
 
 impl ChildGuard {
+    /// SIGKILL, as a crash would; waits until the process is gone.
+    pub fn kill9(&mut self) {
+        self.0.kill().expect("SIGKILL the process");
+        let status = self.0.wait().expect("wait for the process");
+        assert!(
+            status.code().is_none(),
+            "killed by a signal, not an exit: {status}"
+        );
+    }
+
     /// Sends SIGTERM to this process alone (never a group) and waits for its exit code.
     pub fn terminate(&mut self) -> Option<i32> {
         send_signal(self.0.id(), "TERM").unwrap();
