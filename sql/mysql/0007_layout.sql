@@ -1,6 +1,5 @@
-ALTER TABLE tiny_id_info
-  ADD COLUMN IF NOT EXISTS layout_epoch bigint NOT NULL DEFAULT 0,
-  ADD COLUMN IF NOT EXISTS frozen boolean NOT NULL DEFAULT false;
+ALTER TABLE tiny_id_info ADD COLUMN IF NOT EXISTS layout_epoch bigint NOT NULL DEFAULT 0;
+ALTER TABLE tiny_id_info ADD COLUMN IF NOT EXISTS frozen boolean NOT NULL DEFAULT false;
 
 CREATE TABLE IF NOT EXISTS segmint_layout (
   epoch       bigint      NOT NULL PRIMARY KEY,

@@ -11,10 +11,9 @@ CREATE TABLE IF NOT EXISTS `leaf_alloc` (
 ) ENGINE=InnoDB;
 
 -- segmint's version of a row, and its residue class (Leaf's rows issue every ID).
-ALTER TABLE leaf_alloc
-  ADD COLUMN IF NOT EXISTS segmint_version bigint NOT NULL DEFAULT 0,
-  ADD COLUMN IF NOT EXISTS delta bigint NOT NULL DEFAULT 1,
-  ADD COLUMN IF NOT EXISTS remainder bigint NOT NULL DEFAULT 0;
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS segmint_version bigint NOT NULL DEFAULT 0;
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS delta bigint NOT NULL DEFAULT 1;
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS remainder bigint NOT NULL DEFAULT 0;
 
 -- Leaf reserves with `UPDATE leaf_alloc SET max_id = max_id + step`, which leaves
 -- segmint_version alone: this moves it on, so that a row never holds two max_ids at

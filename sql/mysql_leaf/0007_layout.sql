@@ -1,6 +1,5 @@
-ALTER TABLE leaf_alloc
-  ADD COLUMN IF NOT EXISTS layout_epoch bigint NOT NULL DEFAULT 0,
-  ADD COLUMN IF NOT EXISTS frozen boolean NOT NULL DEFAULT false;
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS layout_epoch bigint NOT NULL DEFAULT 0;
+ALTER TABLE leaf_alloc ADD COLUMN IF NOT EXISTS frozen boolean NOT NULL DEFAULT false;
 
 CREATE TABLE IF NOT EXISTS segmint_layout (
   epoch       bigint      NOT NULL PRIMARY KEY,
