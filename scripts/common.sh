@@ -169,3 +169,16 @@ ensure_faketime() {
         [ -e "$FAKETIME_LIB" ] || die "faketime was installed but $FAKETIME_LIB is still missing"
     fi
 }
+
+# Prints N free loopback TCP ports, distinct (all bound at once while they are chosen).
+free_ports() {
+    python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+}

@@ -418,6 +418,7 @@ async fn run(ctx: &Arc<Ctx>, secs: u64, seed: u64, setup_secs: f64) -> Run {
         ctx.clone(),
         Rng::new(rng.next()),
         traffic_began + Duration::from_secs(secs),
+        secs >= 60,
     )
     .await;
     let chaos_secs = traffic_began.elapsed().as_secs_f64();
