@@ -1,5 +1,5 @@
-//! The README's quick start, run exactly as written on a fresh copy of the sources:
-//! one command, no database server, and the curl command it prints works.
+//! The README's quick start, run exactly as written where a fresh clone's root would
+//! run it: one command, no database server, and the curl command it prints works.
 
 use crate::common;
 
@@ -63,25 +63,48 @@ fn run_curl_line(line: &str) -> (u16, String) {
 fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let command = quick_start_command(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    // The command runs where a fresh clone's root would have it run from: a directory
+    // with the clone's `config/` and no `data/`. It is an empty directory inside this
+    // repository (cargo finds the workspace above it), so that the release build is this
+    // repository's own, which `scripts/bench` uses next rather than building it again:
+    // a copy of the sources elsewhere is another workspace to cargo, built a second
+    // time (minutes of a CI run).
+    let quickstart_dir = root.join("target").join("quickstart");
+    std::fs::create_dir_all(&quickstart_dir).unwrap();
     let checkout = tempfile::Builder::new()
-        .prefix("segmint-fresh-")
-        .tempdir()
+        .prefix("fresh-")
+        .tempdir_in(&quickstart_dir)
         .unwrap();
-    for item in ["Cargo.toml", "Cargo.lock", "README.md"] {
-        std::fs::copy(root.join(item), checkout.path().join(item)).unwrap();
-    }
-    for dir in ["src", "crates", "sql", "config", "benches"] {
-        copy_tree(&root.join(dir), &checkout.path().join(dir));
-    }
+    copy_tree(&root.join("config"), &checkout.path().join("config"));
+    assert!(
+        !checkout.path().join("data").exists(),
+        "a fresh checkout has no data/"
+    );
 
     let port = free_port();
+    let mut quick_start = Command::new("sh");
+    // A user's shell, not this test's environment: the variables cargo and nextest set
+    // for a test (CARGO_PKG_*, CARGO_MANIFEST_DIR, LD_LIBRARY_PATH, NEXTEST_*, …) would
+    // make cargo build segmint again rather than use the build `scripts/bench` uses.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let tool = (name.starts_with("CARGO") && name != "CARGO_HOME")
+            || name.starts_with("NEXTEST")
+            || name.starts_with("__NEXTEST")
+            || name.starts_with("RUST_TEST")
+            || name == "LD_LIBRARY_PATH"
+            || name == "OUT_DIR";
+        if tool {
+            quick_start.env_remove(&*name);
+        }
+    }
     let mut server = ChildGuard(
-        Command::new("sh")
+        quick_start
             // `exec`: the shell becomes cargo, and `cargo run` in turn becomes segmint,
             // so the child is the server itself and SIGTERM reaches it directly.
             .args(["-c", &format!("exec {command}")])
             .current_dir(checkout.path())
-            // Shares the build cache so that only segmint itself is compiled again.
+            // This repository's build directory, as cargo would choose it here.
             .env("CARGO_TARGET_DIR", root.join("target"))
             .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
             .env_remove("SEGMINT_CONFIG")
