@@ -1,6 +1,7 @@
 //! The servers and databases of the run: starting, signalling and inspecting them.
 
 use super::*;
+use common::row_sql;
 
 /// One `segmint serve` process slot: a fixed port and log, the process restarted in it.
 pub(crate) struct Server {
@@ -163,9 +164,7 @@ impl Engine {
 
     /// `max_id|version|step|delta|remainder` of a biz row.
     pub(crate) fn row(&self, biz: &str) -> String {
-        self.sql(&format!(
-            "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
-        ))
+        self.sql(&row_sql(biz))
     }
 }
 

@@ -34,7 +34,7 @@ pub use maria::MariaServer;
 #[allow(unused_imports)]
 pub use pg::{
     Databases, Kind, PgCluster, check, cluster_dir, config, config_toml, config_toml_named,
-    config_toml_urls, free_port, hold, pg_bin, pg_command, raw_store, run_as,
+    config_toml_urls, free_port, hold, pg_bin, pg_command, raw_store, row_sql, run_as,
 };
 #[allow(unused_imports)]
 pub use process::{

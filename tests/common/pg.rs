@@ -349,7 +349,7 @@ impl PgCluster {
 
     /// `max_id,version` of a biz row, to see whether anything changed.
     pub fn row(&self, biz: &str) -> String {
-        self.psql(&format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
+        self.psql(&row_sql(biz))
     }
 
     /// The version of a biz row: how many segments were reserved from it.
@@ -441,6 +441,13 @@ fn make_template(making: &Path) {
 pub fn config_toml(clusters: &[&PgCluster], extra: &str) -> String {
     let urls: Vec<String> = clusters.iter().map(|c| c.url()).collect();
     config_toml_urls(&urls, extra)
+}
+
+/// `max_id|version|step|delta|remainder` of `biz`'s row, as SQL any engine runs.
+pub fn row_sql(biz: &str) -> String {
+    format!(
+        "SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"
+    )
 }
 
 /// As [`config_toml`], for databases at `urls` (PostgreSQL or `sqlite://` files).
@@ -646,7 +653,7 @@ impl Databases {
 
     /// `max_id|version|step|delta|remainder` of a biz row on database `i`.
     pub fn row(&self, i: usize, biz: &str) -> String {
-        self.sql(i, &format!("SELECT max_id, version, step, delta, remainder FROM tiny_id_info WHERE biz_type = '{biz}'"))
+        self.sql(i, &row_sql(biz))
     }
 
     /// Reservations made from the biz row on database `i`.
