@@ -125,6 +125,7 @@ fn bench(c: &mut Criterion) {
                 ),
                 format: Format::default(),
                 as_string: false,
+                period: None,
             };
             ordered.bench_function(name, |b| {
                 b.to_async(&rt).iter(|| async {

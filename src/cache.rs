@@ -11,9 +11,10 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::biz::BizTag;
-use crate::metrics::{BizCounts, BizStats};
+use crate::metrics::{BizCounts, BizStats, PeriodStats};
 use crate::rate::{RateTracker, runway, runway_duration};
-use crate::segment::{DoubleBuffer, Held, SegmentRange, plan_give_back};
+use crate::segment::{DoubleBuffer, Held, SegmentRange, Window, plan_give_back};
+use crate::shape::Periodic;
 use crate::step::{StepHint, StepReason};
 use crate::store::{Reservation, Store, StoreError};
 
@@ -41,6 +42,10 @@ pub struct Cache {
 
 struct Buffer {
     biz: BizTag,
+    /// For a biz whose counter restarts each period, the window of the period this
+    /// buffer issues: each segment is reserved within it. A new period gets a new
+    /// buffer; the old one's IDs are never issued after it.
+    window: Option<Window>,
     /// Plain mutex: held for arithmetic only, never across an await.
     state: Mutex<State>,
     /// Bumped after every fetch completes; requests waiting for a segment watch it.
@@ -93,13 +98,33 @@ impl Cache {
         }
     }
 
-    /// Runs `f` on the buffer of `biz`, created on first use.
-    fn with_buffer<R>(&self, biz: &BizTag, f: impl FnOnce(&Arc<Buffer>) -> R) -> R {
-        if let Some(b) = self.buffers.load().get(biz) {
-            return f(b);
-        }
+    /// Runs `f` on the buffer of `biz` for `window` (see [`Buffer::window`]), created
+    /// on first use. The buffer of a period is replaced by that of a later one, never
+    /// by an earlier one: once this server issues a period, its clock going back (or a
+    /// zone falling back over midnight) keeps it there.
+    fn with_buffer<R>(
+        &self,
+        biz: &BizTag,
+        window: Option<Window>,
+        f: impl FnOnce(&Arc<Buffer>) -> R,
+    ) -> R {
+        let serves = |b: &Buffer| match (b.window, window) {
+            (Some(have), Some(want)) => have.floor >= want.floor,
+            (None, None) | (Some(_), None) => true,
+            (None, Some(_)) => false,
+        };
+        let old = match self.buffers.load().get(biz) {
+            Some(b) if serves(b) => return f(b),
+            old => old.cloned(),
+        };
+        // The rates and the last step carry over to the next period's buffer: its
+        // first segment is sized for the load, as any other.
+        let sizing = old.map_or_else(Sizing::starting_now, |b| {
+            std::mem::replace(&mut *b.sizing.lock(), Sizing::starting_now())
+        });
         let fresh = Arc::new(Buffer {
             biz: biz.clone(),
+            window,
             state: Mutex::new(State {
                 buffer: DoubleBuffer::new(self.prefetch_percent),
                 last_error: None,
@@ -110,12 +135,17 @@ impl Cache {
             }),
             fetched: watch::Sender::new(0),
             counts: self.store.metrics().bizs().counts(biz),
-            sizing: Mutex::new(Sizing::starting_now()),
+            sizing: Mutex::new(sizing),
         });
-        // Another request may add the biz meanwhile: the first buffer stays.
+        // Another request may add the biz (or a later period) meanwhile: it stays.
         self.buffers.rcu(|buffers| {
             let mut buffers = HashMap::clone(buffers);
-            buffers.entry(biz.clone()).or_insert_with(|| fresh.clone());
+            match buffers.get(biz) {
+                Some(b) if serves(b) => {}
+                _ => {
+                    buffers.insert(biz.clone(), fresh.clone());
+                }
+            }
             buffers
         });
         f(self.buffers.load().get(biz).unwrap_or(&fresh))
@@ -135,11 +165,51 @@ impl Cache {
     /// The [`StoreError`] of the fetch it waited for, or [`StoreError::Unavailable`]
     /// when no segment arrived within the wait timeout.
     pub async fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, StoreError> {
+        self.take(biz, n, None).await
+    }
+
+    /// [`Cache::next_ids`] of a biz whose counter restarts each `period`: the period
+    /// this server's clock is in, or a later one this server issued already. When
+    /// every database has begun the next period (a server whose clock is ahead began
+    /// it), its IDs are issued: a period's IDs come from its window of the rows alone,
+    /// so whichever clock is right, none is issued twice.
+    ///
+    /// # Errors
+    /// As [`Cache::next_ids`]; [`StoreError::PeriodFull`] when the period's counter is
+    /// used up.
+    pub async fn next_ids_in(
+        &self,
+        biz: &BizTag,
+        n: usize,
+        period: &Periodic,
+    ) -> Result<Vec<i64>, StoreError> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let mut code = period.code_at(now_ms);
+        let mut result = self.take(biz, n, Some(period.window(code))).await;
+        for _ in 0..2 {
+            if !matches!(result, Err(StoreError::PeriodPassed(_))) {
+                break;
+            }
+            code = period.next(code);
+            result = self.take(biz, n, Some(period.window(code))).await;
+        }
+        result
+    }
+
+    /// `n` IDs of `biz` from its buffer for `window`.
+    async fn take(
+        &self,
+        biz: &BizTag,
+        n: usize,
+        window: Option<Window>,
+    ) -> Result<Vec<i64>, StoreError> {
         let mut ids = Vec::with_capacity(n);
         let mut waited = false;
         loop {
             // Nothing of the buffer is held across the wait but the receiver.
-            let step = self.with_buffer(biz, |buffer| {
+            let step = self.with_buffer(biz, window, |buffer| {
                 let (step, fetch) = buffer.serve(n, &mut ids, waited);
                 // Started only once the state's lock is released: nothing that can
                 // panic runs under it, and the fetch's guard, which takes the lock when
@@ -283,7 +353,9 @@ impl Cache {
             (hint, runway_duration(cached, rate))
         };
         tokio::spawn(async move {
-            let result = store.reserve(&buffer.biz, Some(hint), runway).await;
+            let result = store
+                .reserve_in(&buffer.biz, Some(hint), runway, buffer.window)
+                .await;
             guard.disarm();
             if let Ok(r) = &result {
                 buffer.reserved(&store, r, hint);
@@ -297,12 +369,22 @@ impl Buffer {
     /// The biz's figures; brings its count of IDs issued up to date. Takes `state`,
     /// then `sizing`, never both at once.
     fn stats(&self, policy: &crate::step::StepPolicy) -> BizStats {
-        let (cached_ids, issued) = {
+        let (cached_ids, issued, period) = {
             let mut state = self.state.lock();
             self.counts
                 .issued(state.issued.saturating_sub(state.reported));
             state.reported = state.issued;
-            (state.buffer.remaining(), state.issued)
+            // This buffer is the period's: its counts are the period's.
+            let period = self.window.map(|w| {
+                let top = state.origins.iter().map(|o| o.0.max_id()).max();
+                PeriodStats {
+                    issued: state.issued,
+                    counter_ratio: top.map_or(0.0, |top| {
+                        (top - w.floor) as f64 / (w.ceiling - w.floor).max(1) as f64
+                    }),
+                }
+            });
+            (state.buffer.remaining(), state.issued, period)
         };
         let sizing = self.sizing.lock();
         let (rate, peak_rate) = (sizing.rates.rate(), sizing.rates.peak());
@@ -321,6 +403,7 @@ impl Buffer {
             cached_ids,
             runway_seconds: runway.is_finite().then_some(runway),
             issued,
+            period,
         }
     }
 

@@ -140,7 +140,7 @@ enum DbCommand {
 #[derive(Subcommand)]
 enum BizCommand {
     /// Add a biz to every database.
-    Add(BizAdd),
+    Add(Box<BizAdd>),
     /// List the biz rows of every database.
     List,
 }
@@ -190,6 +190,20 @@ struct BizAdd {
     /// JavaScript); formatted IDs always are.
     #[arg(long)]
     ids_as_strings: bool,
+    /// IDs with the date, whose counter restarts each period: text (as a prefix holds),
+    /// the date fields {yyyy}, {MM} and {dd}, and the counter {seq:0N} (N digits of
+    /// --base), e.g. 'ORD{yyyy}{MM}{dd}{seq:06}'. The fields name the period: with
+    /// {dd} a day, with {MM} a month, {yyyy} alone a year. The counter starts at
+    /// --start each period.
+    #[arg(long, value_name = "PATTERN", conflicts_with_all = ["prefix", "width"])]
+    format: Option<String>,
+    /// How often the counter restarts: the period --format's fields name (daily,
+    /// monthly, yearly), said again as a check; `none` without --format.
+    #[arg(long)]
+    reset: Option<String>,
+    /// The IANA time zone whose calendar decides the periods (Asia/Shanghai, UTC).
+    #[arg(long, default_value = "UTC")]
+    zone: String,
 }
 
 impl BizAdd {
@@ -202,6 +216,9 @@ impl BizAdd {
             .map_err(|e| format!("--order: {e}"))?;
         let base = segmint::shape::Base::from_radix(self.base)
             .ok_or_else(|| format!("--base: must be 10, 36 or 62, got {}", self.base))?;
+        if let Some(period) = self.period(base, order)? {
+            return Ok(Some(period));
+        }
         let format = segmint::shape::Format::new(&self.prefix, self.width, base, self.check)
             .map_err(|e| match e {
                 segmint::shape::FormatError::Width(_) => format!("--width: {e}"),
@@ -224,7 +241,67 @@ impl BizAdd {
             base: i32::try_from(self.base).unwrap_or(10),
             check_char: self.check,
             as_string: self.ids_as_strings,
+            period: String::new(),
         }))
+    }
+
+    /// The shape row of a biz whose counter restarts each period (`--format`), if
+    /// one is asked for.
+    fn period(
+        &self,
+        base: segmint::shape::Base,
+        order: segmint::shape::IdOrder,
+    ) -> std::result::Result<Option<ShapeRow>, String> {
+        let reset = match self.reset.as_deref().map(segmint::shape::Reset::parse) {
+            Some(Err(e)) => return Err(format!("--reset: {e}")),
+            Some(Ok(r)) => r,
+            None => None,
+        };
+        let Some(pattern) = &self.format else {
+            return match reset {
+                Some(_) => Err("--reset: a counter that restarts needs --format with the date, e.g. 'ORD{yyyy}{MM}{dd}{seq:06}'".into()),
+                None => Ok(None),
+            };
+        };
+        if order != segmint::shape::IdOrder::Sequential {
+            return Err(
+                "--format: a counter that restarts each period is sequential; leave --order out"
+                    .into(),
+            );
+        }
+        let format = segmint::shape::Format::with_pattern(pattern, base, self.check)
+            .map_err(|e| format!("--format: {e}"))?;
+        let Some((named, _)) = format.period() else {
+            return Err("--format: it has no date field".into());
+        };
+        let reset = match (self.reset.as_deref(), reset) {
+            (Some(_), None) => {
+                return Err(
+                    "--reset: none does not go with --format, whose date fields name a period"
+                        .into(),
+                );
+            }
+            (_, Some(r)) => r,
+            (None, None) => named,
+        };
+        let spec = format!("{};{};{};{pattern}", reset.name(), self.zone, self.start);
+        segmint::store::period_of(&spec, base, self.check).map_err(|e| {
+            if e.contains("time zone") {
+                format!("--zone: {e}")
+            } else if e.contains("counter starts") {
+                format!("--start: {e}")
+            } else if e.contains("reset needs") {
+                format!("--reset: {e}")
+            } else {
+                format!("--format: {e}")
+            }
+        })?;
+        Ok(Some(ShapeRow::periodic(
+            spec,
+            i32::try_from(format.width()).unwrap_or(0),
+            i32::try_from(self.base).unwrap_or(10),
+            self.check,
+        )))
     }
 }
 

@@ -891,6 +891,7 @@ async fn shape_rows_are_replaced_whole(kind: Kind) {
         base: 36,
         check_char: true,
         as_string: false,
+        period: format!("daily;Asia/Shanghai;{width};ORD{{yyyy}}{{MM}}{{dd}}{{seq:06}}"),
     };
     raw.put_shape(&shape("o", "shuffled", 8)).await.unwrap();
     raw.put_shape(&shape("a", "sequential", 0)).await.unwrap();

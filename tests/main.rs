@@ -38,6 +38,7 @@ mod mysql_ops;
 mod mysql_tls;
 mod observability;
 mod operator;
+mod periods;
 mod preload;
 mod quickstart;
 mod shapes;

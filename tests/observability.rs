@@ -388,6 +388,7 @@ async fn promtool_accepts_metrics_and_rules() {
     let pg = PgCluster::start();
     let config = config(&[&pg], SNOWFLAKE);
     let token = setup_biz(&config, BIZ, 100, false).await;
+    setup_daily_tick(&config).await;
     let app = spawn_app(config).await;
 
     let mut issued = 0;
@@ -591,6 +592,7 @@ async fn a_fresh_server_exports_every_series_the_dashboard_and_rules_name() {
     let pg = PgCluster::start();
     let config = config(&[&pg], SNOWFLAKE);
     setup_biz(&config, BIZ, 100, false).await;
+    setup_daily_tick(&config).await;
     let app = spawn_app(config).await;
 
     let (status, text) = app.get("/metrics").await;
@@ -866,6 +868,7 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         &format!("step_max = 20\n{SNOWFLAKE}\nprotocol = {{ silent_ms = 3600000 }}"),
     );
     let token = setup_biz(&config, BIZ, 10, false).await;
+    let tick = setup_daily_tick(&config).await;
     let app = shared(spawn_app(config).await);
     let (rules, alert_names) = rules_for_test();
     let prometheus = Prometheus::start(app.base.trim_start_matches("http://"), &rules, None).await;
@@ -883,6 +886,9 @@ async fn prometheus_evaluates_every_panel_and_alert() {
         .await;
     let served = load.served.load(Ordering::Relaxed);
     assert!(served > 0, "no request was served under load");
+    // 90 of the 99 numbers a two-digit daily counter holds: SegmintPeriodCounterHigh.
+    let (status, body) = app.get_v1("/v1/ids/tick?count=90", Some(&tick)).await;
+    assert_eq!(status, 200, "{body}");
     // pg0 goes back in time (a restore from backup): it is fenced, and stays so while
     // it is down, which SegmintDatabaseFenced needs.
     block_in_place(|| {

@@ -9,44 +9,13 @@ use crate::common;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use common::cli::{config_file, segmint_cli, segmint_ok};
+use common::cli::{CliCluster, segmint_cli};
 use common::http::{Remote, Resp, Target, Via, bearer, compat, tinyid_params, v1};
 use common::*;
 
 /// Segments of a fixed size, so that a segment is exactly one block of the shuffled
 /// order.
 const STEP: i64 = 100_000;
-
-struct Setup {
-    dbs: Databases,
-    toml: String,
-    file: tempfile::NamedTempFile,
-}
-
-impl Setup {
-    fn start() -> Setup {
-        let dbs = Databases::start(Kind::Postgres, 2);
-        let toml = config_toml_urls(&dbs.urls(), "adaptive_step = false");
-        let file = config_file(&toml);
-        segmint_ok(file.path(), &["migrate"], &[]);
-        Setup { dbs, toml, file }
-    }
-
-    /// `biz add NAME --step STEP extra…`; a token for it.
-    fn add(&self, name: &str, extra: &[&str]) -> String {
-        let step = STEP.to_string();
-        let mut args = vec!["biz", "add", name, "--step", &step];
-        args.extend_from_slice(extra);
-        segmint_ok(self.file.path(), &args, &[]);
-        segmint_ok(self.file.path(), &["token", "add", "--biz", name], &[])
-            .trim()
-            .to_owned()
-    }
-
-    fn decode(&self, biz: &str, id: &str) -> String {
-        segmint_ok(self.file.path(), &["id", "decode", biz, id], &[])
-    }
-}
 
 /// `/v1/ids/{biz}?count=N` as JSON values (numbers or strings).
 async fn v1_values(
@@ -87,10 +56,10 @@ fn increasing_share(ids: &[i64]) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_ids_per_order_from_two_servers_are_unique_and_keep_their_classes() {
-    let setup = Setup::start();
-    let seq = setup.add("seq", &[]);
-    let shuf = setup.add("shuf", &["--order", "shuffled", "--odd"]);
-    let opq = setup.add("opq", &["--order", "opaque", "--domain", "js"]);
+    let setup = CliCluster::start("adaptive_step = false");
+    let seq = setup.add("seq", STEP, &[]);
+    let shuf = setup.add("shuf", STEP, &["--order", "shuffled", "--odd"]);
+    let opq = setup.add("opq", STEP, &["--order", "opaque", "--domain", "js"]);
     let a = ServerProcess::start(&setup.toml).await;
     let b = ServerProcess::start(&setup.toml).await;
     let servers = [
@@ -160,10 +129,11 @@ async fn a_million_ids_per_order_from_two_servers_are_unique_and_keep_their_clas
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn formats_write_strings_that_decode_back() {
-    let setup = Setup::start();
-    let sms = setup.add("sms", &["--prefix", "sms_", "--width", "12"]);
+    let setup = CliCluster::start("adaptive_step = false");
+    let sms = setup.add("sms", STEP, &["--prefix", "sms_", "--width", "12"]);
     let code = setup.add(
         "code",
+        STEP,
         &[
             "--order",
             "opaque",
@@ -176,7 +146,7 @@ async fn formats_write_strings_that_decode_back() {
             "7",
         ],
     );
-    let plain = setup.add("plain", &[]);
+    let plain = setup.add("plain", STEP, &[]);
     let server = ServerProcess::start(&setup.toml).await;
     let remote = server.remote(Duration::from_secs(10));
 
@@ -242,8 +212,8 @@ async fn formats_write_strings_that_decode_back() {
 /// without the key): Tinyid's segment routes answer code 6, the v1 route 409.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn segments_of_keyed_orders_are_refused() {
-    let setup = Setup::start();
-    let shuf = setup.add("shuf", &["--order", "shuffled"]);
+    let setup = CliCluster::start("adaptive_step = false");
+    let shuf = setup.add("shuf", STEP, &["--order", "shuffled"]);
     let app = ServerProcess::start(&setup.toml).await;
     let remote = app.remote(Duration::from_secs(10));
     let r: Resp = compat(
@@ -280,7 +250,7 @@ async fn segments_of_keyed_orders_are_refused() {
 /// Bad flags name the flag and change nothing.
 #[test]
 fn bad_shapes_are_refused_and_change_nothing() {
-    let setup = Setup::start();
+    let setup = CliCluster::start("adaptive_step = false");
     for (args, mentions) in [
         (vec!["--order", "random"], "--order"),
         (
@@ -291,6 +261,29 @@ fn bad_shapes_are_refused_and_change_nothing() {
         (vec!["--base", "16"], "--base"),
         (vec!["--width", "3"], "--width"),
         (vec!["--order", "opaque", "--domain", "digits:3"], "domain"),
+        (vec!["--reset", "daily"], "--reset"),
+        (vec!["--format", "ORD{MM}{seq:04}"], "--format"),
+        (
+            vec!["--format", "ORD{yyyy}{seq:04}", "--reset", "daily"],
+            "--reset",
+        ),
+        (
+            vec!["--format", "ORD{yyyy}{seq:04}", "--reset", "hourly"],
+            "--reset",
+        ),
+        (
+            vec!["--format", "{yyyy}{MM}{dd}{seq:06}", "--zone", "Mars/Base"],
+            "--zone",
+        ),
+        (
+            vec!["--format", "{yyyy}{seq:02}", "--start", "100"],
+            "--start",
+        ),
+        (
+            vec!["--format", "{yyyy}{seq:04}", "--order", "shuffled"],
+            "--format",
+        ),
+        (vec!["--format", "{yyyy}{MM}{dd}{seq:011}"], "--format"),
     ] {
         let mut all = vec!["biz", "add", "bad", "--step", "1000"];
         all.extend_from_slice(&args);

@@ -7,8 +7,8 @@
 use crate::by_kind;
 use crate::common;
 
+use common::clock::ShiftedClock;
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::cli::{config_file, segmint_ok};
@@ -396,58 +396,6 @@ async fn a_database_down_under_a_lease_moves_the_server_to_the_other_database() 
     assert!(failed >= 1.0, "failed renewals are counted: {failed}");
 }
 
-/// libfaketime, installed by `scripts/test` (Debian's `faketime`).
-fn faketime_lib() -> PathBuf {
-    let lib = PathBuf::from(format!(
-        "/usr/lib/{}-linux-gnu/faketime/libfaketime.so.1",
-        std::env::consts::ARCH
-    ));
-    assert!(
-        lib.exists(),
-        "{} is missing: install Debian's faketime (scripts/test does)",
-        lib.display()
-    );
-    lib
-}
-
-/// A server whose wall clock is shifted by the offset in a file the test rewrites
-/// (`+0`, `-0.004`, `-3` seconds); its monotonic clock stays true, so timers work.
-struct ShiftedClock {
-    file: tempfile::NamedTempFile,
-}
-
-impl ShiftedClock {
-    fn new(offset: &str) -> ShiftedClock {
-        let clock = ShiftedClock {
-            file: tempfile::NamedTempFile::new().unwrap(),
-        };
-        clock.set(offset);
-        clock
-    }
-
-    fn set(&self, offset: &str) {
-        std::fs::write(self.file.path(), format!("{offset}\n")).unwrap();
-    }
-
-    fn env(&self, lib: &Path) -> Vec<(String, String)> {
-        vec![
-            ("LD_PRELOAD".into(), lib.display().to_string()),
-            (
-                "FAKETIME_TIMESTAMP_FILE".into(),
-                self.file.path().display().to_string(),
-            ),
-            ("FAKETIME_NO_CACHE".into(), "1".into()),
-            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-        ]
-    }
-
-    async fn server(&self, setup: &Setup) -> ServerProcess {
-        let env = self.env(&faketime_lib());
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        ServerProcess::start_with_env(&setup.toml, &env).await
-    }
-}
-
 /// The clock steps back by 4 ms (waited out: IDs keep increasing) and by 3 s (503
 /// with `Retry-After`, a log line and the clock-back metric until the clock has
 /// caught up; then IDs above every earlier one).
@@ -455,7 +403,7 @@ impl ShiftedClock {
 async fn clock_steps_back_are_waited_out_or_refused_until_caught_up() {
     let setup = Setup::start(1, FAST_LEASES);
     let clock = ShiftedClock::new("+0");
-    let process = clock.server(&setup).await;
+    let process = clock.server(&setup.toml).await;
     let server = process.remote(Duration::from_secs(5));
     let mut all = first_snowflakes(&server, &setup.token).await;
     all.extend(try_snowflakes(&server, &setup.token, 100).await.unwrap());
@@ -510,7 +458,7 @@ async fn a_restart_with_the_clock_behind_waits_for_the_recorded_timestamp() {
         r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 2000, renew_ms = 150, grace_ms = 300 }"#,
     );
     let clock = ShiftedClock::new("+0");
-    let mut server = clock.server(&setup).await;
+    let mut server = clock.server(&setup.toml).await;
     let remote = server.remote(Duration::from_secs(5));
     let mut before = first_snowflakes(&remote, &setup.token).await;
     before.extend(try_snowflakes(&remote, &setup.token, 1000).await.unwrap());
@@ -521,7 +469,7 @@ async fn a_restart_with_the_clock_behind_waits_for_the_recorded_timestamp() {
         "the worker ID was not released at the stop:\n{log}"
     );
     clock.set("-5");
-    let restarted_process = clock.server(&setup).await;
+    let restarted_process = clock.server(&setup.toml).await;
     let restarted = restarted_process.remote(Duration::from_secs(5));
     let started = Instant::now();
     let mut behind = 0;

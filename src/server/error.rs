@@ -64,6 +64,9 @@ impl ApiError {
                 StoreError::Moving(_) => "layout_change",
                 StoreError::Unavailable(_) => "unavailable",
                 StoreError::Refused(_) => "bad_request",
+                StoreError::PeriodFull { .. } => "period_exhausted",
+                StoreError::PeriodPassed(_) => "period_passed",
+                StoreError::Periodic(_) => "segments_unavailable",
             },
             ApiError::Conflict { code, .. } => code,
             ApiError::Snowflake(e) => match e {
@@ -109,6 +112,8 @@ impl ResponseError for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
                 StoreError::Refused(_) => StatusCode::BAD_REQUEST,
+                StoreError::PeriodFull { .. } | StoreError::Periodic(_) => StatusCode::CONFLICT,
+                StoreError::PeriodPassed(_) => StatusCode::SERVICE_UNAVAILABLE,
             },
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Snowflake(e) => match e {

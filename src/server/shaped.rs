@@ -39,7 +39,10 @@ impl AppState {
         n: usize,
     ) -> Result<(Vec<i64>, Option<Arc<BizShape>>), ApiError> {
         let shape = self.shape_of(biz).await?;
-        let mut ids = self.cache.next_ids(biz, n).await?;
+        let mut ids = match shape.as_ref().and_then(|s| s.period.as_ref()) {
+            Some(period) => self.cache.next_ids_in(biz, n, period).await?,
+            None => self.cache.next_ids(biz, n).await?,
+        };
         if let Some(shape) = &shape {
             shape.order_ids(&mut ids).map_err(|e| ApiError::Conflict {
                 code: "id_space_exhausted",
@@ -54,9 +57,13 @@ impl AppState {
     /// leak them).
     ///
     /// # Errors
-    /// 409 `segments_unavailable` for a shuffled or opaque biz.
+    /// 409 `segments_unavailable` for a shuffled or opaque biz, and for one whose
+    /// counter restarts each period (a segment would outlast its period).
     pub async fn check_segments(&self, biz: &BizTag) -> Result<(), ApiError> {
         match self.shape_of(biz).await? {
+            Some(shape) if shape.period.is_some() => {
+                Err(StoreError::Periodic(biz.to_string()).into())
+            }
             Some(shape) if shape.ordering.order() != IdOrder::Sequential => {
                 Err(ApiError::Conflict {
                     code: "segments_unavailable",

@@ -125,10 +125,21 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     } else {
         Vec::new()
     };
+    let periodic: Vec<&str> = idle
+        .iter()
+        .copied()
+        .filter(|biz| {
+            catalog
+                .shape_of(biz)
+                .flatten()
+                .is_some_and(|s| s.period.is_some())
+        })
+        .collect();
     let view = BizView {
         known,
         in_use: &in_use,
         idle: &idle,
+        periodic: &periodic,
     };
     let text = metrics.render(&view, &databases);
     HttpResponse::Ok()

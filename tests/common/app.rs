@@ -26,6 +26,25 @@ pub async fn setup_biz(config: &Config, biz: &str, step: i64, odd: bool) -> Stri
     store.add_token(&biz, "test").await.unwrap().0
 }
 
+/// Biz `tick`, whose two-digit counter restarts each day in a zone where it is now
+/// about noon; its token.
+pub async fn setup_daily_tick(config: &segmint::config::Config) -> String {
+    let store = segmint::store::Store::connect(config).unwrap();
+    let (zone, _) = super::clock::noon_zone();
+    let shape = segmint::store::ShapeRow::periodic(
+        format!("daily;{zone};1;T{{yyyy}}{{MM}}{{dd}}{{seq:02}}"),
+        2,
+        10,
+        false,
+    );
+    let biz = segmint::biz::BizTag::parse("tick").unwrap();
+    store
+        .add_shaped_biz(&biz, 10, 1, None, "", Some(shape))
+        .await
+        .unwrap();
+    store.add_token(&biz, "test").await.unwrap().0
+}
+
 /// Adds a token for `biz` (which must exist).
 pub async fn add_token(config: &Config, biz: &str) -> String {
     let store = Store::connect(config).unwrap();

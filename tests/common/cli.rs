@@ -144,3 +144,37 @@ impl CliProcess {
         .await
     }
 }
+
+/// Two PostgreSQL databases, a configuration file naming them (with `extra` settings)
+/// and their schema, for tests that drive `segmint` commands and servers.
+pub struct CliCluster {
+    pub dbs: super::Databases,
+    pub toml: String,
+    pub file: tempfile::NamedTempFile,
+}
+
+impl CliCluster {
+    pub fn start(extra: &str) -> CliCluster {
+        let dbs = super::Databases::start(super::Kind::Postgres, 2);
+        let toml = super::config_toml_urls(&dbs.urls(), extra);
+        let file = config_file(&toml);
+        segmint_ok(file.path(), &["migrate"], &[]);
+        CliCluster { dbs, toml, file }
+    }
+
+    /// `biz add NAME --step STEP extra…`; a token for it.
+    pub fn add(&self, name: &str, step: i64, extra: &[&str]) -> String {
+        let step = step.to_string();
+        let mut args = vec!["biz", "add", name, "--step", &step];
+        args.extend_from_slice(extra);
+        segmint_ok(self.file.path(), &args, &[]);
+        segmint_ok(self.file.path(), &["token", "add", "--biz", name], &[])
+            .trim()
+            .to_owned()
+    }
+
+    /// `id decode BIZ ID`'s output.
+    pub fn decode(&self, biz: &str, id: &str) -> String {
+        segmint_ok(self.file.path(), &["id", "decode", biz, id], &[])
+    }
+}

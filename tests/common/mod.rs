@@ -10,6 +10,7 @@
 pub mod app;
 pub mod by_kind;
 pub mod cli;
+pub mod clock;
 pub mod http;
 pub mod ids;
 pub mod layout;
@@ -26,7 +27,10 @@ pub mod wait;
 
 // The chaos run's binary includes this harness too and uses only part of it.
 #[allow(unused_imports)]
-pub use app::{TestApp, add_token, read, run_app, setup_biz, shared, spawn_app, spawn_app_at_once};
+pub use app::{
+    TestApp, add_token, read, run_app, setup_biz, setup_daily_tick, shared, spawn_app,
+    spawn_app_at_once,
+};
 #[allow(unused_imports)]
 pub use ids::assert_unique;
 #[allow(unused_imports)]

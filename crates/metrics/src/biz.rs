@@ -63,6 +63,19 @@ pub struct BizStats {
     pub runway_seconds: Option<f64>,
     /// IDs issued since the server started.
     pub issued: u64,
+    /// For a biz whose counter restarts each period: this period's figures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<PeriodStats>,
+}
+
+/// A period's figures for a biz whose counter restarts each period.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct PeriodStats {
+    /// IDs this server issued in the period.
+    pub issued: u64,
+    /// How far into the counter's range (from its start to its last value) the
+    /// highest segment this server reserved in the period reaches: 1 is used up.
+    pub counter_ratio: f64,
 }
 
 impl BizStats {
@@ -78,6 +91,7 @@ impl BizStats {
             cached_ids: 0,
             runway_seconds: Some(0.0),
             issued: 0,
+            period: None,
         }
     }
 }
@@ -147,6 +161,9 @@ pub struct BizView<'a> {
     /// Bizs to give series too, at zero unless in use: the whole catalog when it has
     /// no more than `max_bizs` bizs, else none.
     pub idle: &'a [&'a str],
+    /// Of those, the bizs whose counter restarts each period: their period gauges
+    /// are at zero too until a period begins here.
+    pub periodic: &'a [&'a str],
 }
 
 /// Which bizs the last scrape gave series of their own.
@@ -176,6 +193,8 @@ pub struct BizMetrics {
     recommended: IntGaugeVec,
     cached: IntGaugeVec,
     runway: GaugeVec,
+    period_issued: IntGaugeVec,
+    period_ratio: GaugeVec,
     step_choices: IntCounterVec,
     given_back: IntCounterVec,
     wasted: IntCounterVec,
@@ -240,6 +259,16 @@ impl BizMetrics {
             runway: gauge(
                 "segmint_biz_runway_seconds",
                 "Seconds the cache lasts at the current rate (+Inf when idle)",
+            ),
+            period_issued: int_gauge(
+                "segmint_biz_period_issued",
+                "IDs issued by this server in the current period (bizs whose counter \
+                 restarts each period)",
+            ),
+            period_ratio: gauge(
+                "segmint_biz_period_used_ratio",
+                "Share of the period's counter range reached by this server's highest \
+                 segment (1: used up until the next period)",
             ),
             step_choices: counter(
                 "segmint_step_choices_total",
@@ -407,10 +436,15 @@ impl BizMetrics {
     }
 
     fn remove_state_gauges(&self, label: &str) {
-        for family in [&self.rate, &self.peak, &self.runway] {
+        for family in [&self.rate, &self.peak, &self.runway, &self.period_ratio] {
             let _ = family.remove_label_values(&[label]);
         }
-        for family in [&self.step, &self.recommended, &self.cached] {
+        for family in [
+            &self.step,
+            &self.recommended,
+            &self.cached,
+            &self.period_issued,
+        ] {
             let _ = family.remove_label_values(&[label]);
         }
     }
@@ -493,7 +527,14 @@ impl BizMetrics {
             }
         }
         for idle in own.iter().filter(|b| !in_use.contains(**b)) {
-            self.set_gauges(&BizStats::idle(idle));
+            let mut stats = BizStats::idle(idle);
+            if view.periodic.contains(idle) {
+                stats.period = Some(PeriodStats {
+                    issued: 0,
+                    counter_ratio: 0.0,
+                });
+            }
+            self.set_gauges(&stats);
         }
         match other {
             Some((rate, peak, cached)) => {
@@ -538,5 +579,11 @@ impl BizMetrics {
         self.runway
             .with_label_values(&l)
             .set(s.runway_seconds.unwrap_or(f64::INFINITY));
+        if let Some(p) = s.period {
+            self.period_issued
+                .with_label_values(&l)
+                .set(i64::try_from(p.issued).unwrap_or(i64::MAX));
+            self.period_ratio.with_label_values(&l).set(p.counter_ratio);
+        }
     }
 }

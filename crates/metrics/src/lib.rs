@@ -30,7 +30,7 @@ mod snowflake;
 
 use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
 
-pub use biz::{BizCounts, BizMetrics, BizStats, BizView, OTHER_BIZ};
+pub use biz::{BizCounts, BizMetrics, BizStats, BizView, OTHER_BIZ, PeriodStats};
 pub use database::{DatabaseMetrics, DatabaseState, DatabasesMetrics, FetchOutcome};
 pub use http::HttpMetrics;
 pub use layout::LayoutMetrics;
@@ -183,6 +183,7 @@ mod tests {
             known: bizs.len(),
             in_use: bizs,
             idle: &[],
+            periodic: &[],
         }
     }
 
@@ -297,6 +298,7 @@ mod tests {
             known: 3,
             in_use: &[busy("z-quiet", 0.0)],
             idle: &["a-idle", "b-client", "z-quiet"],
+            periodic: &[],
         };
         let text = m.render(&view, &[]);
         assert!(
@@ -346,6 +348,7 @@ mod tests {
                 known: 1,
                 in_use: &[],
                 idle: &["order"],
+                periodic: &[],
             },
             &[],
         );
@@ -389,6 +392,7 @@ mod tests {
             cached_ids: 900,
             runway_seconds: None,
             issued: 100,
+            period: None,
         };
         let text = m.render(
             &in_use(&[stats]),
@@ -487,6 +491,7 @@ mod tests {
                 known: 1,
                 in_use: &[],
                 idle: &["order"],
+                periodic: &[],
             },
             &[DatabaseState {
                 name: "pg-a".into(),

@@ -10,7 +10,7 @@ use super::{BizRow, CatalogRows, FeedPosition, ShapeRow, StoreError, TokenRow};
 use crate::biz::TokenDigest;
 use crate::name::Name;
 use crate::segment::Residue;
-use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering};
+use crate::shape::{self, Base, BizShape, Format, Ordering as IdOrdering, Periodic, Reset};
 use crate::store::evidence::{ByBiz, Mark};
 
 /// The rows of one database, as last read: each catalog read replaces them (a full
@@ -1016,13 +1016,63 @@ pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
         .and_then(Base::from_radix)
         .ok_or_else(|| format!("base {} is not 10, 36 or 62", row.base))?;
     let width = u32::try_from(row.width).map_err(|_| format!("width {} is negative", row.width))?;
-    let format =
-        Format::new(&row.prefix, width, base, row.check_char).map_err(|e| e.to_string())?;
+    if row.period.is_empty() {
+        let format =
+            Format::new(&row.prefix, width, base, row.check_char).map_err(|e| e.to_string())?;
+        return Ok(BizShape {
+            ordering: IdOrdering::new(order, key, within),
+            format,
+            as_string: row.as_string,
+            period: None,
+        });
+    }
+    let (format, period) = period_of(&row.period, base, row.check_char)?;
+    if order != shape::IdOrder::Sequential {
+        return Err("a counter that restarts each period is sequential".into());
+    }
     Ok(BizShape {
         ordering: IdOrdering::new(order, key, within),
         format,
-        as_string: row.as_string,
+        as_string: true,
+        period: Some(period),
     })
+}
+
+/// The format and periods `spec` (`reset;zone;start;pattern`) describes, the
+/// pattern's counter in `base`.
+///
+/// # Errors
+/// Why the spec is invalid.
+pub fn period_of(spec: &str, base: Base, check: bool) -> Result<(Format, Periodic), String> {
+    let mut parts = spec.splitn(4, ';');
+    let mut next = || {
+        parts
+            .next()
+            .ok_or("its period is not reset;zone;start;pattern")
+    };
+    let (reset, zone, start, pattern) = (next()?, next()?, next()?, next()?);
+    let reset = Reset::parse(reset)?.ok_or("its period names no reset")?;
+    let start = start
+        .parse::<i64>()
+        .map_err(|_| format!("the counter's start `{start}` is not a number"))?;
+    let format = Format::with_pattern(pattern, base, check).map_err(|e| e.to_string())?;
+    let Some((named, modulus)) = format.period() else {
+        return Err("its period has no pattern".into());
+    };
+    if named != reset {
+        return Err(format!(
+            "a {} reset needs {} in its format, and `{pattern}` has the fields of a {} one",
+            reset.name(),
+            match reset {
+                Reset::Daily => "{yyyy}, {MM} and {dd}",
+                Reset::Monthly => "{yyyy} and {MM}, without {dd}",
+                Reset::Yearly => "{yyyy}, without {MM} or {dd}",
+            },
+            named.name()
+        ));
+    }
+    let period = Periodic::new(reset, zone, modulus, start)?;
+    Ok((format, period))
 }
 
 #[cfg(test)]

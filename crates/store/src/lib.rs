@@ -29,7 +29,7 @@ use std::borrow::Cow;
 
 use async_trait::async_trait;
 
-pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at};
+pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, period_of};
 pub use clock::{Clock, RuntimeClock};
 pub use cluster::import::ImportReport;
 pub use cluster::layout::LayoutReport;
@@ -123,6 +123,32 @@ pub struct ShapeRow {
     pub check_char: bool,
     /// Whether the v1 API writes the IDs as JSON strings.
     pub as_string: bool,
+    /// How the counter restarts: empty for never, else `reset;zone;start;pattern`
+    /// (see `catalog::biz_shape`).
+    pub period: String,
+}
+
+impl ShapeRow {
+    /// The shape row of a sequential biz whose counter restarts each period, as
+    /// `spec` (`reset;zone;start;pattern`) says, its counter `width` digits of `base`;
+    /// its key, block and restriction are filled in when the biz is added.
+    pub fn periodic(spec: String, width: i32, base: i32, check_char: bool) -> ShapeRow {
+        ShapeRow {
+            biz_type: String::new(),
+            id_order: "sequential".to_owned(),
+            block: 1,
+            domain: i64::MAX,
+            within_delta: 1,
+            within_remainder: 0,
+            key: String::new(),
+            prefix: String::new(),
+            width,
+            base,
+            check_char,
+            as_string: true,
+            period: spec,
+        }
+    }
 }
 
 /// One `segmint_worker_lease` row: a snowflake worker ID and who holds it, with the
@@ -403,6 +429,20 @@ pub enum StoreError {
     /// Refused as asked (an admin operation, mostly): why, what, and what to do.
     #[error("{0}")]
     Refused(Refusal),
+    #[error(
+        "biz `{biz}`: the counter of period {period} is used up on every database; its format's counter holds {modulus} values, and IDs resume in the next period"
+    )]
+    PeriodFull {
+        biz: String,
+        period: String,
+        modulus: i64,
+    },
+    #[error("biz `{0}`: a later period has begun on every database")]
+    PeriodPassed(String),
+    #[error(
+        "biz `{0}` restarts its counter each period: its IDs are issued one at a time by the server (nextId, /v1/ids), never as segments"
+    )]
+    Periodic(String),
 }
 
 impl StoreError {
@@ -417,6 +457,9 @@ impl StoreError {
             StoreError::Moving(_) => "moving",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Refused(_) => "refused",
+            StoreError::PeriodFull { .. } => "period_full",
+            StoreError::PeriodPassed(_) => "period_passed",
+            StoreError::Periodic(_) => "periodic",
         }
     }
 
@@ -445,6 +488,13 @@ impl StoreError {
                 "check that the databases answer (`segmint db list`) and that the configuration names them"
             }
             StoreError::Refused(r) => r.hint.as_deref()?,
+            StoreError::PeriodFull { .. } => {
+                "the format's {seq} is too narrow for the biz's busiest period: add a biz with a wider one (the `segmint_biz_period_used_ratio` alert warns before)"
+            }
+            StoreError::PeriodPassed(_) => {
+                "this server's clock is behind the others': check its time synchronisation"
+            }
+            StoreError::Periodic(_) => "take IDs from nextId or /v1/ids/{biz}",
         }))
     }
 

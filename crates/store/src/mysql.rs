@@ -797,13 +797,14 @@ impl SegmentStore for MyStore {
             conn.exec_drop(
                 format!(
                     "INSERT INTO segmint_biz_shape ({SHAPE_COLUMNS})
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                      ON DUPLICATE KEY UPDATE id_order = VALUES(id_order), block = VALUES(block),
                          domain = VALUES(domain), within_delta = VALUES(within_delta),
                          within_remainder = VALUES(within_remainder),
                          shape_key = VALUES(shape_key), prefix = VALUES(prefix),
                          width = VALUES(width), base = VALUES(base),
-                         check_char = VALUES(check_char), as_string = VALUES(as_string)"
+                         check_char = VALUES(check_char), as_string = VALUES(as_string),
+                         period_spec = VALUES(period_spec)"
                 ),
                 mysql_async::Params::Positional(vec![
                     r.biz_type.into(),
@@ -818,6 +819,7 @@ impl SegmentStore for MyStore {
                     r.base.into(),
                     r.check_char.into(),
                     r.as_string.into(),
+                    r.period.into(),
                 ]),
             )
             .await

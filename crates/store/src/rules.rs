@@ -78,6 +78,11 @@ macro_rules! migrations {
                 "token_lookup",
                 include_str!(concat!("../../../sql/", $dialect, "/0010_token_lookup.sql")),
             ),
+            (
+                11,
+                "biz_period",
+                include_str!(concat!("../../../sql/", $dialect, "/0011_biz_period.sql")),
+            ),
         ]
     };
 }
@@ -112,7 +117,7 @@ pub(crate) fn migration_name(&(version, name, _): &Migration) -> String {
 pub(crate) const BIZ_COLUMNS: &str = "biz_type, begin_id, max_id, step, delta, remainder, version, description, layout_epoch, frozen, claimed_by";
 /// The columns of `segmint_biz_shape` in the order [`shape_row`] reads them.
 pub(crate) const SHAPE_COLUMNS: &str = "biz_type, id_order, block, domain, within_delta, within_remainder, \
-     shape_key, prefix, width, base, check_char, as_string";
+     shape_key, prefix, width, base, check_char, as_string, period_spec";
 /// The stored columns of `segmint_worker_lease` in the order [`lease_row`] reads them;
 /// the database's clock follows them in every statement that returns a lease.
 pub(crate) const LEASE_COLUMNS: &str = "worker_id, holder, version, expires_ms, last_ms, bound_ms";
@@ -165,6 +170,7 @@ pub(crate) fn shape_row<C: Cells>(r: &C) -> Result<ShapeRow, C::Error> {
         base: r.int32(9)?,
         check_char: r.flag(10)?,
         as_string: r.flag(11)?,
+        period: r.text(12)?,
     })
 }
 

@@ -414,14 +414,15 @@ impl SegmentStore for SqliteStore {
                 tx.execute(
                     &format!(
                         "INSERT INTO segmint_biz_shape ({SHAPE_COLUMNS})
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
                          ON CONFLICT (biz_type) DO UPDATE SET id_order = excluded.id_order,
                              block = excluded.block, domain = excluded.domain,
                              within_delta = excluded.within_delta,
                              within_remainder = excluded.within_remainder,
                              shape_key = excluded.shape_key, prefix = excluded.prefix,
                              width = excluded.width, base = excluded.base,
-                             check_char = excluded.check_char, as_string = excluded.as_string"
+                             check_char = excluded.check_char, as_string = excluded.as_string,
+                             period_spec = excluded.period_spec"
                     ),
                     params![
                         r.biz_type,
@@ -435,7 +436,8 @@ impl SegmentStore for SqliteStore {
                         r.width,
                         r.base,
                         r.check_char,
-                        r.as_string
+                        r.as_string,
+                        r.period
                     ],
                 )
             })

@@ -9,12 +9,14 @@ mod chain;
 mod give_back;
 mod range;
 mod residue;
+mod window;
 
 pub use buffer::DoubleBuffer;
 pub use chain::{Chain, MAX_SEGMENT_IDS, MAX_TAKE, SLOTS, Take};
 pub use give_back::{GiveBack, Held, plan_give_back};
 pub use range::{Cursor, SegmentRange};
 pub use residue::Residue;
+pub use window::{Window, WindowMiss};
 
 /// Why a residue class or segment is invalid.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

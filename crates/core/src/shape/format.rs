@@ -2,6 +2,13 @@
 //! 62 zero-padded to a fixed width, and an optional check character (Damm's algorithm
 //! in base 10, Luhn mod N in bases 36 and 62) that catches a mistyped character.
 //! Encoding is a bijection: [`Format::decode`] gives back the number.
+//!
+//! A pattern (`ORD{yyyy}{MM}{dd}{seq:06}`) places date fields beside the counter, for
+//! a biz whose counter restarts each period ([`super::period`]): the number is then the
+//! period's code times the counter's modulus plus the counter, and the fields write
+//! both.
+
+use super::period::Reset;
 
 /// Characters a prefix may hold.
 fn prefix_char(c: char) -> bool {
@@ -95,6 +102,32 @@ pub enum FormatError {
     Negative(i64),
     #[error("`{0}` is not an ID of this format: {1}")]
     Malformed(String, &'static str),
+    #[error("pattern `{0}`: {1}")]
+    Pattern(String, &'static str),
+    #[error("ID {0} holds no date of its period: it was never issued in this format")]
+    NoPeriod(i64),
+}
+
+/// One piece of a pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Piece {
+    /// Characters written as they are: `from..to` of the pattern's text.
+    Text(usize, usize),
+    Year,
+    Month,
+    Day,
+    /// The counter: `width` digits of the base.
+    Seq,
+}
+
+/// A parsed pattern: its text and pieces, and the period its date fields name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Pattern {
+    text: String,
+    pieces: Vec<Piece>,
+    reset: Reset,
+    /// The counter's base to the power of its width.
+    modulus: i64,
 }
 
 /// A biz's format; the default writes a plain decimal number.
@@ -106,6 +139,8 @@ pub struct Format {
     base: Base,
     /// Whether a check character follows the digits.
     check: bool,
+    /// Date fields around the counter, for a biz whose counter restarts each period.
+    pattern: Option<Pattern>,
 }
 
 impl Default for Format {
@@ -115,6 +150,7 @@ impl Default for Format {
             width: 0,
             base: Base::Ten,
             check: false,
+            pattern: None,
         }
     }
 }
@@ -136,7 +172,104 @@ impl Format {
             width: width as usize,
             base,
             check,
+            pattern: None,
         })
+    }
+
+    /// A format written by `pattern`: characters a prefix may hold, the date fields
+    /// `{yyyy}`, `{MM}` and `{dd}`, and the counter `{seq:0N}` (`N` digits of `base`),
+    /// e.g. `ORD{yyyy}{MM}{dd}{seq:06}`. The fields name the period: `{dd}` a day
+    /// (with `{yyyy}` and `{MM}`), `{MM}` a month (with `{yyyy}`), `{yyyy}` alone a
+    /// year; the counter is written once. A check character, if any, follows
+    /// everything, computed over the fields.
+    ///
+    /// # Errors
+    /// [`FormatError::Pattern`] saying what is wrong.
+    pub fn with_pattern(pattern: &str, base: Base, check: bool) -> Result<Format, FormatError> {
+        let bad = |why| FormatError::Pattern(pattern.chars().take(80).collect(), why);
+        if pattern.len() > 64 {
+            return Err(bad("it is longer than 64 characters"));
+        }
+        let mut pieces = Vec::new();
+        let mut width = 0usize;
+        let mut rest = pattern;
+        let mut at = 0;
+        while !rest.is_empty() {
+            if let Some(field) = rest.strip_prefix('{') {
+                let end = field.find('}').ok_or_else(|| bad("a `{` is not closed"))?;
+                let piece = match &field[..end] {
+                    "yyyy" => Piece::Year,
+                    "MM" => Piece::Month,
+                    "dd" => Piece::Day,
+                    seq => {
+                        let digits = seq
+                            .strip_prefix("seq:0")
+                            .ok_or_else(|| bad("fields are {yyyy}, {MM}, {dd} and {seq:0N}"))?;
+                        width = digits
+                            .parse::<usize>()
+                            .ok()
+                            .filter(|w| (1..=18).contains(w))
+                            .ok_or_else(|| bad("{seq:0N} needs N from 1 to 18"))?;
+                        Piece::Seq
+                    }
+                };
+                if pieces.contains(&piece) {
+                    return Err(bad("a field is written twice"));
+                }
+                pieces.push(piece);
+                at += end + 2;
+                rest = &field[end + 1..];
+            } else {
+                let len = rest.find('{').unwrap_or(rest.len());
+                if !rest[..len].chars().all(prefix_char) {
+                    return Err(bad(
+                        "text between fields holds letters, digits, '_' or '-' only",
+                    ));
+                }
+                pieces.push(Piece::Text(at, at + len));
+                at += len;
+                rest = &rest[len..];
+            }
+        }
+        let has = |p| pieces.contains(&p);
+        if !has(Piece::Seq) {
+            return Err(bad("it has no {seq:0N}"));
+        }
+        let reset = match (has(Piece::Year), has(Piece::Month), has(Piece::Day)) {
+            (true, true, true) => Reset::Daily,
+            (true, true, false) => Reset::Monthly,
+            (true, false, false) => Reset::Yearly,
+            _ => {
+                return Err(bad(
+                    "date fields name a period: {yyyy}{MM}{dd}, {yyyy}{MM} or {yyyy}",
+                ));
+            }
+        };
+        let modulus = i64::from(base.radix())
+            .checked_pow(width as u32)
+            .ok_or_else(|| bad("{seq} is too wide for a 63-bit ID"))?;
+        Ok(Format {
+            prefix: String::new(),
+            width,
+            base,
+            check,
+            pattern: Some(Pattern {
+                text: pattern.to_owned(),
+                pieces,
+                reset,
+                modulus,
+            }),
+        })
+    }
+
+    /// The pattern this format was written with, if any.
+    pub fn pattern(&self) -> Option<&str> {
+        self.pattern.as_ref().map(|p| p.text.as_str())
+    }
+
+    /// The period the pattern's date fields name, and the counter's modulus.
+    pub fn period(&self) -> Option<(Reset, i64)> {
+        self.pattern.as_ref().map(|p| (p.reset, p.modulus))
     }
 
     /// Whether IDs are written as plain decimal numbers (no prefix, padding, base or
@@ -167,6 +300,9 @@ impl Format {
     /// [`FormatError::TooWide`] when `id` needs more digits than the width (never
     /// cut), [`FormatError::Negative`] for a negative `id`.
     pub fn encode(&self, id: i64) -> Result<String, FormatError> {
+        if let Some(p) = &self.pattern {
+            return self.encode_pattern(p, id);
+        }
         let mut n = u64::try_from(id).map_err(|_| FormatError::Negative(id))?;
         let radix = u64::from(self.base.radix());
         let digits = self.base.digits();
@@ -203,12 +339,112 @@ impl Format {
         Ok(out)
     }
 
+    /// `id` written by pattern `p`: its period's date and its counter.
+    fn encode_pattern(&self, p: &Pattern, id: i64) -> Result<String, FormatError> {
+        if id < 0 {
+            return Err(FormatError::Negative(id));
+        }
+        let (code, counter) = (id / p.modulus, id % p.modulus);
+        let day = p.reset.first_day(code).ok_or(FormatError::NoPeriod(id))?;
+        let digits = Format::new("", self.width as u32, self.base, false)?.encode(counter)?;
+        let mut out = String::with_capacity(p.text.len() + self.width + 1);
+        let mut body = String::with_capacity(self.width + 9);
+        for piece in &p.pieces {
+            let field = match *piece {
+                Piece::Text(from, to) => {
+                    out.push_str(&p.text[from..to]);
+                    continue;
+                }
+                Piece::Year => format!("{:04}", day.year()),
+                Piece::Month => format!("{:02}", day.month()),
+                Piece::Day => format!("{:02}", day.day()),
+                Piece::Seq => digits.clone(),
+            };
+            out.push_str(&field);
+            body.push_str(&field);
+        }
+        if self.check {
+            out.push(char::from(
+                self.base.digits()[self.check_value(body.as_bytes()) as usize],
+            ));
+        }
+        Ok(out)
+    }
+
+    /// The ID `text` stands for, written by pattern `p`.
+    fn decode_pattern(&self, p: &Pattern, text: &str) -> Result<i64, FormatError> {
+        let bad = |why| FormatError::Malformed(text.chars().take(80).collect(), why);
+        let mut rest = text;
+        let mut body = String::new();
+        let (mut year, mut month, mut day, mut counter) = (0i64, 1i64, 1i64, 0i64);
+        for piece in &p.pieces {
+            let len = match *piece {
+                Piece::Text(from, to) => {
+                    rest = rest
+                        .strip_prefix(&p.text[from..to])
+                        .ok_or_else(|| bad("its text around the fields differs"))?;
+                    continue;
+                }
+                Piece::Year => 4,
+                Piece::Month | Piece::Day => 2,
+                Piece::Seq => self.width,
+            };
+            let field = rest
+                .get(..len)
+                .ok_or_else(|| bad("it has the wrong number of characters"))?;
+            rest = &rest[len..];
+            body.push_str(field);
+            if *piece == Piece::Seq {
+                counter = Format::new("", self.width as u32, self.base, false)?
+                    .decode(field)
+                    .map_err(|_| bad("its counter has a character outside the base"))?;
+            } else {
+                let n = field
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| field.parse::<i64>().ok())
+                    .flatten()
+                    .ok_or_else(|| bad("a date field has a character other than a digit"))?;
+                match piece {
+                    Piece::Year => year = n,
+                    Piece::Month => month = n,
+                    _ => day = n,
+                }
+            }
+        }
+        if self.check {
+            let mut chars = rest.bytes();
+            let expected = self.base.digits()[self.check_value(body.as_bytes()) as usize];
+            if chars.next() != Some(expected) {
+                return Err(bad(
+                    "its check character is wrong: a character was mistyped",
+                ));
+            }
+            rest = &rest[1..];
+        }
+        if !rest.is_empty() {
+            return Err(bad("it has characters after the last field"));
+        }
+        let code = match p.reset {
+            Reset::Daily => year * 10_000 + month * 100 + day,
+            Reset::Monthly => year * 100 + month,
+            Reset::Yearly => year,
+        };
+        if p.reset.first_day(code).is_none() {
+            return Err(bad("its date is not a date"));
+        }
+        Ok(code * p.modulus + counter)
+    }
+
     /// The ID `text` stands for.
     ///
     /// # Errors
     /// [`FormatError::Malformed`] when `text` lacks the prefix, has characters outside
     /// the base, the wrong width, a wrong check character, or is out of range.
     pub fn decode(&self, text: &str) -> Result<i64, FormatError> {
+        if let Some(p) = &self.pattern {
+            return self.decode_pattern(p, text);
+        }
         let bad = |why| FormatError::Malformed(text.chars().take(80).collect(), why);
         let body = text
             .strip_prefix(self.prefix.as_str())
@@ -379,7 +615,78 @@ mod tests {
         }
     }
 
+    #[test]
+    fn patterns_write_the_date_and_the_counter() {
+        let f = Format::with_pattern("ORD{yyyy}{MM}{dd}{seq:06}", Base::Ten, false).unwrap();
+        assert_eq!(f.period(), Some((Reset::Daily, 1_000_000)));
+        assert_eq!(f.encode(20261125000123).unwrap(), "ORD20261125000123");
+        assert_eq!(f.decode("ORD20261125000123"), Ok(20261125000123));
+        let m = Format::with_pattern("INV-{seq:05}-{MM}{yyyy}", Base::ThirtySix, true).unwrap();
+        assert_eq!(m.period(), Some((Reset::Monthly, 36_i64.pow(5))));
+        let id = 202611 * 36_i64.pow(5) + 12345;
+        let text = m.encode(id).unwrap();
+        assert!(text.starts_with("INV-009ix-112026"), "{text}");
+        assert_eq!(m.decode(&text), Ok(id));
+        assert!(matches!(
+            f.encode(20261132000001),
+            Err(FormatError::NoPeriod(_))
+        ));
+        for bad in [
+            "ORD20261125",
+            "ORD2026112500012",
+            "ORD202611250001234",
+            "ORX20261125000123",
+            "ORD20261131000123",
+            "ORD2026a125000123",
+        ] {
+            assert!(f.decode(bad).is_err(), "{bad}");
+        }
+        let wrong = m.encode(id).unwrap().replace("ix", "xi");
+        assert!(m.decode(&wrong).is_err());
+    }
+
+    #[test]
+    fn bad_patterns_are_refused() {
+        for bad in [
+            "ORD{yyyy}{MM}{dd}",
+            "{MM}{dd}{seq:04}",
+            "{yyyy}{dd}{seq:04}",
+            "{yyyy}{seq:4}",
+            "{yyyy}{seq:00}",
+            "{yyyy}{seq:019}",
+            "{yyyy}{yyyy}{seq:04}",
+            "{yyyy}{seq:04",
+            "a b{yyyy}{seq:04}",
+            "{yy}{seq:04}",
+        ] {
+            assert!(
+                Format::with_pattern(bad, Base::Ten, false).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Format::with_pattern("{yyyy}{seq:12}", Base::SixtyTwo, false).is_err());
+    }
+
     proptest! {
+        #[test]
+        fn patterns_round_trip(
+            day in 0i64..2_900_000,
+            counter in 0i64..1_000_000,
+            radix in prop::sample::select(vec![10u32, 36, 62]),
+            check in any::<bool>(),
+        ) {
+            let base = Base::from_radix(radix).unwrap();
+            let f = Format::with_pattern("X-{yyyy}{MM}{dd}-{seq:04}", base, check).unwrap();
+            let (_, modulus) = f.period().unwrap();
+            let date = jiff::civil::Date::constant(1970, 1, 1)
+                .checked_add(jiff::Span::new().days(day))
+                .unwrap();
+            let code = i64::from(date.year()) * 10_000 + i64::from(date.month()) * 100 + i64::from(date.day());
+            let id = code * modulus + counter % modulus;
+            let text = f.encode(id).unwrap();
+            prop_assert_eq!(f.decode(&text), Ok(id));
+        }
+
         #[test]
         fn formats_round_trip(
             id in 0i64..=i64::MAX,

@@ -5,10 +5,12 @@
 
 pub mod format;
 pub mod order;
+pub mod period;
 pub mod permutation;
 
 pub use format::{Base, Format, FormatError};
 pub use order::{IdOrder, OrderError, Ordering};
+pub use period::{Periodic, Reset};
 pub use permutation::Permutation;
 
 /// Everything about how one biz's IDs look.
@@ -20,13 +22,19 @@ pub struct BizShape {
     pub format: Format,
     /// Whether the v1 API writes them as JSON strings even when the format is plain.
     pub as_string: bool,
+    /// When its counter restarts each period: the periods, and the windows of the
+    /// rows each one owns (its format's pattern writes the date).
+    pub period: Option<Periodic>,
 }
 
 impl BizShape {
     /// Whether the IDs are issued as reserved and written as plain numbers: nothing
     /// to apply.
     pub fn is_plain(&self) -> bool {
-        self.ordering.order() == IdOrder::Sequential && self.format.is_plain() && !self.as_string
+        self.ordering.order() == IdOrder::Sequential
+            && self.format.is_plain()
+            && !self.as_string
+            && self.period.is_none()
     }
 
     /// Whether the v1 API writes the IDs as strings.

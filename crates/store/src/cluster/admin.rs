@@ -206,9 +206,13 @@ impl Store {
                     }
                     _ => last_of_first_segment,
                 };
-                look.format
-                    .encode(widest)
-                    .map_err(|e| refuse(format!("--width is too small for the biz's IDs: {e}")))?;
+                // A periodic counter's room was checked with its period (below the
+                // modulus, the last period's IDs within 63 bits).
+                if look.period.is_none() {
+                    look.format.encode(widest).map_err(|e| {
+                        refuse(format!("--width is too small for the biz's IDs: {e}"))
+                    })?;
+                }
                 Some(row)
             }
         };
@@ -309,7 +313,17 @@ impl Store {
             report.push(format!(
                 "biz `{biz}`: {} IDs, written {}",
                 shape.id_order,
-                if shape.prefix.is_empty()
+                if let Some((reset, zone, start, pattern)) = period_parts(&shape.period) {
+                    format!(
+                        "as {pattern} in base {}{}, the counter restarting {reset} at {start} ({zone})",
+                        shape.base,
+                        if shape.check_char {
+                            " with a check character"
+                        } else {
+                            ""
+                        }
+                    )
+                } else if shape.prefix.is_empty()
                     && shape.width == 0
                     && shape.base == 10
                     && !shape.check_char
@@ -550,4 +564,10 @@ fn audit_fence(name: &str, raised: &[Witness]) {
     let bizs: Vec<&str> = raised.iter().map(|w| w.biz.as_str()).collect();
     let changed: &[&str] = if raised.is_empty() { &[] } else { &[name] };
     audit("db fence", &bizs.join(","), "", changed);
+}
+
+/// The parts of a shape row's period spec (`reset;zone;start;pattern`), if it has one.
+fn period_parts(spec: &str) -> Option<(&str, &str, &str, &str)> {
+    let mut parts = spec.splitn(4, ';');
+    Some((parts.next()?, parts.next()?, parts.next()?, parts.next()?))
 }

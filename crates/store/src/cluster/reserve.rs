@@ -10,15 +10,16 @@ use rand::seq::SliceRandom;
 use super::Store;
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
-use crate::segment::{Residue, SegmentRange};
+use crate::segment::{Residue, SegmentRange, Window, WindowMiss};
 use crate::step::{StepHint, StepReason, StepRequest};
 use crate::store::Clock;
 use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
 use crate::store::{BizRow, DbError, StoreError, Verdict};
 
-/// The classes the catalog knows of a biz's rows, and their layout epoch.
-type Known<'a> = (&'a [(usize, Residue)], i64);
+/// The classes the catalog knows of a biz's rows, their layout epoch, and the window
+/// of the row's IDs a reservation keeps to, if any.
+type Known<'a> = (&'a [(usize, Residue)], i64, Option<Window>);
 
 /// Compare-and-set attempts on one database before trying another.
 const CAS_ATTEMPTS: usize = 3;
@@ -95,6 +96,9 @@ enum Attempt {
     Stale,
     /// The biz cannot be served from this row; trying elsewhere will not help.
     Refused(StoreError),
+    /// The row has no ID left in the window asked for: its period's counter is used up
+    /// ([`WindowMiss::Full`]) or a later period has begun on it ([`WindowMiss::Passed`]).
+    Window(WindowMiss),
 }
 
 impl Store {
@@ -109,8 +113,25 @@ impl Store {
         hint: Option<StepHint>,
         runway: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
+        self.reserve_in(biz, hint, runway, None).await
+    }
+
+    /// [`Store::reserve`] within `window` of the row's IDs, if given: the one way to
+    /// reserve for a biz whose counter restarts each period (one window a period).
+    ///
+    /// # Errors
+    /// As [`Store::reserve_for`]; [`StoreError::PeriodFull`] when no database has an
+    /// ID left in the window, [`StoreError::PeriodPassed`] when every database that
+    /// answered is past it.
+    pub async fn reserve_in(
+        &self,
+        biz: &BizTag,
+        hint: Option<StepHint>,
+        runway: Option<Duration>,
+        window: Option<Window>,
+    ) -> Result<Reservation, StoreError> {
         let request = hint.map_or(StepRequest::Row, StepRequest::Adaptive);
-        self.reserve_for(biz, request, runway).await
+        self.reserve_windowed(biz, request, runway, window).await
     }
 
     /// Reserves the next segment of `biz` on a random live database, advancing its row
@@ -128,6 +149,19 @@ impl Store {
         request: StepRequest,
         runway: Option<Duration>,
     ) -> Result<Reservation, StoreError> {
+        self.reserve_windowed(biz, request, runway, None).await
+    }
+
+    /// [`Store::reserve_for`] within `window`, if given. A biz whose counter restarts
+    /// each period is reserved for within a window only: a segment beyond one would
+    /// take IDs of a later period.
+    async fn reserve_windowed(
+        &self,
+        biz: &BizTag,
+        request: StepRequest,
+        runway: Option<Duration>,
+        window: Option<Window>,
+    ) -> Result<Reservation, StoreError> {
         let mut catalog = self.catalog();
         if catalog.biz(biz.as_str()).is_none() {
             catalog = self.look_up(biz.as_str(), None).await;
@@ -143,10 +177,20 @@ impl Store {
             if let Some(refused) = &entry.refused {
                 return Err(StoreError::clone(refused));
             }
+            let periodic = entry.shape.as_ref().is_some_and(|s| s.period.is_some());
+            if periodic && window.is_none() {
+                return Err(StoreError::Periodic(biz.to_string()));
+            }
             let hedge = self.hedge_delay(runway);
             let started = self.clock.now();
             match self
-                .reserve_pass(biz, request, (&entry.classes, entry.epoch), deadline, hedge)
+                .reserve_pass(
+                    biz,
+                    request,
+                    (&entry.classes, entry.epoch, window),
+                    deadline,
+                    hedge,
+                )
                 .await
             {
                 Err(StoreError::Contention(_)) if self.clock.now() < deadline => {
@@ -224,7 +268,7 @@ impl Store {
             .collect();
         order.shuffle(&mut rand::rng());
         let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
-        let mut moving = 0;
+        let (mut moving, mut full, mut passed) = (0, 0, 0);
         // One round-trip tracker per database, declared before the attempts borrow them.
         let trips: Vec<RoundTrip> = (0..self.dbs.list.len())
             .map(|_| RoundTrip::new(&self.clock))
@@ -282,6 +326,8 @@ impl Store {
                 Ok(Attempt::Missing) => missing += 1,
                 Ok(Attempt::Contended) => contended += 1,
                 Ok(Attempt::Moving | Attempt::Stale) => moving += 1,
+                Ok(Attempt::Window(WindowMiss::Full)) => full += 1,
+                Ok(Attempt::Window(WindowMiss::Passed)) => passed += 1,
                 Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
                 Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
                 // A transaction that lost to another is a lost race: retried.
@@ -295,6 +341,15 @@ impl Store {
             StoreError::Moving(biz.to_string())
         } else if contended > 0 {
             StoreError::Contention(biz.to_string())
+        } else if passed > 0 && failed.is_empty() {
+            StoreError::PeriodPassed(biz.to_string())
+        } else if full > 0 && failed.is_empty() {
+            let (period, modulus) = self.period_named(biz, known.2);
+            StoreError::PeriodFull {
+                biz: biz.to_string(),
+                period,
+                modulus,
+            }
         } else if missing > 0 && failed.is_empty() {
             StoreError::NotFound(biz.to_string())
         } else if failed.is_empty() {
@@ -357,7 +412,9 @@ impl Store {
                 db.outcome(FetchOutcome::Ok);
                 self.dbs.note_fetch(took);
             }
-            Ok(Attempt::Missing | Attempt::Refused(_)) => db.outcome(FetchOutcome::Refused),
+            Ok(Attempt::Missing | Attempt::Refused(_) | Attempt::Window(_)) => {
+                db.outcome(FetchOutcome::Refused)
+            }
             // Each lost compare-and-set was counted as it happened.
             Ok(Attempt::Contended | Attempt::Moving | Attempt::Stale) => {}
             Err(e) if e.verdict() == Verdict::Transient => db.outcome(FetchOutcome::Conflict),
@@ -373,7 +430,7 @@ impl Store {
         i: usize,
         biz: &BizTag,
         request: StepRequest,
-        (known, epoch): Known<'_>,
+        (known, epoch, window): Known<'_>,
         trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
         let db = &self.dbs.list[i];
@@ -426,9 +483,15 @@ impl Store {
                     residue.delta()
                 )));
             }
-            let range = match SegmentRange::after(row.max_id, step, residue) {
+            // The segment of `step` IDs after the row, in the window if one is asked.
+            let cut = |residue: Residue| match window {
+                Some(w) => w.range(row.max_id, step, residue).map_err(Some),
+                None => SegmentRange::after(row.max_id, step, residue).map_err(|_| None),
+            };
+            let range = match cut(residue) {
                 Ok(r) => r,
-                Err(_) => {
+                Err(Some(miss)) => return Ok(Attempt::Window(miss)),
+                Err(None) => {
                     return Ok(Attempt::Refused(StoreError::Overflow {
                         biz: biz.to_string(),
                         database: db.name.clone(),
@@ -455,7 +518,7 @@ impl Store {
             // the segment is issued from the class the row has now, checked again.
             let range = match self.checked_class(biz, i, &updated, known) {
                 Ok(r) if r == residue => range,
-                Ok(r) => match SegmentRange::after(row.max_id, step, r) {
+                Ok(r) => match cut(r) {
                     Ok(range) if step >= r.delta() => range,
                     _ => return Ok(refuse(format!("class changed to {r} during a reservation"))),
                 },
@@ -492,6 +555,18 @@ impl Store {
         match conflict(biz.as_str(), &self.dbs.names, &classes) {
             Some(e) => Err(e),
             None => Ok(residue),
+        }
+    }
+}
+
+impl Store {
+    /// The period `window` belongs to, as people write it, and the counter's modulus,
+    /// from the biz's shape (a placeholder if the catalog has lost it meanwhile).
+    fn period_named(&self, biz: &BizTag, window: Option<Window>) -> (String, i64) {
+        let shape = self.with_catalog(|c| c.shape_of(biz.as_str())).flatten();
+        match (shape.as_ref().and_then(|s| s.period.as_ref()), window) {
+            (Some(p), Some(w)) => (p.label(w.ceiling.div_euclid(p.modulus())), p.modulus()),
+            _ => ("(unknown)".into(), 0),
         }
     }
 }

@@ -22,6 +22,12 @@ pub struct Decoded {
     pub database: Option<String>,
     #[serde(skip)]
     pub class: Option<Residue>,
+    /// For a biz whose counter restarts each period: the period (`2026-11-25`) and
+    /// the counter within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counter: Option<i64>,
 }
 
 impl std::fmt::Display for Decoded {
@@ -38,6 +44,9 @@ impl std::fmt::Display for Decoded {
             f,
             "biz `{biz}` ({order}): {id} is the number {number}, sequential value {sequential} ("
         )?;
+        if let (Some(period), Some(counter)) = (&self.period, self.counter) {
+            write!(f, "period {period}, counter {counter}; ")?;
+        }
         match (&self.database, self.class) {
             (Some(db), Some(class)) => write!(f, "database \"{db}\", IDs ≡ {class})"),
             _ => write!(f, "no database's class holds it: not an ID of this biz)"),
@@ -68,10 +77,12 @@ impl Store {
                 (n, n)
             }
             Some(shape) => {
-                let n = shape
-                    .format
-                    .decode(text)
-                    .map_err(|e| refuse(e.to_string()))?;
+                // A periodic biz's number, as Tinyid's routes give it, reads too.
+                let n = match (shape.format.decode(text), &shape.period) {
+                    (Ok(n), _) => n,
+                    (Err(e), Some(_)) => text.parse::<i64>().map_err(|_| refuse(e.to_string()))?,
+                    (Err(e), None) => return Err(refuse(e.to_string())),
+                };
                 (
                     n,
                     shape
@@ -88,7 +99,18 @@ impl Store {
         let order = entry.shape.as_ref().map_or("sequential", |s| {
             crate::shape::order_name(s.ordering.order())
         });
+        let period = match entry.shape.as_ref().and_then(|s| s.period.as_ref()) {
+            Some(p) => {
+                let (code, counter) = p.split(number).ok_or_else(|| {
+                    refuse(format!("{number} holds no date: not an ID of this biz"))
+                })?;
+                Some((p.label(code), counter))
+            }
+            None => None,
+        };
         Ok(Decoded {
+            period: period.as_ref().map(|(label, _)| label.clone()),
+            counter: period.map(|(_, counter)| counter),
             biz: biz.to_string(),
             order,
             id: text.to_string(),

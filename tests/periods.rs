@@ -1,0 +1,394 @@
+//! Counters that restart each period, through real processes on two PostgreSQL
+//! databases: a rollover at midnight in the biz's zone under load from two servers
+//! whose clocks are 200 ms apart (libfaketime), also on a day a daylight-saving change
+//! skips midnight; a restart in the middle of a period; a counter that outgrows its
+//! width; and what every route does for such a biz.
+
+use crate::common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::cli::{CliCluster, segmint_cli, segmint_ok};
+use common::clock::{ShiftedClock, noon_zone};
+use common::http::{Remote, Target, Via, bearer, compat, metric, tinyid_params, v1};
+use common::*;
+
+/// `ORD`, the date, six digits of counter.
+const ORDER: &str = "ORD{yyyy}{MM}{dd}{seq:06}";
+
+/// `biz add NAME --step STEP --format PATTERN --zone ZONE`; a token for it.
+fn add(setup: &CliCluster, name: &str, step: i64, pattern: &str, zone: &str) -> String {
+    setup.add(name, step, &["--format", pattern, "--zone", zone])
+}
+
+/// Two databases with biz `name` (`pattern`, segments of `step`) in a zone where it is
+/// now about noon, and a server: the cluster, the biz's token, today's `yyyyMMdd`
+/// there and the server.
+async fn at_noon(
+    name: &str,
+    step: i64,
+    pattern: &str,
+) -> (CliCluster, String, String, ServerProcess) {
+    let setup = CliCluster::start("");
+    let (zone, ahead) = noon_zone();
+    let token = add(&setup, name, step, pattern, &zone);
+    let today = yyyymmdd(now_ms(), ahead);
+    let server = ServerProcess::start(&setup.toml).await;
+    (setup, token, today, server)
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// `/v1/ids/{biz}?count=N` as strings, or the response when it is not a 200.
+async fn formatted(
+    target: &impl Target,
+    biz: &str,
+    token: &str,
+    n: usize,
+) -> Result<Vec<String>, common::http::Resp> {
+    let r = v1(
+        target,
+        false,
+        &format!("/v1/ids/{biz}?count={n}"),
+        bearer(token),
+    )
+    .await;
+    if r.status != 200 {
+        return Err(r);
+    }
+    Ok(r.json()["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_str().expect("a formatted ID").to_owned())
+        .collect())
+}
+
+/// The date (`yyyyMMdd`) and counter of an `ORD…` ID.
+fn date_and_counter(id: &str) -> (&str, i64) {
+    assert!(id.len() == 17 && id.starts_with("ORD"), "{id}");
+    (&id[3..11], id[11..].parse().unwrap())
+}
+
+/// Two servers on clocks 200 ms apart issue `ORD…` IDs under load across the midnight
+/// at `midnight_ms` (the true instant the biz's zone begins the day `after`; `before`
+/// is the day before): no ID twice; each ID of the day its server's clock was in, or
+/// of the next day when a server whose clock is ahead had begun it on every database
+/// (200 ms early at most); both days' counters start low.
+async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
+    let setup = CliCluster::start("");
+    let token = add(&setup, "ord", 200, ORDER, zone);
+    // The servers start about a second apart; the midnight comes some 4 s after both
+    // answer. Server 0 is 200 ms ahead of server 1.
+    let lead_ms = 200;
+    let target_ms = now_ms() + 8_000;
+    let offset_ms = [midnight_ms - target_ms + lead_ms, midnight_ms - target_ms];
+    let clocks: Vec<ShiftedClock> = offset_ms
+        .iter()
+        .map(|&ms| ShiftedClock::ahead(ms as f64 / 1000.0))
+        .collect();
+    let mut servers = Vec::new();
+    for clock in &clocks {
+        servers.push(clock.server(&setup.toml).await);
+    }
+    let remotes: Vec<Remote> = servers
+        .iter()
+        .map(|s| s.remote(Duration::from_secs(10)))
+        .collect();
+    assert!(
+        now_ms() < target_ms - 2_000,
+        "the servers took too long to start: the rollover would be missed"
+    );
+    // Requests from 3 tasks per server until 3 s after midnight, each with the true
+    // times it was sent and answered.
+    let until = target_ms + 3_000;
+    let runs = remotes.iter().enumerate().flat_map(|(s, remote)| {
+        let token = token.clone();
+        (0..3).map(move |_| {
+            let token = token.clone();
+            async move {
+                let mut out = Vec::new();
+                while now_ms() < until {
+                    let sent = now_ms();
+                    let ids = formatted(remote, "ord", &token, 20).await;
+                    out.push((s, sent, now_ms(), ids));
+                }
+                out
+            }
+        })
+    });
+    let answers: Vec<_> = futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut seen = HashSet::new();
+    let mut per_day: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    let mut per_server_day: HashSet<(usize, String)> = HashSet::new();
+    for (s, sent, answered, ids) in &answers {
+        let ids = ids.as_ref().unwrap_or_else(|r| panic!("server {s}: {r:?}"));
+        // The server's clock during the request.
+        let (from, to) = (sent + offset_ms[*s], answered + offset_ms[*s]);
+        for id in ids {
+            assert!(seen.insert(id.clone()), "{id} issued twice");
+            let (day, counter) = date_and_counter(id);
+            let allowed = if day == before {
+                from < midnight_ms
+            } else if day == after {
+                to + lead_ms >= midnight_ms
+            } else {
+                false
+            };
+            assert!(
+                allowed,
+                "{id} from server {s}, whose clock read {from}..{to} (midnight at {midnight_ms})"
+            );
+            per_day.entry(day.to_owned()).or_default().push(counter);
+            per_server_day.insert((*s, day.to_owned()));
+        }
+    }
+    let days: Vec<&String> = per_day.keys().collect();
+    assert_eq!(days, [before, after], "both days issued");
+    for counters in per_day.values() {
+        let first = counters.iter().min().unwrap();
+        assert!(*first <= 2, "each day's counter starts at 1 or 2: {first}");
+    }
+    for s in 0..2 {
+        for day in [before, after] {
+            assert!(
+                per_server_day.contains(&(s, day.to_owned())),
+                "server {s} issued IDs of {day}"
+            );
+        }
+    }
+    println!(
+        "{} IDs in {} requests; {:?}",
+        seen.len(),
+        answers.len(),
+        per_day
+            .iter()
+            .map(|(d, c)| (d, c.len()))
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Midnight in Shanghai (16:00 UTC), the next one to come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn midnight_in_the_zone_under_load_from_two_servers_200_ms_apart() {
+    let day_ms = 86_400_000;
+    let now = now_ms();
+    // Shanghai has kept UTC+8 without daylight saving since 1991.
+    let midnight = (now + 8 * 3_600_000).div_euclid(day_ms) * day_ms + day_ms - 8 * 3_600_000;
+    let (before, after) = (yyyymmdd(midnight - 1, 8), yyyymmdd(midnight, 8));
+    rollover("Asia/Shanghai", midnight, &before, &after).await;
+}
+
+/// Santiago's clocks skip from 00:00 to 01:00 on 6 September 2026: that day begins at
+/// 01:00 local time (04:00 UTC), and the day before ends when its midnight would
+/// have been.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn midnight_skipped_by_a_daylight_saving_change() {
+    let begins = 1_788_667_200_000; // 2026-09-06T04:00:00Z
+    rollover("America/Santiago", begins, "20260905", "20260906").await;
+}
+
+/// `yyyyMMdd` of the instant `ms` in a zone `hours` ahead of UTC (civil from days, as
+/// in Howard Hinnant's algorithm).
+fn yyyymmdd(ms: i64, hours: i64) -> String {
+    let days = (ms + hours * 3_600_000).div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}")
+}
+
+/// Five batches of 77 `ord` IDs from `server`.
+async fn five_batches(server: &ServerProcess, token: &str) -> Vec<String> {
+    let remote = server.remote(Duration::from_secs(10));
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.extend(formatted(&remote, "ord", token, 77).await.unwrap());
+    }
+    ids
+}
+
+/// A server killed with `kill -9` in the middle of a period, then started again:
+/// its IDs continue above what was issued in each database's class, in the same day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_of_a_period_continues_above_what_was_issued() {
+    let (setup, token, today, mut server) = at_noon("ord", 100, ORDER).await;
+    let before = five_batches(&server, &token).await;
+    server.child.kill9();
+    let server = ServerProcess::start(&setup.toml).await;
+    let after = five_batches(&server, &token).await;
+    let top = |ids: &[String], parity: i64| {
+        ids.iter()
+            .map(|id| date_and_counter(id))
+            .inspect(|(day, _)| assert_eq!(*day, today))
+            .map(|(_, c)| c)
+            .filter(|c| c % 2 == parity)
+            .collect::<Vec<i64>>()
+    };
+    for parity in [0, 1] {
+        let (old, new) = (top(&before, parity), top(&after, parity));
+        let highest = old.iter().max().copied().unwrap_or(0);
+        assert!(
+            new.iter().all(|&c| c > highest),
+            "class {parity} mod 2 continues above {highest}: {new:?}"
+        );
+    }
+    let all: HashSet<&String> = before.iter().chain(&after).collect();
+    assert_eq!(all.len(), before.len() + after.len());
+}
+
+/// A counter of two digits: 99 IDs a day (1 to 99, both databases' classes), then
+/// 409 `period_exhausted` naming the period, never a wider or wrapped number; the
+/// rows stay inside the day's window; the metric the alert reads is at 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_that_outgrows_its_width_is_an_error() {
+    let (setup, token, today, server) = at_noon("tick", 10, "T{yyyy}{MM}{dd}{seq:02}").await;
+    let remote = server.remote(Duration::from_secs(10));
+    let mut ids = Vec::new();
+    let refused = loop {
+        match formatted(&remote, "tick", &token, 1).await {
+            Ok(batch) => ids.extend(batch),
+            Err(r) => break r,
+        }
+        assert!(ids.len() <= 99, "more IDs than the counter holds: {ids:?}");
+    };
+    assert_eq!(refused.status, 409, "{refused:?}");
+    assert_eq!(
+        refused.json()["error"]["code"],
+        "period_exhausted",
+        "{refused:?}"
+    );
+    let label = format!("{}-{}-{}", &today[..4], &today[4..6], &today[6..]);
+    assert!(refused.body.contains(&label), "{refused:?}");
+    let mut counters: Vec<i64> = ids
+        .iter()
+        .map(|id| {
+            assert!(
+                id.len() == 11 && id.starts_with(&format!("T{today}")),
+                "{id}"
+            );
+            id[9..].parse().unwrap()
+        })
+        .collect();
+    counters.sort();
+    assert_eq!(counters, (1..=99).collect::<Vec<i64>>());
+    // Refused again, and the rows never left the day's window.
+    let again = formatted(&remote, "tick", &token, 1).await.unwrap_err();
+    assert_eq!(again.status, 409, "{again:?}");
+    let ceiling: i64 = format!("{today}99").parse().unwrap();
+    for db in 0..2 {
+        let max_id: i64 = setup
+            .dbs
+            .sql(
+                db,
+                "SELECT max_id FROM tiny_id_info WHERE biz_type = 'tick'",
+            )
+            .parse()
+            .unwrap();
+        assert!(
+            max_id <= ceiling,
+            "database {db}: max_id {max_id} beyond {ceiling}"
+        );
+    }
+    assert_eq!(
+        metric(&remote, "segmint_biz_period_used_ratio{biz=\"tick\"}").await,
+        1.0
+    );
+    assert_eq!(
+        metric(&remote, "segmint_biz_period_issued{biz=\"tick\"}").await,
+        99.0
+    );
+}
+
+/// Tinyid's number routes answer the number behind each ID (the date, then the
+/// counter: `20261125000123`), which `id decode` reads as it reads the formatted ID;
+/// the segment routes refuse (a segment would outlast its period); the v1 route
+/// cannot answer numbers for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_says_what_it_does_for_a_periodic_biz() {
+    let (setup, token, today, server) = at_noon("ord", 1000, ORDER).await;
+    let remote = server.remote(Duration::from_secs(10));
+    let r = compat(
+        &remote,
+        "nextIdSimple",
+        Via::Get,
+        &tinyid_params("ord", &token, Some("3")),
+    )
+    .await;
+    let numbers = r.numbers();
+    assert_eq!(numbers.len(), 3, "{r:?}");
+    for n in &numbers {
+        assert!(
+            n.to_string().starts_with(&today) && n.to_string().len() == 14,
+            "{n}"
+        );
+    }
+    let decoded = segmint_ok(
+        setup.file.path(),
+        &["id", "decode", "ord", &numbers[0].to_string()],
+        &[],
+    );
+    let label = format!("{}-{}-{}", &today[..4], &today[4..6], &today[6..]);
+    assert!(
+        decoded.contains(&format!(
+            "period {label}, counter {}",
+            numbers[0] % 1_000_000
+        )),
+        "{decoded}"
+    );
+    let text = formatted(&remote, "ord", &token, 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let decoded = segmint_ok(
+        setup.file.path(),
+        &["id", "decode", "ord", &text, "--json"],
+        &[],
+    );
+    let doc: serde_json::Value = serde_json::from_str(&decoded).unwrap();
+    assert_eq!(doc["period"], label.as_str(), "{doc}");
+    assert_eq!(doc["counter"], date_and_counter(&text).1, "{doc}");
+    assert_eq!(
+        doc["number"].as_i64().unwrap().to_string(),
+        text[3..],
+        "{doc}"
+    );
+
+    let r = compat(
+        &remote,
+        "nextSegmentId",
+        Via::Get,
+        &tinyid_params("ord", &token, None),
+    )
+    .await;
+    assert_eq!(r.json()["code"], 6, "{r:?}");
+    assert!(r.body.contains("restarts its counter each period"), "{r:?}");
+    let r = v1(&remote, false, "/v1/segments/ord", bearer(&token)).await;
+    assert_eq!(r.status, 409, "{r:?}");
+    assert_eq!(r.json()["error"]["code"], "segments_unavailable", "{r:?}");
+    let r = v1(&remote, false, "/v1/ids/ord?as=number", bearer(&token)).await;
+    assert_eq!(r.status, 400, "{r:?}");
+    // A typo in a date field is caught.
+    let run = segmint_cli(
+        setup.file.path(),
+        &["id", "decode", "ord", "ORD20261331000001"],
+        &[],
+    );
+    assert!(!run.ok() && run.stderr.contains("not a date"), "{run:?}");
+}
