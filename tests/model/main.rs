@@ -20,7 +20,9 @@
 //! paused command may wake up, and safety must hold anyway); databases go down and
 //! come back; a row is restored from a backup (and `db fence` run after it); commands
 //! run at once, or with a configuration that names only some databases; an import
-//! creating the biz while a change starts; leases run out.
+//! creating the biz while a change starts; leases run out; servers' clocks reach the
+//! next period of a biz whose counter restarts each period at different moments (each
+//! reservation then in its period's window, `Window::range`).
 //!
 //! Each scenario is checked twice or more: with every safeguard on ([`Fixes::ALL`]),
 //! where the checker must find no counterexample (and must reach a finished change and

@@ -54,6 +54,11 @@ pub struct Fixes {
     /// A look at the biz before a server's first catalog read (`Store::look_up`)
     /// learns the biz's witnesses from the databases it reads (else only their rows).
     pub look_witnesses: bool,
+    /// A reservation within a period's window starts above the row (at the window's
+    /// floor only when the row is below it: `Window::range`); else a server's first
+    /// reservation of a period starts the row again at the floor, as a counter reset
+    /// at midnight would.
+    pub window_above_row: bool,
 }
 
 impl Fixes {
@@ -69,6 +74,7 @@ impl Fixes {
         fence_freezes: true,
         insert_fence: true,
         look_witnesses: true,
+        window_above_row: true,
     };
 }
 
@@ -122,6 +128,10 @@ pub struct Spec {
     pub fixes: Fixes,
     /// Rows restored from a backup (a fault) allowed.
     pub restores: u8,
+    /// The windows of a biz whose counter restarts each period, in order (empty: the
+    /// biz never restarts): servers reserve in the window of the period their clock is
+    /// in, and each server's clock reaches the next period at any moment.
+    pub windows: Vec<segmint::segment::Window>,
     /// `db fence` runs allowed, each after a restore.
     pub fences: u8,
     /// `segmint import` of the biz (while it has no row), configured with these
@@ -524,6 +534,8 @@ pub enum Action {
     Heal(usize),
     /// Server `s` reserves a segment on the database at position `p` of its configuration.
     Reserve(usize, usize),
+    /// Server `s`'s clock reaches the next period.
+    Tick(usize),
     /// Server `s` takes worker ID `w` on the database at position `p`.
     Take(usize, usize, u16),
     /// Server `s`'s wait after taking its worker ID is over: it issues with it.
@@ -687,6 +699,9 @@ impl Model for Sys {
                     actions.push(Action::Reserve(s, p));
                 }
             }
+            if usize::from(server.period) + 1 < self.spec.windows.len() {
+                actions.push(Action::Tick(s));
+            }
             if spec.leases && server.read {
                 match server.lease {
                     None => {
@@ -749,6 +764,10 @@ impl Model for Sys {
             Action::Look(s, answer) => self.look(&mut st, s, answer),
             Action::Heal(s) => self.heal_step(&mut st, s),
             Action::Reserve(s, p) => self.reserve(&mut st, s, p),
+            Action::Tick(s) => {
+                st.servers[s].period += 1;
+                true
+            }
             Action::Take(s, p, w) => self.take(&mut st, s, p, w),
             Action::Start(s) => self.start(&mut st, s),
             Action::Renew(s) => self.renew(&mut st, s),
@@ -809,6 +828,16 @@ impl Model for Sys {
             properties.push(Property::sometimes(
                 "an ID issued in a new layout",
                 |_, st: &State| st.fresh,
+            ));
+        }
+        if !self.spec.windows.is_empty() {
+            properties.push(Property::sometimes(
+                "an ID issued in the last period",
+                |m: &Sys, st: &State| {
+                    m.spec.windows.last().is_some_and(|last| {
+                        (last.floor + 1..=last.ceiling).any(|x| st.issued & (1 << x) != 0)
+                    })
+                },
             ));
         }
         properties

@@ -83,6 +83,10 @@ pub struct Server {
     pub heal: Option<Mover>,
     /// Heals started so far.
     pub heals: u8,
+    /// The period its clock is in (an index of `Spec::windows`).
+    pub period: u8,
+    /// The period of its last reservation.
+    pub reserved_in: Option<u8>,
 }
 
 impl Server {
@@ -103,6 +107,8 @@ impl Server {
             owes: 0,
             heal: None,
             heals: 0,
+            period: 0,
+            reserved_in: None,
         }
     }
 }
@@ -375,7 +381,24 @@ impl Sys {
         if conflict(&checked) || self.spec.step < row.class.delta() {
             return true;
         }
-        let max_id = row.max_id + self.spec.step;
+        // The IDs after `from` up to `max_id` are the segment's.
+        let (from, max_id) = match self.spec.windows.get(usize::from(server.period)) {
+            None => (row.max_id, row.max_id + self.spec.step),
+            Some(window) => {
+                let period = Some(server.period);
+                let reset = !self.spec.fixes.window_above_row && server.reserved_in != period;
+                let at = if reset { window.floor } else { row.max_id };
+                match window.range(at, self.spec.step, row.class) {
+                    Ok(range) => {
+                        server.reserved_in = period;
+                        (range.max_id() - range.step(), range.max_id())
+                    }
+                    // A later period begun here, or this one's counter used up: no
+                    // segment (the server's clock moves on by `Tick`).
+                    Err(_) => return true,
+                }
+            }
+        };
         st.reservations -= 1;
         let updated = Row {
             version: row.version + 1,
@@ -383,7 +406,7 @@ impl Sys {
             ..row
         };
         st.dbs[d].row = Some(updated);
-        for id in row.max_id + 1..=max_id {
+        for id in from + 1..=max_id {
             if row.class.contains(id) {
                 st.issue(id);
             }

@@ -197,6 +197,10 @@ impl Sys {
                 let m = before.servers[s].heal.as_ref().expect("healing");
                 format!("server {s} heals: {}", self.describe_move(m))
             }
+            Action::Tick(s) => format!(
+                "server {s}'s clock reaches period {}",
+                after.servers[s].period
+            ),
             Action::Reserve(s, p) => {
                 let d = self.spec.servers[s].config[p];
                 let ids: Vec<i64> = (0..64)
