@@ -181,12 +181,64 @@ async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
 /// Midnight in Shanghai (16:00 UTC), the next one to come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn midnight_in_the_zone_under_load_from_two_servers_200_ms_apart() {
-    let day_ms = 86_400_000;
-    let now = now_ms();
-    // Shanghai has kept UTC+8 without daylight saving since 1991.
-    let midnight = (now + 8 * 3_600_000).div_euclid(day_ms) * day_ms + day_ms - 8 * 3_600_000;
-    let (before, after) = (yyyymmdd(midnight - 1, 8), yyyymmdd(midnight, 8));
+    let (midnight, before, after) = next_shanghai_midnight();
     rollover("Asia/Shanghai", midnight, &before, &after).await;
+}
+
+/// The next midnight in Shanghai (UTC+8 without daylight saving since 1991), and the
+/// days before and after it.
+fn next_shanghai_midnight() -> (i64, String, String) {
+    let day_ms = 86_400_000;
+    let midnight = (now_ms() + 8 * 3_600_000).div_euclid(day_ms) * day_ms + day_ms - 8 * 3_600_000;
+    (midnight, yyyymmdd(midnight - 1, 8), yyyymmdd(midnight, 8))
+}
+
+/// A server whose clock is a minute behind another's: once the other has begun the new
+/// day on every database, the late server's requests get the new day's IDs (none of
+/// the other's) rather than an error, though its clock is still in the old day.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_behind_follows_a_day_begun_on_every_database() {
+    let (midnight, before, after) = next_shanghai_midnight();
+    let setup = CliCluster::start("");
+    let token = add(&setup, "ord", 100, ORDER, "Asia/Shanghai");
+    let ahead = ShiftedClock::ahead((midnight - now_ms() + 30_000) as f64 / 1000.0);
+    let behind = ShiftedClock::ahead((midnight - now_ms() - 30_000) as f64 / 1000.0);
+    let early = ahead.server(&setup.toml).await;
+    let early = early.remote(Duration::from_secs(10));
+    // The early server reserves until both databases' rows are in the new day.
+    let floor: i64 = format!("{after}000000").parse().unwrap();
+    let mut issued = HashSet::new();
+    for round in 0.. {
+        let rows: Vec<i64> = (0..2)
+            .map(|db| {
+                setup
+                    .dbs
+                    .sql(db, "SELECT max_id FROM tiny_id_info WHERE biz_type = 'ord'")
+                    .parse()
+                    .unwrap()
+            })
+            .collect();
+        if rows.iter().all(|&max_id| max_id > floor) {
+            break;
+        }
+        assert!(
+            round < 200,
+            "the new day never began on both databases: {rows:?}"
+        );
+        for id in formatted(&early, "ord", &token, 100).await.unwrap() {
+            assert_eq!(date_and_counter(&id).0, after, "{id}");
+            issued.insert(id);
+        }
+    }
+    let late = behind.server(&setup.toml).await;
+    let late = late.remote(Duration::from_secs(10));
+    let ids = formatted(&late, "ord", &token, 50)
+        .await
+        .unwrap_or_else(|r| panic!("the late server refused: {r:?}"));
+    for id in ids {
+        assert_eq!(date_and_counter(&id).0, after, "{id} (not {before})");
+        assert!(issued.insert(id.clone()), "{id} issued twice");
+    }
 }
 
 /// Santiago's clocks skip from 00:00 to 01:00 on 6 September 2026: that day begins at
