@@ -25,7 +25,7 @@ use actix_web::test::{TestRequest, call_service, init_service};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::cache::Cache;
 use segmint::segment::Residue;
-use segmint::shape::{Base, BizShape, Format, IdOrder, Ordering};
+use segmint::shape::{Base, BizShape, Format, IdOrder, Ordering, Periodic, Reset};
 use segmint::snowflake::{Generator, LEAF_EPOCH_MS, SystemClock, SystemPause};
 use segmint::store::Store;
 
@@ -159,6 +159,20 @@ fn formats(c: &mut Criterion) {
             b.iter(|| black_box(format.encode(black_box(id)).ok()))
         });
     }
+    // A counter that restarts each day: the period of the clock's reading in the biz's
+    // zone (what every request of such a biz computes), and the ID written with its
+    // date.
+    let daily = Format::with_pattern("ORD{yyyy}{MM}{dd}{seq:06}", Base::Ten, false)
+        .expect("a valid pattern");
+    let period = Periodic::new(Reset::Daily, "Asia/Shanghai", 1_000_000, 1).expect("a zone");
+    let now_ms = 1_795_622_400_123_i64;
+    group.bench_function("period_of_now_shanghai", |b| {
+        b.iter(|| black_box(period.code_at(black_box(now_ms))))
+    });
+    let id = 20_261_125_000_123_i64;
+    group.bench_function("daily_pattern", |b| {
+        b.iter(|| black_box(daily.encode(black_box(id)).ok()))
+    });
     group.finish();
 }
 

@@ -341,27 +341,35 @@ impl Format {
 
     /// `id` written by pattern `p`: its period's date and its counter.
     fn encode_pattern(&self, p: &Pattern, id: i64) -> Result<String, FormatError> {
+        use std::fmt::Write;
         if id < 0 {
             return Err(FormatError::Negative(id));
         }
         let (code, counter) = (id / p.modulus, id % p.modulus);
         let day = p.reset.first_day(code).ok_or(FormatError::NoPeriod(id))?;
-        let digits = Format::new("", self.width as u32, self.base, false)?.encode(counter)?;
-        let mut out = String::with_capacity(p.text.len() + self.width + 1);
-        let mut body = String::with_capacity(self.width + 9);
+        let digits = self.counter_format().encode(counter)?;
+        let mut out = String::with_capacity(p.text.len() + self.width + 9);
+        // The fields' characters, over which the check character is computed.
+        let mut body = String::new();
         for piece in &p.pieces {
-            let field = match *piece {
+            let at = out.len();
+            // Writing to a String cannot fail.
+            let _ = match *piece {
                 Piece::Text(from, to) => {
                     out.push_str(&p.text[from..to]);
                     continue;
                 }
-                Piece::Year => format!("{:04}", day.year()),
-                Piece::Month => format!("{:02}", day.month()),
-                Piece::Day => format!("{:02}", day.day()),
-                Piece::Seq => digits.clone(),
+                Piece::Year => write!(out, "{:04}", day.year()),
+                Piece::Month => write!(out, "{:02}", day.month()),
+                Piece::Day => write!(out, "{:02}", day.day()),
+                Piece::Seq => {
+                    out.push_str(&digits);
+                    Ok(())
+                }
             };
-            out.push_str(&field);
-            body.push_str(&field);
+            if self.check {
+                body.push_str(&out[at..]);
+            }
         }
         if self.check {
             out.push(char::from(
@@ -369,6 +377,17 @@ impl Format {
             ));
         }
         Ok(out)
+    }
+
+    /// The pattern's counter alone: its width of digits in its base.
+    fn counter_format(&self) -> Format {
+        Format {
+            prefix: String::new(),
+            width: self.width,
+            base: self.base,
+            check: false,
+            pattern: None,
+        }
     }
 
     /// The ID `text` stands for, written by pattern `p`.
@@ -395,7 +414,8 @@ impl Format {
             rest = &rest[len..];
             body.push_str(field);
             if *piece == Piece::Seq {
-                counter = Format::new("", self.width as u32, self.base, false)?
+                counter = self
+                    .counter_format()
                     .decode(field)
                     .map_err(|_| bad("its counter has a character outside the base"))?;
             } else {
