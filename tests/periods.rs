@@ -84,10 +84,11 @@ fn date_and_counter(id: &str) -> (&str, i64) {
 async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
     let setup = CliCluster::start("");
     let token = add(&setup, "ord", 200, ORDER, zone);
-    // The servers start about a second apart; the midnight comes some 4 s after both
-    // answer. Server 0 is 200 ms ahead of server 1.
+    // Midnight comes 20 s from now by the true clock: time for both servers to start
+    // on a loaded machine (each takes about a second idle); the load begins 3 s before
+    // it. Server 0 is 200 ms ahead of server 1.
     let lead_ms = 200;
-    let target_ms = now_ms() + 8_000;
+    let target_ms = now_ms() + 20_000;
     let offset_ms = [midnight_ms - target_ms + lead_ms, midnight_ms - target_ms];
     let clocks: Vec<ShiftedClock> = offset_ms
         .iter()
@@ -101,10 +102,12 @@ async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
         .iter()
         .map(|s| s.remote(Duration::from_secs(10)))
         .collect();
+    let load_from = target_ms - 3_000;
     assert!(
-        now_ms() < target_ms - 2_000,
-        "the servers took too long to start: the rollover would be missed"
+        now_ms() < load_from,
+        "the servers took over 17 s to start: the rollover would be missed"
     );
+    tokio::time::sleep(Duration::from_millis((load_from - now_ms()).max(0) as u64)).await;
     // Requests from 3 tasks per server until 3 s after midnight, each with the true
     // times it was sent and answered.
     let until = target_ms + 3_000;
@@ -193,7 +196,7 @@ fn next_shanghai_midnight() -> (i64, String, String) {
     (midnight, yyyymmdd(midnight - 1, 8), yyyymmdd(midnight, 8))
 }
 
-/// A server whose clock is a minute behind another's: once the other has begun the new
+/// A server whose clock is ten minutes behind another's: once the other has begun the new
 /// day on every database, the late server's requests get the new day's IDs (none of
 /// the other's) rather than an error, though its clock is still in the old day.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -201,8 +204,10 @@ async fn a_server_behind_follows_a_day_begun_on_every_database() {
     let (midnight, before, after) = next_shanghai_midnight();
     let setup = CliCluster::start("");
     let token = add(&setup, "ord", 100, ORDER, "Asia/Shanghai");
-    let ahead = ShiftedClock::ahead((midnight - now_ms() + 30_000) as f64 / 1000.0);
-    let behind = ShiftedClock::ahead((midnight - now_ms() - 30_000) as f64 / 1000.0);
+    // Ten minutes apart: the late server's clock stays in the old day however long the
+    // early one takes.
+    let ahead = ShiftedClock::ahead((midnight - now_ms() + 300_000) as f64 / 1000.0);
+    let behind = ShiftedClock::ahead((midnight - now_ms() - 300_000) as f64 / 1000.0);
     let early = ahead.server(&setup.toml).await;
     let early = early.remote(Duration::from_secs(10));
     // The early server reserves until both databases' rows are in the new day.

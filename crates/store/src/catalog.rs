@@ -1038,19 +1038,20 @@ pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
     })
 }
 
+/// The parts of a shape row's period spec (`reset;zone;start;pattern`), if it has four.
+pub(crate) fn period_parts(spec: &str) -> Option<(&str, &str, &str, &str)> {
+    let mut parts = spec.splitn(4, ';');
+    Some((parts.next()?, parts.next()?, parts.next()?, parts.next()?))
+}
+
 /// The format and periods `spec` (`reset;zone;start;pattern`) describes, the
 /// pattern's counter in `base`.
 ///
 /// # Errors
 /// Why the spec is invalid.
 pub fn period_of(spec: &str, base: Base, check: bool) -> Result<(Format, Periodic), String> {
-    let mut parts = spec.splitn(4, ';');
-    let mut next = || {
-        parts
-            .next()
-            .ok_or("its period is not reset;zone;start;pattern")
-    };
-    let (reset, zone, start, pattern) = (next()?, next()?, next()?, next()?);
+    let (reset, zone, start, pattern) =
+        period_parts(spec).ok_or("its period is not reset;zone;start;pattern")?;
     let reset = Reset::parse(reset)?.ok_or("its period names no reset")?;
     let start = start
         .parse::<i64>()

@@ -100,7 +100,6 @@ impl Reset {
 pub struct Periodic {
     reset: Reset,
     zone: TimeZone,
-    zone_name: Box<str>,
     /// Counters are below this: the format's base to the power of its width.
     modulus: i64,
     /// The first counter of each period.
@@ -135,26 +134,13 @@ impl Periodic {
         Ok(Periodic {
             reset,
             zone: tz,
-            zone_name: zone.into(),
             modulus,
             start,
         })
     }
 
-    pub fn reset(&self) -> Reset {
-        self.reset
-    }
-
-    pub fn zone(&self) -> &str {
-        &self.zone_name
-    }
-
     pub fn modulus(&self) -> i64 {
         self.modulus
-    }
-
-    pub fn start(&self) -> i64 {
-        self.start
     }
 
     /// The code of the period holding the instant `unix_ms` in the biz's zone.
@@ -166,19 +152,6 @@ impl Periodic {
     /// The code of the period after `code` (itself past 9999).
     pub fn next(&self, code: i64) -> i64 {
         self.reset.next(code).unwrap_or(code)
-    }
-
-    /// When the period `code` begins, in milliseconds since the epoch: the first
-    /// instant of its first day in the zone (after the gap if a clock change skips
-    /// midnight).
-    pub fn begins_ms(&self, code: i64) -> Option<i64> {
-        let day = self.reset.first_day(code)?;
-        Some(
-            day.to_zoned(self.zone.clone())
-                .ok()?
-                .timestamp()
-                .as_millisecond(),
-        )
     }
 
     /// The IDs of period `code`.
@@ -214,6 +187,21 @@ impl Periodic {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Periodic {
+        /// When the period `code` begins, in milliseconds since the epoch: the first
+        /// instant of its first day in the zone (after the gap if a clock change skips
+        /// midnight).
+        pub fn begins_ms(&self, code: i64) -> Option<i64> {
+            let day = self.reset.first_day(code)?;
+            Some(
+                day.to_zoned(self.zone.clone())
+                    .ok()?
+                    .timestamp()
+                    .as_millisecond(),
+            )
+        }
+    }
 
     fn ms(text: &str) -> i64 {
         text.parse::<Timestamp>().unwrap().as_millisecond()

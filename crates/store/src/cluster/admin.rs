@@ -313,7 +313,7 @@ impl Store {
             report.push(format!(
                 "biz `{biz}`: {} IDs, written {}",
                 shape.id_order,
-                if let Some((reset, zone, start, pattern)) = period_parts(&shape.period) {
+                if let Some((reset, zone, start, pattern)) = crate::store::catalog::period_parts(&shape.period) {
                     format!(
                         "as {pattern} in base {}{}, the counter restarting {reset} at {start} ({zone})",
                         shape.base,
@@ -564,10 +564,4 @@ fn audit_fence(name: &str, raised: &[Witness]) {
     let bizs: Vec<&str> = raised.iter().map(|w| w.biz.as_str()).collect();
     let changed: &[&str] = if raised.is_empty() { &[] } else { &[name] };
     audit("db fence", &bizs.join(","), "", changed);
-}
-
-/// The parts of a shape row's period spec (`reset;zone;start;pattern`), if it has one.
-fn period_parts(spec: &str) -> Option<(&str, &str, &str, &str)> {
-    let mut parts = spec.splitn(4, ';');
-    Some((parts.next()?, parts.next()?, parts.next()?, parts.next()?))
 }
