@@ -88,6 +88,76 @@ struct State {
     reported: u64,
 }
 
+/// What a request takes from a biz's buffer.
+trait Portion {
+    /// IDs still wanted.
+    fn need(&self) -> usize;
+    /// Takes what it can from `buffer`; returns how many IDs it took.
+    fn fill(&mut self, buffer: &mut DoubleBuffer) -> u64;
+}
+
+/// `n` IDs, one by one.
+struct Ids {
+    n: usize,
+    ids: Vec<i64>,
+}
+
+impl Ids {
+    fn new(n: usize) -> Ids {
+        Ids {
+            n,
+            ids: Vec::with_capacity(n),
+        }
+    }
+}
+
+impl Portion for Ids {
+    fn need(&self) -> usize {
+        self.n.saturating_sub(self.ids.len())
+    }
+
+    fn fill(&mut self, buffer: &mut DoubleBuffer) -> u64 {
+        let need = self.need();
+        // Only what completes the request, unless the buffer cannot hold more: a
+        // request that then fails has not burnt the cache.
+        if buffer.remaining() >= need as u64 || buffer.is_full() {
+            buffer.take(need, &mut self.ids) as u64
+        } else {
+            0
+        }
+    }
+}
+
+/// Up to `n` IDs of one segment, as a segment of their own.
+struct Run {
+    n: u64,
+    run: Option<SegmentRange>,
+}
+
+impl Portion for Run {
+    fn need(&self) -> usize {
+        match self.run {
+            Some(_) => 0,
+            None => usize::try_from(self.n).unwrap_or(usize::MAX),
+        }
+    }
+
+    fn fill(&mut self, buffer: &mut DoubleBuffer) -> u64 {
+        if self.run.is_some() {
+            return 0;
+        }
+        self.run = buffer.carve(self.n);
+        self.run.map_or(0, |r| r.len())
+    }
+}
+
+/// This server's clock, in Unix milliseconds.
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 impl Cache {
     pub fn new(store: Arc<Store>, prefetch_percent: u8, wait_timeout: Duration) -> Self {
         Cache {
@@ -165,7 +235,7 @@ impl Cache {
     /// The [`StoreError`] of the fetch it waited for, or [`StoreError::Unavailable`]
     /// when no segment arrived within the wait timeout.
     pub async fn next_ids(&self, biz: &BizTag, n: usize) -> Result<Vec<i64>, StoreError> {
-        self.take(biz, n, None).await
+        self.take(biz, Ids::new(n), None).await.map(|p| p.ids)
     }
 
     /// [`Cache::next_ids`] of a biz whose counter restarts each `period`: the period
@@ -183,34 +253,65 @@ impl Cache {
         n: usize,
         period: &Periodic,
     ) -> Result<Vec<i64>, StoreError> {
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let (ids, _) = self.take_in(biz, period, || Ids::new(n)).await?;
+        Ok(ids.ids)
+    }
+
+    /// Up to `n` IDs of a biz whose counter restarts each `period`, as a segment of
+    /// their own, carved out of this server's buffer for the period as
+    /// [`Cache::next_ids_in`] would issue them: what a client library gets. However
+    /// many clients cross into a new period at once, the databases see this server's
+    /// one reservation per segment of its buffer, not one per client. Returns the
+    /// segment and this server's clock (Unix ms) when it was carved.
+    ///
+    /// # Errors
+    /// As [`Cache::next_ids_in`].
+    pub async fn carve_in(
+        &self,
+        biz: &BizTag,
+        n: u64,
+        period: &Periodic,
+    ) -> Result<(SegmentRange, i64), StoreError> {
+        let (run, now_ms) = self.take_in(biz, period, || Run { n, run: None }).await?;
+        run.run
+            .map(|range| (range, now_ms))
+            .ok_or_else(|| StoreError::Unavailable(format!("no segment of biz `{biz}`")))
+    }
+
+    /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
+    /// next ones while the databases say they have begun. Returns it with the clock
+    /// (Unix ms) the period was chosen by.
+    async fn take_in<P: Portion>(
+        &self,
+        biz: &BizTag,
+        period: &Periodic,
+        portion: impl Fn() -> P,
+    ) -> Result<(P, i64), StoreError> {
+        let now_ms = unix_ms();
         let mut code = period.code_at(now_ms);
-        let mut result = self.take(biz, n, Some(period.window(code))).await;
+        let mut result = self.take(biz, portion(), Some(period.window(code))).await;
         for _ in 0..2 {
             if !matches!(result, Err(StoreError::PeriodPassed(_))) {
                 break;
             }
             code = period.next(code);
-            result = self.take(biz, n, Some(period.window(code))).await;
+            result = self.take(biz, portion(), Some(period.window(code))).await;
         }
-        result
+        result.map(|p| (p, now_ms))
     }
 
-    /// `n` IDs of `biz` from its buffer for `window`.
-    async fn take(
+    /// `portion` of `biz` from its buffer for `window`.
+    async fn take<P: Portion>(
         &self,
         biz: &BizTag,
-        n: usize,
+        mut portion: P,
         window: Option<Window>,
-    ) -> Result<Vec<i64>, StoreError> {
-        let mut ids = Vec::with_capacity(n);
+    ) -> Result<P, StoreError> {
         let mut waited = false;
         loop {
             // Nothing of the buffer is held across the wait but the receiver.
             let step = self.with_buffer(biz, window, |buffer| {
-                let (step, fetch) = buffer.serve(n, &mut ids, waited);
+                let (step, fetch) = buffer.serve(&mut portion, waited);
                 // Started only once the state's lock is released: nothing that can
                 // panic runs under it, and the fetch's guard, which takes the lock when
                 // dropped, never exists while it is held.
@@ -223,7 +324,7 @@ impl Cache {
                 step.map_continue(|()| buffer.fetched.subscribe())
             });
             let mut fetched = match step {
-                ControlFlow::Break(done) => return done.map(|()| ids),
+                ControlFlow::Break(done) => return done.map(|()| portion),
                 ControlFlow::Continue(fetched) => fetched,
             };
             if tokio::time::timeout(self.wait_timeout, fetched.changed())
@@ -435,14 +536,13 @@ impl Buffer {
         Some(held)
     }
 
-    /// Takes what it can of a request for `n` IDs into `ids` (which holds those taken
-    /// before), under the state's lock and with arithmetic that cannot panic. Returns
-    /// whether the request is done (or failed) or must wait for a fetch, and the cached
-    /// IDs left if a fetch is due: the caller starts it after the lock is released.
+    /// Takes what it can of `portion` (which holds what was taken before), under the
+    /// state's lock and with arithmetic that cannot panic. Returns whether the request
+    /// is done (or failed) or must wait for a fetch, and the cached IDs left if a fetch
+    /// is due: the caller starts it after the lock is released.
     fn serve(
         &self,
-        n: usize,
-        ids: &mut Vec<i64>,
+        portion: &mut impl Portion,
         waited: bool,
     ) -> (ControlFlow<Result<(), StoreError>>, Option<u64>) {
         let mut state = self.state.lock();
@@ -454,14 +554,9 @@ impl Buffer {
                 None,
             );
         }
-        let need = n.saturating_sub(ids.len());
-        // Take only what completes the request, unless the buffer cannot hold more: a
-        // request that then fails has not burnt the cache.
-        if state.buffer.remaining() >= need as u64 || state.buffer.is_full() {
-            let taken = state.buffer.take(need, ids) as u64;
-            state.issued = state.issued.saturating_add(taken);
-        }
-        let need = n.saturating_sub(ids.len());
+        let taken = portion.fill(&mut state.buffer);
+        state.issued = state.issued.saturating_add(taken);
+        let need = portion.need();
         if need > 0
             && waited
             && !state.buffer.is_fetching()

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::cli::{CliCluster, segmint_cli, segmint_ok};
 use common::clock::{ShiftedClock, noon_zone};
-use common::http::{Remote, Target, Via, bearer, compat, metric, tinyid_params, v1};
+use common::http::{Remote, Target, Via, bearer, compat, get, metric, tinyid_params, v1};
 use common::*;
 
 /// `ORD`, the date, six digits of counter.
@@ -76,38 +76,70 @@ fn date_and_counter(id: &str) -> (&str, i64) {
     (&id[3..11], id[11..].parse().unwrap())
 }
 
+/// Two databases with biz `ord` and two servers whose clocks reach `midnight_ms`
+/// 200 ms apart, 20 s from now by the true clock, for load from 3 s before it.
+struct Rollover {
+    _setup: CliCluster,
+    token: String,
+    servers: Vec<ServerProcess>,
+    /// How far each server's clock is ahead of the true one; server 0 is `lead_ms`
+    /// ahead of server 1.
+    offset_ms: [i64; 2],
+    /// When server 1's clock reaches midnight, by the true clock.
+    target_ms: i64,
+    lead_ms: i64,
+}
+
+impl Rollover {
+    async fn start(zone: &str, midnight_ms: i64, pattern: &str) -> Rollover {
+        let setup = CliCluster::start("");
+        let token = add(&setup, "ord", 200, pattern, zone);
+        // Midnight comes 20 s from now by the true clock: time for both servers to
+        // start on a loaded machine (each takes about a second idle).
+        let lead_ms = 200;
+        let target_ms = now_ms() + 20_000;
+        let offset_ms = [midnight_ms - target_ms + lead_ms, midnight_ms - target_ms];
+        let mut servers = Vec::new();
+        for &ms in &offset_ms {
+            let clock = ShiftedClock::ahead(ms as f64 / 1000.0);
+            servers.push(clock.server(&setup.toml).await);
+        }
+        let load_from = target_ms - 3_000;
+        assert!(
+            now_ms() < load_from,
+            "the servers took over 17 s to start: the rollover would be missed"
+        );
+        tokio::time::sleep(Duration::from_millis((load_from - now_ms()).max(0) as u64)).await;
+        Rollover {
+            _setup: setup,
+            token,
+            servers,
+            offset_ms,
+            target_ms,
+            lead_ms,
+        }
+    }
+}
+
 /// Two servers on clocks 200 ms apart issue `ORD…` IDs under load across the midnight
 /// at `midnight_ms` (the true instant the biz's zone begins the day `after`; `before`
 /// is the day before): no ID twice; each ID of the day its server's clock was in, or
 /// of the next day when a server whose clock is ahead had begun it on every database
 /// (200 ms early at most); both days' counters start low.
 async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
-    let setup = CliCluster::start("");
-    let token = add(&setup, "ord", 200, ORDER, zone);
-    // Midnight comes 20 s from now by the true clock: time for both servers to start
-    // on a loaded machine (each takes about a second idle); the load begins 3 s before
-    // it. Server 0 is 200 ms ahead of server 1.
-    let lead_ms = 200;
-    let target_ms = now_ms() + 20_000;
-    let offset_ms = [midnight_ms - target_ms + lead_ms, midnight_ms - target_ms];
-    let clocks: Vec<ShiftedClock> = offset_ms
-        .iter()
-        .map(|&ms| ShiftedClock::ahead(ms as f64 / 1000.0))
-        .collect();
-    let mut servers = Vec::new();
-    for clock in &clocks {
-        servers.push(clock.server(&setup.toml).await);
-    }
+    let Rollover {
+        token,
+        servers,
+        offset_ms,
+        target_ms,
+        lead_ms,
+        _setup: _databases,
+        ..
+    } = Rollover::start(zone, midnight_ms, ORDER).await;
     let remotes: Vec<Remote> = servers
         .iter()
         .map(|s| s.remote(Duration::from_secs(10)))
         .collect();
-    let load_from = target_ms - 3_000;
-    assert!(
-        now_ms() < load_from,
-        "the servers took over 17 s to start: the rollover would be missed"
-    );
-    tokio::time::sleep(Duration::from_millis((load_from - now_ms()).max(0) as u64)).await;
     // Requests from 3 tasks per server until 3 s after midnight, each with the true
     // times it was sent and answered.
     let until = target_ms + 3_000;
@@ -186,6 +218,177 @@ async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
 async fn midnight_in_the_zone_under_load_from_two_servers_200_ms_apart() {
     let (midnight, before, after) = next_shanghai_midnight();
     rollover("Asia/Shanghai", midnight, &before, &after).await;
+}
+
+/// Client libraries crossing midnight at once.
+const CLIENTS: usize = 12;
+
+/// Segment reservations every database has answered to a server, of any outcome.
+async fn reservations(server: &ServerProcess) -> f64 {
+    let r = get(&server.remote(Duration::from_secs(10)), "/metrics").await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.body
+        .lines()
+        .filter(|l| l.starts_with("segmint_segment_fetches_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Twelve client libraries, each given both servers (clocks 200 ms apart), issue IDs
+/// from their own segments across midnight in Shanghai, while the servers also issue
+/// over HTTP: no ID twice; an ID of the day before only while the server that handed
+/// out its segment was still in that day, one of the new day only once a server had
+/// begun it; every client drops its segment of the day before at midnight. The
+/// databases see a few reservations at midnight, not one per client: a client's
+/// segment is carved out of its server's own buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_libraries_cross_midnight_without_a_reservation_each() {
+    let (midnight_ms, before, after) = next_shanghai_midnight();
+    // Nine digits of counter: clients and servers issue far more than a million a day.
+    let pattern = "ORD{yyyy}{MM}{dd}{seq:09}";
+    let Rollover {
+        token,
+        servers,
+        target_ms,
+        lead_ms,
+        offset_ms,
+        _setup: _databases,
+        ..
+    } = Rollover::start("Asia/Shanghai", midnight_ms, pattern).await;
+    let urls: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+    let clients: Vec<segmint_client::Client> = (0..CLIENTS)
+        .map(|_| {
+            segmint_client::Client::builder()
+                .servers(urls.clone())
+                .token(token.clone())
+                .request_timeout(Duration::from_secs(10))
+                .wait_timeout(Duration::from_secs(20))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let until = target_ms + 3_000;
+    // Each client issues batches of 10 IDs, with the true times before and after.
+    let issuing = clients.iter().enumerate().map(|(c, client)| async move {
+        let biz = client.biz("ord").unwrap();
+        let mut out = Vec::new();
+        while now_ms() < until {
+            let from = now_ms();
+            let ids = biz.next_ids(10).await;
+            out.push((c, from, now_ms(), ids));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (out, biz.stats())
+    });
+    // The servers' own requests, as in the rollover test.
+    let remotes: Vec<Remote> = servers
+        .iter()
+        .map(|s| s.remote(Duration::from_secs(10)))
+        .collect();
+    let http = remotes.iter().enumerate().map(|(s, remote)| {
+        let token = token.clone();
+        async move {
+            let mut out = Vec::new();
+            while now_ms() < until {
+                let sent = now_ms();
+                let ids = formatted(remote, "ord", &token, 20).await;
+                out.push((s, sent, now_ms(), ids));
+            }
+            out
+        }
+    });
+    // Reservations in the second before the first server's midnight and in the
+    // second from it.
+    let first_midnight = target_ms - lead_ms;
+    let counted = async {
+        let mut marks = Vec::new();
+        for at in [
+            first_midnight - 1_000,
+            first_midnight,
+            first_midnight + 1_000,
+        ] {
+            tokio::time::sleep(Duration::from_millis((at - now_ms()).max(0) as u64)).await;
+            let mut total = 0.0;
+            for server in &servers {
+                total += reservations(server).await;
+            }
+            marks.push(total);
+        }
+        marks
+    };
+    let (issued, served, marks) = tokio::join!(
+        futures_util::future::join_all(issuing),
+        futures_util::future::join_all(http),
+        counted
+    );
+    let mut seen = HashSet::new();
+    let mut per_day: BTreeMap<String, usize> = BTreeMap::new();
+    let mut clients_of_day: HashSet<(usize, String)> = HashSet::new();
+    for (batches, stats) in &issued {
+        for (c, from, to, ids) in batches {
+            let ids = ids.as_ref().unwrap_or_else(|e| panic!("client {c}: {e}"));
+            for id in ids {
+                let text = format!("ORD{id}");
+                assert!(seen.insert(text.clone()), "{text} issued twice");
+                let day = &text[3..11];
+                // The segment's period ends by the true clock no later than its
+                // server reached midnight (server 1, the later, at `target_ms`); one of
+                // the new day was carved after a server reached it.
+                let allowed = if day == before {
+                    *from < target_ms
+                } else if day == after {
+                    *to >= first_midnight
+                } else {
+                    false
+                };
+                assert!(
+                    allowed,
+                    "{text} from client {c}, issued between {from} and {to} (true ms); midnight reached from {first_midnight} to {target_ms}"
+                );
+                *per_day.entry(day.to_owned()).or_default() += 1;
+                clients_of_day.insert((*c, day.to_owned()));
+            }
+        }
+        assert!(
+            stats.expired >= 1,
+            "each client dropped its segment of the day before: {stats:?}"
+        );
+    }
+    for (s, sent, answered, ids) in served.iter().flatten() {
+        let ids = ids.as_ref().unwrap_or_else(|r| panic!("server {s}: {r:?}"));
+        let (from, to) = (sent + offset_ms[*s], answered + offset_ms[*s]);
+        for id in ids {
+            assert!(
+                seen.insert(id.clone()),
+                "{id} issued twice (a client issued it too)"
+            );
+            let day = &id[3..11];
+            assert!(
+                (day == before && from < midnight_ms)
+                    || (day == after && to + lead_ms >= midnight_ms),
+                "{id} from server {s}, whose clock read {from}..{to}"
+            );
+        }
+    }
+    for c in 0..CLIENTS {
+        for day in [&before, &after] {
+            assert!(
+                clients_of_day.contains(&(c, day.to_string())),
+                "client {c} issued IDs of {day}"
+            );
+        }
+    }
+    let (before_midnight, after_midnight) = (marks[1] - marks[0], marks[2] - marks[1]);
+    println!(
+        "{} IDs from {CLIENTS} clients and 2 servers; {per_day:?}; reservations on the databases: {before_midnight} in the second before midnight, {after_midnight} in the second from it",
+        seen.len()
+    );
+    // Each client fetched a segment of the new day; the databases saw each server
+    // begin the day on each, and little more.
+    assert!(
+        after_midnight <= 8.0,
+        "{after_midnight} reservations in the second from midnight, for {CLIENTS} clients"
+    );
 }
 
 /// The next midnight in Shanghai (UTC+8 without daylight saving since 1991), and the
@@ -375,8 +578,9 @@ async fn a_counter_that_outgrows_its_width_is_an_error() {
 
 /// Tinyid's number routes answer the number behind each ID (the date, then the
 /// counter: `20261125000123`), which `id decode` reads as it reads the formatted ID;
-/// the segment routes refuse (a segment would outlast its period); the v1 route
-/// cannot answer numbers for it.
+/// Tinyid's segment routes refuse (their clients cannot tell when a period ends);
+/// `/v1/segments` carves a segment with its period's end; the v1 route cannot answer
+/// numbers for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_says_what_it_does_for_a_periodic_biz() {
     let (setup, token, today, server) = at_noon("ord", 1000, ORDER).await;
@@ -436,9 +640,23 @@ async fn every_route_says_what_it_does_for_a_periodic_biz() {
     .await;
     assert_eq!(r.json()["code"], 6, "{r:?}");
     assert!(r.body.contains("restarts its counter each period"), "{r:?}");
-    let r = v1(&remote, false, "/v1/segments/ord", bearer(&token)).await;
-    assert_eq!(r.status, 409, "{r:?}");
-    assert_eq!(r.json()["error"]["code"], "segments_unavailable", "{r:?}");
+    // The client library's route: a segment carved out of the server's buffer, with
+    // its period and how long that has left; it names no database (nothing of it can
+    // be given back).
+    let r = v1(&remote, false, "/v1/segments/ord?step=50", bearer(&token)).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    let segment = r.json();
+    assert_eq!(segment["period"], label.as_str(), "{segment}");
+    let left = segment["period_left_ms"].as_i64().unwrap();
+    assert!((1..=86_400_000).contains(&left), "{segment}");
+    assert!(
+        segment["database"].is_null() && segment["version"].is_null(),
+        "{segment}"
+    );
+    let count = segment["count"].as_i64().unwrap();
+    assert!((1..=50).contains(&count), "{segment}");
+    let first = segment["first_id"].as_i64().unwrap();
+    assert_eq!(first.to_string()[..8], today, "{segment}");
     let r = v1(&remote, false, "/v1/ids/ord?as=number", bearer(&token)).await;
     assert_eq!(r.status, 400, "{r:?}");
     // A typo in a date field is caught.

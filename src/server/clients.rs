@@ -8,7 +8,8 @@ use super::AppState;
 use super::handed_out::{Claim, ClientId, Returned};
 use crate::biz::BizTag;
 use crate::cache::GIVE_BACK_LIMIT;
-use crate::segment::plan_give_back;
+use crate::segment::{SegmentRange, plan_give_back};
+use crate::shape::Periodic;
 use crate::step::StepRequest;
 use crate::store::{Reservation, StoreError};
 
@@ -44,6 +45,20 @@ pub struct GaveBack {
     pub wasted: u64,
 }
 
+/// IDs a client gets of a periodic biz when it asks for no size.
+pub const CARVED_BY_DEFAULT: u64 = 1000;
+
+/// A segment carved for a client out of this server's buffer of a period.
+#[derive(Debug, Clone)]
+pub struct Carved {
+    pub range: SegmentRange,
+    /// The period its IDs belong to, as `segmint id decode` names it.
+    pub period: String,
+    /// Milliseconds until the period ends by this server's clock: the client issues
+    /// none of the segment's IDs after that.
+    pub left_ms: i64,
+}
+
 impl AppState {
     /// Reserves a segment of `biz` to hand to a client: with the row's own step, or,
     /// when the client `asked` for a size, that size within the step policy's bounds.
@@ -70,6 +85,37 @@ impl AppState {
                 .record(biz, r.database, r.version, r.range, client);
         }
         Ok(r)
+    }
+
+    /// A segment of `biz`, whose counter restarts each `period`, to hand to a client:
+    /// up to `asked` IDs (else [`CARVED_BY_DEFAULT`]) carved out of this server's own
+    /// buffer for the period, with the period's label and how long it has left by this
+    /// server's clock. Nothing of it can be given back: it was never a reservation.
+    ///
+    /// # Errors
+    /// As [`crate::cache::Cache::next_ids_in`].
+    pub async fn carve_for_client(
+        &self,
+        biz: &BizTag,
+        asked: Option<i64>,
+        period: &Periodic,
+    ) -> Result<Carved, StoreError> {
+        let n = asked.map_or(CARVED_BY_DEFAULT, |a| a.unsigned_abs());
+        let (range, now_ms) = self.cache.carve_in(biz, n, period).await?;
+        self.store
+            .metrics()
+            .bizs()
+            .segment_handed_out(biz, range.len());
+        let code = range
+            .first_id()
+            .and_then(|id| period.split(id))
+            .map_or_else(|| period.code_at(now_ms), |(code, _)| code);
+        let ends_ms = period.begins_ms(period.next(code)).unwrap_or(i64::MAX);
+        Ok(Carved {
+            range,
+            period: period.label(code),
+            left_ms: ends_ms.saturating_sub(now_ms).max(0),
+        })
     }
 
     /// Gives back what can be of the `segments` `client` returns for `biz`: only

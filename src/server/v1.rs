@@ -16,6 +16,7 @@ use super::handed_out::ClientId;
 use super::observe::Observer;
 use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
+use crate::segment::SegmentRange;
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     cfg.service(per_biz(observer, "/v1/ids", "/v1/ids/{biz}", ids))
@@ -228,12 +229,27 @@ async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let asked = asked_step(Params::from_query(&req).get("step"))?;
     let client = client_id(&req)?;
     let biz = authorized(state, &req).await?;
+    if let Some(shape) = state.shape_of(&biz).await?
+        && let Some(period) = &shape.period
+    {
+        let carved = state.carve_for_client(&biz, asked, period).await?;
+        let mut answer = segment_answer(&biz, &carved.range, state.preload_percent);
+        answer["period"] = json!(carved.period);
+        answer["period_left_ms"] = json!(carved.left_ms);
+        return Ok(HttpResponse::Ok().json(answer));
+    }
     state.check_segments(&biz).await?;
     let reservation = state.segment_for_client(&biz, asked, client).await?;
-    let range = reservation.range;
-    Ok(HttpResponse::Ok().json(json!({
+    let mut answer = segment_answer(&biz, &reservation.range, state.preload_percent);
+    answer["database"] = json!(state.store.database_names()[reservation.database]);
+    answer["version"] = json!(reservation.version);
+    Ok(HttpResponse::Ok().json(answer))
+}
+
+/// The fields of a segment in `/v1/segments`' answer.
+fn segment_answer(biz: &BizTag, range: &SegmentRange, preload_percent: u8) -> serde_json::Value {
+    json!({
         "biz": biz.as_str(),
-        "database": state.store.database_names()[reservation.database],
         "current_id": range.current_id(),
         "max_id": range.max_id(),
         "step": range.step(),
@@ -241,9 +257,8 @@ async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         "remainder": range.residue().remainder(),
         "first_id": range.first_id(),
         "count": range.len(),
-        "loading_id": range.loading_id(state.preload_percent),
-        "version": reservation.version,
-    })))
+        "loading_id": range.loading_id(preload_percent),
+    })
 }
 
 /// `POST /v1/segments/{biz}/return`: a client gives back the segments it holds.

@@ -20,6 +20,9 @@ impl Biz {
     /// used-up cache any number of times is harmless: the chain closes the segment.
     #[inline]
     pub fn try_next_id(&self) -> Option<i64> {
+        if self.cache.expired() {
+            return None;
+        }
         match self.cache.chain.take(1).0 {
             Take::Ids {
                 first, prefetch, ..
@@ -72,6 +75,9 @@ impl Biz {
     #[inline]
     pub(crate) fn take_into(&self, n: usize, ids: &mut Vec<i64>) -> bool {
         while ids.len() < n {
+            if self.cache.expired() {
+                return false;
+            }
             let (take, _) = self.cache.chain.take((n - ids.len()) as u64);
             match take {
                 Take::Ids { prefetch, .. } => {
@@ -113,6 +119,24 @@ impl Biz {
     /// The segments installed since [`Biz::record_segments`], oldest first.
     pub fn segments(&self) -> Vec<SegmentRange> {
         self.cache.slow.lock().installed.clone()
+    }
+
+    /// Ends the current segment of `generation`, whose period has ended, and drops the
+    /// next one too if its period has ended as well. Their IDs left are never issued.
+    fn drop_expired(&self, slow: &mut Slow, generation: u32) {
+        self.cache.chain.retire(generation);
+        if slow.current.take().is_some() {
+            slow.stats.expired += 1;
+        }
+        let now = Instant::now();
+        if slow
+            .next
+            .as_ref()
+            .is_some_and(|n| n.expires.is_some_and(|at| at <= now))
+        {
+            slow.next = None;
+            slow.stats.expired += 1;
+        }
     }
 
     /// Starts the fetch of the next segment unless one is fetched or in flight.
@@ -158,10 +182,12 @@ impl Biz {
                     return Err(e);
                 }
                 let chain = &self.cache.chain;
-                if chain.remaining() > 0 {
+                let generation = chain.generation();
+                if self.cache.expired() {
+                    self.drop_expired(&mut slow, generation);
+                } else if chain.remaining() > 0 {
                     return Ok(());
                 }
-                let generation = chain.generation();
                 chain.close(generation);
                 if let Some(next) = slow.next.take() {
                     // Cannot fail (used up, under the lock), but a segment is never dropped.
@@ -248,6 +274,12 @@ async fn fetch_into(
                 if slow.next.is_none() {
                     slow.next = Some(fetched);
                 }
+            }
+            // Its period ended on the way (a request slower than what was left): the
+            // next caller fetches one of the next period.
+            Ok(fetched) if fetched.expires.is_some_and(|at| at <= Instant::now()) => {
+                slow.stats.fetches += 1;
+                slow.stats.expired += 1;
             }
             Ok(fetched) => {
                 slow.stats.fetches += 1;

@@ -230,6 +230,7 @@ mod tests {
                 .unwrap(),
             server: 0,
             origin: Some(("pg0".into(), 1)),
+            expires: None,
         }
     }
 

@@ -40,8 +40,13 @@ pub(super) struct Fetched {
     /// Index of the server that handed it out.
     pub server: usize,
     /// The database and the row's version after the reservation; absent over
-    /// Tinyid's protocol, whose segments cannot be given back.
+    /// Tinyid's protocol, whose segments cannot be given back, and for a segment a
+    /// server carved out of its own buffer (a biz whose counter restarts each period).
     pub origin: Option<(String, i64)>,
+    /// For a biz whose counter restarts each period: when the segment's period ends,
+    /// by the clock of the server that handed it out (its answer's `period_left_ms`
+    /// counted from when the request was sent). None of its IDs is issued after.
+    pub expires: Option<Instant>,
 }
 
 /// One segment a closing client still holds, as the give-back route takes it.
@@ -62,7 +67,7 @@ pub(super) struct GivenBack {
 
 /// What one server answered.
 enum Answer {
-    Segment(SegmentRange, Option<(String, i64)>),
+    Segment(Segment),
     /// Permanent for this request: do not try elsewhere.
     Refused(ClientError),
     /// The server failed; try another.
@@ -129,12 +134,13 @@ impl Servers {
         for i in order {
             let server = &self.servers[i];
             match self.ask(server, biz, step).await {
-                Answer::Segment(range, origin) => {
+                Answer::Segment(segment) => {
                     *server.health.lock() = Failures::default();
                     return Ok(Fetched {
-                        range,
+                        range: segment.range,
                         server: i,
-                        origin,
+                        origin: segment.origin,
+                        expires: segment.expires,
                     });
                 }
                 Answer::Refused(e) => return Err(e),
@@ -205,6 +211,7 @@ impl Servers {
                 .get(format!("{}/tinyid/id/nextSegmentIdSimple", server.base))
                 .query(&[("bizType", biz), ("token", self.token.as_str())]),
         };
+        let sent = Instant::now();
         let response = match request.send().await {
             Ok(r) => r,
             Err(e) => return Answer::Failed(without_url(&e)),
@@ -234,7 +241,7 @@ impl Servers {
             return refused(error_message(&body));
         }
         let parsed = match self.protocol {
-            Protocol::V1 => parse_v1(&body),
+            Protocol::V1 => parse_v1(&body, sent),
             Protocol::Tinyid => match header_error {
                 // Tinyid's simple routes answer 200 with an empty body on errors: code 5
                 // is a token problem, final; code 6 is anything else, mostly passing
@@ -247,11 +254,15 @@ impl Servers {
                         Answer::Failed(e)
                     };
                 }
-                _ => parse_tinyid(&body).map(|range| (range, None)),
+                _ => parse_tinyid(&body).map(|range| Segment {
+                    range,
+                    origin: None,
+                    expires: None,
+                }),
             },
         };
         match parsed {
-            Ok((range, origin)) => Answer::Segment(range, origin),
+            Ok(segment) => Answer::Segment(segment),
             Err(reason) => Answer::Refused(ClientError::InvalidSegment {
                 biz: biz.to_string(),
                 server: server.base.clone(),
@@ -294,9 +305,18 @@ fn segment(current: i64, max: i64, delta: i64, remainder: i64) -> Result<Segment
     SegmentRange::after(current, step, residue).map_err(|e| e.to_string())
 }
 
-/// segmint's `/v1/segments` answer: the segment, and its database and version when
-/// the server reports them (servers before give-back did not).
-fn parse_v1(body: &str) -> Result<(SegmentRange, Option<(String, i64)>), String> {
+/// A segment as one server answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Segment {
+    range: SegmentRange,
+    origin: Option<(String, i64)>,
+    expires: Option<Instant>,
+}
+
+/// segmint's `/v1/segments` answer to a request sent at `sent`: the segment, its
+/// database and version when the server reports them (servers before give-back did
+/// not), and when its period ends for a biz whose counter restarts each period.
+fn parse_v1(body: &str, sent: Instant) -> Result<Segment, String> {
     let v: serde_json::Value =
         serde_json::from_str(body).map_err(|e| format!("not JSON ({e}): {body}"))?;
     let field = |name: &str| {
@@ -314,7 +334,22 @@ fn parse_v1(body: &str) -> Result<(SegmentRange, Option<(String, i64)>), String>
         .as_str()
         .zip(v["version"].as_i64())
         .map(|(db, version)| (db.to_string(), version));
-    Ok((range, origin))
+    let expires = match &v["period_left_ms"] {
+        serde_json::Value::Null => None,
+        left => {
+            let left = left
+                .as_u64()
+                .ok_or_else(|| format!("`period_left_ms` is not a whole number of ms in {body}"))?;
+            // Counted from when the request was sent: the period ends no later by this
+            // client's reckoning than by the server's.
+            Some(sent + std::time::Duration::from_millis(left))
+        }
+    };
+    Ok(Segment {
+        range,
+        origin,
+        expires,
+    })
 }
 
 /// Tinyid's `currentId,loadingId,maxId,delta,remainder`.
@@ -339,22 +374,50 @@ mod tests {
     fn parses_both_protocols_alike() {
         let v1 = parse_v1(
             r#"{"biz":"a","current_id":100,"max_id":110,"step":10,"delta":2,"remainder":1,"loading_id":102}"#,
+            Instant::now(),
         )
         .unwrap();
         let tinyid = parse_tinyid("100,102,110,2,1").unwrap();
-        assert_eq!(v1, (tinyid, None));
-        let v1 = v1.0;
+        assert_eq!((v1.origin, v1.expires), (None, None));
+        let v1 = v1.range;
+        assert_eq!(v1, tinyid);
         assert_eq!(v1.ids().collect::<Vec<_>>(), [101, 103, 105, 107, 109]);
     }
 
     #[test]
     fn a_v1_answer_names_its_database_and_version() {
-        let (range, origin) = parse_v1(
+        let segment = parse_v1(
             r#"{"biz":"a","database":"pg1","version":7,"current_id":0,"max_id":10,"step":10,"delta":1,"remainder":0}"#,
+            Instant::now(),
         )
         .unwrap();
-        assert_eq!(range.len(), 10);
-        assert_eq!(origin, Some(("pg1".to_string(), 7)));
+        assert_eq!(segment.range.len(), 10);
+        assert_eq!(segment.origin, Some(("pg1".to_string(), 7)));
+    }
+
+    #[test]
+    fn a_periodic_segment_expires_when_its_period_ends_counted_from_the_request() {
+        let sent = Instant::now();
+        let segment = parse_v1(
+            r#"{"biz":"a","current_id":20261125000000,"max_id":20261125000010,"step":10,"delta":1,"remainder":0,"period":"2026-11-25","period_left_ms":1500}"#,
+            sent,
+        )
+        .unwrap();
+        assert_eq!(
+            segment.origin, None,
+            "a carved segment cannot be given back"
+        );
+        assert_eq!(
+            segment.expires,
+            Some(sent + std::time::Duration::from_millis(1500))
+        );
+        assert!(
+            parse_v1(
+                r#"{"current_id":0,"max_id":1,"delta":1,"remainder":0,"period_left_ms":-1}"#,
+                sent
+            )
+            .is_err()
+        );
     }
 
     #[test]
@@ -367,8 +430,8 @@ mod tests {
             parse_tinyid("10,12,20,2,2").is_err(),
             "remainder out of range"
         );
-        assert!(parse_v1(r#"{"current_id":1}"#).is_err());
-        assert!(parse_v1("<html>").is_err());
+        assert!(parse_v1(r#"{"current_id":1}"#, Instant::now()).is_err());
+        assert!(parse_v1("<html>", Instant::now()).is_err());
     }
 
     #[test]

@@ -46,7 +46,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -140,7 +140,16 @@ struct Cache {
     /// The client's closed flag: read under `slow`'s lock before anything is fetched
     /// or installed, so that nothing enters the cache once close has sealed it.
     closed: Arc<AtomicBool>,
+    /// When the current segment's period ends, in nanoseconds after `born`;
+    /// [`NEVER`] for a biz whose counter never restarts. Read on the fast path: one
+    /// relaxed load for such a biz, and a clock reading for one that restarts.
+    expires: AtomicU64,
+    /// What `expires` counts from.
+    born: Instant,
 }
+
+/// `expires` of a segment that never expires.
+const NEVER: u64 = u64::MAX;
 
 /// Plain mutex: held only to read or update the fields, never across an await.
 struct Slow {
@@ -167,6 +176,9 @@ struct Slow {
 pub struct BizStats {
     /// Segments fetched.
     pub fetches: u64,
+    /// Segments dropped because their period ended (a biz whose counter restarts
+    /// each period): their IDs left are never issued.
+    pub expired: u64,
     /// Times a caller had to wait for a segment (each wait counts once per caller).
     pub waits: u64,
     /// The step of the newest segment fetched.
@@ -199,6 +211,13 @@ impl Cache {
         prefetch_percent: u8,
     ) -> Result<(), Fetched> {
         let used_up = self.chain.len();
+        if self.chain.generation() != generation || self.chain.remaining() > 0 {
+            return Err(fetched);
+        }
+        // Before the segment is published: the old one is used up or retired, so no
+        // reader issues from it under the new period's end.
+        let expires = fetched.expires.map_or(NEVER, |at| self.nanos(at));
+        self.expires.store(expires, Ordering::Release);
         if !self
             .chain
             .advance(generation, &fetched.range, prefetch_percent)
@@ -211,6 +230,18 @@ impl Cache {
         }
         slow.current = Some(fetched);
         Ok(())
+    }
+
+    /// Whether the current segment's period has ended: none of its IDs is issued.
+    #[inline]
+    fn expired(&self) -> bool {
+        let expires = self.expires.load(Ordering::Acquire);
+        expires != NEVER && self.nanos(Instant::now()) >= expires
+    }
+
+    /// `at` in nanoseconds after the cache was made.
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.born).as_nanos()).unwrap_or(NEVER - 1)
     }
 
     /// An error for callers once the client is closed.
@@ -254,6 +285,8 @@ impl Client {
                     slow: Mutex::new(Slow::new(self.inner.segment_target)),
                     fetched: watch::Sender::new(0),
                     closed: self.inner.closed.clone(),
+                    expires: AtomicU64::new(NEVER),
+                    born: Instant::now(),
                 })
             })
             .clone();
@@ -283,6 +316,45 @@ impl Client {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Installs `range` as the current segment of `biz`, ending at `expires`.
+    fn install(biz: &Biz, from: i64, expires: Option<Instant>) {
+        let range = SegmentRange::after(from, 10, crate::segment::Residue::new(1, 0).unwrap())
+            .unwrap();
+        let cache = &biz.cache;
+        let mut slow = cache.slow.lock();
+        let generation = cache.chain.generation();
+        cache.chain.retire(generation);
+        let fetched = Fetched {
+            range,
+            server: 0,
+            origin: None,
+            expires,
+        };
+        assert!(cache.install(&mut slow, generation, fetched, 50).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_segment_whose_period_ended_issues_nothing_more() {
+        let client = Client::builder()
+            .servers(["http://127.0.0.1:9"])
+            .token("t")
+            .build()
+            .unwrap();
+        let biz = client.biz("order").unwrap();
+        install(&biz, 0, Some(Instant::now() + Duration::from_secs(3600)));
+        assert_eq!(biz.try_next_id(), Some(1));
+        let mut ids = Vec::new();
+        assert!(biz.take_into(3, &mut ids));
+        assert_eq!(ids, [2, 3, 4]);
+        // The next segment's period has ended already: nothing of it is issued, one
+        // by one or in a batch, and the next segment of a plain biz never ends.
+        install(&biz, 10, Some(Instant::now()));
+        assert_eq!(biz.try_next_id(), None);
+        assert!(!biz.take_into(1, &mut Vec::new()));
+        install(&biz, 20, None);
+        assert_eq!(biz.try_next_id(), Some(21));
+    }
 
     #[tokio::test]
     async fn biz_names_follow_the_servers_rule() {

@@ -44,6 +44,16 @@ impl DoubleBuffer {
         taken
     }
 
+    /// Up to `n` IDs of one segment as a segment of their own (see [`Cursor::carve`]),
+    /// moving to the next segment when the current one is used up; `None` when neither
+    /// has an ID left.
+    pub fn carve(&mut self, n: u64) -> Option<SegmentRange> {
+        if self.current.as_ref().is_none_or(Cursor::is_exhausted) {
+            self.current = Some(self.next.take()?);
+        }
+        self.current.as_mut()?.carve(n)
+    }
+
     /// Whether a fetch should start now; if so, marks it in flight so that no other
     /// caller starts one. A fetch is due when no segment is waiting and the current one
     /// is missing, exhausted, used past its prefetch point, or `short` of what a caller
@@ -196,6 +206,45 @@ mod tests {
                 }
             }
             prop_assert!(out.windows(2).all(|w| w[0] < w[1]));
+            prop_assert_eq!(out.len() as u64 + buf.remaining(), installed);
+        }
+
+        /// Carving (what a server hands its clients) and taking, interleaved, over
+        /// segments of any class: every installed ID comes out once, in order, and a
+        /// carved segment holds exactly the IDs it took.
+        #[test]
+        fn carves_and_takes_every_installed_id_once(
+            ops in proptest::collection::vec((1usize..30, any::<bool>(), any::<bool>()), 1..60),
+            delta in 1i64..4,
+        ) {
+            let residue = Residue::new(delta, delta - 1).unwrap();
+            let mut buf = DoubleBuffer::new(50);
+            let mut out = Vec::new();
+            let mut max_id = 0;
+            let mut installed = 0u64;
+            for (n, carve, fetch) in ops {
+                if carve {
+                    let before = buf.remaining();
+                    if let Some(run) = buf.carve(n as u64) {
+                        prop_assert!(!run.is_empty() && run.len() <= n as u64);
+                        prop_assert_eq!(before - buf.remaining(), run.len());
+                        prop_assert_eq!(run.residue(), residue);
+                        out.extend(run.ids());
+                    } else {
+                        prop_assert_eq!(before, 0);
+                    }
+                } else {
+                    buf.take(n, &mut out);
+                }
+                if fetch && buf.start_fetch(n > 20) {
+                    let range = SegmentRange::after(max_id, 11, residue).unwrap();
+                    installed += range.len();
+                    buf.install(range);
+                    max_id += 11;
+                }
+            }
+            prop_assert!(out.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(out.iter().all(|id| residue.contains(*id)));
             prop_assert_eq!(out.len() as u64 + buf.remaining(), installed);
         }
     }

@@ -243,6 +243,27 @@ impl Chain {
         }
     }
 
+    /// Ends the segment of `generation` where it stands: its IDs not yet taken are never
+    /// issued (a client's segment whose period ended). A take already past its
+    /// `fetch_add` keeps its IDs.
+    pub fn retire(&self, generation: u32) {
+        let Some(segment) = self.slots[generation as usize % SLOTS].read(generation) else {
+            return;
+        };
+        let mut v = self.state.0.load(Ordering::Acquire);
+        while (v >> OFFSET_BITS) as u32 == generation && (v & OFFSET_MASK) < segment.len {
+            let ended = (v & !OFFSET_MASK) | segment.len;
+            match self
+                .state
+                .0
+                .compare_exchange_weak(v, ended, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(now) => v = now,
+            }
+        }
+    }
+
     /// Sets the offset back to `end` if the segment is still `generation` and the
     /// offset is past `end`. Off the fast path: a take calls it once per
     /// [`PULL_BACK_AFTER`] calls on a used-up segment.
@@ -402,6 +423,20 @@ mod tests {
         chain.close(1);
         assert_eq!(chain.state.0.load(Ordering::Relaxed) & OFFSET_MASK, 2);
         assert_eq!(chain.generation(), 1);
+    }
+
+    #[test]
+    fn a_retired_segment_issues_nothing_more_and_can_be_replaced() {
+        let chain = Chain::new();
+        chain.advance(0, &seg(0, 10, 1, 0), 0);
+        assert_eq!(chain.next(), Ok(1));
+        chain.retire(0);
+        assert_eq!(chain.next(), Ok(2), "another generation is left alone");
+        chain.retire(1);
+        assert_eq!(chain.remaining(), 0);
+        assert_eq!(chain.next(), Err(Take::Exhausted { generation: 1 }));
+        assert!(chain.advance(1, &seg(10, 10, 1, 0), 0));
+        assert_eq!(chain.next(), Ok(11));
     }
 
     /// The raw offset of the chain's word.

@@ -134,6 +134,27 @@ impl Cursor {
         u128::from(self.used) * 100 >= u128::from(self.len) * u128::from(percent)
     }
 
+    /// The next up to `n` IDs as a segment of their own, as if issued: what a server
+    /// hands a client out of its own segment. `None` when none is left.
+    pub fn carve(&mut self, n: u64) -> Option<SegmentRange> {
+        let k = n.min(self.remaining());
+        if k == 0 {
+            return None;
+        }
+        let delta = self.range.residue().delta();
+        // Cannot overflow: both ends are IDs of the segment, at most `max_id`.
+        let start = self.first + self.used as i64 * delta;
+        let last = start + (k as i64 - 1) * delta;
+        self.used += k;
+        // `(start - 1, last]` holds exactly the IDs of the class from `start` to `last`.
+        SegmentRange::after(
+            start.checked_sub(1)?,
+            last - start + 1,
+            self.range.residue(),
+        )
+        .ok()
+    }
+
     /// Appends up to `n` IDs to `out`; returns how many it appended.
     pub fn take(&mut self, n: usize, out: &mut Vec<i64>) -> usize {
         let k = (n as u64).min(self.remaining());

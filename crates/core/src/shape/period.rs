@@ -154,6 +154,19 @@ impl Periodic {
         self.reset.next(code).unwrap_or(code)
     }
 
+    /// When the period `code` begins, in milliseconds since the epoch: the first
+    /// instant of its first day in the zone (after the gap if a clock change skips
+    /// midnight). `None` for a code that names no period.
+    pub fn begins_ms(&self, code: i64) -> Option<i64> {
+        let day = self.reset.first_day(code)?;
+        Some(
+            day.to_zoned(self.zone.clone())
+                .ok()?
+                .timestamp()
+                .as_millisecond(),
+        )
+    }
+
     /// The IDs of period `code`.
     pub fn window(&self, code: i64) -> Window {
         let base = code.saturating_mul(self.modulus);
@@ -187,21 +200,6 @@ impl Periodic {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    impl Periodic {
-        /// When the period `code` begins, in milliseconds since the epoch: the first
-        /// instant of its first day in the zone (after the gap if a clock change skips
-        /// midnight).
-        pub fn begins_ms(&self, code: i64) -> Option<i64> {
-            let day = self.reset.first_day(code)?;
-            Some(
-                day.to_zoned(self.zone.clone())
-                    .ok()?
-                    .timestamp()
-                    .as_millisecond(),
-            )
-        }
-    }
 
     fn ms(text: &str) -> i64 {
         text.parse::<Timestamp>().unwrap().as_millisecond()
