@@ -58,7 +58,8 @@ impl AppState {
     ///
     /// # Errors
     /// 409 `segments_unavailable` for a shuffled or opaque biz, and for one whose
-    /// counter restarts each period (a segment would outlast its period).
+    /// counter restarts each period (the v1 route carves its segments before this
+    /// check; Tinyid's answer cannot say when the period ends).
     pub async fn check_segments(&self, biz: &BizTag) -> Result<(), ApiError> {
         match self.shape_of(biz).await? {
             Some(shape) if shape.period.is_some() => {

@@ -319,8 +319,8 @@ mod tests {
 
     /// Installs `range` as the current segment of `biz`, ending at `expires`.
     fn install(biz: &Biz, from: i64, expires: Option<Instant>) {
-        let range = SegmentRange::after(from, 10, crate::segment::Residue::new(1, 0).unwrap())
-            .unwrap();
+        let range =
+            SegmentRange::after(from, 10, crate::segment::Residue::new(1, 0).unwrap()).unwrap();
         let cache = &biz.cache;
         let mut slow = cache.slow.lock();
         let generation = cache.chain.generation();

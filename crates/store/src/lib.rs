@@ -440,7 +440,7 @@ pub enum StoreError {
     #[error("biz `{0}`: a later period has begun on every database")]
     PeriodPassed(String),
     #[error(
-        "biz `{0}` restarts its counter each period: its IDs are issued one at a time by the server (nextId, /v1/ids), never as segments"
+        "biz `{0}` restarts its counter each period: its segments come from /v1/segments, whose answer says when the period ends, never from Tinyid's segment routes"
     )]
     Periodic(String),
 }
@@ -494,7 +494,9 @@ impl StoreError {
             StoreError::PeriodPassed(_) => {
                 "this server's clock is behind the others': check its time synchronisation"
             }
-            StoreError::Periodic(_) => "take IDs from nextId or /v1/ids/{biz}",
+            StoreError::Periodic(_) => {
+                "use segmint's client library (/v1/segments/{biz}), or take IDs from nextId or /v1/ids/{biz}"
+            }
         }))
     }
 
