@@ -576,15 +576,28 @@ async fn a_counter_that_outgrows_its_width_is_an_error() {
     );
 }
 
-/// Tinyid's number routes answer the number behind each ID (the date, then the
-/// counter: `20261125000123`), which `id decode` reads as it reads the formatted ID;
+/// Tinyid's number routes and Leaf's segment route answer the number behind each ID
+/// (the date, then the counter: `20261125000123`), which `id decode` reads as it reads the formatted ID;
 /// Tinyid's segment routes refuse (their clients cannot tell when a period ends);
 /// `/v1/segments` carves a segment with its period's end; the v1 route cannot answer
 /// numbers for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_says_what_it_does_for_a_periodic_biz() {
     let (setup, token, today, server) = at_noon("ord", 1000, ORDER).await;
+    drop(server);
+    // Leaf's routes too, for the biz.
+    let server = ServerProcess::start(&format!(
+        "{}\n[leaf]\nenabled = true\nbizs = [\"ord\"]\n",
+        setup.toml
+    ))
+    .await;
     let remote = server.remote(Duration::from_secs(10));
+    let leaf = get(&remote, "/api/segment/get/ord").await;
+    assert_eq!(leaf.status, 200, "{leaf:?}");
+    assert!(
+        leaf.body.starts_with(&today) && leaf.body.len() == 14,
+        "Leaf's route answers the number behind the ID: {leaf:?}"
+    );
     let r = compat(
         &remote,
         "nextIdSimple",
@@ -666,4 +679,104 @@ async fn every_route_says_what_it_does_for_a_periodic_biz() {
         &[],
     );
     assert!(!run.ok() && run.stderr.contains("not a date"), "{run:?}");
+}
+
+/// `db add` while a periodic biz is served, over HTTP and to a client library, by a
+/// server on the two databases it had; then a server on all three. A layout change
+/// moves a periodic biz's rows as any biz's: no ID twice, every ID of today, and the
+/// new database issues the biz's numbers afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_added_while_a_periodic_biz_is_served_issues_no_id_twice() {
+    let c = common::layout::Cluster::start(3, 2, "50", false);
+    let (zone, ahead) = noon_zone();
+    let today = yyyymmdd(now_ms(), ahead);
+    common::layout::cli_ok(
+        &c.toml,
+        &[
+            "biz", "add", "ord", "--step", "50", "--format", ORDER, "--zone", &zone,
+        ],
+    );
+    let token = common::layout::cli_ok(&c.toml, &["token", "add", "--biz", "ord"])
+        .trim()
+        .to_owned();
+    let two = ServerProcess::start(&c.toml).await;
+    let client = segmint_client::Client::builder()
+        .servers([two.base.clone()])
+        .token(token.clone())
+        .request_timeout(Duration::from_secs(10))
+        .wait_timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = |base: String| {
+        let (token, stop) = (token.clone(), stop.clone());
+        tokio::spawn(async move {
+            let remote = Remote::new(&base, Duration::from_secs(10));
+            let mut ids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ids.extend(formatted(&remote, "ord", &token, 20).await.unwrap());
+            }
+            ids
+        })
+    };
+    let from_client = {
+        let (biz, stop) = (client.biz("ord").unwrap(), stop.clone());
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                ids.extend(biz.next_ids(20).await.unwrap());
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            ids
+        })
+    };
+    let mut loads = vec![load(two.base.clone()), load(two.base.clone())];
+    let grew = async |i: usize, by: i64| {
+        let from = c.dbs.version(i, "ord");
+        eventually(
+            Duration::from_secs(30),
+            &format!("pg{i} gives out segments of the biz"),
+            async || match c.dbs.version(i, "ord") {
+                v if v >= from + by => Ok(()),
+                v => Err(format!("version {v}, was {from}")),
+            },
+        )
+        .await
+    };
+    grew(0, 3).await;
+    grew(1, 3).await;
+    let add = {
+        let (toml, url) = (c.toml.clone(), c.urls[2].clone());
+        tokio::task::spawn_blocking(move || {
+            common::layout::cli_ok(&toml, &["db", "add", "pg2", &url])
+        })
+    };
+    let out = add.await.unwrap();
+    assert!(out.contains("layout epoch 1 is done"), "{out}");
+    let three = ServerProcess::start(&common::layout::toml_for(&c.dbs, &[0, 1, 2])).await;
+    loads.push(load(three.base.clone()));
+    for i in 0..3 {
+        grew(i, 3).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut seen = HashSet::new();
+    for load in loads {
+        for id in load.await.unwrap() {
+            assert_eq!(date_and_counter(&id).0, today, "{id}");
+            assert!(seen.insert(id.clone()), "{id} issued twice");
+        }
+    }
+    let served = seen.len();
+    for number in from_client.await.unwrap() {
+        let id = format!("ORD{number}");
+        assert_eq!(date_and_counter(&id).0, today, "{id}");
+        assert!(
+            seen.insert(id.clone()),
+            "{id} issued twice (once by the client)"
+        );
+    }
+    println!(
+        "{served} IDs over HTTP and {} from the client library across `db add pg2`",
+        seen.len() - served
+    );
 }
