@@ -24,7 +24,7 @@ use prometheus::IntCounter;
 use crate::biz::BizTag;
 use crate::config::SnowflakeConfig;
 use crate::metrics::SnowflakeMetrics;
-use crate::snowflake::{Clock, Generator, Pause, SnowflakeError, SystemClock, SystemPause};
+use crate::snowflake::{Clock, Generator, Layout, Pause, SnowflakeError, SystemClock, SystemPause};
 use crate::store::{Lease, Store};
 
 /// Why no snowflake ID was issued.
@@ -66,16 +66,20 @@ struct Counting {
 
 impl Pause for Counting {
     fn pause_ms(&mut self, ms: u64) {
-        // The generator pauses 0 ms to spin to the next millisecond, more only to
-        // wait out a clock that went back.
+        // The generator pauses 0 ms to spin to the next tick (and rests for most of a
+        // coarse one), more only to wait out a clock that went back.
         if ms > 0 {
             self.waited += 1;
         }
         self.inner.pause_ms(ms);
     }
 
-    fn sequence_start(&mut self) -> u16 {
-        self.inner.sequence_start()
+    fn rest_ms(&mut self, ms: u64) {
+        self.inner.rest_ms(ms);
+    }
+
+    fn sequence_start(&mut self, bound: u16) -> u16 {
+        self.inner.sequence_start(bound)
     }
 }
 
@@ -123,6 +127,10 @@ pub struct Worker {
     holder: String,
     /// Plain mutex: held to issue a batch or update the state, never across an await.
     state: Mutex<State>,
+    /// Why the last try to lease a worker ID failed (a spec the databases do not
+    /// share, no database answering…), for the 503 of a request while none is held.
+    /// Plain mutex: set and read briefly, never across an await.
+    refused: Mutex<Option<String>>,
     metrics: SnowflakeMetrics,
     /// The IDs counter of every configured biz.
     issued: HashMap<BizTag, IntCounter>,
@@ -150,6 +158,7 @@ impl Worker {
             config,
             holder,
             state: Mutex::new(State::Idle),
+            refused: Mutex::new(None),
             metrics,
             issued,
         }
@@ -163,6 +172,11 @@ impl Worker {
     /// The snowflake epoch (Unix milliseconds).
     pub fn epoch_ms(&self) -> i64 {
         self.config.epoch_ms
+    }
+
+    /// The bit layout of the IDs issued here.
+    pub fn layout(&self) -> Layout {
+        self.config.layout
     }
 
     /// The worker ID this server issues with, if it does.
@@ -196,7 +210,10 @@ impl Worker {
             }
             State::Idle => {
                 return Err(IssueError::NoWorkerId(
-                    "no database has leased one to this server".into(),
+                    self.refused.lock().clone().map_or_else(
+                        || "no database has leased one to this server".into(),
+                        |why| format!("no database has leased one to this server: {why}"),
+                    ),
                 ));
             }
             State::Stopped => return Err(IssueError::NoWorkerId("the server is stopping".into())),
@@ -283,6 +300,7 @@ impl Worker {
         {
             Ok(lease) => {
                 self.metrics.acquisition("ok");
+                *self.refused.lock() = None;
                 tracing::info!(
                     worker_id = lease.worker_id,
                     database = self.store.database_name(lease.database),
@@ -304,6 +322,7 @@ impl Worker {
             Err(e) => {
                 self.metrics.acquisition("failed");
                 tracing::warn!(error = %e, "cannot lease a snowflake worker ID; trying again");
+                *self.refused.lock() = Some(e.to_string());
                 self.config.renew
             }
         }
@@ -340,15 +359,20 @@ impl Worker {
                         until.saturating_duration_since(self.store.now())
                     }
                     State::Waiting { .. } => {
+                        let layout = self.config.layout;
                         match Generator::new(
                             SystemClock,
                             self.config.epoch_ms,
+                            layout,
                             u32::from(renewed.worker_id),
                             renewed.floor_ms,
                         ) {
                             Ok(generator) => {
                                 tracing::info!(
                                     worker_id = renewed.worker_id,
+                                    layout = %layout,
+                                    ids_below = format!("2^{}", layout.total_bits()),
+                                    js_safe = layout.js_safe(),
                                     "issuing snowflake IDs"
                                 );
                                 self.metrics.set_lease(Some(renewed.worker_id), "active");

@@ -148,9 +148,13 @@ async fn try_snowflakes(
 
 /// The worker ID that issued the snowflake ID `id`.
 fn worker_of(id: i64) -> u16 {
-    segmint::snowflake::decode(id, segmint::snowflake::LEAF_EPOCH_MS)
-        .expect("a snowflake ID")
-        .worker_id
+    segmint::snowflake::decode(
+        id,
+        segmint::snowflake::LEAF_EPOCH_MS,
+        &segmint::snowflake::Layout::LEAF,
+    )
+    .expect("a snowflake ID")
+    .worker_id
 }
 
 /// The IDs of `biz` that the streams got.

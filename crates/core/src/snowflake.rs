@@ -1,36 +1,35 @@
-//! Snowflake IDs in Leaf's layout: the pure core (bit layout, decoding, the clock guard).
-//! No IO and no tokio: the clock is injected, so every rule is testable without waiting.
+//! Snowflake IDs: the pure core (bit layouts, decoding, the clock guard, the spec a
+//! cluster agrees on). No IO and no tokio: the clock is injected, so every rule is
+//! testable without waiting.
 //!
-//! Layout, high to low: 1 sign bit (always 0), 41 bits of milliseconds since an epoch
-//! (Leaf's default [`LEAF_EPOCH_MS`]), 10 bits of worker ID, 12 bits of sequence.
+//! An ID, high to low: 1 sign bit (always 0), the ticks of `unit_ms` since an epoch
+//! (Leaf's default [`LEAF_EPOCH_MS`]), the worker ID, the sequence within a tick; the
+//! widths are a [`Layout`] ([`Layout::LEAF`]: 1 ms, 41/10/12 bits, Leaf's own).
+
+pub mod agreement;
+mod layout;
+
+pub use layout::{
+    JS_SAFE_BITS, Layout, LayoutError, MAX_SEQUENCE_BITS, MAX_TOTAL_BITS, MAX_UNIT_MS,
+    MAX_WORKER_BITS, Spec,
+};
 
 /// Leaf's default epoch (`twepoch`): 2010-11-04 01:42:54.657 UTC, in Unix milliseconds.
 pub const LEAF_EPOCH_MS: i64 = 1_288_834_974_657;
-/// Bits of the worker ID.
-pub const WORKER_ID_BITS: u32 = 10;
-/// Bits of the sequence within a millisecond.
-pub const SEQUENCE_BITS: u32 = 12;
-/// Bits of the timestamp: what is left of an `i64` without its sign bit.
-pub const TIMESTAMP_BITS: u32 = 63 - WORKER_ID_BITS - SEQUENCE_BITS;
-/// Largest worker ID (1023).
-pub const MAX_WORKER_ID: u16 = (1 << WORKER_ID_BITS) - 1;
-/// Largest sequence within a millisecond (4095).
-pub const MAX_SEQUENCE: u16 = (1 << SEQUENCE_BITS) - 1;
-/// Largest millisecond offset from the epoch (about 69.7 years).
-pub const MAX_OFFSET_MS: i64 = (1 << TIMESTAMP_BITS) - 1;
-/// Leaf starts each millisecond's sequence at `Random.nextInt(100)`: below this.
-pub const SEQUENCE_START_BOUND: u16 = 100;
+/// Largest worker ID of any layout (1023): the lease table's range.
+pub const MAX_WORKER_ID: u16 = (1 << MAX_WORKER_BITS) - 1;
 /// Largest backward clock step that is waited out rather than refused, as in Leaf.
 pub const MAX_WAITED_BACK_MS: i64 = 5;
 
 /// The parts of a snowflake ID.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decoded {
-    /// Unix milliseconds: the epoch plus the ID's 41-bit offset.
+    /// Unix milliseconds: the epoch plus the ID's ticks, the first millisecond of its
+    /// tick.
     pub timestamp_ms: i64,
     /// The worker that issued the ID.
     pub worker_id: u16,
-    /// The ID's place within its millisecond.
+    /// The ID's place within its tick.
     pub sequence: u16,
 }
 
@@ -39,8 +38,10 @@ pub struct Decoded {
 pub enum SnowflakeError {
     #[error("a snowflake ID is not negative: the sign bit is always 0")]
     Negative,
-    #[error("worker ID {0} is above {MAX_WORKER_ID}")]
-    WorkerId(u32),
+    #[error("{id} is wider than the {bits} bits of the layout {layout}")]
+    TooWide { id: i64, bits: u32, layout: Layout },
+    #[error("worker ID {worker_id} is above {max}, the layout's largest")]
+    WorkerId { worker_id: u32, max: u16 },
     #[error("the clock is {by} ms behind the last timestamp issued; no ID until it has caught up")]
     ClockBehind {
         /// Milliseconds between the clock and the last timestamp issued.
@@ -49,34 +50,33 @@ pub enum SnowflakeError {
     #[error("the clock ({now_ms} ms) is before the epoch ({epoch_ms} ms)")]
     BeforeEpoch { now_ms: i64, epoch_ms: i64 },
     #[error(
-        "the clock ({now_ms} ms) is beyond the 41 bits of time after the epoch ({epoch_ms} ms)"
+        "the clock ({now_ms} ms) is beyond the timestamp bits of the layout after the epoch ({epoch_ms} ms)"
     )]
     TimeExhausted { now_ms: i64, epoch_ms: i64 },
 }
 
-/// The ID of `offset_ms` after the epoch, `worker_id` and `sequence`. Parts out of
-/// range are masked by the caller's types and constants, never here.
-fn compose(offset_ms: i64, worker_id: u16, sequence: u16) -> i64 {
-    (offset_ms << (WORKER_ID_BITS + SEQUENCE_BITS))
-        | (i64::from(worker_id) << SEQUENCE_BITS)
-        | i64::from(sequence)
-}
-
-/// The parts of `id`, with its timestamp counted from `epoch_ms`.
+/// The parts of `id` in `layout`, with its timestamp counted from `epoch_ms`.
 ///
 /// # Errors
-/// [`SnowflakeError::Negative`] for a negative `id`: no snowflake ID has its sign bit set.
-pub fn decode(id: i64, epoch_ms: i64) -> Result<Decoded, SnowflakeError> {
+/// [`SnowflakeError::Negative`] for a negative `id` (no snowflake ID has its sign bit
+/// set), [`SnowflakeError::TooWide`] for one above the layout's bits.
+pub fn decode(id: i64, epoch_ms: i64, layout: &Layout) -> Result<Decoded, SnowflakeError> {
     if id < 0 {
         return Err(SnowflakeError::Negative);
     }
-    let worker_mask = i64::from(MAX_WORKER_ID);
-    let sequence_mask = i64::from(MAX_SEQUENCE);
+    let bits = layout.total_bits();
+    if bits < MAX_TOTAL_BITS && id >> bits != 0 {
+        return Err(SnowflakeError::TooWide {
+            id,
+            bits,
+            layout: *layout,
+        });
+    }
+    let (tick, worker_id, sequence) = layout.parts(id);
     Ok(Decoded {
-        timestamp_ms: (id >> (WORKER_ID_BITS + SEQUENCE_BITS)) + epoch_ms,
-        // Masked to 10 and 12 bits: the conversions cannot fail.
-        worker_id: u16::try_from((id >> SEQUENCE_BITS) & worker_mask).unwrap_or(MAX_WORKER_ID),
-        sequence: u16::try_from(id & sequence_mask).unwrap_or(MAX_SEQUENCE),
+        timestamp_ms: layout.tick_start_ms(tick, epoch_ms),
+        worker_id,
+        sequence,
     })
 }
 
@@ -105,18 +105,26 @@ impl Clock for SystemClock {
     }
 }
 
-/// What the generator needs besides the clock: how to wait a few milliseconds (Leaf's
-/// `wait(offset << 1)`) and where each millisecond's sequence starts.
+/// What the generator needs besides the clock: how to wait (Leaf's `wait(offset << 1)`
+/// for a clock that went back; for the next tick) and where each tick's sequence
+/// starts.
 pub trait Pause {
-    /// Lets about `ms` milliseconds pass.
+    /// Lets about `ms` milliseconds pass while a clock that went back catches up; 0:
+    /// one spin of a wait for the next tick.
     fn pause_ms(&mut self, ms: u64);
-    /// The sequence a new millisecond starts at, below [`SEQUENCE_START_BOUND`].
-    fn sequence_start(&mut self) -> u16;
+    /// Sleeps about `ms` milliseconds (at least 1) of a wait for the next tick, whose
+    /// last millisecond is then spun: a coarse tick's sequences used up are waited
+    /// for without a CPU spinning the whole tick.
+    fn rest_ms(&mut self, ms: u64);
+    /// The sequence a new tick starts at, below `bound`
+    /// ([`Layout::sequence_start_bound`]).
+    fn sequence_start(&mut self, bound: u16) -> u16;
 }
 
-/// Real waiting: a sleep for a backward step, a spin for the next millisecond (as
-/// Leaf's `tilNextMillis`), and sequence starts from a xorshift generator, which is as
-/// random as Leaf's `java.util.Random` needs to be (the low bits vary; nothing secret).
+/// Real waiting: a sleep for a backward step and for most of a coarse tick, a spin for
+/// the last millisecond before the next tick (as Leaf's `tilNextMillis`), and
+/// sequence starts from a xorshift generator, which is as random as Leaf's
+/// `java.util.Random` needs to be (the low bits vary; nothing secret).
 #[derive(Debug, Clone)]
 pub struct SystemPause {
     /// The xorshift64 state; never 0.
@@ -143,61 +151,77 @@ impl Pause for SystemPause {
         }
     }
 
-    fn sequence_start(&mut self) -> u16 {
+    fn rest_ms(&mut self, ms: u64) {
+        std::thread::sleep(std::time::Duration::from_millis(ms.max(1)));
+    }
+
+    fn sequence_start(&mut self, bound: u16) -> u16 {
         let mut x = self.state;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         self.state = x;
-        // Below 100: the conversion cannot fail.
-        u16::try_from(x % u64::from(SEQUENCE_START_BOUND)).unwrap_or(0)
+        // Below a u16: the conversion cannot fail.
+        u16::try_from(x % u64::from(bound.max(1))).unwrap_or(0)
     }
 }
 
-/// Issues the snowflake IDs of one worker ID, as Leaf's `SnowflakeIDGenImpl.get`:
-/// never below the last timestamp issued, strictly increasing.
+/// Issues the snowflake IDs of one worker ID, as Leaf's `SnowflakeIDGenImpl.get` in
+/// ticks of the layout's unit: never below the last timestamp issued, strictly
+/// increasing. The clock guard and the bounds are in milliseconds whatever the unit.
 #[derive(Debug)]
 pub struct Generator<C> {
     /// The time source.
     clock: C,
-    /// Unix milliseconds at offset 0.
+    /// Unix milliseconds at tick 0.
     epoch_ms: i64,
+    /// The widths of the IDs and the length of a tick.
+    layout: Layout,
     /// This generator's worker ID.
     worker_id: u16,
-    /// The timestamp (Unix ms) of the last ID issued; every later ID is at or above it.
+    /// The clock's reading (Unix ms) when the last ID was issued; the clock guard and
+    /// the lease's bound compare the clock with it.
     last_ms: i64,
+    /// The tick of the last ID issued; every later ID is in it or a later one.
+    last_tick: i64,
     /// The sequence of the last ID issued.
     sequence: u16,
 }
 
 impl<C: Clock> Generator<C> {
-    /// A generator for `worker_id` whose IDs are all above `last_ms` (the last
-    /// timestamp recorded for that worker ID, or `i64::MIN` when none is).
+    /// A generator of `layout`'s IDs for `worker_id` whose IDs are all in ticks after
+    /// the one holding `last_ms` (the last timestamp recorded for that worker ID, or
+    /// `i64::MIN` when none is): with a coarse unit, several milliseconds map to that
+    /// tick, and an earlier holder may have used any of its sequences.
     ///
     /// # Errors
-    /// [`SnowflakeError::WorkerId`] for a worker ID above [`MAX_WORKER_ID`].
+    /// [`SnowflakeError::WorkerId`] for a worker ID above the layout's largest.
     pub fn new(
         clock: C,
         epoch_ms: i64,
+        layout: Layout,
         worker_id: u32,
         last_ms: i64,
     ) -> Result<Generator<C>, SnowflakeError> {
+        let max = layout.max_worker_id();
         let worker_id = u16::try_from(worker_id)
             .ok()
-            .filter(|w| *w <= MAX_WORKER_ID)
-            .ok_or(SnowflakeError::WorkerId(worker_id))?;
+            .filter(|w| *w <= max)
+            .ok_or(SnowflakeError::WorkerId { worker_id, max })?;
         Ok(Generator {
             clock,
             epoch_ms,
+            layout,
             worker_id,
             last_ms,
-            // The recorded millisecond may have been used up by an earlier holder:
-            // the first ID is in a later one.
-            sequence: MAX_SEQUENCE,
+            last_tick: layout.tick_of(last_ms, epoch_ms),
+            // The recorded tick may have been used up by an earlier holder: the first
+            // ID is in a later one.
+            sequence: layout.max_sequence(),
         })
     }
 
-    /// The timestamp of the last ID issued (to record with a lease).
+    /// The clock's reading at the last ID issued (to record with a lease).
     pub fn last_ms(&self) -> i64 {
         self.last_ms
     }
@@ -209,12 +233,12 @@ impl<C: Clock> Generator<C> {
 
     /// The next ID. A clock up to [`MAX_WAITED_BACK_MS`] behind the last timestamp is
     /// waited out (twice the gap, once, as Leaf waits); a clock further behind is
-    /// refused until it has caught up. When a millisecond's 4096 sequences are used,
-    /// the next millisecond is waited for.
+    /// refused until it has caught up. When a tick's sequences are used, the next tick
+    /// is waited for (slept to its last millisecond, then spun).
     ///
     /// # Errors
     /// [`SnowflakeError::ClockBehind`] while the clock is behind; `BeforeEpoch` or
-    /// `TimeExhausted` when the clock is outside the 41 bits of time.
+    /// `TimeExhausted` when the clock is outside the layout's timestamp bits.
     pub fn next_id(&mut self, pause: &mut impl Pause) -> Result<i64, SnowflakeError> {
         let mut now = self.clock.now_ms();
         if now < self.last_ms {
@@ -230,43 +254,66 @@ impl<C: Clock> Generator<C> {
                 });
             }
         }
-        let (now, sequence) = if now == self.last_ms {
-            if self.sequence < MAX_SEQUENCE {
-                (now, self.sequence + 1)
+        let tick = self.layout.tick_of(now, self.epoch_ms);
+        let (now, tick, sequence) = if tick <= self.last_tick {
+            if self.sequence < self.layout.max_sequence() {
+                (now, self.last_tick, self.sequence + 1)
             } else {
-                // This millisecond is used up: Leaf spins until the next one.
-                let mut next = self.clock.now_ms();
-                while next <= self.last_ms {
-                    pause.pause_ms(0);
-                    next = self.clock.now_ms();
-                }
-                (next, pause.sequence_start())
+                let (now, tick) = self.next_tick(pause);
+                (
+                    now,
+                    tick,
+                    pause.sequence_start(self.layout.sequence_start_bound()),
+                )
             }
         } else {
-            (now, pause.sequence_start())
+            (
+                now,
+                tick,
+                pause.sequence_start(self.layout.sequence_start_bound()),
+            )
         };
-        let offset = self.offset(now)?;
+        if tick < 0 {
+            return Err(SnowflakeError::BeforeEpoch {
+                now_ms: now,
+                epoch_ms: self.epoch_ms,
+            });
+        }
+        if tick > self.layout.max_tick() {
+            return Err(SnowflakeError::TimeExhausted {
+                now_ms: now,
+                epoch_ms: self.epoch_ms,
+            });
+        }
         self.last_ms = now;
+        self.last_tick = tick;
         self.sequence = sequence;
-        Ok(compose(offset, self.worker_id, sequence))
+        Ok(self.layout.compose(tick, self.worker_id, sequence))
     }
 
-    /// `now_ms` counted from the epoch, if it fits in 41 bits.
-    fn offset(&self, now_ms: i64) -> Result<i64, SnowflakeError> {
-        let offset = now_ms.saturating_sub(self.epoch_ms);
-        if offset < 0 {
-            return Err(SnowflakeError::BeforeEpoch {
-                now_ms,
-                epoch_ms: self.epoch_ms,
-            });
+    /// Waits for a tick after the last one (its sequences are used up): sleeps until
+    /// its last millisecond, spins through that one (as Leaf spins to the next
+    /// millisecond). Returns the clock's reading and its tick.
+    fn next_tick(&mut self, pause: &mut impl Pause) -> (i64, i64) {
+        let unit = u64::from(self.layout.unit_ms);
+        let starts = self
+            .layout
+            .tick_start_ms(self.last_tick.saturating_add(1), self.epoch_ms);
+        loop {
+            let now = self.clock.now_ms();
+            let tick = self.layout.tick_of(now, self.epoch_ms);
+            if tick > self.last_tick {
+                return (now, tick);
+            }
+            let left = u64::try_from(starts.saturating_sub(now)).unwrap_or(0);
+            if left > 1 {
+                // At most a tick at a time: a clock that jumps back while waiting is
+                // read again after each.
+                pause.rest_ms((left - 1).min(unit));
+            } else {
+                pause.pause_ms(0);
+            }
         }
-        if offset > MAX_OFFSET_MS {
-            return Err(SnowflakeError::TimeExhausted {
-                now_ms,
-                epoch_ms: self.epoch_ms,
-            });
-        }
-        Ok(offset)
     }
 }
 
@@ -302,6 +349,8 @@ mod tests {
     struct TestPause {
         clock: Rc<Cell<i64>>,
         paused: Vec<u64>,
+        /// The sleeps of waits for the next tick.
+        rested: Vec<u64>,
         next_start: u16,
         /// Whether a pause moves the clock at all.
         advances: bool,
@@ -315,19 +364,31 @@ mod tests {
                 self.clock.set(self.clock.get() + step);
             }
         }
-        fn sequence_start(&mut self) -> u16 {
-            self.next_start = (self.next_start + 37) % SEQUENCE_START_BOUND;
+        fn rest_ms(&mut self, ms: u64) {
+            self.rested.push(ms);
+            let step = i64::try_from(ms.max(1)).unwrap_or(1);
+            self.clock.set(self.clock.get() + step);
+        }
+        fn sequence_start(&mut self, bound: u16) -> u16 {
+            self.next_start = (self.next_start + 37) % bound;
             self.next_start
         }
     }
 
     fn setup(start_ms: i64, worker: u32) -> (Rc<Cell<i64>>, Generator<TestClock>, TestPause) {
         let time = Rc::new(Cell::new(start_ms));
-        let generator =
-            Generator::new(TestClock(time.clone()), LEAF_EPOCH_MS, worker, i64::MIN).unwrap();
+        let generator = Generator::new(
+            TestClock(time.clone()),
+            LEAF_EPOCH_MS,
+            Layout::LEAF,
+            worker,
+            i64::MIN,
+        )
+        .unwrap();
         let pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
+            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -338,29 +399,32 @@ mod tests {
 
     #[test]
     fn a_known_id_decodes_as_leaf_decodes_it() {
-        let id = compose(NOW - LEAF_EPOCH_MS, 39, 3448);
-        let d = decode(id, LEAF_EPOCH_MS).unwrap();
+        let id = Layout::LEAF.compose(NOW - LEAF_EPOCH_MS, 39, 3448);
+        let d = decode(id, LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
         assert_eq!(
             leaf_decode(id),
             (NOW, 39, 3448),
             "Leaf's formula on our layout"
         );
         assert_eq!((d.timestamp_ms, d.worker_id, d.sequence), (NOW, 39, 3448));
-        assert_eq!(decode(-1, LEAF_EPOCH_MS), Err(SnowflakeError::Negative));
+        assert_eq!(
+            decode(-1, LEAF_EPOCH_MS, &Layout::LEAF),
+            Err(SnowflakeError::Negative)
+        );
     }
 
     #[test]
     fn each_millisecond_starts_at_a_small_sequence_then_counts_up() {
         let (time, mut g, mut pause) = setup(NOW, 7);
-        let a = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS).unwrap();
-        let b = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS).unwrap();
-        assert!(a.sequence < SEQUENCE_START_BOUND);
+        let a = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
+        let b = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
+        assert!(a.sequence < 100);
         assert_eq!(b.sequence, a.sequence + 1);
         assert_eq!((a.timestamp_ms, b.timestamp_ms), (NOW, NOW));
         time.set(NOW + 1);
-        let c = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS).unwrap();
+        let c = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
         assert_eq!(c.timestamp_ms, NOW + 1);
-        assert!(c.sequence < SEQUENCE_START_BOUND);
+        assert!(c.sequence < 100);
         assert_eq!(c.worker_id, 7);
     }
 
@@ -369,15 +433,19 @@ mod tests {
         let (_, mut g, mut pause) = setup(NOW, 1);
         let mut last = 0;
         let mut count = 0;
-        while decode(last, LEAF_EPOCH_MS).unwrap().timestamp_ms <= NOW {
+        while decode(last, LEAF_EPOCH_MS, &Layout::LEAF)
+            .unwrap()
+            .timestamp_ms
+            <= NOW
+        {
             last = g.next_id(&mut pause).unwrap();
             count += 1;
         }
-        let d = decode(last, LEAF_EPOCH_MS).unwrap();
+        let d = decode(last, LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
         assert_eq!(d.timestamp_ms, NOW + 1);
-        assert!(d.sequence < SEQUENCE_START_BOUND);
+        assert!(d.sequence < 100);
         // The first millisecond was used to its last sequence.
-        assert!(count > usize::from(MAX_SEQUENCE - SEQUENCE_START_BOUND));
+        assert!(count > 4095 - 100);
         assert_eq!(pause.paused, [0]);
     }
 
@@ -389,7 +457,12 @@ mod tests {
         let second = g.next_id(&mut pause).unwrap();
         assert_eq!(pause.paused, [6], "Leaf waits twice the gap");
         assert!(second > first);
-        assert!(decode(second, LEAF_EPOCH_MS).unwrap().timestamp_ms >= NOW);
+        assert!(
+            decode(second, LEAF_EPOCH_MS, &Layout::LEAF)
+                .unwrap()
+                .timestamp_ms
+                >= NOW
+        );
     }
 
     #[test]
@@ -426,10 +499,12 @@ mod tests {
     #[test]
     fn a_recorded_last_timestamp_holds_across_a_restart() {
         let time = Rc::new(Cell::new(NOW - 60_000));
-        let mut g = Generator::new(TestClock(time.clone()), LEAF_EPOCH_MS, 3, NOW).unwrap();
+        let mut g =
+            Generator::new(TestClock(time.clone()), LEAF_EPOCH_MS, Layout::LEAF, 3, NOW).unwrap();
         let mut pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
+            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -439,7 +514,7 @@ mod tests {
         );
         time.set(NOW + 1);
         assert_eq!(
-            decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS)
+            decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &Layout::LEAF)
                 .unwrap()
                 .timestamp_ms,
             NOW + 1
@@ -450,13 +525,31 @@ mod tests {
     fn bad_worker_ids_and_times_are_refused() {
         let time = Rc::new(Cell::new(LEAF_EPOCH_MS - 1));
         assert_eq!(
-            Generator::new(TestClock(time.clone()), LEAF_EPOCH_MS, 1024, 0).unwrap_err(),
-            SnowflakeError::WorkerId(1024)
+            Generator::new(
+                TestClock(time.clone()),
+                LEAF_EPOCH_MS,
+                Layout::LEAF,
+                1024,
+                0
+            )
+            .unwrap_err(),
+            SnowflakeError::WorkerId {
+                worker_id: 1024,
+                max: 1023
+            }
         );
-        let mut g = Generator::new(TestClock(time.clone()), LEAF_EPOCH_MS, 0, i64::MIN).unwrap();
+        let mut g = Generator::new(
+            TestClock(time.clone()),
+            LEAF_EPOCH_MS,
+            Layout::LEAF,
+            0,
+            i64::MIN,
+        )
+        .unwrap();
         let mut pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
+            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -464,7 +557,7 @@ mod tests {
             g.next_id(&mut pause),
             Err(SnowflakeError::BeforeEpoch { .. })
         ));
-        time.set(LEAF_EPOCH_MS + MAX_OFFSET_MS + 1);
+        time.set(Layout::LEAF.ends_ms(LEAF_EPOCH_MS));
         assert!(matches!(
             g.next_id(&mut pause),
             Err(SnowflakeError::TimeExhausted { .. })
@@ -475,8 +568,8 @@ mod tests {
     fn the_system_pause_starts_sequences_below_the_bound_and_varies() {
         let mut pause = SystemPause::default();
         let starts: std::collections::HashSet<u16> =
-            (0..1000).map(|_| pause.sequence_start()).collect();
-        assert!(starts.iter().all(|s| *s < SEQUENCE_START_BOUND));
+            (0..1000).map(|_| pause.sequence_start(100)).collect();
+        assert!(starts.iter().all(|s| *s < 100));
         assert!(starts.len() > 50, "{starts:?}");
         assert!(
             starts.iter().any(|s| s % 2 == 1),
@@ -501,7 +594,7 @@ mod tests {
                 match g.next_id(&mut pause) {
                     Ok(id) => {
                         prop_assert!(id > last_id);
-                        let d = decode(id, LEAF_EPOCH_MS).unwrap();
+                        let d = decode(id, LEAF_EPOCH_MS, &Layout::LEAF).unwrap();
                         prop_assert!(d.timestamp_ms >= last_ms);
                         prop_assert_eq!(u32::from(d.worker_id), worker);
                         prop_assert_eq!(
@@ -520,15 +613,167 @@ mod tests {
             }
         }
 
+        /// For random layouts (coarse units included), `decode` gives back the tick's
+        /// first millisecond, the worker ID and the sequence an ID was composed of.
         #[test]
         fn decode_inverts_compose(
-            offset in 0..=MAX_OFFSET_MS,
-            worker in 0..=MAX_WORKER_ID,
-            sequence in 0..=MAX_SEQUENCE,
+            unit in 1u32..=1000,
+            w_bits in 1u32..=10,
+            s_bits in 1u32..=16,
+            t_seed in any::<u32>(),
+            tick_seed in any::<i64>(),
+            worker in any::<u16>(),
+            sequence in any::<u16>(),
             epoch in 0i64..=LEAF_EPOCH_MS,
         ) {
-            let d = decode(compose(offset, worker, sequence), epoch).unwrap();
-            prop_assert_eq!(d, Decoded { timestamp_ms: offset + epoch, worker_id: worker, sequence });
+            let t_bits = 1 + t_seed % (MAX_TOTAL_BITS - w_bits - s_bits);
+            let layout = Layout::new(unit, t_bits, w_bits, s_bits).unwrap();
+            // Ticks whose milliseconds fit in an i64 (wide timestamps of coarse units
+            // outlast it: such a layout ends, for decoding, at i64::MAX).
+            let ticks = (layout.max_tick() + 1).min((i64::MAX - epoch) / i64::from(unit));
+            let tick = tick_seed.rem_euclid(ticks);
+            let (worker, sequence) = (worker & layout.max_worker_id(), sequence & layout.max_sequence());
+            let id = layout.compose(tick, worker, sequence);
+            let d = decode(id, epoch, &layout).unwrap();
+            prop_assert_eq!(d, Decoded {
+                timestamp_ms: epoch + tick * i64::from(unit),
+                worker_id: worker,
+                sequence,
+            });
+            prop_assert_eq!(layout.tick_of(d.timestamp_ms, epoch), tick);
         }
+
+        /// With a coarse unit, whatever the clock does, IDs strictly increase, stay in
+        /// their layout's bits, and never fall in the tick of the floor they started
+        /// above.
+        #[test]
+        fn coarse_ids_increase_above_the_floor(
+            unit in prop::sample::select(vec![10u32, 1000]),
+            floor_back in 0i64..3_000,
+            steps in proptest::collection::vec(-20i64..40, 1..200),
+        ) {
+            let layout = Layout::new(unit, 40, 5, 3).unwrap();
+            let floor = NOW - floor_back;
+            let (time, mut g, mut pause) = setup_in(layout, NOW, 3, floor);
+            let mut last_id = i64::MIN;
+            for step in steps {
+                time.set(time.get() + step);
+                if let Ok(id) = g.next_id(&mut pause) {
+                    prop_assert!(id > last_id);
+                    prop_assert!(id < 1 << layout.total_bits());
+                    let d = decode(id, LEAF_EPOCH_MS, &layout).unwrap();
+                    prop_assert!(layout.tick_of(d.timestamp_ms, LEAF_EPOCH_MS) > layout.tick_of(floor, LEAF_EPOCH_MS));
+                    prop_assert_eq!(d.worker_id, 3);
+                    last_id = id;
+                }
+            }
+        }
+    }
+
+    fn setup_in(
+        layout: Layout,
+        start_ms: i64,
+        worker: u32,
+        floor_ms: i64,
+    ) -> (Rc<Cell<i64>>, Generator<TestClock>, TestPause) {
+        let time = Rc::new(Cell::new(start_ms));
+        let generator = Generator::new(
+            TestClock(time.clone()),
+            LEAF_EPOCH_MS,
+            layout,
+            worker,
+            floor_ms,
+        )
+        .unwrap();
+        let pause = TestPause {
+            clock: time.clone(),
+            paused: Vec::new(),
+            rested: Vec::new(),
+            next_start: 0,
+            advances: true,
+        };
+        (time, generator, pause)
+    }
+
+    /// A tick of 10 ms starting at `NOW`: `NOW` is its first millisecond.
+    const TICK: i64 = 1_764_000_000_000 - (1_764_000_000_000 - LEAF_EPOCH_MS) % 10;
+
+    #[test]
+    fn a_coarse_tick_used_up_moves_to_the_next_resting_not_spinning() {
+        let layout = Layout::new(10, 40, 5, 3).unwrap();
+        let (time, mut g, mut pause) = setup_in(layout, TICK + 2, 1, i64::MIN);
+        let ids: Vec<Decoded> = (0..9)
+            .map(|_| decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &layout).unwrap())
+            .collect();
+        // 8 sequences, started at 0 (a bound of 1): the ninth is in the next tick.
+        assert_eq!(layout.sequence_start_bound(), 1);
+        assert!(ids[..8].iter().all(|d| d.timestamp_ms == TICK));
+        assert_eq!(
+            ids[..8].iter().map(|d| d.sequence).collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
+        assert_eq!((ids[8].timestamp_ms, ids[8].sequence), (TICK + 10, 0));
+        // Slept to the tick's last millisecond (2 + 7 = 9), then spun through it.
+        assert_eq!(pause.rested, [7]);
+        assert_eq!(pause.paused, [0]);
+        assert_eq!(time.get(), TICK + 10);
+        assert_eq!(g.last_ms(), TICK + 10);
+    }
+
+    #[test]
+    fn a_second_tick_is_slept_through_a_second_at_a_time_at_most() {
+        let layout = Layout::new(1000, 35, 5, 1).unwrap();
+        let start = LEAF_EPOCH_MS + 1_000 * 1_000_000;
+        let (time, mut g, mut pause) = setup_in(layout, start, 0, i64::MIN);
+        let a = g.next_id(&mut pause).unwrap();
+        let b = g.next_id(&mut pause).unwrap();
+        let c = g.next_id(&mut pause).unwrap();
+        assert!(a < b && b < c);
+        assert_eq!(pause.rested, [999]);
+        assert_eq!(time.get(), start + 1_000);
+        assert_eq!(
+            decode(c, LEAF_EPOCH_MS, &layout).unwrap().timestamp_ms,
+            start + 1_000
+        );
+    }
+
+    #[test]
+    fn a_floor_excludes_its_whole_tick() {
+        let layout = Layout::new(10, 40, 5, 7).unwrap();
+        // The floor is the tick's first millisecond; the clock is 5 ms past it, in
+        // the same tick: that tick may hold an earlier holder's IDs.
+        let (time, mut g, mut pause) = setup_in(layout, TICK + 5, 2, TICK);
+        let d = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &layout).unwrap();
+        assert_eq!(d.timestamp_ms, TICK + 10);
+        assert_eq!(time.get(), TICK + 10);
+        // The clock guard stays in milliseconds: 3 ms back within the tick is waited
+        // out, 6 ms back refused.
+        time.set(TICK + 7);
+        assert!(g.next_id(&mut pause).is_ok());
+        assert_eq!(pause.paused.last(), Some(&6));
+        time.set(g.last_ms() - 6);
+        assert_eq!(
+            g.next_id(&mut pause),
+            Err(SnowflakeError::ClockBehind { by: 6 })
+        );
+    }
+
+    #[test]
+    fn js_ids_stay_below_two_to_the_53() {
+        let (time, mut g, mut pause) = setup_in(Layout::JS, NOW, 31, i64::MIN);
+        let mut last = 0;
+        for _ in 0..1_000 {
+            last = g.next_id(&mut pause).unwrap();
+            assert!(last < 1 << 53);
+        }
+        time.set(Layout::JS.ends_ms(LEAF_EPOCH_MS) - 1);
+        let top = g.next_id(&mut pause).unwrap();
+        assert!(top > last && top < 1 << 53, "{top}");
+        let d = decode(top, LEAF_EPOCH_MS, &Layout::JS).unwrap();
+        assert_eq!(d.worker_id, 31);
+        assert!(matches!(
+            decode(1 << 53, LEAF_EPOCH_MS, &Layout::JS),
+            Err(SnowflakeError::TooWide { bits: 53, .. })
+        ));
     }
 }

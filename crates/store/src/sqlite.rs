@@ -794,4 +794,27 @@ impl SegmentStore for SqliteStore {
         })
         .await
     }
+
+    async fn snowflake_spec(&self) -> Result<Option<String>, DbError> {
+        self.with(|c| {
+            c.prepare_cached("SELECT spec FROM segmint_snowflake WHERE id = 1")?
+                .query_row([], |r| r.get(0))
+                .optional()
+        })
+        .await
+    }
+
+    async fn record_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let spec = spec.to_owned();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO segmint_snowflake (id, spec) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+                    params![spec],
+                )
+            })
+        })
+        .await
+        .map(|n| n == 1)
+    }
 }
