@@ -42,6 +42,7 @@
 //! heals); [`import`] an import creating the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
 //! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
 
+mod agreement;
 mod command;
 mod import;
 mod model;

@@ -3,6 +3,8 @@
 //! made on reads of every database of the layout in force; this file reads and writes
 //! the records (`segmint_snowflake`, one row per database, never changed).
 
+use std::sync::atomic::Ordering;
+
 use futures_util::future::join_all;
 
 use super::Store;
@@ -42,7 +44,8 @@ impl Store {
 
     /// Succeeds when this server may lease a worker ID: the databases of the layout in
     /// force agree on its spec, recording it first where none is and every database
-    /// answered ([`agree`]).
+    /// answered ([`agree`]). Once a read found every database holding the spec, this
+    /// store is confirmed and leases while some are down.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] naming both specs when a database holds another
@@ -52,7 +55,7 @@ impl Store {
         let own = self.snowflake.record();
         let members = self.members_in_force();
         let first = self.read_records(&members).await;
-        if self.decide(&own, &members, &first, false)? {
+        if self.decide(&own, &members, &first)? {
             return Ok(());
         }
         let empty = members
@@ -73,17 +76,23 @@ impl Store {
         }))
         .await;
         let again = self.read_records(&members).await;
-        self.decide(own, &members, &again, true).map(drop)
+        if self.decide(own, &members, &again)? {
+            Ok(())
+        } else {
+            Err(StoreError::Unavailable(format!(
+                "no worker ID is leased yet: recording the snowflake spec `{own}` did not reach every database of the layout; trying again"
+            )))
+        }
     }
 
-    /// [`agree`] on `records` of `members`: `true` to lease, `false` to record the
-    /// spec first; anything else as an error saying why.
+    /// [`agree`] on `records` of `members`: `true` to lease (confirming this store
+    /// when every database held the spec), `false` to record the spec first; anything
+    /// else as an error saying why.
     fn decide(
         &self,
         own: &str,
         members: &[Option<usize>],
         records: &[Record],
-        recorded: bool,
     ) -> Result<bool, StoreError> {
         let reads: Vec<Read<'_>> = records
             .iter()
@@ -94,7 +103,11 @@ impl Store {
             })
             .collect();
         let name = |k: usize| members[k].map_or("(not configured here)", |i| &self.dbs.names[i]);
-        match agree(own, &reads, recorded) {
+        match agree(
+            own,
+            &reads,
+            self.snowflake_confirmed.load(Ordering::Acquire),
+        ) {
             Agreement::Differs { index, found } => Err(StoreError::Unavailable(format!(
                 "no worker ID is leased: database \"{}\" records the snowflake spec `{found}`, and this server's `snowflake.layout` and `snowflake.epoch_ms` make `{own}`; servers with different specs could issue equal IDs, so configure this server as the cluster's (the record is never changed)",
                 name(index)
@@ -109,10 +122,15 @@ impl Store {
                     .map(name)
                     .collect();
                 Err(StoreError::Unavailable(format!(
-                    "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers)"
+                    "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers, and a server leases while some are down only after it saw every one hold the spec)"
                 )))
             }
-            Agreement::Agreed => Ok(true),
+            Agreement::Agreed { every } => {
+                if every {
+                    self.snowflake_confirmed.store(true, Ordering::Release);
+                }
+                Ok(true)
+            }
             Agreement::Record => Ok(false),
         }
     }
