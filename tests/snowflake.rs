@@ -70,6 +70,20 @@ impl Setup {
         ServerProcess::start(&self.toml).await
     }
 
+    /// Three servers of this configuration, and a client of each.
+    async fn three_servers(&self) -> ([ServerProcess; 3], Vec<Remote>) {
+        let servers = [
+            self.server().await,
+            self.server().await,
+            self.server().await,
+        ];
+        let remotes = servers
+            .iter()
+            .map(|s| s.remote(Duration::from_secs(30)))
+            .collect();
+        (servers, remotes)
+    }
+
     /// The worker IDs leased in database `i`, with their holders.
     fn leases(&self, i: usize) -> String {
         self.dbs.sql(
@@ -92,6 +106,41 @@ async fn try_snowflakes(target: &impl Target, token: &str, count: usize) -> Resu
         return Err(r);
     }
     Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids"))
+}
+
+/// `id` decoded by `/v1/snowflake/order/decode/{id}`.
+async fn decoded(target: &impl Target, token: &str, id: i64) -> serde_json::Value {
+    let r = v1(
+        target,
+        false,
+        &format!("/v1/snowflake/order/decode/{id}"),
+        bearer(token),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+/// From every server at once: its first IDs, then `batches` batches of `batch` IDs
+/// each; the IDs of each server in the order issued.
+async fn issue_from_each(
+    remotes: &[Remote],
+    token: &str,
+    batches: usize,
+    batch: usize,
+) -> Vec<Vec<i64>> {
+    let runs = remotes.iter().map(|remote| async move {
+        let mut ids = first_snowflakes(remote, token).await;
+        for _ in 0..batches {
+            ids.extend(
+                try_snowflakes(remote, token, batch)
+                    .await
+                    .unwrap_or_else(|r| panic!("{r:?}")),
+            );
+        }
+        ids
+    });
+    futures_util::future::join_all(runs).await
 }
 
 /// Waits until `target` issues snowflake IDs (its lease is active); the first batch.
@@ -147,32 +196,8 @@ fn assert_increasing(ids: &[i64], what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_on_two_databases_issue_a_million_unique_ids() {
     let setup = Setup::start(2, FAST_LEASES);
-    let servers = [
-        setup.server().await,
-        setup.server().await,
-        setup.server().await,
-    ];
-    let remotes: Vec<Remote> = servers
-        .iter()
-        .map(|s| s.remote(Duration::from_secs(30)))
-        .collect();
-    let batches = 7;
-    let batch = 50_000;
-    let runs = remotes.iter().map(|remote| {
-        let token = setup.token.clone();
-        async move {
-            let mut ids = first_snowflakes(remote, &token).await;
-            for _ in 0..batches {
-                ids.extend(
-                    try_snowflakes(remote, &token, batch)
-                        .await
-                        .unwrap_or_else(|r| panic!("{r:?}")),
-                );
-            }
-            ids
-        }
-    });
-    let per_server = futures_util::future::join_all(runs).await;
+    let (_servers, remotes) = setup.three_servers().await;
+    let per_server = issue_from_each(&remotes, &setup.token, 7, 50_000).await;
     let mut all = Vec::new();
     let mut workers = HashSet::new();
     for (i, ids) in per_server.iter().enumerate() {
@@ -205,15 +230,7 @@ async fn three_servers_on_two_databases_issue_a_million_unique_ids() {
     assert_eq!(leased, 3, "one lease row per server");
     // The decode route agrees with Leaf's formula.
     let id = all[all.len() / 2];
-    let r = v1(
-        &remotes[0],
-        false,
-        &format!("/v1/snowflake/order/decode/{id}"),
-        bearer(&setup.token),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    let body = r.json();
+    let body = decoded(&remotes[0], &setup.token, id).await;
     let (timestamp, worker, sequence) = leaf_decode(id);
     assert_eq!(body["timestamp_ms"], timestamp, "{body}");
     assert_eq!(body["worker_id"], worker, "{body}");
@@ -761,32 +778,10 @@ async fn refused_for_its_spec(target: &impl Target, token: &str) -> Result<Strin
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
     let setup = Setup::start(2, &js_leases(""));
-    let servers = [
-        setup.server().await,
-        setup.server().await,
-        setup.server().await,
-    ];
-    let remotes: Vec<Remote> = servers
-        .iter()
-        .map(|s| s.remote(Duration::from_secs(30)))
-        .collect();
+    let (_servers, remotes) = setup.three_servers().await;
     let layout = segmint::snowflake::Layout::JS;
     let epoch = segmint::snowflake::LEAF_EPOCH_MS;
-    let runs = remotes.iter().map(|remote| {
-        let token = setup.token.clone();
-        async move {
-            let mut ids = first_snowflakes(remote, &token).await;
-            for _ in 0..20 {
-                ids.extend(
-                    try_snowflakes(remote, &token, 5_000)
-                        .await
-                        .unwrap_or_else(|r| panic!("{r:?}")),
-                );
-            }
-            ids
-        }
-    });
-    let per_server = futures_util::future::join_all(runs).await;
+    let per_server = issue_from_each(&remotes, &setup.token, 20, 5_000).await;
     let mut all = Vec::new();
     for (i, ids) in per_server.iter().enumerate() {
         assert_increasing(ids, &format!("server {i}"));
@@ -810,16 +805,7 @@ async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
     assert_unique(&all);
     let now_ms = segmint::snowflake::Clock::now_ms(&mut segmint::snowflake::SystemClock);
     for (i, ids) in per_server.iter().enumerate() {
-        let id = ids[ids.len() / 2];
-        let r = v1(
-            &remotes[i],
-            false,
-            &format!("/v1/snowflake/order/decode/{id}"),
-            bearer(&setup.token),
-        )
-        .await;
-        assert_eq!(r.status, 200, "{r:?}");
-        let body = r.json();
+        let body = decoded(&remotes[i], &setup.token, ids[ids.len() / 2]).await;
         assert!(body["worker_id"].as_u64().unwrap() < 32, "{body}");
         let t = body["timestamp_ms"].as_i64().unwrap();
         assert!((t - now_ms).abs() < 60_000, "{t} against {now_ms}: {body}");

@@ -376,23 +376,7 @@ mod tests {
     }
 
     fn setup(start_ms: i64, worker: u32) -> (Rc<Cell<i64>>, Generator<TestClock>, TestPause) {
-        let time = Rc::new(Cell::new(start_ms));
-        let generator = Generator::new(
-            TestClock(time.clone()),
-            LEAF_EPOCH_MS,
-            Layout::LEAF,
-            worker,
-            i64::MIN,
-        )
-        .unwrap();
-        let pause = TestPause {
-            clock: time.clone(),
-            paused: Vec::new(),
-            rested: Vec::new(),
-            next_start: 0,
-            advances: true,
-        };
-        (time, generator, pause)
+        setup_in(Layout::LEAF, start_ms, worker, i64::MIN)
     }
 
     const NOW: i64 = 1_764_000_000_000;
