@@ -927,3 +927,42 @@ async fn two_layouts_started_at_once_on_fresh_databases_never_both_issue() {
         );
     }
 }
+
+/// A server that never saw every database hold its spec waits for them all: started
+/// while one of two databases is down, it leases no worker ID (503 `no_worker_id`: on
+/// a cluster whose layout never changed, the layout's own rule already waits for every
+/// configured database) while the server that recorded the spec keeps issuing, and
+/// leases once the database is back. A server of another spec started then is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_while_a_database_is_down_leases_once_it_answers() {
+    let setup = Setup::start(2, FAST_LEASES);
+    let first = setup.server().await;
+    let first_remote = first.remote(Duration::from_secs(30));
+    let ids = first_snowflakes(&first_remote, &setup.token).await;
+    // The database that does not hold the first server's lease (its class is the
+    // worker ID's residue mod 2).
+    let other = usize::try_from(1 - worker_of(ids[0]) % 2).unwrap();
+    setup.dbs.stop(other);
+    let fresh = setup.server().await;
+    let remote = fresh.remote(Duration::from_secs(30));
+    // Several leases' time: the fresh server never issues, the first one keeps issuing.
+    for _ in 0..15 {
+        match try_snowflakes(&remote, &setup.token, 1).await {
+            Ok(ids) => panic!("leased with a database down, never having seen it: {ids:?}"),
+            Err(r) => assert!(r.status == 503 && r.body.contains("no_worker_id"), "{r:?}"),
+        }
+        try_snowflakes(&first_remote, &setup.token, 100)
+            .await
+            .unwrap_or_else(|r| panic!("the first server keeps issuing: {r:?}"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    setup.dbs.start_again(other);
+    first_snowflakes(&remote, &setup.token).await;
+    let js = ServerProcess::start(&config_toml_urls(&setup.dbs.urls(), &js_leases(""))).await;
+    eventually(
+        Duration::from_secs(30),
+        "a server of another spec is refused",
+        async || refused_for_its_spec(&js.remote(Duration::from_secs(30)), &setup.token).await,
+    )
+    .await;
+}
