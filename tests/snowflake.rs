@@ -966,3 +966,50 @@ async fn a_server_started_while_a_database_is_down_leases_once_it_answers() {
     )
     .await;
 }
+
+/// A coarse layout through a real server: ticks of 100 ms, 7 sequence bits (1,280 IDs
+/// a second). A batch of a second's IDs spans ticks and stays increasing, each ID in a
+/// tick of its own sequence; one ID more is a 400 that issues nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coarse_layout_issues_a_seconds_ids_and_refuses_more() {
+    let setup = Setup::start(
+        1,
+        r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 1000, renew_ms = 300, grace_ms = 300, layout = { unit_ms = 100, timestamp_bits = 36, worker_bits = 5, sequence_bits = 7 } }"#,
+    );
+    let server = setup.server().await;
+    let remote = server.remote(Duration::from_secs(30));
+    let layout = segmint::snowflake::Layout::new(100, 36, 5, 7).unwrap();
+    let mut ids = first_snowflakes(&remote, &setup.token).await;
+    ids.extend(try_snowflakes(&remote, &setup.token, 1_280).await.unwrap());
+    assert_increasing(&ids, "one server");
+    assert_unique(&ids);
+    let ticks: HashSet<i64> = ids
+        .iter()
+        .map(|&id| {
+            let d =
+                segmint::snowflake::decode(id, segmint::snowflake::LEAF_EPOCH_MS, &layout).unwrap();
+            assert_eq!(
+                (d.timestamp_ms - segmint::snowflake::LEAF_EPOCH_MS) % 100,
+                0,
+                "a tick's first millisecond"
+            );
+            d.timestamp_ms
+        })
+        .collect();
+    assert!(
+        ticks.len() >= 10,
+        "1,290 IDs over at least 10 ticks: {}",
+        ticks.len()
+    );
+    let r = try_snowflakes(&remote, &setup.token, 1_281)
+        .await
+        .unwrap_err();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("1280"), "{r:?}");
+    let next = try_snowflakes(&remote, &setup.token, 1).await.unwrap();
+    assert!(next[0] > *ids.last().unwrap());
+    let body = decoded(&remote, &setup.token, next[0]).await;
+    assert_eq!(body["layout"]["unit_ms"], 100, "{body}");
+    assert_eq!(body["layout"]["name"], serde_json::Value::Null, "{body}");
+    assert_eq!(body["layout"]["js_safe"], true, "{body}");
+}

@@ -77,6 +77,7 @@ async fn snowflake_id(req: HttpRequest) -> HttpResponse {
         state
             .snowflake
             .next_ids(&biz, 1)
+            .await
             .map(|(_, ids)| ids)
             .map_err(ApiError::from),
     )

@@ -34,7 +34,7 @@ async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     authorize(&state.store, bearer(&req)?, &biz).await?;
-    let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get())?;
+    let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(SnowflakeIds {
         biz: biz.as_str(),
         worker_id,

@@ -47,6 +47,11 @@ pub enum SnowflakeError {
         /// Milliseconds between the clock and the last timestamp issued.
         by: i64,
     },
+    #[error("the tick's sequences are used up; the next tick starts at Unix ms {next_tick_ms}")]
+    TickUsedUp {
+        /// The first millisecond of the next tick: ask again then.
+        next_tick_ms: i64,
+    },
     #[error("the clock ({now_ms} ms) is before the epoch ({epoch_ms} ms)")]
     BeforeEpoch { now_ms: i64, epoch_ms: i64 },
     #[error(
@@ -106,23 +111,19 @@ impl Clock for SystemClock {
 }
 
 /// What the generator needs besides the clock: how to wait (Leaf's `wait(offset << 1)`
-/// for a clock that went back; for the next tick) and where each tick's sequence
-/// starts.
+/// for a clock that went back; a spin through the last millisecond before the next
+/// tick) and where each tick's sequence starts.
 pub trait Pause {
     /// Lets about `ms` milliseconds pass while a clock that went back catches up; 0:
-    /// one spin of a wait for the next tick.
+    /// one spin of a wait for the next tick, within its last millisecond.
     fn pause_ms(&mut self, ms: u64);
-    /// Sleeps about `ms` milliseconds (at least 1) of a wait for the next tick, whose
-    /// last millisecond is then spun: a coarse tick's sequences used up are waited
-    /// for without a CPU spinning the whole tick.
-    fn rest_ms(&mut self, ms: u64);
     /// The sequence a new tick starts at, below `bound`
     /// ([`Layout::sequence_start_bound`]).
     fn sequence_start(&mut self, bound: u16) -> u16;
 }
 
-/// Real waiting: a sleep for a backward step and for most of a coarse tick, a spin for
-/// the last millisecond before the next tick (as Leaf's `tilNextMillis`), and
+/// Real waiting: a sleep for a backward step, a spin for the last millisecond before
+/// the next tick (as Leaf's `tilNextMillis`), and
 /// sequence starts from a xorshift generator, which is as random as Leaf's
 /// `java.util.Random` needs to be (the low bits vary; nothing secret).
 #[derive(Debug, Clone)]
@@ -149,10 +150,6 @@ impl Pause for SystemPause {
         } else {
             std::thread::sleep(std::time::Duration::from_millis(ms));
         }
-    }
-
-    fn rest_ms(&mut self, ms: u64) {
-        std::thread::sleep(std::time::Duration::from_millis(ms.max(1)));
     }
 
     fn sequence_start(&mut self, bound: u16) -> u16 {
@@ -234,11 +231,15 @@ impl<C: Clock> Generator<C> {
     /// The next ID. A clock up to [`MAX_WAITED_BACK_MS`] behind the last timestamp is
     /// waited out (twice the gap, once, as Leaf waits); a clock further behind is
     /// refused until it has caught up. When a tick's sequences are used, the next tick
-    /// is waited for (slept to its last millisecond, then spun).
+    /// is spun for within its last millisecond (as Leaf spins to the next millisecond);
+    /// further from it, the caller is told when it starts, to wait without holding
+    /// what it holds (a coarse tick may be a second away).
     ///
     /// # Errors
-    /// [`SnowflakeError::ClockBehind`] while the clock is behind; `BeforeEpoch` or
-    /// `TimeExhausted` when the clock is outside the layout's timestamp bits.
+    /// [`SnowflakeError::ClockBehind`] while the clock is behind;
+    /// [`SnowflakeError::TickUsedUp`] while the next tick is more than a millisecond
+    /// away (nothing changed: ask again then); `BeforeEpoch` or `TimeExhausted` when
+    /// the clock is outside the layout's timestamp bits.
     pub fn next_id(&mut self, pause: &mut impl Pause) -> Result<i64, SnowflakeError> {
         let mut now = self.clock.now_ms();
         if now < self.last_ms {
@@ -259,7 +260,7 @@ impl<C: Clock> Generator<C> {
             if self.sequence < self.layout.max_sequence() {
                 (now, self.last_tick, self.sequence + 1)
             } else {
-                let (now, tick) = self.next_tick(pause);
+                let (now, tick) = self.next_tick(pause)?;
                 (
                     now,
                     tick,
@@ -291,28 +292,26 @@ impl<C: Clock> Generator<C> {
         Ok(self.layout.compose(tick, self.worker_id, sequence))
     }
 
-    /// Waits for a tick after the last one (its sequences are used up): sleeps until
-    /// its last millisecond, spins through that one (as Leaf spins to the next
-    /// millisecond). Returns the clock's reading and its tick.
-    fn next_tick(&mut self, pause: &mut impl Pause) -> (i64, i64) {
-        let unit = u64::from(self.layout.unit_ms);
-        let starts = self
+    /// Spins to a tick after the last one (its sequences are used up) when it starts
+    /// within a millisecond, as Leaf spins to the next millisecond. Returns the
+    /// clock's reading and its tick.
+    ///
+    /// # Errors
+    /// [`SnowflakeError::TickUsedUp`] when the next tick is further away.
+    fn next_tick(&mut self, pause: &mut impl Pause) -> Result<(i64, i64), SnowflakeError> {
+        let next_tick_ms = self
             .layout
             .tick_start_ms(self.last_tick.saturating_add(1), self.epoch_ms);
         loop {
             let now = self.clock.now_ms();
             let tick = self.layout.tick_of(now, self.epoch_ms);
             if tick > self.last_tick {
-                return (now, tick);
+                return Ok((now, tick));
             }
-            let left = u64::try_from(starts.saturating_sub(now)).unwrap_or(0);
-            if left > 1 {
-                // At most a tick at a time: a clock that jumps back while waiting is
-                // read again after each.
-                pause.rest_ms((left - 1).min(unit));
-            } else {
-                pause.pause_ms(0);
+            if next_tick_ms.saturating_sub(now) > 1 {
+                return Err(SnowflakeError::TickUsedUp { next_tick_ms });
             }
+            pause.pause_ms(0);
         }
     }
 }
@@ -349,8 +348,6 @@ mod tests {
     struct TestPause {
         clock: Rc<Cell<i64>>,
         paused: Vec<u64>,
-        /// The sleeps of waits for the next tick.
-        rested: Vec<u64>,
         next_start: u16,
         /// Whether a pause moves the clock at all.
         advances: bool,
@@ -363,11 +360,6 @@ mod tests {
                 let step = i64::try_from(ms.max(1)).unwrap_or(1);
                 self.clock.set(self.clock.get() + step);
             }
-        }
-        fn rest_ms(&mut self, ms: u64) {
-            self.rested.push(ms);
-            let step = i64::try_from(ms.max(1)).unwrap_or(1);
-            self.clock.set(self.clock.get() + step);
         }
         fn sequence_start(&mut self, bound: u16) -> u16 {
             self.next_start = (self.next_start + 37) % bound;
@@ -488,7 +480,6 @@ mod tests {
         let mut pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
-            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -533,7 +524,6 @@ mod tests {
         let mut pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
-            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -672,7 +662,6 @@ mod tests {
         let pause = TestPause {
             clock: time.clone(),
             paused: Vec::new(),
-            rested: Vec::new(),
             next_start: 0,
             advances: true,
         };
@@ -683,38 +672,53 @@ mod tests {
     const TICK: i64 = 1_764_000_000_000 - (1_764_000_000_000 - LEAF_EPOCH_MS) % 10;
 
     #[test]
-    fn a_coarse_tick_used_up_moves_to_the_next_resting_not_spinning() {
+    fn a_coarse_tick_used_up_says_when_the_next_starts_then_moves_to_it() {
         let layout = Layout::new(10, 40, 5, 3).unwrap();
         let (time, mut g, mut pause) = setup_in(layout, TICK + 2, 1, i64::MIN);
-        let ids: Vec<Decoded> = (0..9)
+        let ids: Vec<Decoded> = (0..8)
             .map(|_| decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &layout).unwrap())
             .collect();
-        // 8 sequences, started at 0 (a bound of 1): the ninth is in the next tick.
+        // 8 sequences, started at 0 (a bound of 1).
         assert_eq!(layout.sequence_start_bound(), 1);
-        assert!(ids[..8].iter().all(|d| d.timestamp_ms == TICK));
+        assert!(ids.iter().all(|d| d.timestamp_ms == TICK));
         assert_eq!(
-            ids[..8].iter().map(|d| d.sequence).collect::<Vec<_>>(),
+            ids.iter().map(|d| d.sequence).collect::<Vec<_>>(),
             (0..8).collect::<Vec<_>>()
         );
-        assert_eq!((ids[8].timestamp_ms, ids[8].sequence), (TICK + 10, 0));
-        // Slept to the tick's last millisecond (2 + 7 = 9), then spun through it.
-        assert_eq!(pause.rested, [7]);
+        // The ninth waits for the next tick, 8 ms away: the caller is told, nothing
+        // spun, nothing changed.
+        let used_up = Err(SnowflakeError::TickUsedUp {
+            next_tick_ms: TICK + 10,
+        });
+        assert_eq!(g.next_id(&mut pause), used_up);
+        assert!(pause.paused.is_empty());
+        time.set(TICK + 8);
+        assert_eq!(g.next_id(&mut pause), used_up);
+        // Within a millisecond of it, it is spun for, as Leaf spins.
+        time.set(TICK + 9);
+        let d = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &layout).unwrap();
+        assert_eq!((d.timestamp_ms, d.sequence), (TICK + 10, 0));
         assert_eq!(pause.paused, [0]);
-        assert_eq!(time.get(), TICK + 10);
         assert_eq!(g.last_ms(), TICK + 10);
     }
 
     #[test]
-    fn a_second_tick_is_slept_through_a_second_at_a_time_at_most() {
+    fn a_second_tick_used_up_is_waited_for_by_the_caller() {
         let layout = Layout::new(1000, 35, 5, 1).unwrap();
         let start = LEAF_EPOCH_MS + 1_000 * 1_000_000;
         let (time, mut g, mut pause) = setup_in(layout, start, 0, i64::MIN);
         let a = g.next_id(&mut pause).unwrap();
         let b = g.next_id(&mut pause).unwrap();
+        assert_eq!(
+            g.next_id(&mut pause),
+            Err(SnowflakeError::TickUsedUp {
+                next_tick_ms: start + 1_000
+            })
+        );
+        time.set(start + 1_000);
         let c = g.next_id(&mut pause).unwrap();
         assert!(a < b && b < c);
-        assert_eq!(pause.rested, [999]);
-        assert_eq!(time.get(), start + 1_000);
+        assert!(pause.paused.is_empty());
         assert_eq!(
             decode(c, LEAF_EPOCH_MS, &layout).unwrap().timestamp_ms,
             start + 1_000
@@ -727,9 +731,15 @@ mod tests {
         // The floor is the tick's first millisecond; the clock is 5 ms past it, in
         // the same tick: that tick may hold an earlier holder's IDs.
         let (time, mut g, mut pause) = setup_in(layout, TICK + 5, 2, TICK);
+        assert_eq!(
+            g.next_id(&mut pause),
+            Err(SnowflakeError::TickUsedUp {
+                next_tick_ms: TICK + 10
+            })
+        );
+        time.set(TICK + 10);
         let d = decode(g.next_id(&mut pause).unwrap(), LEAF_EPOCH_MS, &layout).unwrap();
         assert_eq!(d.timestamp_ms, TICK + 10);
-        assert_eq!(time.get(), TICK + 10);
         // The clock guard stays in milliseconds: 3 ms back within the tick is waited
         // out, 6 ms back refused.
         time.set(TICK + 7);

@@ -177,6 +177,12 @@ impl Layout {
         (1i64 << self.timestamp_bits.min(MAX_TOTAL_BITS - 1)) - 1
     }
 
+    /// The most IDs one worker ID issues in a second: the sequences of the ticks that
+    /// start in it (at least one tick).
+    pub fn ids_per_second(&self) -> u64 {
+        u64::from((1_000 / self.unit_ms.max(1)).max(1)) * (u64::from(self.max_sequence()) + 1)
+    }
+
     /// A new tick's sequence starts at random below this. Leaf's 100 for its 4,096
     /// sequences (so its IDs' low bits vary, as Leaf's do); a smaller space a fortieth
     /// of it, at least 1 (the JavaScript-safe layout's 128 sequences start below 3), so
@@ -310,6 +316,10 @@ mod tests {
         assert!(Layout::JS.js_safe());
         assert_eq!(Layout::JS.worker_ids(), 32);
         assert_eq!(Layout::JS.max_sequence(), 127);
+        assert_eq!(Layout::LEAF.ids_per_second(), 4_096_000);
+        assert_eq!(Layout::JS.ids_per_second(), 128_000);
+        assert_eq!(Layout::new(1000, 31, 5, 7).unwrap().ids_per_second(), 128);
+        assert_eq!(Layout::new(300, 31, 5, 7).unwrap().ids_per_second(), 384);
         assert_eq!(Layout::LEAF.sequence_start_bound(), 100);
         assert_eq!(Layout::JS.sequence_start_bound(), 3);
         assert_eq!(Layout::new(1, 41, 10, 1).unwrap().sequence_start_bound(), 1);
