@@ -1107,8 +1107,9 @@ async fn one_biz_is_read_alone(kind: Kind) {
     assert_eq!(none.layouts.len(), 1);
 }
 
-/// `snowflake_spec` and `record_snowflake_spec`: no record after the migrations, one
-/// written if absent and never replaced.
+/// `snowflake_spec`, `record_snowflake_spec` and `confirm_snowflake_spec`: no record
+/// after the migrations, one written if absent and never replaced, confirmed once and
+/// only as its own spec.
 async fn the_snowflake_spec_is_recorded_once(kind: Kind) {
     let (_dbs, raw) = engine(kind).await;
     spec_recorded_once(raw.as_ref()).await;
@@ -1123,11 +1124,28 @@ pub(crate) async fn spec_recorded_once(raw: &dyn SegmentStore) {
     }
     .record();
     assert_eq!(raw.snowflake_spec().await.unwrap(), None);
+    assert!(
+        !raw.confirm_snowflake_spec(&js).await.unwrap(),
+        "nothing to confirm"
+    );
     assert!(raw.record_snowflake_spec(&js).await.unwrap(), "written");
-    assert_eq!(raw.snowflake_spec().await.unwrap().as_deref(), Some(&*js));
+    assert_eq!(
+        raw.snowflake_spec().await.unwrap(),
+        Some((js.clone(), false))
+    );
     assert!(!raw.record_snowflake_spec(&leaf).await.unwrap(), "kept");
     assert!(!raw.record_snowflake_spec(&js).await.unwrap(), "kept");
-    assert_eq!(raw.snowflake_spec().await.unwrap().as_deref(), Some(&*js));
+    assert!(
+        !raw.confirm_snowflake_spec(&leaf).await.unwrap(),
+        "another spec"
+    );
+    assert_eq!(
+        raw.snowflake_spec().await.unwrap(),
+        Some((js.clone(), false))
+    );
+    assert!(raw.confirm_snowflake_spec(&js).await.unwrap(), "confirmed");
+    assert!(!raw.confirm_snowflake_spec(&js).await.unwrap(), "once");
+    assert_eq!(raw.snowflake_spec().await.unwrap(), Some((js, true)));
 }
 
 by_kind!(

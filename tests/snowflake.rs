@@ -928,11 +928,11 @@ async fn two_layouts_started_at_once_on_fresh_databases_never_both_issue() {
     }
 }
 
-/// A server that never saw every database hold its spec waits for them all: started
-/// while one of two databases is down, it leases no worker ID (503 `no_worker_id`: on
-/// a cluster whose layout never changed, the layout's own rule already waits for every
-/// configured database) while the server that recorded the spec keeps issuing, and
-/// leases once the database is back. A server of another spec started then is refused.
+/// A server started while one of two databases is down leases no worker ID (503
+/// `no_worker_id`: on a cluster whose layout never changed, the layout's own rule waits
+/// for every configured database) while the server that recorded the spec keeps
+/// issuing, and leases once the database is back. A server of another spec started
+/// then is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_started_while_a_database_is_down_leases_once_it_answers() {
     let setup = Setup::start(2, FAST_LEASES);

@@ -3,10 +3,12 @@
 //! layout and two with the JavaScript-safe one (their records made by `Spec::record`),
 //! two databases of the layout in force, each server reading every database one at a
 //! time, inserting its record where absent (insert-if-absent) and reading every
-//! database again, each decision made by the project's own `agree`. Databases go down
-//! and come back, and one is restored from a backup older than its record (its record
-//! erased). A server undecided tries again, and a server that leased may lose its
-//! lease and take another (keeping what it confirmed), a bounded number of times.
+//! database again, each decision made by the project's own `agree`; after a read that
+//! found every database holding its spec, it confirms each record (one database a
+//! step, only a record of its spec). Databases go down and come back, and one is
+//! restored from a backup older than its record (its record and confirmation erased).
+//! A server undecided tries again, and a server that leased may lose its lease and take
+//! another, a bounded number of times.
 //!
 //! The property: never two servers with different specs both allowed to lease. Not
 //! modelled: every database restored to before the record while a server holds a
@@ -28,11 +30,13 @@ const SERVERS: usize = 3;
 const SPEC_OF: [usize; SERVERS] = [0, 1, 1];
 const DBS: usize = 2;
 
-/// What one database holds: the index of the spec it records.
+/// What one database holds: the index of the spec it records, and whether the record
+/// is confirmed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct Db {
     up: bool,
     record: Option<usize>,
+    confirmed: bool,
 }
 
 /// What a read found, by spec index rather than text (the text is compared by
@@ -41,7 +45,7 @@ struct Db {
 enum Seen {
     Down,
     Empty,
-    Holds(usize),
+    Holds(usize, bool),
 }
 
 /// Where a server is in its try.
@@ -51,6 +55,8 @@ enum Phase {
     Reading { reads: Vec<Seen>, recorded: bool },
     /// Inserting its record on database `next` (where the read found none).
     Inserting { next: usize, empty: Vec<bool> },
+    /// Confirming its record on database `next`, then leasing.
+    Confirming { next: usize },
     /// Allowed to lease.
     Leased,
     /// Refused for good (another spec found), or out of tries.
@@ -62,8 +68,6 @@ struct Server {
     phase: Phase,
     /// Tries left after this one.
     tries: u8,
-    /// Whether a read found every database holding this server's spec.
-    confirmed: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -98,7 +102,7 @@ pub enum Mutation {
     /// A server leases right after its inserts, without reading every database again.
     NoReread,
     /// Every server leases on a partial read (every database that answered holds its
-    /// spec, one at least), confirmed or not.
+    /// spec, one at least), the records confirmed or not.
     PartialForAll,
 }
 
@@ -131,18 +135,20 @@ impl Agreement2 {
 
     /// The decision of a server of spec `spec` on `reads`, through the project's
     /// `agree`.
-    fn decide(&self, spec: usize, reads: &[Seen], confirmed: bool) -> Agreement {
+    fn decide(&self, spec: usize, reads: &[Seen]) -> Agreement {
         let reads: Vec<Read<'_>> = reads
             .iter()
             .filter(|r| self.mutation != Mutation::AnsweringOnly || **r != Seen::Down)
             .map(|r| match r {
                 Seen::Down => Read::Down,
                 Seen::Empty => Read::Empty,
-                Seen::Holds(o) => Read::Holds(&self.records[*o]),
+                Seen::Holds(o, confirmed) => Read::Holds(
+                    &self.records[*o],
+                    *confirmed || self.mutation == Mutation::PartialForAll,
+                ),
             })
             .collect();
-        let confirmed = confirmed || self.mutation == Mutation::PartialForAll;
-        agree(&self.records[spec], &reads, confirmed)
+        agree(&self.records[spec], &reads)
     }
 
     /// After a try ends undecided: another from the start, or refused when none is left.
@@ -169,17 +175,17 @@ impl Agreement2 {
                 reads.push(match (db.up, db.record) {
                     (false, _) => Seen::Down,
                     (true, None) => Seen::Empty,
-                    (true, Some(o)) => Seen::Holds(o),
+                    (true, Some(o)) => Seen::Holds(o, db.confirmed),
                 });
                 if reads.len() < DBS {
                     server.phase = Phase::Reading { reads, recorded };
                     return;
                 }
-                match self.decide(SPEC_OF[s], &reads, server.confirmed) {
-                    Agreement::Agreed { every } => {
-                        server.confirmed |= every;
-                        server.phase = Phase::Leased;
+                match self.decide(SPEC_OF[s], &reads) {
+                    Agreement::Agreed { every: true } => {
+                        server.phase = Phase::Confirming { next: 0 };
                     }
+                    Agreement::Agreed { every: false } => server.phase = Phase::Leased,
                     Agreement::Differs { .. } => server.phase = Phase::Refused,
                     Agreement::Undecided => Agreement2::again(server),
                     Agreement::Record if recorded => Agreement2::again(server),
@@ -212,6 +218,17 @@ impl Agreement2 {
                     }
                 };
             }
+            Phase::Confirming { next } => {
+                let db = &mut st.dbs[next];
+                if db.up && db.record == Some(SPEC_OF[s]) {
+                    db.confirmed = true;
+                }
+                server.phase = if next + 1 < DBS {
+                    Phase::Confirming { next: next + 1 }
+                } else {
+                    Phase::Leased
+                };
+            }
             Phase::Leased | Phase::Refused => {}
         }
     }
@@ -228,12 +245,12 @@ impl Model for Agreement2 {
                 recorded: false,
             },
             tries: self.tries,
-            confirmed: false,
         };
         vec![AgreeState {
             dbs: [Db {
                 up: true,
                 record: None,
+                confirmed: false,
             }; DBS],
             servers: [server.clone(), server.clone(), server],
             outages: self.outages,
@@ -274,6 +291,7 @@ impl Model for Agreement2 {
             AgreeAction::Up(d) => st.dbs[d].up = true,
             AgreeAction::Restore(d) => {
                 st.dbs[d].record = None;
+                st.dbs[d].confirmed = false;
                 st.restores -= 1;
             }
         }
@@ -347,9 +365,9 @@ fn k_recording_after_reading_only_the_answering_databases_is_caught() {
 }
 
 #[test]
-fn k_leasing_on_a_partial_read_before_confirming_is_caught() {
+fn k_leasing_on_a_partial_read_of_unconfirmed_records_is_caught() {
     check(
-        "K leasing on partial reads unconfirmed",
+        "K leasing on partial reads of unconfirmed records",
         Agreement2::new(Mutation::PartialForAll, 2, 1),
         true,
     );

@@ -3,8 +3,6 @@
 //! made on reads of every database of the layout in force; this file reads and writes
 //! the records (`segmint_snowflake`, one row per database, never changed).
 
-use std::sync::atomic::Ordering;
-
 use futures_util::future::join_all;
 
 use super::Store;
@@ -12,9 +10,9 @@ use crate::snowflake::Spec;
 use crate::snowflake::agreement::{Agreement, Read, agree};
 use crate::store::StoreError;
 
-/// One database's record as read: `None` when it did not answer (or is not
-/// configured here).
-type Record = Option<Option<String>>;
+/// One database's record as read (the spec and whether it is confirmed): `None` when
+/// it did not answer (or is not configured here).
+type Record = Option<Option<(String, bool)>>;
 
 impl Store {
     /// This store issuing snowflake IDs with `spec` (Leaf's epoch and layout unless
@@ -32,7 +30,7 @@ impl Store {
 
     /// The snowflake spec recorded in each database, by name (`None`: no record),
     /// for status pages and tests.
-    pub async fn snowflake_specs(&self) -> Vec<(String, Result<Option<String>, String>)> {
+    pub async fn snowflake_specs(&self) -> Vec<(String, Result<Option<(String, bool)>, String>)> {
         let results = self.on_all(|db| db.snowflake_spec()).await;
         self.dbs
             .names
@@ -44,8 +42,9 @@ impl Store {
 
     /// Succeeds when this server may lease a worker ID: the databases of the layout in
     /// force agree on its spec, recording it first where none is and every database
-    /// answered ([`agree`]). Once a read found every database holding the spec, this
-    /// store is confirmed and leases while some are down.
+    /// answered ([`agree`]). A read that found every database holding the spec marks
+    /// each record confirmed; a read that found the others down or not configured here
+    /// leases on a confirmed record.
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] naming both specs when a database holds another
@@ -55,7 +54,7 @@ impl Store {
         let own = self.snowflake.record();
         let members = self.members_in_force();
         let first = self.read_records(&members).await;
-        if self.decide(&own, &members, &first)? {
+        if self.decide(&own, &members, &first).await? {
             return Ok(());
         }
         let empty = members
@@ -76,7 +75,7 @@ impl Store {
         }))
         .await;
         let again = self.read_records(&members).await;
-        if self.decide(own, &members, &again)? {
+        if self.decide(own, &members, &again).await? {
             Ok(())
         } else {
             Err(StoreError::Unavailable(format!(
@@ -85,10 +84,10 @@ impl Store {
         }
     }
 
-    /// [`agree`] on `records` of `members`: `true` to lease (confirming this store
+    /// [`agree`] on `records` of `members`: `true` to lease (confirming the records
     /// when every database held the spec), `false` to record the spec first; anything
     /// else as an error saying why.
-    fn decide(
+    async fn decide(
         &self,
         own: &str,
         members: &[Option<usize>],
@@ -99,15 +98,11 @@ impl Store {
             .map(|r| match r {
                 None => Read::Down,
                 Some(None) => Read::Empty,
-                Some(Some(s)) => Read::Holds(s),
+                Some(Some((s, confirmed))) => Read::Holds(s, *confirmed),
             })
             .collect();
         let name = |k: usize| members[k].map_or("(not configured here)", |i| &self.dbs.names[i]);
-        match agree(
-            own,
-            &reads,
-            self.snowflake_confirmed.load(Ordering::Acquire),
-        ) {
+        match agree(own, &reads) {
             Agreement::Differs { index, found } => Err(StoreError::Unavailable(format!(
                 "no worker ID is leased: database \"{}\" records the snowflake spec `{found}`, and this server's `snowflake.layout` and `snowflake.epoch_ms` make `{own}`; servers with different specs could issue equal IDs, so configure this server as the cluster's (the record is never changed)",
                 name(index)
@@ -122,17 +117,35 @@ impl Store {
                     .map(name)
                     .collect();
                 Err(StoreError::Unavailable(format!(
-                    "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers, and a server leases while some are down only after it saw every one hold the spec)"
+                    "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers, and a server leases while some are down only on a record confirmed by a read of them all)"
                 )))
             }
             Agreement::Agreed { every } => {
                 if every {
-                    self.snowflake_confirmed.store(true, Ordering::Release);
+                    self.confirm_records(own, members, records).await;
                 }
                 Ok(true)
             }
             Agreement::Record => Ok(false),
         }
+    }
+
+    /// Marks confirmed each record of `own` read unconfirmed; a failure is logged (a
+    /// later read confirms it).
+    async fn confirm_records(&self, own: &str, members: &[Option<usize>], records: &[Record]) {
+        let unconfirmed = members
+            .iter()
+            .zip(records)
+            .filter_map(|(m, r)| m.filter(|_| matches!(r, Some(Some((_, false))))));
+        join_all(unconfirmed.map(|i| async move {
+            if let Err(e) = self
+                .call(i, self.dbs.list[i].store.confirm_snowflake_spec(own))
+                .await
+            {
+                tracing::warn!(database = %self.dbs.names[i], error = %e, "could not confirm the snowflake spec");
+            }
+        }))
+        .await;
     }
 
     /// The records of `members`, read at once.

@@ -20,7 +20,6 @@ pub(super) mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -137,10 +136,6 @@ pub struct Store {
     /// The snowflake epoch and bit layout: agreed with the cluster before a worker ID is
     /// leased, and bounding the worker IDs leased.
     snowflake: Spec,
-    /// Whether a read found every database of the layout holding the snowflake spec:
-    /// from then on a lease is taken while some databases are down
-    /// ([`agree`](crate::snowflake::agreement::agree)).
-    snowflake_confirmed: AtomicBool,
 }
 
 impl Store {
@@ -243,7 +238,6 @@ impl Store {
             policy,
             metrics,
             snowflake: Spec::default(),
-            snowflake_confirmed: AtomicBool::new(false),
         }
     }
 
