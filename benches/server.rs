@@ -26,7 +26,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use segmint::cache::Cache;
 use segmint::segment::Residue;
 use segmint::shape::{Base, BizShape, Format, IdOrder, Ordering, Periodic, Reset};
-use segmint::snowflake::{Generator, LEAF_EPOCH_MS, SystemClock, SystemPause};
+use segmint::snowflake::{Generator, LEAF_EPOCH_MS, Layout, SystemClock, SystemPause};
 use segmint::store::Store;
 
 mod common;
@@ -183,7 +183,7 @@ fn formats(c: &mut Criterion) {
 fn snowflake(c: &mut Criterion) {
     let counter = AtomicU64::new(0);
     let generator = parking_lot::Mutex::new(
-        Generator::new(SystemClock, LEAF_EPOCH_MS, 1, i64::MIN).expect("worker ID 1"),
+        Generator::new(SystemClock, LEAF_EPOCH_MS, Layout::LEAF, 1, i64::MIN).expect("worker ID 1"),
     );
     let mut pause = SystemPause::default();
     let mut group = c.benchmark_group("snowflake_one");

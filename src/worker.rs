@@ -24,7 +24,7 @@ use prometheus::IntCounter;
 use crate::biz::BizTag;
 use crate::config::SnowflakeConfig;
 use crate::metrics::SnowflakeMetrics;
-use crate::snowflake::{Clock, Generator, Pause, SnowflakeError, SystemClock, SystemPause};
+use crate::snowflake::{Clock, Generator, Layout, Pause, SnowflakeError, SystemClock, SystemPause};
 use crate::store::{Lease, Store};
 
 /// Why no snowflake ID was issued.
@@ -43,6 +43,13 @@ pub enum IssueError {
     },
     #[error("{0}")]
     Clock(SnowflakeError),
+    #[error("count {count} is above {max}, the IDs one server issues in a second in this layout")]
+    BatchTooLarge {
+        /// The IDs asked for.
+        count: usize,
+        /// The IDs of a second of the layout's ticks.
+        max: u64,
+    },
 }
 
 impl IssueError {
@@ -66,16 +73,16 @@ struct Counting {
 
 impl Pause for Counting {
     fn pause_ms(&mut self, ms: u64) {
-        // The generator pauses 0 ms to spin to the next millisecond, more only to
-        // wait out a clock that went back.
+        // The generator pauses 0 ms to spin to the next tick, more only to wait out a
+        // clock that went back.
         if ms > 0 {
             self.waited += 1;
         }
         self.inner.pause_ms(ms);
     }
 
-    fn sequence_start(&mut self) -> u16 {
-        self.inner.sequence_start()
+    fn sequence_start(&mut self, bound: u16) -> u16 {
+        self.inner.sequence_start(bound)
     }
 }
 
@@ -121,8 +128,13 @@ pub struct Worker {
     config: SnowflakeConfig,
     /// This process, as written in the lease rows.
     holder: String,
-    /// Plain mutex: held to issue a batch or update the state, never across an await.
+    /// Plain mutex: held to issue a batch (up to a used-up tick: the wait for the next
+    /// is outside it) or update the state, never across an await.
     state: Mutex<State>,
+    /// Why the last try to lease a worker ID failed (a spec the databases do not
+    /// share, no database answering…), for the 503 of a request while none is held.
+    /// Plain mutex: set and read briefly, never across an await.
+    refused: Mutex<Option<String>>,
     metrics: SnowflakeMetrics,
     /// The IDs counter of every configured biz.
     issued: HashMap<BizTag, IntCounter>,
@@ -150,6 +162,7 @@ impl Worker {
             config,
             holder,
             state: Mutex::new(State::Idle),
+            refused: Mutex::new(None),
             metrics,
             issued,
         }
@@ -165,6 +178,11 @@ impl Worker {
         self.config.epoch_ms
     }
 
+    /// The bit layout of the IDs issued here.
+    pub fn layout(&self) -> Layout {
+        self.config.layout
+    }
+
     /// The worker ID this server issues with, if it does.
     pub fn worker_id(&self) -> Option<u16> {
         match &*self.state.lock() {
@@ -176,14 +194,46 @@ impl Worker {
     /// `n` snowflake IDs of `biz`, increasing, and the worker ID they carry.
     ///
     /// # Errors
-    /// [`IssueError`] when `biz` is not served, no worker ID is held or its lease may
-    /// have run out, or the clock is behind; no ID of a failed batch is issued.
-    pub fn next_ids(&self, biz: &BizTag, n: usize) -> Result<(u16, Vec<i64>), IssueError> {
+    /// [`IssueError`] when `biz` is not served, `n` is above a second's IDs of the
+    /// layout, no worker ID is held or its lease may have run out, or the clock is
+    /// behind; no ID of a failed batch is issued.
+    pub async fn next_ids(&self, biz: &BizTag, n: usize) -> Result<(u16, Vec<i64>), IssueError> {
         let counter = self
             .issued
             .get(biz)
             .filter(|_| self.config.enabled)
             .ok_or_else(|| IssueError::NotServed(biz.clone()))?;
+        // A batch waits for as many ticks as it needs: no more than a second's (a coarse
+        // layout's tick may hold few IDs).
+        let max = self.config.layout.ids_per_second();
+        if u64::try_from(n).unwrap_or(u64::MAX) > max {
+            return Err(IssueError::BatchTooLarge { count: n, max });
+        }
+        let mut ids = Vec::with_capacity(n);
+        let mut worker_id = None;
+        while let Some(next_tick_ms) = self.issue_some(&mut ids, n, &mut worker_id)? {
+            // The tick's sequences are used up and the next is more than a millisecond
+            // away: waited for without the lock, so that renewals go on meanwhile.
+            let left = next_tick_ms.saturating_sub(SystemClock.now_ms());
+            let unit = u64::from(self.config.layout.unit_ms);
+            tokio::time::sleep(Duration::from_millis(
+                u64::try_from(left).unwrap_or(1).clamp(1, unit),
+            ))
+            .await;
+        }
+        counter.inc_by(ids.len() as u64);
+        Ok((worker_id.unwrap_or_default(), ids))
+    }
+
+    /// Issues into `ids` until it holds `n`, under the state lock; returns when the
+    /// next tick starts if this one's sequences ran out first. Every ID of one batch
+    /// carries the worker ID of its first (`worker_id`).
+    fn issue_some(
+        &self,
+        ids: &mut Vec<i64>,
+        n: usize,
+        worker_id: &mut Option<u16>,
+    ) -> Result<Option<i64>, IssueError> {
         let mut state = self.state.lock();
         let active = match &mut *state {
             State::Active(a) => a,
@@ -196,15 +246,27 @@ impl Worker {
             }
             State::Idle => {
                 return Err(IssueError::NoWorkerId(
-                    "no database has leased one to this server".into(),
+                    self.refused.lock().clone().map_or_else(
+                        || "no database has leased one to this server".into(),
+                        |why| format!("no database has leased one to this server: {why}"),
+                    ),
                 ));
             }
             State::Stopped => return Err(IssueError::NoWorkerId("the server is stopping".into())),
         };
-        let mut ids = Vec::with_capacity(n);
-        let issued = (0..n).try_for_each(|_| {
-            let id = active.next_id(|| self.store.now())?;
-            ids.push(id);
+        if *worker_id.get_or_insert(active.lease.worker_id) != active.lease.worker_id {
+            return Err(IssueError::NoWorkerId(
+                "the worker ID changed while the batch waited for a tick".into(),
+            ));
+        }
+        let mut next_tick = None;
+        let issued = (ids.len()..n).try_for_each(|_| {
+            if next_tick.is_none() {
+                match active.next_id(|| self.store.now())? {
+                    Issued::Id(id) => ids.push(id),
+                    Issued::NextTickAt(ms) => next_tick = Some(ms),
+                }
+            }
             Ok(())
         });
         let waited = std::mem::take(&mut active.pause.waited);
@@ -214,8 +276,7 @@ impl Worker {
         match issued {
             Ok(()) => {
                 active.behind_logged = false;
-                counter.inc_by(ids.len() as u64);
-                Ok((active.lease.worker_id, ids))
+                Ok(next_tick)
             }
             Err(e) => {
                 if let IssueError::ClockBehind { by } = e {
@@ -283,6 +344,7 @@ impl Worker {
         {
             Ok(lease) => {
                 self.metrics.acquisition("ok");
+                *self.refused.lock() = None;
                 tracing::info!(
                     worker_id = lease.worker_id,
                     database = self.store.database_name(lease.database),
@@ -304,6 +366,7 @@ impl Worker {
             Err(e) => {
                 self.metrics.acquisition("failed");
                 tracing::warn!(error = %e, "cannot lease a snowflake worker ID; trying again");
+                *self.refused.lock() = Some(e.to_string());
                 self.config.renew
             }
         }
@@ -340,15 +403,20 @@ impl Worker {
                         until.saturating_duration_since(self.store.now())
                     }
                     State::Waiting { .. } => {
+                        let layout = self.config.layout;
                         match Generator::new(
                             SystemClock,
                             self.config.epoch_ms,
+                            layout,
                             u32::from(renewed.worker_id),
                             renewed.floor_ms,
                         ) {
                             Ok(generator) => {
                                 tracing::info!(
                                     worker_id = renewed.worker_id,
+                                    layout = %layout,
+                                    ids_below = format!("2^{}", layout.total_bits()),
+                                    js_safe = layout.js_safe(),
                                     "issuing snowflake IDs"
                                 );
                                 self.metrics.set_lease(Some(renewed.worker_id), "active");
@@ -448,17 +516,27 @@ impl Worker {
     }
 }
 
+/// What [`Active::next_id`] gave.
+enum Issued {
+    Id(i64),
+    /// The tick's sequences are used up; the next starts at this Unix millisecond.
+    NextTickAt(i64),
+}
+
 impl Active {
     /// One ID, checked against the lease after its timestamp was read; `now` reads the
     /// store's monotonic clock.
-    fn next_id(&mut self, now: impl Fn() -> Instant) -> Result<i64, IssueError> {
-        let id = self
-            .generator
-            .next_id(&mut self.pause)
-            .map_err(|e| match e {
-                SnowflakeError::ClockBehind { by } => IssueError::ClockBehind { by },
-                e => IssueError::Clock(e),
-            })?;
+    fn next_id(&mut self, now: impl Fn() -> Instant) -> Result<Issued, IssueError> {
+        let id = match self.generator.next_id(&mut self.pause) {
+            Ok(id) => id,
+            Err(SnowflakeError::TickUsedUp { next_tick_ms }) => {
+                return Ok(Issued::NextTickAt(next_tick_ms));
+            }
+            Err(SnowflakeError::ClockBehind { by }) => {
+                return Err(IssueError::ClockBehind { by });
+            }
+            Err(e) => return Err(IssueError::Clock(e)),
+        };
         if now() >= self.deadline {
             return Err(IssueError::NoWorkerId(
                 "the worker ID's lease was not renewed in time".into(),
@@ -469,6 +547,6 @@ impl Active {
                 "the worker ID's lease was not renewed in time (the clock passed its recorded bound)".into(),
             ));
         }
-        Ok(id)
+        Ok(Issued::Id(id))
     }
 }

@@ -1107,7 +1107,49 @@ async fn one_biz_is_read_alone(kind: Kind) {
     assert_eq!(none.layouts.len(), 1);
 }
 
+/// `snowflake_spec`, `record_snowflake_spec` and `confirm_snowflake_spec`: no record
+/// after the migrations, one written if absent and never replaced, confirmed once and
+/// only as its own spec.
+async fn the_snowflake_spec_is_recorded_once(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    spec_recorded_once(raw.as_ref()).await;
+}
+
+/// The assertions of [`the_snowflake_spec_is_recorded_once`] on a migrated database.
+pub(crate) async fn spec_recorded_once(raw: &dyn SegmentStore) {
+    let leaf = segmint::snowflake::Spec::default().record();
+    let js = segmint::snowflake::Spec {
+        layout: segmint::snowflake::Layout::JS,
+        ..Default::default()
+    }
+    .record();
+    assert_eq!(raw.snowflake_spec().await.unwrap(), None);
+    assert!(
+        !raw.confirm_snowflake_spec(&js).await.unwrap(),
+        "nothing to confirm"
+    );
+    assert!(raw.record_snowflake_spec(&js).await.unwrap(), "written");
+    assert_eq!(
+        raw.snowflake_spec().await.unwrap(),
+        Some((js.clone(), false))
+    );
+    assert!(!raw.record_snowflake_spec(&leaf).await.unwrap(), "kept");
+    assert!(!raw.record_snowflake_spec(&js).await.unwrap(), "kept");
+    assert!(
+        !raw.confirm_snowflake_spec(&leaf).await.unwrap(),
+        "another spec"
+    );
+    assert_eq!(
+        raw.snowflake_spec().await.unwrap(),
+        Some((js.clone(), false))
+    );
+    assert!(raw.confirm_snowflake_spec(&js).await.unwrap(), "confirmed");
+    assert!(!raw.confirm_snowflake_spec(&js).await.unwrap(), "once");
+    assert_eq!(raw.snowflake_spec().await.unwrap(), Some((js, true)));
+}
+
 by_kind!(
+    the_snowflake_spec_is_recorded_once,
     the_catalog_feed_returns_the_rows_written_since,
     one_biz_is_read_alone,
     migrations_are_idempotent,

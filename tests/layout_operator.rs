@@ -148,9 +148,13 @@ async fn try_snowflakes(
 
 /// The worker ID that issued the snowflake ID `id`.
 fn worker_of(id: i64) -> u16 {
-    segmint::snowflake::decode(id, segmint::snowflake::LEAF_EPOCH_MS)
-        .expect("a snowflake ID")
-        .worker_id
+    segmint::snowflake::decode(
+        id,
+        segmint::snowflake::LEAF_EPOCH_MS,
+        &segmint::snowflake::Layout::LEAF,
+    )
+    .expect("a snowflake ID")
+    .worker_id
 }
 
 /// The IDs of `biz` that the streams got.
@@ -183,7 +187,10 @@ async fn a_database_missing_from_the_configuration_is_refused_then_declared_lost
         out.contains("layout epoch 1 is done: pg0 (0 mod 2), pg1 (1 mod 2)"),
         "{out}"
     );
-    let two = toml_for(dbs, &[0, 1]);
+    // Snowflake IDs on from the start: a server reading both databases records the
+    // spec on each and confirms it, so that the servers on one database alone later
+    // lease on it.
+    let two = format!("{SNOWFLAKE}\n{}", toml_for(dbs, &[0, 1]));
     let a = ServerProcess::start(&two).await;
     let b = ServerProcess::start(&two).await;
     let traffic = Traffic::start(vec![a.base.clone(), b.base.clone()], token, &c.odd_token);
@@ -201,6 +208,15 @@ async fn a_database_missing_from_the_configuration_is_refused_then_declared_lost
     };
     grew(0, 3).await;
     grew(1, 3).await;
+    eventually(
+        Duration::from_secs(20),
+        "the snowflake spec confirmed on both databases",
+        async || match [0, 1].map(|i| dbs.sql(i, "SELECT confirmed FROM segmint_snowflake")) {
+            [a, b] if a == "t" && b == "t" => Ok(()),
+            read => Err(format!("{read:?}")),
+        },
+    )
+    .await;
 
     // Refused from a configuration without pg1: nothing changed, and pg1 still serves.
     let before = [layout_state(dbs, 0), layout_state(dbs, 1)];
@@ -1093,7 +1109,10 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
 /// (pg1: 1 mod 2), but cut off from pg0: it reads only pg1, which holds no layout, and
 /// leases no worker ID there (worker ID 1 is in use on pg0), saying why in its log.
 /// Once `db add pg1` has stored the layout (blocking worker ID 1 on pg0, freeing it on
-/// pg1 with its bound), it leases an odd worker ID there. No snowflake ID repeats.
+/// pg1 with its bound), it still leases none: pg1 holds no snowflake spec yet, and only
+/// a server reading both databases may record it there (`snowflake::agreement`; on
+/// bd2b2d6, before the agreement, it leased an odd worker ID on pg1 above the bound).
+/// The old servers keep issuing. No snowflake ID repeats.
 ///
 /// On 3eb127e the third server fell back to its configured classes and leased worker
 /// ID 1 on pg1 at once, beside the holder on pg0 (the model's scenario E2).
@@ -1147,21 +1166,30 @@ async fn a_server_reaching_only_a_new_database_leases_no_worker_id_there() {
         "a worker ID leased on pg1 without a layout"
     );
 
-    // The change stores the layout; the new server leases on pg1, above the bound.
+    // The change stores the layout; the new server, which cannot read pg0's snowflake
+    // spec, still leases nothing, and says so.
     cli_ok(&c.toml, &["db", "add", "pg1", &c.urls[1]]);
     let remote = new.remote(Duration::from_secs(5));
-    let got = eventually(Duration::from_secs(20), "a worker ID on pg1", async || {
-        try_snowflakes(&remote, token, 10).await
-    })
+    eventually(
+        Duration::from_secs(20),
+        "the new server waits for the databases to agree on the snowflake spec",
+        async || match try_snowflakes(&remote, token, 10).await {
+            Ok(got) => panic!("leased without reading pg0's spec: {got:?}"),
+            Err(e) if e.contains("agree on the snowflake spec") => Ok(()),
+            Err(e) => Err(e),
+        },
+    )
     .await;
-    assert!(got.iter().all(|&id| worker_of(id) % 2 == 1), "{got:?}");
-    ids.extend(got);
     for s in &old {
         let r = s.remote(Duration::from_secs(5));
         if let Ok(got) = try_snowflakes(&r, token, 10).await {
             ids.extend(got);
         }
     }
+    assert!(
+        try_snowflakes(&remote, token, 1).await.is_err(),
+        "still no worker ID"
+    );
     assert_unique(&ids);
 }
 

@@ -135,6 +135,15 @@ async fn decode_answers_as_leaf_does() {
             "time": "2019-09-06T01:35:00.834Z",
             "worker_id": 39,
             "sequence": 3448,
+            "layout": {
+                "name": "leaf",
+                "unit_ms": 1,
+                "timestamp_bits": 41,
+                "worker_bits": 10,
+                "sequence_bits": 12,
+                "total_bits": 63,
+                "js_safe": false,
+            },
         })
     );
     assert_eq!(app.get_v1(&path, None).await.0, 401);

@@ -336,6 +336,20 @@ async fn a_mariadb_restored_from_a_backup_is_fenced_and_issues_no_id_twice() {
     restored_from_a_backup(Tables::Tinyid).await;
 }
 
+/// Beside Leaf's `leaf_alloc`, the snowflake spec is recorded once, as on the other
+/// engines (`contract.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leafs_tables_record_the_snowflake_spec_once() {
+    let dbs = Databases::start(Kind::MySql, 1);
+    Tables::Leaf.create(dbs.maria(0));
+    let config = Tables::Leaf.config(&dbs.urls(), "");
+    let store = segmint::store::Store::connect(&config).unwrap();
+    for (db, r) in store.migrate().await {
+        r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
+    }
+    crate::contract::spec_recorded_once(raw_store(&config, 0).as_ref()).await;
+}
+
 /// Where a test keeps its biz rows: Tinyid's `tiny_id_info` (the default, created by
 /// `segmint migrate`) or Leaf's `leaf_alloc` (`tables=leaf`, created as Leaf creates it).
 #[derive(Debug, Clone, Copy)]

@@ -70,6 +70,20 @@ impl Setup {
         ServerProcess::start(&self.toml).await
     }
 
+    /// Three servers of this configuration, and a client of each.
+    async fn three_servers(&self) -> ([ServerProcess; 3], Vec<Remote>) {
+        let servers = [
+            self.server().await,
+            self.server().await,
+            self.server().await,
+        ];
+        let remotes = servers
+            .iter()
+            .map(|s| s.remote(Duration::from_secs(30)))
+            .collect();
+        (servers, remotes)
+    }
+
     /// The worker IDs leased in database `i`, with their holders.
     fn leases(&self, i: usize) -> String {
         self.dbs.sql(
@@ -92,6 +106,41 @@ async fn try_snowflakes(target: &impl Target, token: &str, count: usize) -> Resu
         return Err(r);
     }
     Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids"))
+}
+
+/// `id` decoded by `/v1/snowflake/order/decode/{id}`.
+async fn decoded(target: &impl Target, token: &str, id: i64) -> serde_json::Value {
+    let r = v1(
+        target,
+        false,
+        &format!("/v1/snowflake/order/decode/{id}"),
+        bearer(token),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    r.json()
+}
+
+/// From every server at once: its first IDs, then `batches` batches of `batch` IDs
+/// each; the IDs of each server in the order issued.
+async fn issue_from_each(
+    remotes: &[Remote],
+    token: &str,
+    batches: usize,
+    batch: usize,
+) -> Vec<Vec<i64>> {
+    let runs = remotes.iter().map(|remote| async move {
+        let mut ids = first_snowflakes(remote, token).await;
+        for _ in 0..batches {
+            ids.extend(
+                try_snowflakes(remote, token, batch)
+                    .await
+                    .unwrap_or_else(|r| panic!("{r:?}")),
+            );
+        }
+        ids
+    });
+    futures_util::future::join_all(runs).await
 }
 
 /// Waits until `target` issues snowflake IDs (its lease is active); the first batch.
@@ -147,32 +196,8 @@ fn assert_increasing(ids: &[i64], what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_on_two_databases_issue_a_million_unique_ids() {
     let setup = Setup::start(2, FAST_LEASES);
-    let servers = [
-        setup.server().await,
-        setup.server().await,
-        setup.server().await,
-    ];
-    let remotes: Vec<Remote> = servers
-        .iter()
-        .map(|s| s.remote(Duration::from_secs(30)))
-        .collect();
-    let batches = 7;
-    let batch = 50_000;
-    let runs = remotes.iter().map(|remote| {
-        let token = setup.token.clone();
-        async move {
-            let mut ids = first_snowflakes(remote, &token).await;
-            for _ in 0..batches {
-                ids.extend(
-                    try_snowflakes(remote, &token, batch)
-                        .await
-                        .unwrap_or_else(|r| panic!("{r:?}")),
-                );
-            }
-            ids
-        }
-    });
-    let per_server = futures_util::future::join_all(runs).await;
+    let (_servers, remotes) = setup.three_servers().await;
+    let per_server = issue_from_each(&remotes, &setup.token, 7, 50_000).await;
     let mut all = Vec::new();
     let mut workers = HashSet::new();
     for (i, ids) in per_server.iter().enumerate() {
@@ -205,15 +230,7 @@ async fn three_servers_on_two_databases_issue_a_million_unique_ids() {
     assert_eq!(leased, 3, "one lease row per server");
     // The decode route agrees with Leaf's formula.
     let id = all[all.len() / 2];
-    let r = v1(
-        &remotes[0],
-        false,
-        &format!("/v1/snowflake/order/decode/{id}"),
-        bearer(&setup.token),
-    )
-    .await;
-    assert_eq!(r.status, 200, "{r:?}");
-    let body = r.json();
+    let body = decoded(&remotes[0], &setup.token, id).await;
     let (timestamp, worker, sequence) = leaf_decode(id);
     assert_eq!(body["timestamp_ms"], timestamp, "{body}");
     assert_eq!(body["worker_id"], worker, "{body}");
@@ -720,4 +737,279 @@ async fn worker_ids_move_with_a_layout_change_without_sharing() {
     assert_no_worker_id_shared(&a, &b);
     a.extend(b);
     assert_unique(&a);
+}
+
+/// [`FAST_LEASES`] with the JavaScript-safe layout, and `more` keys.
+fn js_leases(more: &str) -> String {
+    format!(
+        r#"snowflake = {{ enabled = true, bizs = ["order"], lease_ms = 600, renew_ms = 150, grace_ms = 300, layout = "js"{more} }}"#
+    )
+}
+
+/// What a server of another spec answers: 503 `no_worker_id` saying which database
+/// records which spec, or the answer it gave instead.
+async fn refused_for_its_spec(target: &impl Target, token: &str) -> Result<String, String> {
+    match try_snowflakes(target, token, 1).await {
+        Ok(ids) => panic!("a server of another spec issued {ids:?}"),
+        Err(r) => {
+            let message = if r.status == 503 {
+                r.json()["error"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned()
+            } else {
+                String::new()
+            };
+            if message.contains("records the snowflake spec") {
+                Ok(message)
+            } else {
+                Err(format!("{r:?}"))
+            }
+        }
+    }
+}
+
+/// Three servers with the JavaScript-safe layout share two databases under load from
+/// all three at once: every ID below 2^53, no duplicate, each server's IDs increasing,
+/// decoded by the route to a worker ID below 32 and a time within a minute of now.
+/// A server with Leaf's layout, and one with the JavaScript-safe layout but another
+/// epoch, started against them never lease a worker ID and issue nothing (503 naming
+/// both specs), while the three keep issuing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
+    let setup = Setup::start(2, &js_leases(""));
+    let (_servers, remotes) = setup.three_servers().await;
+    let layout = segmint::snowflake::Layout::JS;
+    let epoch = segmint::snowflake::LEAF_EPOCH_MS;
+    let per_server = issue_from_each(&remotes, &setup.token, 20, 5_000).await;
+    let mut all = Vec::new();
+    for (i, ids) in per_server.iter().enumerate() {
+        assert_increasing(ids, &format!("server {i}"));
+        assert!(
+            ids.iter().all(|&id| (0..1 << 53).contains(&id)),
+            "server {i}: an ID at or above 2^53: {:?}",
+            ids.iter().max()
+        );
+        let workers: HashSet<u16> = ids
+            .iter()
+            .map(|&id| {
+                segmint::snowflake::decode(id, epoch, &layout)
+                    .unwrap()
+                    .worker_id
+            })
+            .collect();
+        assert_eq!(workers.len(), 1, "server {i}: {workers:?}");
+        all.extend_from_slice(ids);
+    }
+    assert!(all.len() >= 300_000, "{} IDs", all.len());
+    assert_unique(&all);
+    let now_ms = segmint::snowflake::Clock::now_ms(&mut segmint::snowflake::SystemClock);
+    for (i, ids) in per_server.iter().enumerate() {
+        let body = decoded(&remotes[i], &setup.token, ids[ids.len() / 2]).await;
+        assert!(body["worker_id"].as_u64().unwrap() < 32, "{body}");
+        let t = body["timestamp_ms"].as_i64().unwrap();
+        assert!((t - now_ms).abs() < 60_000, "{t} against {now_ms}: {body}");
+        assert_eq!(body["layout"]["name"], "js", "{body}");
+        assert_eq!(body["layout"]["total_bits"], 53, "{body}");
+        assert_eq!(body["layout"]["js_safe"], true, "{body}");
+    }
+    let leaf = ServerProcess::start(&config_toml_urls(&setup.dbs.urls(), FAST_LEASES)).await;
+    let later = ServerProcess::start(&config_toml_urls(
+        &setup.dbs.urls(),
+        &js_leases(", epoch_ms = 1288834974658"),
+    ))
+    .await;
+    for (server, what) in [(&leaf, "Leaf's layout"), (&later, "another epoch")] {
+        let remote = server.remote(Duration::from_secs(30));
+        let message = eventually(
+            Duration::from_secs(30),
+            &format!("the server of {what} says why it has no worker ID"),
+            async || refused_for_its_spec(&remote, &setup.token).await,
+        )
+        .await;
+        assert!(
+            message.contains("snowflake.layout") && message.contains("snowflake.epoch_ms"),
+            "{message}"
+        );
+        let ours = segmint::snowflake::Spec {
+            epoch_ms: epoch,
+            layout,
+        }
+        .record();
+        assert!(message.contains(&ours), "{what}: {message}");
+    }
+    // Over several leases' time, the two keep refusing, lease nothing, and the three
+    // keep issuing.
+    for _ in 0..10 {
+        for server in [&leaf, &later] {
+            refused_for_its_spec(&server.remote(Duration::from_secs(30)), &setup.token)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        for remote in &remotes {
+            try_snowflakes(remote, &setup.token, 100)
+                .await
+                .unwrap_or_else(|r| panic!("{r:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let leased: usize = (0..2).map(|i| setup.leases(i).lines().count()).sum();
+    assert_eq!(leased, 3, "the three servers' lease rows alone");
+    for i in 0..2 {
+        assert_eq!(
+            setup.dbs.sql(i, "SELECT spec FROM segmint_snowflake"),
+            segmint::snowflake::Spec {
+                epoch_ms: epoch,
+                layout
+            }
+            .record(),
+            "database {i}"
+        );
+    }
+}
+
+/// Two servers, one with Leaf's layout and one with the JavaScript-safe one, started
+/// at the same moment on fresh databases: never both issue. Either one recorded its
+/// spec on both databases and issues while the other is refused, or each recorded its
+/// own on one database and both are refused. Five times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_layouts_started_at_once_on_fresh_databases_never_both_issue() {
+    for round in 0..5 {
+        let setup = Setup::start(2, FAST_LEASES);
+        let js = config_toml_urls(&setup.dbs.urls(), &js_leases(""));
+        let (leaf, js) = tokio::join!(setup.server(), ServerProcess::start(&js));
+        let (leaf, js) = (
+            leaf.remote(Duration::from_secs(30)),
+            js.remote(Duration::from_secs(30)),
+        );
+        // Each server's outcome once decided: issuing, or refused for its spec.
+        let outcome = async |remote: &Remote| {
+            eventually(
+                Duration::from_secs(30),
+                &format!("round {round}: the server issues or is refused for its spec"),
+                async || match try_snowflakes(remote, &setup.token, 1).await {
+                    Ok(_) => Ok(true),
+                    Err(r) if r.body.contains("records the snowflake spec") => Ok(false),
+                    Err(r) => Err(format!("{r:?}")),
+                },
+            )
+            .await
+        };
+        let (leaf_issues, js_issues) = (outcome(&leaf).await, outcome(&js).await);
+        let records: Vec<String> = (0..2)
+            .map(|i| setup.dbs.sql(i, "SELECT spec FROM segmint_snowflake"))
+            .collect();
+        assert!(
+            !(leaf_issues && js_issues),
+            "round {round}: both issue; records {records:?}"
+        );
+        // Whoever issues, its spec is on both databases; and it keeps issuing while
+        // the other keeps being refused.
+        let leaf_record = segmint::snowflake::Spec::default().record();
+        assert_eq!(
+            leaf_issues,
+            records.iter().all(|r| *r == leaf_record),
+            "round {round}: {records:?}"
+        );
+        for _ in 0..5 {
+            assert_eq!(
+                try_snowflakes(&leaf, &setup.token, 1).await.is_ok(),
+                leaf_issues
+            );
+            assert_eq!(
+                try_snowflakes(&js, &setup.token, 1).await.is_ok(),
+                js_issues
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        eprintln!(
+            "round {round}: Leaf's issues {leaf_issues}, js issues {js_issues}, records {records:?}"
+        );
+    }
+}
+
+/// A server started while one of two databases is down leases no worker ID (503
+/// `no_worker_id`: on a cluster whose layout never changed, the layout's own rule waits
+/// for every configured database) while the server that recorded the spec keeps
+/// issuing, and leases once the database is back. A server of another spec started
+/// then is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_started_while_a_database_is_down_leases_once_it_answers() {
+    let setup = Setup::start(2, FAST_LEASES);
+    let first = setup.server().await;
+    let first_remote = first.remote(Duration::from_secs(30));
+    let ids = first_snowflakes(&first_remote, &setup.token).await;
+    // The database that does not hold the first server's lease (its class is the
+    // worker ID's residue mod 2).
+    let other = usize::try_from(1 - worker_of(ids[0]) % 2).unwrap();
+    setup.dbs.stop(other);
+    let fresh = setup.server().await;
+    let remote = fresh.remote(Duration::from_secs(30));
+    // Several leases' time: the fresh server never issues, the first one keeps issuing.
+    for _ in 0..15 {
+        match try_snowflakes(&remote, &setup.token, 1).await {
+            Ok(ids) => panic!("leased with a database down, never having seen it: {ids:?}"),
+            Err(r) => assert!(r.status == 503 && r.body.contains("no_worker_id"), "{r:?}"),
+        }
+        try_snowflakes(&first_remote, &setup.token, 100)
+            .await
+            .unwrap_or_else(|r| panic!("the first server keeps issuing: {r:?}"));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    setup.dbs.start_again(other);
+    first_snowflakes(&remote, &setup.token).await;
+    let js = ServerProcess::start(&config_toml_urls(&setup.dbs.urls(), &js_leases(""))).await;
+    eventually(
+        Duration::from_secs(30),
+        "a server of another spec is refused",
+        async || refused_for_its_spec(&js.remote(Duration::from_secs(30)), &setup.token).await,
+    )
+    .await;
+}
+
+/// A coarse layout through a real server: ticks of 100 ms, 7 sequence bits (1,280 IDs
+/// a second). A batch of a second's IDs spans ticks and stays increasing, each ID in a
+/// tick of its own sequence; one ID more is a 400 that issues nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coarse_layout_issues_a_seconds_ids_and_refuses_more() {
+    let setup = Setup::start(
+        1,
+        r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 1000, renew_ms = 300, grace_ms = 300, layout = { unit_ms = 100, timestamp_bits = 36, worker_bits = 5, sequence_bits = 7 } }"#,
+    );
+    let server = setup.server().await;
+    let remote = server.remote(Duration::from_secs(30));
+    let layout = segmint::snowflake::Layout::new(100, 36, 5, 7).unwrap();
+    let mut ids = first_snowflakes(&remote, &setup.token).await;
+    ids.extend(try_snowflakes(&remote, &setup.token, 1_280).await.unwrap());
+    assert_increasing(&ids, "one server");
+    assert_unique(&ids);
+    let ticks: HashSet<i64> = ids
+        .iter()
+        .map(|&id| {
+            let d =
+                segmint::snowflake::decode(id, segmint::snowflake::LEAF_EPOCH_MS, &layout).unwrap();
+            assert_eq!(
+                (d.timestamp_ms - segmint::snowflake::LEAF_EPOCH_MS) % 100,
+                0,
+                "a tick's first millisecond"
+            );
+            d.timestamp_ms
+        })
+        .collect();
+    assert!(
+        ticks.len() >= 10,
+        "1,290 IDs over at least 10 ticks: {}",
+        ticks.len()
+    );
+    let r = try_snowflakes(&remote, &setup.token, 1_281)
+        .await
+        .unwrap_err();
+    assert_eq!(r.status, 400, "{r:?}");
+    assert!(r.body.contains("1280"), "{r:?}");
+    let next = try_snowflakes(&remote, &setup.token, 1).await.unwrap();
+    assert!(next[0] > *ids.last().unwrap());
+    let body = decoded(&remote, &setup.token, next[0]).await;
+    assert_eq!(body["layout"]["unit_ms"], 100, "{body}");
+    assert_eq!(body["layout"]["name"], serde_json::Value::Null, "{body}");
+    assert_eq!(body["layout"]["js_safe"], true, "{body}");
 }

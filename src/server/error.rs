@@ -74,6 +74,7 @@ impl ApiError {
                 IssueError::NoWorkerId(_) => "no_worker_id",
                 IssueError::ClockBehind { .. } => "clock_behind",
                 IssueError::Clock(_) => "clock_out_of_range",
+                IssueError::BatchTooLarge { .. } => "bad_request",
             },
         }
     }
@@ -122,6 +123,7 @@ impl ResponseError for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
                 IssueError::Clock(_) => StatusCode::INTERNAL_SERVER_ERROR,
+                IssueError::BatchTooLarge { .. } => StatusCode::BAD_REQUEST,
             },
         }
     }
@@ -202,6 +204,15 @@ mod tests {
                 "not_found",
             ),
             (IssueError::NoWorkerId(s()).into(), 503, "no_worker_id"),
+            (
+                IssueError::BatchTooLarge {
+                    count: 200,
+                    max: 128,
+                }
+                .into(),
+                400,
+                "bad_request",
+            ),
             (
                 ApiError::Conflict {
                     code: "segments_unavailable",

@@ -15,7 +15,7 @@ use super::error::{ApiError, retry_after_secs};
 use super::observe::Observer;
 use super::{Params, app_state};
 use crate::biz::BizTag;
-use crate::snowflake::{self, Decoded};
+use crate::snowflake::{self, Decoded, Layout};
 use crate::store::StoreError;
 
 /// Leaf's routes. Leaf maps them for every method (`@RequestMapping` without one).
@@ -77,6 +77,7 @@ async fn snowflake_id(req: HttpRequest) -> HttpResponse {
         state
             .snowflake
             .next_ids(&biz, 1)
+            .await
             .map(|(_, ids)| ids)
             .map_err(ApiError::from),
     )
@@ -142,7 +143,9 @@ async fn decode_leaf(req: HttpRequest) -> HttpResponse {
     let decoded = params
         .get("snowflakeId")
         .ok_or_else(|| "snowflakeId is required".to_owned())
-        .and_then(|value| parse_and_decode(value, state.snowflake.epoch_ms()));
+        .and_then(|value| {
+            parse_and_decode(value, state.snowflake.epoch_ms(), &state.snowflake.layout())
+        });
     match decoded {
         Ok(d) => HttpResponse::Ok().json(json!({
             "timestamp": format!("{}({})", d.timestamp_ms, leaf_time(d.timestamp_ms)),
@@ -153,20 +156,27 @@ async fn decode_leaf(req: HttpRequest) -> HttpResponse {
     }
 }
 
-/// Parses `value` as a snowflake ID (a non-negative decimal `i64`) and decodes it.
-pub(super) fn parse_and_decode(value: &str, epoch_ms: i64) -> Result<Decoded, String> {
+/// Parses `value` as a snowflake ID (a non-negative decimal `i64` within the layout's
+/// bits) and decodes it in `layout`.
+pub(super) fn parse_and_decode(
+    value: &str,
+    epoch_ms: i64,
+    layout: &Layout,
+) -> Result<Decoded, String> {
     let shown: String = value.chars().take(32).collect();
     let id = value
         .parse::<i64>()
         .map_err(|_| format!("snowflakeId must be a decimal integer, got `{shown}`"))?;
-    snowflake::decode(id, epoch_ms).map_err(|e| format!("snowflakeId `{shown}`: {e}"))
+    snowflake::decode(id, epoch_ms, layout).map_err(|e| format!("snowflakeId `{shown}`: {e}"))
 }
 
 /// `ms` as Leaf's `yyyy-MM-dd HH:mm:ss.SSS`, in UTC. Decoded timestamps are at or
-/// after a non-negative epoch and at most 2^41 ms beyond it: inside what the formatter
-/// holds (years up to 9999).
+/// after a non-negative epoch; a wide layout's may lie past the year 9999, which the
+/// formatter does not hold: those are shown as its last millisecond.
 pub(super) fn leaf_time(ms: i64) -> String {
-    let since = Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    /// 9999-12-31 23:59:59.999 UTC.
+    const LAST_MS: u64 = 253_402_300_799_999;
+    let since = Duration::from_millis(u64::try_from(ms).unwrap_or(0).min(LAST_MS));
     humantime::format_rfc3339_millis(UNIX_EPOCH + since)
         .to_string()
         .replacen('T', " ", 1)
@@ -188,8 +198,11 @@ mod tests {
     #[test]
     fn malformed_values_are_refused_clearly() {
         for bad in ["", "abc", "1.5", "-1", "99999999999999999999"] {
-            let e = parse_and_decode(bad, snowflake::LEAF_EPOCH_MS).unwrap_err();
+            let e = parse_and_decode(bad, snowflake::LEAF_EPOCH_MS, &Layout::LEAF).unwrap_err();
             assert!(e.contains("snowflakeId"), "{bad}: {e}");
         }
+        let e = parse_and_decode("9007199254740992", 0, &Layout::JS).unwrap_err();
+        assert!(e.contains("53 bits"), "{e}");
+        assert_eq!(leaf_time(i64::MAX), "9999-12-31 23:59:59.999");
     }
 }

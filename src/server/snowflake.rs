@@ -34,7 +34,7 @@ async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     authorize(&state.store, bearer(&req)?, &biz).await?;
-    let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get())?;
+    let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(SnowflakeIds {
         biz: biz.as_str(),
         worker_id,
@@ -50,12 +50,15 @@ struct SnowflakeIds<'a> {
     ids: &'a [i64],
 }
 
-/// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers.
+/// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers, in this
+/// server's layout, which is shown beside them (`total_bits` at most 53: `js_safe`).
 async fn decode(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let state = app_state(&req)?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     let value = req.match_info().get("id").unwrap_or_default();
-    let d = parse_and_decode(value, state.snowflake.epoch_ms()).map_err(ApiError::BadRequest)?;
+    let layout = state.snowflake.layout();
+    let d = parse_and_decode(value, state.snowflake.epoch_ms(), &layout)
+        .map_err(ApiError::BadRequest)?;
     authorize(&state.store, bearer(&req)?, &biz).await?;
     Ok(HttpResponse::Ok().json(json!({
         "id": value.parse::<i64>().unwrap_or_default(),
@@ -63,5 +66,14 @@ async fn decode(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         "time": format!("{}Z", leaf_time(d.timestamp_ms).replacen(' ', "T", 1)),
         "worker_id": d.worker_id,
         "sequence": d.sequence,
+        "layout": {
+            "name": layout.name(),
+            "unit_ms": layout.unit_ms,
+            "timestamp_bits": layout.timestamp_bits,
+            "worker_bits": layout.worker_bits,
+            "sequence_bits": layout.sequence_bits,
+            "total_bits": layout.total_bits(),
+            "js_safe": layout.js_safe(),
+        },
     })))
 }

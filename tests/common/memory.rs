@@ -336,6 +336,18 @@ impl SegmentStore for MemoryStore {
         Err(untested("renew_lease"))
     }
 
+    async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {
+        Err(untested("snowflake_spec"))
+    }
+
+    async fn confirm_snowflake_spec(&self, _spec: &str) -> Result<bool, DbError> {
+        Err(untested("confirm_snowflake_spec"))
+    }
+
+    async fn record_snowflake_spec(&self, _spec: &str) -> Result<bool, DbError> {
+        Err(untested("record_snowflake_spec"))
+    }
+
     /// No layout change ever ran here: the configured classes hold.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
         Ok(Vec::new())

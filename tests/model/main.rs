@@ -37,11 +37,15 @@
 //! variables, so run the deep checks directly:
 //! `SEGMINT_MODEL_DEEP=1 cargo test --release --test model -- --nocapture`.
 //!
+//! Beside it, [`agreement`] is a small model of its own: servers of different snowflake
+//! specs agreeing on one through the databases (scenario K).
+//!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
 //! layout-change command; [`mover`] one biz's move (shared by commands and servers'
 //! heals); [`import`] an import creating the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
 //! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
 
+mod agreement;
 mod command;
 mod import;
 mod model;

@@ -8,7 +8,8 @@
 //! - [`rows`]: the database rows those rules read.
 //! - [`evidence`]: how far every row has advanced, and what a row behind it means.
 //! - [`shape`]: a biz's ID order (sequential, shuffled, opaque) and format.
-//! - [`snowflake`]: Leaf's snowflake layout, decoding and the clock guard.
+//! - [`snowflake`]: snowflake bit layouts (Leaf's, JavaScript-safe), decoding, the clock
+//!   guard, and the spec a cluster agrees on.
 //! - [`backoff`]: the back-off after failures.
 //! - [`biz`]: biz names, batch sizes, tokens and their digests.
 //! - [`name`]: biz names held once in the process, each a number.

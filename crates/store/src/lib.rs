@@ -387,6 +387,15 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// renewal whose answer was lost may have moved the version on, and freeing a row
     /// this process still holds is safe at any version.
     async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError>;
+    /// The snowflake spec recorded in this database and whether it is confirmed, if
+    /// any ([`agreement`](crate::snowflake::agreement)).
+    async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError>;
+    /// Records `spec` unless a spec is recorded (one statement; a record is never
+    /// replaced). Returns whether it was written now.
+    async fn record_snowflake_spec(&self, spec: &str) -> Result<bool, DbError>;
+    /// Marks the record confirmed if it is `spec` (one statement; a record of another
+    /// spec is left as it is). Returns whether it was marked now.
+    async fn confirm_snowflake_spec(&self, spec: &str) -> Result<bool, DbError>;
 }
 
 /// Why a reservation or an admin operation failed, across all databases.

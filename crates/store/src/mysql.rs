@@ -1202,6 +1202,46 @@ impl SegmentStore for MyStore {
         })
         .await
     }
+
+    async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {
+        self.run(|mut conn| async move {
+            conn.query_first("SELECT spec, confirmed FROM segmint_snowflake WHERE id = 1")
+                .await
+                .map_err(db_error)
+        })
+        .await
+    }
+
+    async fn confirm_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let spec = spec.to_owned();
+        self.run(move |mut conn| async move {
+            conn.exec_drop(
+                "UPDATE segmint_snowflake SET confirmed = true
+                 WHERE id = 1 AND spec = ? AND NOT confirmed",
+                (&spec,),
+            )
+            .await
+            .map_err(db_error)?;
+            Ok(conn.affected_rows() == 1)
+        })
+        .await
+    }
+
+    async fn record_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let spec = spec.to_owned();
+        self.run(move |mut conn| async move {
+            // Not INSERT IGNORE, which would hide other errors too: a duplicate key
+            // leaves the row as it is (0 rows affected).
+            conn.exec_drop(
+                "INSERT INTO segmint_snowflake (id, spec) VALUES (1, ?) ON DUPLICATE KEY UPDATE id = id",
+                (&spec,),
+            )
+            .await
+            .map_err(db_error)?;
+            Ok(conn.affected_rows() == 1)
+        })
+        .await
+    }
 }
 
 impl MyStore {

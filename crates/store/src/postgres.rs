@@ -922,4 +922,43 @@ impl SegmentStore for PgStore {
             .map_err(db_error)?;
         read_opt(row, rules::lease_row)
     }
+
+    async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT spec, confirmed FROM segmint_snowflake WHERE id = 1",
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        row.map(|r| Ok((r.text(0)?, r.flag(1)?)))
+            .transpose()
+            .map_err(db_error)
+    }
+
+    async fn confirm_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "UPDATE segmint_snowflake SET confirmed = true
+                 WHERE id = 1 AND spec = $1 AND NOT confirmed",
+                &[&spec],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
+
+    async fn record_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let client = self.client().await?;
+        let n = client
+            .execute(
+                "INSERT INTO segmint_snowflake (id, spec) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+                &[&spec],
+            )
+            .await
+            .map_err(db_error)?;
+        Ok(n == 1)
+    }
 }

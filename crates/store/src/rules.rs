@@ -83,6 +83,15 @@ macro_rules! migrations {
                 "biz_period",
                 include_str!(concat!("../../../sql/", $dialect, "/0011_biz_period.sql")),
             ),
+            (
+                12,
+                "snowflake_layout",
+                include_str!(concat!(
+                    "../../../sql/",
+                    $dialect,
+                    "/0012_snowflake_layout.sql"
+                )),
+            ),
         ]
     };
 }

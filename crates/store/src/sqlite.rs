@@ -794,4 +794,42 @@ impl SegmentStore for SqliteStore {
         })
         .await
     }
+
+    async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {
+        self.with(|c| {
+            c.prepare_cached("SELECT spec, confirmed FROM segmint_snowflake WHERE id = 1")?
+                .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+        })
+        .await
+    }
+
+    async fn confirm_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let spec = spec.to_owned();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "UPDATE segmint_snowflake SET confirmed = 1
+                     WHERE id = 1 AND spec = ?1 AND confirmed = 0",
+                    params![spec],
+                )
+            })
+        })
+        .await
+        .map(|n| n == 1)
+    }
+
+    async fn record_snowflake_spec(&self, spec: &str) -> Result<bool, DbError> {
+        let spec = spec.to_owned();
+        self.with(move |c| {
+            write(c, |tx| {
+                tx.execute(
+                    "INSERT INTO segmint_snowflake (id, spec) VALUES (1, ?1) ON CONFLICT (id) DO NOTHING",
+                    params![spec],
+                )
+            })
+        })
+        .await
+        .map(|n| n == 1)
+    }
 }

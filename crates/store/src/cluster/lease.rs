@@ -56,13 +56,14 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl Store {
-    /// The worker IDs database `i` may lease: those of its residue class.
-    /// None for a database the layout in force does not name.
+    /// The worker IDs database `i` may lease: those of its residue class below the
+    /// snowflake layout's `2^worker_bits`. None for a database the layout in force does
+    /// not name.
     pub fn worker_ids_of(&self, i: usize) -> Vec<u16> {
         let Some(residue) = self.class_of(i).filter(|_| self.leases_allowed()) else {
             return Vec::new();
         };
-        (0..WORKER_IDS)
+        (0..self.snowflake.layout.worker_ids())
             .filter(|&w| residue.contains(i64::from(w)))
             .collect()
     }
@@ -75,10 +76,13 @@ impl Store {
     /// Takes a free worker ID for `holder` on a random live database, lowest first: one
     /// with no lease row, or whose lease ran out more than `grace` ago (by that
     /// database's clock). A database that fails is backed off and the next is tried.
+    /// Only once the databases agree on this store's snowflake spec (see
+    /// [`agreement`](crate::snowflake::agreement)).
     ///
     /// # Errors
     /// [`StoreError::Unavailable`] when no live database has a free worker ID or
-    /// answers.
+    /// answers, or the databases do not agree on the snowflake spec (the message says
+    /// which database holds which spec).
     pub async fn take_lease(
         &self,
         holder: &str,
@@ -96,6 +100,7 @@ impl Store {
                 "no worker ID could be leased: no layout done was read, and not every configured database has answered yet (a new database, or one whose layout change is still moving, does not say which worker IDs are its own)".into(),
             ));
         }
+        self.agree_snowflake().await?;
         let mut order: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.is_live(i))
             .collect();

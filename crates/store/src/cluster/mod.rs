@@ -6,6 +6,7 @@
 //! uses).
 
 mod admin;
+mod agreement;
 mod early;
 mod give_back;
 mod health;
@@ -36,6 +37,7 @@ use crate::biz::BizTag;
 use crate::config::{Config, DatabaseKind, Protocol};
 use crate::metrics::{DatabaseMetrics, Metrics};
 use crate::segment::Residue;
+use crate::snowflake::Spec;
 use crate::step::StepPolicy;
 
 /// Timeouts and back-off, from the configuration.
@@ -131,6 +133,9 @@ pub struct Store {
     /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
+    /// The snowflake epoch and bit layout: agreed with the cluster before a worker ID is
+    /// leased, and bounding the worker IDs leased.
+    snowflake: Spec,
 }
 
 impl Store {
@@ -198,7 +203,8 @@ impl Store {
             config.step,
             Arc::new(Metrics::new(config.metrics_max_bizs)),
         )
-        .with_protocol(config.protocol))
+        .with_protocol(config.protocol)
+        .with_snowflake(config.snowflake.spec()))
     }
 
     /// A store over `dbs`: `(name, location, residue class, database)`, with the
@@ -231,6 +237,7 @@ impl Store {
             clock: Arc::new(RuntimeClock),
             policy,
             metrics,
+            snowflake: Spec::default(),
         }
     }
 

@@ -229,6 +229,20 @@ impl Store {
         self.layout.view.lock().classes[i]
     }
 
+    /// The databases the layout in force names (every configured one before any
+    /// change), each as its index here, `None` for one not configured here.
+    pub(in crate::cluster) fn members_in_force(&self) -> Vec<Option<usize>> {
+        let view = self.layout.view.lock();
+        match layout::current(&view.layouts).0 {
+            Some(l) => l
+                .members
+                .iter()
+                .map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+                .collect(),
+            None => (0..self.dbs.names.len()).map(Some).collect(),
+        }
+    }
+
     /// The standing of database `i` among the layouts last read.
     pub fn standing_of(&self, i: usize) -> Standing {
         self.layout.view.lock().standing[i].clone()
