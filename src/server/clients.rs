@@ -88,7 +88,7 @@ impl AppState {
     }
 
     /// A segment of `biz`, whose counter restarts each `period`, to hand to a client:
-    /// up to `asked` IDs (else [`CARVED_BY_DEFAULT`]) carved out of this server's own
+    /// up to `asked` IDs (else `CARVED_BY_DEFAULT`) carved out of this server's own
     /// buffer for the period, with the period's label and how long it has left by this
     /// server's clock. Nothing of it can be given back: it was never a reservation.
     ///
