@@ -253,7 +253,7 @@ impl Cache {
         n: usize,
         period: &Periodic,
     ) -> Result<Vec<i64>, StoreError> {
-        let (ids, _) = self.take_in(biz, period, || Ids::new(n)).await?;
+        let ids = self.take_in(biz, period, || Ids::new(n)).await?;
         Ok(ids.ids)
     }
 
@@ -262,7 +262,7 @@ impl Cache {
     /// [`Cache::next_ids_in`] would issue them: what a client library gets. However
     /// many clients cross into a new period at once, the databases see this server's
     /// one reservation per segment of its buffer, not one per client. Returns the
-    /// segment and this server's clock (Unix ms) when it was carved.
+    /// segment and this server's clock (Unix ms) read once it was carved.
     ///
     /// # Errors
     /// As [`Cache::next_ids_in`].
@@ -272,23 +272,24 @@ impl Cache {
         n: u64,
         period: &Periodic,
     ) -> Result<(SegmentRange, i64), StoreError> {
-        let (run, now_ms) = self.take_in(biz, period, || Run { n, run: None }).await?;
+        let run = self.take_in(biz, period, || Run { n, run: None }).await?;
+        // Read after the carve, which may have waited for a fetch: the period's time
+        // left is counted from then.
+        let now_ms = unix_ms();
         run.run
             .map(|range| (range, now_ms))
             .ok_or_else(|| StoreError::Unavailable(format!("no segment of biz `{biz}`")))
     }
 
     /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
-    /// next ones while the databases say they have begun. Returns it with the clock
-    /// (Unix ms) the period was chosen by.
+    /// next ones while the databases say they have begun.
     async fn take_in<P: Portion>(
         &self,
         biz: &BizTag,
         period: &Periodic,
         portion: impl Fn() -> P,
-    ) -> Result<(P, i64), StoreError> {
-        let now_ms = unix_ms();
-        let mut code = period.code_at(now_ms);
+    ) -> Result<P, StoreError> {
+        let mut code = period.code_at(unix_ms());
         let mut result = self.take(biz, portion(), Some(period.window(code))).await;
         for _ in 0..2 {
             if !matches!(result, Err(StoreError::PeriodPassed(_))) {
@@ -297,7 +298,7 @@ impl Cache {
             code = period.next(code);
             result = self.take(biz, portion(), Some(period.window(code))).await;
         }
-        result.map(|p| (p, now_ms))
+        result
     }
 
     /// `portion` of `biz` from its buffer for `window`.

@@ -114,7 +114,9 @@ impl AppState {
         Ok(Carved {
             range,
             period: period.label(code),
-            left_ms: ends_ms.saturating_sub(now_ms).max(0),
+            // `now_ms` is truncated: the true time may be up to 1 ms later, so 1 ms
+            // less is left at most.
+            left_ms: ends_ms.saturating_sub(now_ms).saturating_sub(1).max(0),
         })
     }
 
