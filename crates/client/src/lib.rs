@@ -142,7 +142,7 @@ struct Cache {
     closed: Arc<AtomicBool>,
     /// When the current segment's period ends, in nanoseconds after `born`;
     /// [`NEVER`] for a biz whose counter never restarts. Read on the fast path: one
-    /// relaxed load for such a biz, and a clock reading for one that restarts.
+    /// atomic load (acquire) for such a biz, and a clock reading for one that restarts.
     expires: AtomicU64,
     /// What `expires` counts from.
     born: Instant,
