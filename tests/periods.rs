@@ -121,6 +121,39 @@ impl Rollover {
     }
 }
 
+/// What one request of [`http_load`] got: the server's index, the true times it was
+/// sent and answered, and the formatted IDs or the response.
+type Answer = (usize, i64, i64, Result<Vec<String>, common::http::Resp>);
+
+/// `tasks` loops per server asking `/v1/ids/ord?count=20` until `until` (true ms).
+async fn http_load(
+    servers: &[ServerProcess],
+    token: &str,
+    tasks: usize,
+    until: i64,
+) -> Vec<Answer> {
+    let remotes: Vec<Remote> = servers
+        .iter()
+        .map(|s| s.remote(Duration::from_secs(10)))
+        .collect();
+    let runs = remotes.iter().enumerate().flat_map(|(s, remote)| {
+        (0..tasks).map(move |_| async move {
+            let mut out = Vec::new();
+            while now_ms() < until {
+                let sent = now_ms();
+                let ids = formatted(remote, "ord", token, 20).await;
+                out.push((s, sent, now_ms(), ids));
+            }
+            out
+        })
+    });
+    futures_util::future::join_all(runs)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
 /// Two servers on clocks 200 ms apart issue `ORD…` IDs under load across the midnight
 /// at `midnight_ms` (the true instant the biz's zone begins the day `after`; `before`
 /// is the day before): no ID twice; each ID of the day its server's clock was in, or
@@ -136,33 +169,8 @@ async fn rollover(zone: &str, midnight_ms: i64, before: &str, after: &str) {
         _setup: _databases,
         ..
     } = Rollover::start(zone, midnight_ms, ORDER).await;
-    let remotes: Vec<Remote> = servers
-        .iter()
-        .map(|s| s.remote(Duration::from_secs(10)))
-        .collect();
-    // Requests from 3 tasks per server until 3 s after midnight, each with the true
-    // times it was sent and answered.
-    let until = target_ms + 3_000;
-    let runs = remotes.iter().enumerate().flat_map(|(s, remote)| {
-        let token = token.clone();
-        (0..3).map(move |_| {
-            let token = token.clone();
-            async move {
-                let mut out = Vec::new();
-                while now_ms() < until {
-                    let sent = now_ms();
-                    let ids = formatted(remote, "ord", &token, 20).await;
-                    out.push((s, sent, now_ms(), ids));
-                }
-                out
-            }
-        })
-    });
-    let answers: Vec<_> = futures_util::future::join_all(runs)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    // Requests from 3 tasks per server until 3 s after midnight.
+    let answers = http_load(&servers, &token, 3, target_ms + 3_000).await;
     let mut seen = HashSet::new();
     let mut per_day: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut per_server_day: HashSet<(usize, String)> = HashSet::new();
@@ -281,22 +289,7 @@ async fn client_libraries_cross_midnight_without_a_reservation_each() {
         (out, biz.stats())
     });
     // The servers' own requests, as in the rollover test.
-    let remotes: Vec<Remote> = servers
-        .iter()
-        .map(|s| s.remote(Duration::from_secs(10)))
-        .collect();
-    let http = remotes.iter().enumerate().map(|(s, remote)| {
-        let token = token.clone();
-        async move {
-            let mut out = Vec::new();
-            while now_ms() < until {
-                let sent = now_ms();
-                let ids = formatted(remote, "ord", &token, 20).await;
-                out.push((s, sent, now_ms(), ids));
-            }
-            out
-        }
-    });
+    let http = http_load(&servers, &token, 1, until);
     // Reservations in the second before the first server's midnight and in the
     // second from it.
     let first_midnight = target_ms - lead_ms;
@@ -316,11 +309,8 @@ async fn client_libraries_cross_midnight_without_a_reservation_each() {
         }
         marks
     };
-    let (issued, served, marks) = tokio::join!(
-        futures_util::future::join_all(issuing),
-        futures_util::future::join_all(http),
-        counted
-    );
+    let (issued, served, marks) =
+        tokio::join!(futures_util::future::join_all(issuing), http, counted);
     let mut seen = HashSet::new();
     let mut per_day: BTreeMap<String, usize> = BTreeMap::new();
     let mut clients_of_day: HashSet<(usize, String)> = HashSet::new();
@@ -354,7 +344,7 @@ async fn client_libraries_cross_midnight_without_a_reservation_each() {
             "each client dropped its segment of the day before: {stats:?}"
         );
     }
-    for (s, sent, answered, ids) in served.iter().flatten() {
+    for (s, sent, answered, ids) in &served {
         let ids = ids.as_ref().unwrap_or_else(|r| panic!("server {s}: {r:?}"));
         let (from, to) = (sent + offset_ms[*s], answered + offset_ms[*s]);
         for id in ids {
