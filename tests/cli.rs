@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use common::cli::{config_file, segmint_cli};
 use common::http::{Via, compat_request, request, tinyid_params, try_send};
+use common::wait::{until_locker_sleeps, until_segmint_waits_on_lock};
 use common::*;
 use reqwest::Method;
 
@@ -410,7 +411,7 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
     let locker = pg.psql_background(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'slow' FOR UPDATE; SELECT pg_sleep(2); COMMIT;",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_locker_sleeps(&pg, "tiny_id_info", Duration::from_secs(10)).await;
     let remote = server.remote(Duration::from_secs(30));
     let in_flight = tokio::spawn({
         let remote = remote.clone();
@@ -419,7 +420,8 @@ async fn sigterm_finishes_in_flight_requests_and_exits_zero() {
             try_send(compat_request(&remote, "nextIdSimple", Via::Get, &params)).await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // In flight: the server's reservation waits on the locked row.
+    until_segmint_waits_on_lock(&pg, 1, Duration::from_secs(10)).await;
     let status = server.sigterm(Duration::from_secs(30)).await;
 
     let answer = in_flight

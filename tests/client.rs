@@ -157,6 +157,7 @@ async fn one_of_two_servers_killed_goes_unnoticed() {
         }
         ids
     });
+    // The worker issues for a while, so that server A stops under its load.
     tokio::time::sleep(Duration::from_millis(100)).await;
     server_a.stop(false).await;
     let ids = worker.await.unwrap();
@@ -279,6 +280,8 @@ async fn dropping_the_client_stops_its_tasks() {
         let warm = client(&[port], &token);
         warm.next_id(BIZ).await.unwrap();
     }
+    // The warm client's tasks end and the server's settle: no state to wait for but
+    // the count itself, which is what is measured.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = alive();
 

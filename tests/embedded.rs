@@ -300,6 +300,7 @@ async fn traffic(
                 } else {
                     out.failures.push(e);
                 }
+                // Paces the retries after a failure.
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
@@ -365,6 +366,7 @@ async fn kill_9_during_traffic_never_reissues() {
                 ))
             })
             .collect();
+        // Traffic for a while before the kill, so that it falls under load.
         tokio::time::sleep(Duration::from_millis(1200)).await;
         let issued_before_kill = issued.load(Ordering::SeqCst);
         let crash = round < KILLS;
@@ -372,6 +374,7 @@ async fn kill_9_during_traffic_never_reissues() {
             // Kill while the tasks keep sending: some requests fail at the kill.
             killing.store(true, Ordering::SeqCst);
             tokio::task::block_in_place(|| server.kill9());
+            // The tasks go on sending to the dead server a moment before they stop.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         stop.store(true, Ordering::SeqCst);

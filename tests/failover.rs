@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::wait::until_locker_sleeps;
 use common::*;
 use segmint::biz::{BizTag, MAX_BATCH};
 use serde_json::Value;
@@ -112,6 +113,7 @@ fn start_traffic(
                     .unwrap()
                     .push(format!("HTTP {status}: {body}"));
             }
+            // The probe's pace: /readyz watched throughout the traffic.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }));
@@ -334,7 +336,7 @@ async fn a_stalled_database_costs_the_hedge_delay_not_the_fetch_timeout() {
     let _locker = a.psql_background(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(4); COMMIT;",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_locker_sleeps(&a, "tiny_id_info", Duration::from_secs(10)).await;
     let mut ids = Vec::new();
     let mut slowest = Duration::ZERO;
     let until = Instant::now() + Duration::from_millis(2500);
@@ -381,7 +383,7 @@ async fn a_stall_is_hedged_before_the_cache_runs_dry() {
     let _locker = a.psql_background(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(3); COMMIT;",
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    until_locker_sleeps(&a, "tiny_id_info", Duration::from_secs(10)).await;
     let mut ids = Vec::new();
     let mut slowest = Duration::ZERO;
     let mut hedged = false;

@@ -66,7 +66,27 @@ async fn huge_step_keeps_answering_and_stops(kind: Kind) {
     // The prefetch of a second segment overflows; the sampler meanwhile measures a
     // rate above zero, so the next requests compute a runway of ~10²⁰ seconds.
     wait_for_log(&server.log, "segment fetch failed", Duration::from_secs(5)).await;
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    eventually(
+        Duration::from_secs(10),
+        "the sampler measures a rate above zero",
+        async || {
+            let r = http.get(format!("{base}/v1/bizs")).send().await;
+            let body: serde_json::Value = r
+                .map_err(|e| e.to_string())?
+                .json()
+                .await
+                .map_err(|e| e.to_string())?;
+            let rate = body["bizs"]
+                .as_array()
+                .and_then(|bizs| bizs.iter().find(|b| b["biz"] == "order"))
+                .and_then(|b| b["rate"].as_f64());
+            match rate {
+                Some(rate) if rate > 0.0 => Ok(()),
+                _ => Err(body.to_string()),
+            }
+        },
+    )
+    .await;
     for _ in 0..20 {
         let (status, body) = get(&http, &base, "/v1/ids/order?count=3", &token).await;
         assert_eq!(status, 200, "the cache still holds IDs: {body}");

@@ -190,7 +190,8 @@ async fn a_full_read_longer_than_the_fetch_timeout_finishes() {
         },
     )
     .await;
-    // Past the fetch timeout, the first read still waits: no catalog yet.
+    // Past the fetch timeout, the first read still waits: no catalog yet. Real time
+    // must pass for that to show.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         !app.state.store.catalog().is_read(),
@@ -279,6 +280,7 @@ async fn a_server_serves_before_its_first_catalog_read_ends() {
             })
         })
         .collect();
+    // A while for a wrong answer to come: what is checked is that none does.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(
         asks.iter().all(|a| !a.is_finished()),

@@ -148,7 +148,15 @@ async fn kill_9_loses_at_most_the_cached_segments_and_reuses_none() {
 
     let mut server = ServerProcess::start(&toml).await;
     let first = get_ids(&server, 30).await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // the prefetch lands
+    eventually(
+        Duration::from_secs(10),
+        "the prefetch reserves the second segment",
+        async || match tokio::task::block_in_place(|| row(&pg)) {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    )
+    .await;
     server.kill9(); // SIGKILL: no give-back
     let (max_id, _) = tokio::task::block_in_place(|| row(&pg));
     assert_eq!(max_id, 200, "both cached segments stay reserved");

@@ -12,6 +12,7 @@ use common::http::{
     Resp, Target, Via, bearer, compat, compat_request, next_id_simple, send, tinyid_params, v1,
     v1_ids,
 };
+use common::wait::{until_locker_sleeps, until_segmint_waits_on_lock};
 use common::*;
 use segmint::server::STOP_LIMIT;
 
@@ -124,18 +125,13 @@ async fn a_stalled_statement_is_cancelled_by_postgresql() {
     let _locker = pg.psql_background(
         "BEGIN; SELECT * FROM tiny_id_info WHERE biz_type = 'order' FOR UPDATE; SELECT pg_sleep(6); COMMIT;",
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    until_locker_sleeps(&pg, "tiny_id_info", Duration::from_secs(10)).await;
     let r = one_id(&app, BIZ, &token).await;
     assert_eq!(r.status, 503, "the row is locked");
-    tokio::time::sleep(Duration::from_millis(1000)).await;
     // segmint gave up on the client side; the server side gave up too, so no
-    // connection of segmint's is left waiting on the lock.
-    let waiting = tokio::task::block_in_place(|| {
-        pg.psql(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'segmint' AND wait_event_type = 'Lock'",
-        )
-    });
-    assert_eq!(waiting, "0");
+    // connection of segmint's is left waiting on the lock, well before the locker
+    // lets go (6 s after it took the lock; the request above took 1.5 s).
+    until_segmint_waits_on_lock(&pg, 0, Duration::from_secs(2)).await;
     app.stop().await;
 }
 

@@ -19,6 +19,7 @@ use common::layout::{
     toml_for,
 };
 use common::traffic::{Traffic, check_streams};
+use common::wait::until_catalog_read;
 use common::*;
 
 /// The servers under test: fixed ports, restarted one at a time with a new
@@ -46,14 +47,18 @@ impl Servers {
     }
 
     /// Restarts each server in turn with `toml` (a graceful stop, then a start on the
-    /// same port), pausing between them: the others serve meanwhile.
+    /// same port), the next one only once the restarted one has read its catalog: the
+    /// others serve meanwhile.
     async fn rolling_restart(&mut self, toml: &str) {
         for k in 0..self.ports.len() {
             if let Some(mut old) = self.procs[k].take() {
                 old.terminate_within(Duration::from_secs(10)).await;
             }
-            self.procs[k] = Some(ServerProcess::start_on(toml, self.ports[k], &[]).await);
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            let new = ServerProcess::start_on(toml, self.ports[k], &[]).await;
+            // pg0 is a member of every layout these tests configure.
+            let remote = new.remote(Duration::from_secs(5));
+            until_catalog_read(&remote, "pg0", 0.0, 1, Duration::from_secs(20)).await;
+            self.procs[k] = Some(new);
         }
     }
 }
@@ -68,6 +73,7 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
     let mut servers = Servers::start(3, &c.toml).await;
     let traffic = Traffic::start(servers.bases(), &c.plain_token, &c.odd_token);
     let (dbs, urls, one) = (c.dbs, c.urls, c.toml);
+    // Traffic for a while between the changes, not a condition.
     let pause = || tokio::time::sleep(Duration::from_millis(1500));
     pause().await;
 
@@ -89,9 +95,16 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
     // Every database now serves: each one's rows moved on since the change.
     let moved_on = |i: usize| -> i64 { dbs.version(i, "plain") };
     let before: Vec<i64> = (0..3).map(moved_on).collect();
-    pause().await;
     for (i, was) in before.iter().enumerate() {
-        assert!(moved_on(i) > *was, "pg{i} gave out no segment in layout 2");
+        eventually(
+            Duration::from_secs(20),
+            &format!("pg{i} gives out a segment in layout 2"),
+            async || match moved_on(i) {
+                now if now > *was => Ok(()),
+                now => Err(format!("version {now}, {was} before")),
+            },
+        )
+        .await;
     }
     // 3 → 2: pg1 leaves; the servers stop using it without a restart.
     let out = cli_ok(&three, &["db", "remove", "pg1"]);
@@ -100,6 +113,7 @@ async fn three_servers_keep_serving_while_the_cluster_goes_1_2_3_2() {
         "{out}"
     );
     let frozen = dbs.row(1, "plain");
+    // Under traffic for a while, the removed database's row must not move.
     pause().await;
     assert_eq!(
         dbs.row(1, "plain"),
@@ -273,9 +287,12 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
         stderr.contains("\"pg1\"") && stderr.contains("run the command again"),
         "{stderr}"
     );
+    // pg1 stays down a while under traffic before it comes back.
     tokio::time::sleep(Duration::from_millis(800)).await;
     dbs.start_again(1);
     assert_consistent(&dbs, 3);
+    // Real time past SILENT since the cut-off command's last beat, the servers
+    // serving (and watching the cut-off change) meanwhile, before it is run again.
     tokio::time::sleep(SILENT + Duration::from_millis(100)).await;
     let out = cli_ok(&two, &["db", "add", "pg2", &urls[2]]);
     assert!(out.contains("layout epoch 2 is done"), "{out}");
@@ -286,6 +303,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
     let out = kill_midway(&three, &["db", "remove", "pg1"], "rows moved", 100);
     assert!(out.contains("layout epoch 2 → 3"), "{out}");
     assert_consistent(&dbs, 3);
+    // As above: real time past SILENT under the servers, then the opposite command.
     tokio::time::sleep(SILENT + Duration::from_millis(100)).await;
     let out = cli_ok(&three, &["db", "add", "pg1"]);
     assert!(
@@ -296,6 +314,7 @@ async fn changes_cut_off_midway_are_safe_and_finish_when_run_again() {
         out.contains("layout epoch 4 is done: pg0 (0 mod 3), pg1 (1 mod 3), pg2 (2 mod 3)"),
         "{out}"
     );
+    // Traffic on the final layout for a while, not a condition.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let streams = traffic.finish().await;
     check_streams(&streams);

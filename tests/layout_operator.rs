@@ -1347,6 +1347,7 @@ async fn an_import_waiting_on_a_lock_longer_than_a_request_may_still_finishes() 
         },
     )
     .await;
+    // Held past the fetch timeout (1 s), as above: real time, not a condition.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     client.batch_execute("ROLLBACK").await.expect("unlock");
     let imported = import.await.expect("the import");

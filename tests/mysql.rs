@@ -834,6 +834,7 @@ async fn segmints_transactions_are_repeatable_read_whatever_the_server_default()
     // connection back would show on the next use.
     for _ in 0..5 {
         store.reserve(&biz, None, None).await.unwrap();
+        // Paces the uses, so that each connection goes back to the pool in between.
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let pool = mysql_async::Pool::new(server.url().as_str());

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::cli::{config_file, segmint_ok};
 use common::http::{Remote, Resp, Target, bearer, metric, v1};
+use common::wait::until_sql;
 use common::*;
 use segmint::config::Config;
 use segmint::store::Store;
@@ -253,8 +254,21 @@ async fn a_server_frozen_past_its_lease_never_issues_with_it_again() {
             .unwrap(),
     );
     send_signal(frozen.child.0.id(), "STOP").unwrap();
-    // Past the lease (600 ms) and the grace period (300 ms) by the database's clock.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Past the lease (600 ms) and the grace period (300 ms) by the database's clock:
+    // the row a new holder may take.
+    let free = format!(
+        "SELECT count(*) FROM segmint_worker_lease WHERE worker_id = {old_worker} \
+         AND expires_ms + 300 < (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+    );
+    let what = format!("worker ID {old_worker} past its lease and grace period");
+    until_sql(
+        setup.dbs.cluster(0),
+        &free,
+        "1",
+        &what,
+        Duration::from_secs(10),
+    )
+    .await;
     let taker_process = setup.server().await;
     let taker = taker_process.remote(Duration::from_secs(5));
     let taken = first_snowflakes(&taker, &setup.token).await;
@@ -601,7 +615,8 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     assert_eq!((row.last_ms, row.bound_ms), (1_000, 5_000), "{row:?}");
     assert_eq!(row.version, lower.version);
     // Run out, but within the grace period: none of them is taken again.
-    tokio::time::sleep(Duration::from_millis(450)).await;
+    let all: Vec<(usize, u16)> = distinct.iter().copied().collect();
+    until_leases_past(&store, &all, Duration::ZERO, "the six leases run out").await;
     let within_grace = take_on(&store, first.database, "late", lease, grace).await;
     assert!(
         !distinct.contains(&(within_grace.database, within_grace.worker_id)),
@@ -609,7 +624,8 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     );
     // Past the grace period: the lowest worker ID is free again, with the earlier
     // holder's bound as the floor.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let what = "the first lease past its grace period";
+    until_leases_past(&store, &[(first.database, first.worker_id)], grace, what).await;
     let reused = take_on(&store, first.database, "again", lease, grace).await;
     assert_eq!(reused.worker_id, first.worker_id, "{reused:?}");
     assert_eq!(
@@ -637,6 +653,29 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     let next = take_on(&store, first.database, "after-release", lease, grace).await;
     assert_eq!(next.worker_id, first.worker_id, "{next:?}");
     assert_eq!(next.floor_ms, 8_000, "{next:?}");
+}
+
+/// Waits until each lease of `which` (database, worker ID) ran out more than `after`
+/// ago by its database's clock, as a take judges it.
+async fn until_leases_past(store: &Store, which: &[(usize, u16)], after: Duration, what: &str) {
+    let after_ms = i64::try_from(after.as_millis()).unwrap();
+    eventually(Duration::from_secs(10), what, async || {
+        let rows = store.list_leases().await;
+        for &(db, worker) in which {
+            let row = rows[db]
+                .1
+                .as_ref()
+                .map_err(|e| e.to_string())?
+                .iter()
+                .find(|r| r.worker_id == worker)
+                .unwrap_or_else(|| panic!("no lease row of worker ID {worker} on {db}"));
+            if row.expires_ms + after_ms >= row.db_now_ms {
+                return Err(format!("{row:?}"));
+            }
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// A lease taken on database `db`: takes (and keeps) leases until one lands there.
@@ -851,6 +890,7 @@ async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
                 .await
                 .unwrap_or_else(|r| panic!("{r:?}"));
         }
+        // Real time over several leases: what is checked is that nothing changes.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     let leased: usize = (0..2).map(|i| setup.leases(i).lines().count()).sum();
@@ -920,6 +960,7 @@ async fn two_layouts_started_at_once_on_fresh_databases_never_both_issue() {
                 try_snowflakes(&js, &setup.token, 1).await.is_ok(),
                 js_issues
             );
+            // Real time over several renewals: the outcome holds.
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         eprintln!(
@@ -954,6 +995,7 @@ async fn a_server_started_while_a_database_is_down_leases_once_it_answers() {
         try_snowflakes(&first_remote, &setup.token, 100)
             .await
             .unwrap_or_else(|r| panic!("the first server keeps issuing: {r:?}"));
+        // Real time over several leases: the fresh server's attempts keep failing.
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     setup.dbs.start_again(other);

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::tokens::*;
+use common::wait::{catalog_reads, until_catalog_read};
 use common::*;
 use segmint::store::Store;
 
@@ -183,14 +184,27 @@ async fn rotation_keeps_both_tokens_for_the_grace_period(kind: Kind) {
         new.len() == 64 && new != old,
         "stdout is the new token: {new:?}"
     );
-    let old_expires = summary(&setup, &old).await.expires.expect("lowered") as f64;
+    let lowered = summary(&setup, &old).await.expires.expect("lowered");
+    let old_expires = lowered as f64;
     let rotated = summary(&setup, &new).await;
     assert_eq!(rotated.remark, "billing");
     assert_eq!(rotated.bizs.iter().collect::<Vec<_>>(), ["order"]);
     assert_eq!(rotated.expires, None);
 
-    // Past a refresh (the server has read the lowered expiry), both still work.
-    tokio::time::sleep(REFRESH + Duration::from_millis(200)).await;
+    // Once a refresh has read the lowered expiry, both still work.
+    let digest = segmint::biz::token_digest(&old);
+    eventually(
+        REFRESH + MARGIN,
+        "the server reads the old token's lowered expiry",
+        async || {
+            let now = unix(SystemTime::now()) as i64;
+            match app.state.store.catalog().grant(&digest, now) {
+                Some(grant) if grant.expires == Some(lowered) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
     assert!(
         answers(&app, &old).await.issued(),
         "old token within the grace"
@@ -306,12 +320,27 @@ async fn token_list_shows_expiry_and_last_use(kind: Kind) {
     let app = spawn_app(setup.config.clone()).await;
     assert!(answers(&app, &token).await.issued());
     let used = SystemTime::now();
-    // Written by the next catalog refresh: within one refresh interval.
-    tokio::time::sleep(REFRESH + MARGIN).await;
-    let last_used = summary(&setup, &token)
-        .await
-        .last_used
-        .expect("last use written") as f64;
+    // Written by the next catalog refresh: within one refresh interval (on PostgreSQL,
+    // to both databases).
+    let written = "SELECT count(last_used_time) FROM tiny_id_token";
+    let last_used = eventually_every(
+        Duration::from_millis(100),
+        REFRESH + MARGIN,
+        "the token's last use written",
+        async || {
+            if kind == Kind::Postgres {
+                for i in 0..2 {
+                    let n = setup.dbs.sql(i, written);
+                    if n != "1" {
+                        return Err(format!("{n} last uses on database {i}"));
+                    }
+                }
+            }
+            let last_used = summary(&setup, &token).await.last_used;
+            last_used.ok_or_else(|| "no last use".to_owned())
+        },
+    )
+    .await as f64;
     assert!(
         (unix(used) - last_used).abs() <= 2.0,
         "{last_used} vs {used:?}"
@@ -320,7 +349,6 @@ async fn token_list_shows_expiry_and_last_use(kind: Kind) {
     assert_ne!(line.split_whitespace().nth(5), Some("-"), "{line}");
     if kind == Kind::Postgres {
         for i in 0..2 {
-            let written = "SELECT count(last_used_time) FROM tiny_id_token";
             assert_eq!(setup.dbs.sql(i, written), "1", "database {i}");
         }
     }
@@ -453,8 +481,10 @@ async fn a_revocation_with_a_database_down_holds() {
 
     setup.dbs.start_again(1);
     assert_eq!(setup.dbs.sql(1, revoked), "0", "pg1 missed the revocation");
-    // Past two refreshes, pg1 (still granting the token) has been read again.
-    tokio::time::sleep(2 * REFRESH + MARGIN).await;
+    // Two reads of pg1 (still granting the token) since it is back: the first is in
+    // the catalog.
+    let reads = catalog_reads(&app, "pg1").await;
+    until_catalog_read(&app, "pg1", reads, 2, 2 * REFRESH + MARGIN).await;
     assert_eq!(
         answers(&app, &token).await,
         unknown,
