@@ -1,5 +1,36 @@
 //! Per-biz double buffers: IDs come from memory, segments from the store in the
 //! background.
+//!
+//! # Locks
+//!
+//! The request path takes one plain lock per biz, `Buffer.state`, for arithmetic only:
+//! nothing awaits under it, and no code that can panic runs under it.
+//! The store's locks and their order are in the module docs of the store's cluster
+//! (`crates/store/src/cluster/mod.rs`); none of the locks below is held while a store
+//! lock is taken.
+//!
+//! | lock | kind | protects |
+//! | --- | --- | --- |
+//! | `Cache.buffers` | `ArcSwap<HashMap>` | the per-biz buffers; copied on a new biz |
+//! | `Buffer.state` | `parking_lot::Mutex<State>` | the double buffer, issue count, origins, `closed`; arithmetic only |
+//! | `Buffer.sizing` | `parking_lot::Mutex<Sizing>` | rates and the last step; off the request path |
+//! | `Buffer.fetched` | `tokio::sync::watch` | wakes requests waiting for a fetch |
+//! | `AppState.names.index` | `ArcSwap<NameIndex>` | the biz names in order; read lock-free by a listing, replaced after the catalog changed |
+//! | `AppState.names.building` | `tokio::sync::Mutex` | single flight of name-index rebuilds; held across a rebuild, which runs on a blocking thread |
+//! | `BizMetrics.counts` | `parking_lot::Mutex<HashMap>` | each biz's counts; brief (clone the `Arc`) |
+//! | `BizMetrics.exported` | `parking_lot::Mutex` | the bizs with series of their own; held through a scrape's export of the biz metrics |
+//!
+//! Nesting: `Buffer.state` and `Buffer.sizing` never nest (`Cache::stats` and
+//! `Cache::sample` release `state` first), nor take a store lock. `FetchGuard` takes
+//! `state` when dropped: it is made only after `Buffer::serve` returned.
+//! `BizMetrics.exported` → `BizMetrics.counts`, each biz's `scraped`:
+//! `BizMetrics::set_state` copies the counts out and reads each biz's counters, one lock
+//! at a time, while holding `exported`.
+//!
+//! Two other locks hold for a while: `Worker`'s `state` lock (in `src/worker.rs`) is
+//! held while `Generator::next_id` waits out a clock step back (a thread sleep of up to
+//! 10 ms) or spins to the next tick, on an HTTP worker thread; it nests
+//! nothing but metrics, nor does `AppState`'s `handed_out` lock.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;

@@ -1,9 +1,58 @@
 //! Storage: the only place that talks SQL.
 //!
-//! [`SegmentStore`] is one database: PostgreSQL ([`postgres`]) or an embedded SQLite
-//! file ([`sqlite`]). [`Store`] spreads
+//! [`SegmentStore`] is one database: PostgreSQL ([`postgres`]), MySQL or MariaDB
+//! ([`mysql`]) or an embedded SQLite file ([`sqlite`]). [`Store`] spreads
 //! reservations over all configured databases: a random live one per fetch, a
 //! back-off for one that fails, and the residue checks that keep bizs collision-free.
+//!
+//! # Adding an engine
+//!
+//! An engine is one database's statements behind [`SegmentStore`]. Everything else is
+//! above the seam: the cluster protocol in `cluster/`, and what every engine would
+//! otherwise repeat in [`rules`] (the one list of migrations, the column lists and the
+//! readers of rows through `Cells`, and the protocol's writes `advance`, `raise`,
+//! `reclass`, `put_layout`, `claim_layout`, `set_leases` made of the primitives).
+//!
+//! A new engine:
+//! 1. writes its dialect's `sql/<dialect>/000N_*.sql` files, with the same numbers and
+//!    names as the others (`migrations!` fails to build without one);
+//! 2. implements `Cells` for its driver's row;
+//! 3. implements the primitives below, each one statement or one transaction whose
+//!    commit result it returns (an unknown commit is an error: a segment is used only
+//!    once durable);
+//! 4. joins the `by_kind!` macro of the integration tests (`tests/common/by_kind.rs`),
+//!    so that the contract suite (`tests/contract.rs`) and the other per-engine suites
+//!    run every primitive on it.
+//!
+//! | primitive | atomicity it must keep |
+//! | --- | --- |
+//! | `migrate` | all pending migrations and their records in one transaction, serialised against a concurrent `migrate`; the change feed's triggers mark every write of a catalog row, and count every deletion |
+//! | `ping` | refuses a session that does not commit durably |
+//! | `biz`, `bizs`, `shapes`, `tokens`, `layouts`, `leases`, `witness_rows`, `snowflake_spec` | plain reads (`leases` with the database's clock) |
+//! | `record_snowflake_spec`, `confirm_snowflake_spec` | insert if absent, never replace; confirm only a record of the spec given: one statement each |
+//! | `write_row` | one compare-and-set on `version` **and** `max_id`; a column without a value keeps the row's own (never the caller's read) |
+//! | `insert_bizs` | each row inserted if absent, none if a layout above the rows' lowest epoch exists: check and inserts in one transaction that excludes a concurrent insert of a layout row |
+//! | `catalog` | every catalog read in one snapshot, with the feed's position in that snapshot; the rows written since a position are every row whose change mark is at or above it, whatever order their writers committed in |
+//! | `catalog_of` | one biz's rows, its shape and witness rows, one token's rows and the layouts, in one snapshot |
+//! | `write_layout` | insert if absent, else replace only a row in the state named: one statement |
+//! | `set_leases_while` | the layout row's state checked and held until the commit of all the lease rows |
+//! | `take_lease`, `renew_lease` | one statement each, by the database's clock; take only past expiry plus grace, renew at holder and version (release at holder) |
+//! | `witness`, `put_shape`, `describe`, `insert_token`, `revoke_tokens`, `expire_token`, `touch_tokens` | one statement or transaction each; witnesses join as `Mark::join` does, token times move one way |
+//!
+//! Some decisions stay in each engine's SQL, since moving them out would change the
+//! statements the protocol runs: `take_lease` judges expiry and grace by the
+//! database's clock in its one statement, `renew_lease` releases at any version,
+//! `witness` joins as `Mark::join` does, and the token updates move their times one
+//! way. The contract suite checks each on every engine.
+//!
+//! MySQL's dialect keeps these atomicities its own way: DDL commits by itself, so
+//! `migrate` holds a named lock (`GET_LOCK`) and every statement can run again after a
+//! run cut off midway (`IF NOT EXISTS`); with no `RETURNING` and no conditional upsert,
+//! `write_row`, `write_layout`, `take_lease` and `renew_lease` are each one transaction
+//! that locks the row, decides, writes and reads the row back before `COMMIT`;
+//! `insert_bizs` reads the layouts above with `LOCK IN SHARE MODE`, which a claim's
+//! insert waits for. It has no change feed yet: `catalog` is the trait's default, which
+//! reads every row.
 
 pub(crate) mod catalog;
 mod clock;

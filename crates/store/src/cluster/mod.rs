@@ -4,6 +4,69 @@
 //! refresh and its evidence checks), `give_back` (returning unissued IDs), `admin`
 //! (migrations, bizs, raising a database) and `tokens` (token administration and last
 //! uses).
+//!
+//! # Locks
+//!
+//! The locks of the [`Store`] and what they protect. "Brief": held for a few field or
+//! map operations, never across an await. The state is split by concern, each part
+//! owning its locks: `Databases` (in `health`, `Store.dbs`: the databases, their health
+//! and back-off), `CatalogView` (in `refresh`, `Store.view`: the catalog, refresh and
+//! evidence), `Layouts` (in `layout`, `Store.layout`) and `Uses` (in `tokens`,
+//! `Store.uses`: token last uses). The locks of the server's cache are in the module
+//! docs of `src/cache.rs`.
+//!
+//! | lock | kind | protects |
+//! | --- | --- | --- |
+//! | `view.catalog` | `ArcSwap<Catalog>` | the catalog; read lock-free per request, replaced by a refresh |
+//! | `view.refreshed` | `Arc<tokio::sync::Mutex>` | single flight of refreshes; **held across the whole refresh**, database reads, writes and a heal included, and by the refresh's work on a blocking thread (an owned guard) |
+//! | `dbs.list[i].reserving` | `parking_lot::Mutex<HashMap>` | the per-biz queue locks of one database; brief (clone the `Arc`) |
+//! | per (database, biz) queue | `tokio::sync::Mutex<()>` | one reservation of a biz per database per process; held across the attempt's round trips |
+//! | `dbs.list[i].health` | `parking_lot::Mutex<Health>` | back-off, last error, fence; brief |
+//! | `view.evidence` | `parking_lot::Mutex<Evidence>` | marks seen and witnessed; brief: a refresh holds it for one chunk of checks at a time (`CHECKS_PER_HOLD`) |
+//! | `layout.view` | `parking_lot::Mutex<LayoutView>` | layouts read, each database's class and standing; brief |
+//! | biz names' table (`segmint_core::name`) | `parking_lot::RwLock` | the names by hash; read to find a name by its text, written to hold a new one (one insert); taken under any other lock, takes none |
+//! | `view.snapshots`, `view.classes_seen`, `view.refused`, `view.unbuilt` | `parking_lot::Mutex` | last rows read per database and its feed position; classes accepted per row; bizs refused by the class checks; what the reads changed that no catalog was built from yet; refresh only (held for a whole step on the blocking thread) |
+//! | `view.early.looked`, `view.early.flights` | `parking_lot::Mutex<HashMap>` | before the first catalog: the catalog of each biz looked at; the per-biz flight locks; brief, nest nothing |
+//! | per biz flight | `tokio::sync::Mutex<()>` | one look at a biz at a time; held across the look's database reads |
+//! | `uses.pending`; `uses.writing`, `dbs.usual_fetch_us` | `parking_lot::Mutex`; atomics | token last uses noted, brief; one use-write at a time; mean reservation time |
+//!
+//! Nesting, as the code does it (outer → inner); any pair not listed is never held
+//! together (`health` and `reserving` are a database's, in `dbs.list`):
+//!
+//! - `view.refreshed` → `view.evidence`, `health`, `view.snapshots`, `layout.view`,
+//!   `view.classes_seen`, `view.unbuilt`, `uses.pending`: `Store::refresh_since` takes
+//!   each while holding it, and awaits database calls under it, `Store::heal` included.
+//! - per (database, biz) queue → `view.evidence`, `health`: `Store::attempt_on` holds the
+//!   queue while `Store::attempt` takes `view.evidence`, and `Store::call` or
+//!   `Store::fence` take `health`, one at a time. `reserving` is released before the
+//!   queue lock is awaited.
+//! - `view.evidence` → `health`: `Store::check_rows` holds `view.evidence` and calls
+//!   `Store::fence` / `Store::unfence`.
+//! - `view.evidence` → `view.snapshots`: `CatalogView::lacking_witnesses` holds both for
+//!   each chunk of marks it looks at, and `CatalogView::build` holds both for each chunk
+//!   of the class checks, which read the marks in place.
+//! - `health` → `layout.view`: `Store::status` holds a database's `health` while
+//!   `Store::standing_of` takes `layout.view`.
+//! - `view.snapshots` → `view.classes_seen`, `view.refused`, `view.unbuilt`: the refresh
+//!   reads the layouts' classes first (`layout.view` alone); `CatalogView::build` then
+//!   holds `view.evidence`, `view.snapshots` and `view.classes_seen` for each chunk of
+//!   `check_classes`, which takes no lock; then, holding `view.snapshots` alone, it
+//!   takes `view.refused`. `CatalogView::apply` holds `view.snapshots` and takes
+//!   `view.unbuilt`. A look (`Store::look_up`) holds `view.evidence` alone for its class
+//!   check.
+//! - per biz flight → `view.evidence`, `health`, `layout.view`, `view.early.looked`: a
+//!   look holds its biz's flight across its reads and takes each one at a time.
+//!
+//! So the plain locks follow one order, `view.evidence` → `health` → `layout.view` and
+//! `view.evidence` → `view.snapshots` → `layout.view` / `view.classes_seen` /
+//! `view.refused` / `view.unbuilt`; no path takes them the other way, and none is held
+//! across an await.
+//!
+//! One long hold is worth knowing: `view.refreshed` is held for a whole refresh. While a
+//! cut-off change is being healed, that is every frozen biz's `Store::move_biz` (each
+//! step bounded by the protocol's `step_timeout`). Callers of `Store::refresh_since`
+//! wait meanwhile with no bound of their own: a reservation that met a frozen row, and a
+//! request whose token or biz missed the catalog.
 
 mod admin;
 mod agreement;
@@ -114,8 +177,8 @@ impl Health {
 /// before any of them and held across the refresh's database calls (a heal's
 /// included); a database's per-biz queue (in its `reserving`) is taken before
 /// `view.evidence` and `health`, and `reserving` itself is released before the queue
-/// is awaited. Each part states the rule for its own locks; ARCHITECTURE.md (Locks)
-/// names the code path behind each pair.
+/// is awaited. Each part states the rule for its own locks; this module's docs
+/// (Locks) name the code path behind each pair.
 pub struct Store {
     /// The databases, their names, timings and health.
     dbs: health::Databases,
