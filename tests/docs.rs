@@ -1,7 +1,11 @@
-//! Keeps the documentation honest: every relative link in the README, ARCHITECTURE.md
-//! and `docs/` reaches a file and a heading that exist, every code link of
-//! ARCHITECTURE.md names an item its file defines, and the reference pages name every
-//! configuration key, every metric, every route and every refusal reason segmint has.
+//! Keeps the documentation honest: every relative link in the hand-written pages reaches
+//! a file and a heading that exist; every code item ARCHITECTURE.md names with its file
+//! (`` `Store::reserve` (crates/store/src/cluster/reserve.rs) ``) and every code link
+//! names an item that file defines; the pages hold no count of the code's own size
+//! (methods, lines, tests …) but those checked here against the code; ARCHITECTURE.md
+//! stays short enough to read; CONTRIBUTING.md states the commit rule; and the
+//! reference pages name every configuration key, every metric, every route and every
+//! refusal reason segmint has.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -19,6 +23,7 @@ fn pages() -> Vec<PathBuf> {
     let top = [
         "README.md",
         "ARCHITECTURE.md",
+        "CONTRIBUTING.md",
         "RELIABILITY.md",
         "grafana/README.md",
     ];
@@ -128,15 +133,16 @@ fn every_relative_link_reaches_a_file_and_a_heading() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
+/// Whether `name` is an item's name: `Type::method`, `module::function` or a bare name.
+fn is_item(name: &str) -> bool {
+    name.split("::")
+        .all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+}
+
 /// The code links of a page, outside code blocks: `[`name`](path.rs)`, whose text is an
 /// item name in backticks (`Type::method` or a bare name) and whose target is a
 /// relative path to a Rust file. Returns `(name, target)`.
 fn code_links(text: &str) -> Vec<(String, String)> {
-    let is_item = |name: &str| {
-        name.split("::").all(|part| {
-            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        })
-    };
     let mut found = Vec::new();
     for line in prose(text) {
         let mut rest = line;
@@ -177,22 +183,312 @@ fn defines(source: &str, name: &str) -> bool {
 }
 
 #[test]
-fn architecture_links_name_items_that_exist() {
-    let page = root().join("ARCHITECTURE.md");
-    let links = code_links(&read(&page));
-    assert!(links.len() > 100, "code links were found ({})", links.len());
-    let broken: Vec<String> = links
+fn code_links_name_items_that_exist() {
+    let mut broken = Vec::new();
+    for page in pages() {
+        for (name, target) in code_links(&read(&page)) {
+            let path = page.parent().unwrap().join(&target);
+            if !path.is_file() || !defines(&read(&path), &name) {
+                broken.push(format!("{}: [`{name}`]({target})", page.display()));
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "code links to items their files do not define:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// Whether `path` is a path hint: a Rust file of the repository, from its root.
+fn is_source_path(path: &str) -> bool {
+    ["crates/", "src/", "tests/"]
         .iter()
-        .filter(|(name, target)| {
-            let path = root().join(target);
-            !path.is_file() || !defines(&read(&path), name)
+        .any(|p| path.starts_with(p))
+        && path.ends_with(".rs")
+        && path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/_.-".contains(c))
+}
+
+/// The items a page names with their file, outside code blocks: one or more item names
+/// in backticks followed by a path in parentheses, `` `Store::attempt` ``,
+/// `` `CAS_ATTEMPTS` (crates/store/src/cluster/reserve.rs) ``; the names before one path
+/// are separated by `, `, ` and ` or ` or `. Lines are joined first, so that a name and
+/// its path may be on two lines. Returns `(name, path)`.
+fn named_items(text: &str) -> Vec<(String, String)> {
+    let joined = prose(text).collect::<Vec<_>>().join(" ");
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = joined[from..].find(" (") {
+        let open = from + at;
+        from = open + 2;
+        let Some(close) = joined[from..].find(')') else {
+            break;
+        };
+        let path = &joined[from..from + close];
+        if !is_source_path(path) {
+            continue;
+        }
+        let mut before = &joined[..open];
+        while let Some(rest) = before.strip_suffix('`') {
+            let Some(start) = rest.rfind('`') else { break };
+            let name = &rest[start + 1..];
+            if !is_item(name) {
+                break;
+            }
+            found.push((name.to_owned(), path.to_owned()));
+            before = &rest[..start];
+            match [", ", " and ", " or "]
+                .iter()
+                .find_map(|sep| before.strip_suffix(sep))
+            {
+                Some(rest) => before = rest,
+                None => break,
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn architecture_names_items_that_exist() {
+    let named = named_items(&read(&root().join("ARCHITECTURE.md")));
+    assert!(
+        named.len() > 40,
+        "items named with their file ({})",
+        named.len()
+    );
+    let broken: Vec<String> = named
+        .iter()
+        .filter(|(name, path)| {
+            let file = root().join(path);
+            !file.is_file() || !defines(&read(&file), name)
         })
-        .map(|(name, target)| format!("[`{name}`]({target})"))
+        .map(|(name, path)| format!("`{name}` ({path})"))
         .collect();
     assert!(
         broken.is_empty(),
-        "ARCHITECTURE.md links to items their files do not define:\n{}",
+        "ARCHITECTURE.md names items their files do not define:\n{}",
         broken.join("\n")
+    );
+}
+
+#[test]
+fn architecture_is_short_enough_to_read() {
+    let text = read(&root().join("ARCHITECTURE.md"));
+    assert!(
+        text.len() <= 25_000,
+        "ARCHITECTURE.md is {} bytes; it is the design, read in one sitting: at most 25 KB \
+         (move reference tables into the rustdoc beside the code)",
+        text.len()
+    );
+    // Prose is wrapped; a table row or a diagram may be longer, not much.
+    let long: Vec<&str> = text
+        .lines()
+        .filter(|line| line.chars().count() > 100 && !line.starts_with('|'))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "lines over 100 characters:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn contributing_states_how_to_test_and_the_commit_rule() {
+    let path = root().join("CONTRIBUTING.md");
+    assert!(path.is_file(), "CONTRIBUTING.md exists");
+    let text = read(&path);
+    for needle in [
+        "72 characters",
+        "scripts/test",
+        "scripts/test --deep",
+        "cargo fmt",
+        "cargo clippy --all-targets -- -D warnings",
+        "cargo nextest run -E",
+        "No silent skips",
+    ] {
+        assert!(text.contains(needle), "CONTRIBUTING.md names `{needle}`");
+    }
+}
+
+/// What a page may not count without a check: the code's own size.
+const SIZE_NOUNS: [&str; 10] = [
+    "methods",
+    "lines",
+    "checks",
+    "primitives",
+    "tests",
+    "scenarios",
+    "modules",
+    "functions",
+    "variants",
+    "assertions",
+];
+
+/// Numbers written as words, as far as a page would count code in them.
+const NUMBER_WORDS: [&str; 20] = [
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+];
+
+/// A count a page may state because this test computes it from the code: `count`
+/// `noun` in a paragraph that names `near`.
+struct Verified {
+    count: usize,
+    noun: &'static str,
+    near: &'static str,
+}
+
+/// The counts of the code the pages may state, each computed here.
+fn verified_counts() -> Vec<Verified> {
+    let store = read(&root().join("crates/store/src/lib.rs"));
+    let start = store
+        .find("pub trait SegmentStore")
+        .expect("the engine trait is in crates/store/src/lib.rs");
+    let body = &store[start..];
+    let body = &body[..body.find("\n}\n").expect("the trait ends")];
+    let methods = body
+        .lines()
+        .filter(|l| l.starts_with("    async fn ") || l.starts_with("    fn "))
+        .count();
+    assert!(
+        methods > 10,
+        "the engine trait's methods were counted ({methods})"
+    );
+    vec![Verified {
+        count: methods,
+        noun: "methods",
+        near: "SegmentStore",
+    }]
+}
+
+/// The hand-written pages whose counts are checked. BENCHMARKS.md and SCALE.md are
+/// reports their scripts write, with the date and command of their run.
+fn hand_written_pages() -> Vec<PathBuf> {
+    pages()
+        .into_iter()
+        .filter(|p| !p.ends_with("grafana/README.md"))
+        .collect()
+}
+
+/// Whether `text` holds a date, `2026-11-24`: a sentence of a dated report.
+fn has_date(text: &str) -> bool {
+    let b = text.as_bytes();
+    b.windows(10).any(|w| {
+        let digits = |r: std::ops::Range<usize>| w[r].iter().all(u8::is_ascii_digit);
+        digits(0..4) && w[4] == b'-' && digits(5..7) && w[7] == b'-' && digits(8..10)
+    })
+}
+
+/// The counts of the code's size in one paragraph: a number (digits or a word) followed
+/// by one of [`SIZE_NOUNS`], at most one word between (`90 SQL lines`). A table cell
+/// and a code span (`tests/x.rs`) are read on their own, so no count pairs across them.
+/// Returns the number (`None` when written as a word), the noun and the phrase.
+fn size_counts(paragraph: &str) -> Vec<(Option<usize>, String, String)> {
+    let mut found = Vec::new();
+    let pieces = paragraph
+        .split('|')
+        .flat_map(|cell| cell.split('`').step_by(2));
+    for piece in pieces {
+        let words: Vec<String> = piece
+            .split(|c: char| c.is_whitespace() || c == '(' || c == '–' || c == '/')
+            .map(|w| {
+                w.trim_matches(|c: char| !c.is_alphanumeric())
+                    .to_lowercase()
+            })
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, word) in words.iter().enumerate() {
+            let number = if word.starts_with(|c: char| c.is_ascii_digit())
+                && word.chars().all(|c| c.is_ascii_digit() || c == ',')
+            {
+                word.replace(',', "").parse::<usize>().ok()
+            } else if NUMBER_WORDS.contains(&word.as_str()) {
+                None
+            } else {
+                continue;
+            };
+            let noun = words
+                .iter()
+                .skip(i + 1)
+                .take(2)
+                .find(|w| SIZE_NOUNS.contains(&w.as_str()));
+            if let Some(noun) = noun {
+                found.push((number, noun.clone(), format!("{word} … {noun}")));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn pages_count_the_code_only_where_checked() {
+    let verified = verified_counts();
+    let mut unchecked = Vec::new();
+    let mut allowed = 0;
+    for page in hand_written_pages() {
+        let text = read(&page);
+        let mut paragraph = String::new();
+        let mut paragraphs = Vec::new();
+        for line in prose(&text) {
+            if line.trim().is_empty() || line.starts_with('#') {
+                paragraphs.push(std::mem::take(&mut paragraph));
+            } else {
+                paragraph.push_str(line);
+                paragraph.push(' ');
+            }
+        }
+        paragraphs.push(paragraph);
+        // A sentence that carries a date reports a measurement of that day; every other
+        // sentence is held to the rule.
+        let sentences = paragraphs.iter().flat_map(|p| {
+            p.split_inclusive(". ")
+                .map(move |sentence| (p, sentence))
+                .filter(|(_, sentence)| !has_date(sentence))
+        });
+        for (paragraph, sentence) in sentences {
+            for (number, noun, phrase) in size_counts(sentence) {
+                let ok = verified.iter().any(|v| {
+                    number == Some(v.count) && noun == v.noun && paragraph.contains(v.near)
+                });
+                if ok {
+                    allowed += 1;
+                } else {
+                    let shown: String = sentence.trim().chars().take(100).collect();
+                    unchecked.push(format!("{}: \"{phrase}\" in: {shown}", page.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        unchecked.is_empty(),
+        "counts of the code that no test checks (remove them, or compute and check them \
+         in verified_counts):\n{}",
+        unchecked.join("\n")
+    );
+    assert!(
+        allowed > 0,
+        "the verified counts are stated somewhere (else drop them)"
     );
 }
 

@@ -8,7 +8,7 @@
 //! biz row and worker ID to it, then marks it `done`.
 //!
 //! The decisions of a change are made here, by pure functions that the store and the
-//! protocol's model (`tests/model`) both call: which databases must answer
+//! model checker (`crates/model`) both call: which databases must answer
 //! ([`required`]), what the change does ([`plan`]), in which order it claims
 //! ([`claim_order`]), where a biz's new rows start ([`fence`]), and which databases a
 //! server may use ([`standing`]).

@@ -20,10 +20,10 @@
 //! Two servers with different specs starting at once on empty databases may then both
 //! be refused (each inserted first on one), never both lease. A partial read leases
 //! only on a confirmed record: leasing on any partial read (every database that
-//! answered holds the spec) is unsafe, as `tests/model/agreement.rs` finds: a server
-//! whose insert was decided before another's lease lands on a database just restored
-//! from a backup (its record gone), and with the other database down it reads only
-//! its own record. That record is never confirmed: no read can find it on every
+//! answered holds the spec) is unsafe, as the model checker (`crates/model`) finds: a
+//! server whose insert was decided before another's lease lands on a database just
+//! restored from a backup (its record gone), and with the other database down it reads
+//! only its own record. That record is never confirmed: no read can find it on every
 //! database while another holds the first spec.
 
 /// What a read of one database's record found.
