@@ -59,16 +59,66 @@ fn run_curl_line(line: &str) -> (u16, String) {
     })
 }
 
+/// Whether the long checks are asked for (`scripts/test --deep` sets `TEST_DEEP=1`).
+fn deep() -> bool {
+    std::env::var("TEST_DEEP").is_ok_and(|v| v == "1")
+}
+
+/// The arguments the quick start gives segmint: what follows `--` in `cargo run
+/// [--release] -- ARGS`. Anything else is refused, so that running the tests' own build
+/// of segmint with these arguments is running the README's command.
+fn segmint_args(command: &str) -> Vec<String> {
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let dashes = words
+        .iter()
+        .position(|w| *w == "--")
+        .unwrap_or_else(|| panic!("the quick start is `cargo run … -- ARGS`: {command:?}"));
+    let cargo = &words[..dashes];
+    assert!(
+        cargo == ["cargo", "run", "--release"] || cargo == ["cargo", "run"],
+        "the quick start runs segmint through `cargo run`: {command:?}"
+    );
+    let args: Vec<String> = words[dashes + 1..].iter().map(|w| w.to_string()).collect();
+    assert!(
+        args.iter()
+            .all(|a| !a.contains(['$', '\'', '"', '`', '|', '&', ';'])),
+        "the quick start's arguments are plain words: {command:?}"
+    );
+    args
+}
+
+#[test]
+fn the_quick_start_command_is_cargo_run_with_plain_arguments() {
+    assert_eq!(segmint_args("cargo run --release -- serve"), ["serve"]);
+    assert_eq!(
+        segmint_args("cargo run -- serve --config x"),
+        ["serve", "--config", "x"]
+    );
+    for bad in [
+        "cargo build --release",
+        "cargo run --release serve",
+        "sh -c x -- serve",
+    ] {
+        let refused = std::panic::catch_unwind(|| segmint_args(bad));
+        assert!(refused.is_err(), "{bad:?} is not a quick start");
+    }
+}
+
+/// The README's quick start in a fresh checkout: its arguments given to the segmint
+/// these tests built (the ordinary run), or the command itself run by a shell, its
+/// release build included (`TEST_DEEP=1`, from `scripts/test --deep`: minutes of one
+/// core).
 #[test]
 fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let command = quick_start_command(&std::fs::read_to_string(root.join("README.md")).unwrap());
+    let args = segmint_args(&command);
     // The command runs where a fresh clone's root would have it run from: a directory
     // with the clone's `config/` and no `data/`. It is an empty directory inside this
-    // repository (cargo finds the workspace above it), so that the release build is this
-    // repository's own, which `scripts/bench` uses next rather than building it again:
-    // a copy of the sources elsewhere is another workspace to cargo, built a second
-    // time (minutes of a CI run).
+    // repository (cargo finds the workspace above it), so that the deep run's release
+    // build is this repository's own, which `scripts/bench` uses next rather than
+    // building it again: a copy of the sources elsewhere is another workspace to cargo,
+    // built a second time.
     let quickstart_dir = root.join("target").join("quickstart");
     std::fs::create_dir_all(&quickstart_dir).unwrap();
     let checkout = tempfile::Builder::new()
@@ -82,7 +132,17 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
     );
 
     let port = free_port();
-    let mut quick_start = Command::new("sh");
+    let mut quick_start = if deep() {
+        let mut shell = Command::new("sh");
+        // `exec`: the shell becomes cargo, and `cargo run` in turn becomes segmint,
+        // so the child is the server itself and SIGTERM reaches it directly.
+        shell.args(["-c", &format!("exec {command}")]);
+        shell
+    } else {
+        let mut segmint = Command::new(segmint_bin());
+        segmint.args(&args);
+        segmint
+    };
     // A user's shell, not this test's environment: the variables cargo and nextest set
     // for a test (CARGO_PKG_*, CARGO_MANIFEST_DIR, LD_LIBRARY_PATH, NEXTEST_*, …) would
     // make cargo build segmint again rather than use the build `scripts/bench` uses.
@@ -98,14 +158,13 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
             quick_start.env_remove(&*name);
         }
     }
+    if deep() {
+        // This repository's build directory, as cargo would choose it here.
+        quick_start.env("CARGO_TARGET_DIR", root.join("target"));
+    }
     let mut server = ChildGuard(
         quick_start
-            // `exec`: the shell becomes cargo, and `cargo run` in turn becomes segmint,
-            // so the child is the server itself and SIGTERM reaches it directly.
-            .args(["-c", &format!("exec {command}")])
             .current_dir(checkout.path())
-            // This repository's build directory, as cargo would choose it here.
-            .env("CARGO_TARGET_DIR", root.join("target"))
             .env("SEGMINT_BIND", format!("127.0.0.1:{port}"))
             .env_remove("SEGMINT_CONFIG")
             .stdout(Stdio::piped())
@@ -123,12 +182,13 @@ fn readme_quick_start_serves_ids_on_a_fresh_checkout() {
         }
     });
     let mut curls = Vec::new();
-    // The bound catches a quick start that hangs, not a slow one: the release build it
-    // starts competes with the whole test suite for the cores (about 870 s of the
-    // suite's 1,120 s on a 2-core machine), so it is left far above that.
+    // The bound catches a quick start that hangs, not a slow one: the deep run's
+    // release build competes with the whole test suite for the cores, so it is left far
+    // above the minutes that takes.
+    let bound = Duration::from_secs(if deep() { 1800 } else { 60 });
     while curls.len() < 2 {
         let line = rx
-            .recv_timeout(Duration::from_secs(1800))
+            .recv_timeout(bound)
             .expect("the quick start printed its curl commands");
         if line.starts_with("curl ") {
             curls.push(line);

@@ -17,8 +17,8 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use segmint::snowflake::agreement::{Agreement, Read, agree};
-use segmint::snowflake::{Layout, Spec};
+use segmint_core::snowflake::agreement::{Agreement, Read, agree};
+use segmint_core::snowflake::{Layout, Spec};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
 use crate::threads;

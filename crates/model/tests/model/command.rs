@@ -14,7 +14,7 @@
 //! command crashed, or (`Spec::paused`) not at all, as if the command were paused and
 //! woke up afterwards. Safety must hold either way.
 
-use segmint::layout::{self, Layout, LayoutState, Member, Plan};
+use segmint_core::layout::{self, Layout, LayoutState, Member, Plan};
 
 use crate::model::{Db, Holder, Lay, LeaseRow, St, State, Sys};
 use crate::mover::{Moved, Mover};

@@ -10,8 +10,8 @@
 //! writes nothing on a database holding a layout above the row's epoch, its check and
 //! its insert one transaction that a claim cannot come between (here: one step).
 
-use segmint::layout;
-use segmint::segment::Residue;
+use segmint_core::layout;
+use segmint_core::segment::Residue;
 
 use crate::model::{Db, Row, State, Sys};
 

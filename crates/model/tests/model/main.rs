@@ -31,11 +31,12 @@
 //! its time, and the trace of any counterexample.
 //!
 //! Sizes: the default run keeps each check to seconds (one biz, step 2, `max_id` 4 or
-//! 6, one database outage). `SEGMINT_MODEL_DEEP=1` runs deeper: larger `max_id`, more
+//! 6, one database outage). `TEST_DEEP=1` (set by `scripts/test --deep`) runs deeper: larger `max_id`, more
 //! outages, more rounds per move and heals, and the bigger scenarios (three
-//! databases, an odd-only biz), in several minutes. `scripts/test` clears `SEGMINT_*`
-//! variables, so run the deep checks directly:
-//! `SEGMINT_MODEL_DEEP=1 cargo test --release --test model -- --nocapture`.
+//! databases, an odd-only biz), in several minutes. Alone:
+//! `TEST_DEEP=1 cargo test -p segmint-model -- --nocapture`. The crate is compiled with
+//! optimisation in test builds too (the workspace's profile), so no `--release` is
+//! needed.
 //!
 //! Beside it, [`agreement`] is a small model of its own: servers of different snowflake
 //! specs agreeing on one through the databases (scenario K).
@@ -63,7 +64,7 @@ use model::Sys;
 
 /// Whether the deeper (slower) checks are asked for.
 fn deep() -> bool {
-    std::env::var("SEGMINT_MODEL_DEEP").is_ok_and(|v| v == "1")
+    std::env::var("TEST_DEEP").is_ok_and(|v| v == "1")
 }
 
 fn threads() -> usize {

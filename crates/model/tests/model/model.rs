@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use segmint::layout::{Layout, LayoutState, Member};
-use segmint::segment::Residue;
-use segmint::store::{BizRow, LayoutRow, Mark, Reclass};
+use segmint_core::layout::{Layout, LayoutState, Member};
+use segmint_core::segment::Residue;
+use segmint_store::{BizRow, LayoutRow, Mark, Reclass};
 use stateright::{Model, Property};
 
 use crate::command::{Cmd, Phase};
@@ -22,7 +22,7 @@ pub type Db = usize;
 /// off and expects the checker to find a counterexample; with all on it must find none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fixes {
-    /// A change needs every database [`segmint::layout::required`] names (else only its
+    /// A change needs every database [`segmint_core::layout::required`] names (else only its
     /// target databases).
     pub required: bool,
     /// A change claims its epoch by insert-if-absent in `claim_order` (else it puts
@@ -131,7 +131,7 @@ pub struct Spec {
     /// The windows of a biz whose counter restarts each period, in order (empty: the
     /// biz never restarts): servers reserve in the window of the period their clock is
     /// in, and each server's clock reaches the next period at any moment.
-    pub windows: Vec<segmint::segment::Window>,
+    pub windows: Vec<segmint_core::segment::Window>,
     /// `db fence` runs allowed, each after a restore.
     pub fences: u8,
     /// `segmint import` of the biz (while it has no row), configured with these
@@ -603,9 +603,9 @@ impl Sys {
             .collect();
         // A row of an epoch below the layout in force (a restore undid its move) is
         // raised frozen too.
-        let reading = segmint::layout::read(&[], &per_db).ok();
+        let reading = segmint_core::layout::read(&[], &per_db).ok();
         if let Some(reading) = reading.filter(|_| self.spec.fixes.fence_freezes) {
-            match segmint::layout::current(&reading.layouts) {
+            match segmint_core::layout::current(&reading.layouts) {
                 (_, Some(change)) => {
                     raised.frozen = true;
                     raised.claimed_by = row.claimed_by.max(change.epoch);

@@ -3,9 +3,9 @@
 //! by compare-and-set (thawing what this pass froze when a race is lost), fence, switch.
 //! Run by a command and by a server healing a change cut off.
 
-use segmint::layout;
-use segmint::segment::Residue;
-use segmint::store::{BizRow, Reclass};
+use segmint_core::layout;
+use segmint_core::segment::Residue;
+use segmint_store::{BizRow, Reclass};
 
 use crate::model::{Db, DbState, Lay, MarkT, Row, Sys, learn, to_mark};
 

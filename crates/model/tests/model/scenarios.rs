@@ -2,7 +2,7 @@
 //! one is checked with all safeguards on (no counterexample), and with the safeguard
 //! against its bug off (the bug is found).
 
-use segmint::segment::{Residue, Window};
+use segmint_core::segment::{Residue, Window};
 
 use crate::command::Cmd;
 use crate::import::Imp;
@@ -264,7 +264,7 @@ enum Second {
 }
 
 /// C: `db remove pg1` cut off at any step, and a second command run at any time,
-/// finishing or superseding it once it is silent (crashed; with `SEGMINT_MODEL_DEEP`,
+/// finishing or superseding it once it is silent (crashed; with `TEST_DEEP`,
 /// at once, the first command able to wake up afterwards); a server configured with
 /// both databases reserves and heals the change meanwhile (and, deeper, one configured
 /// with pg1 alone reserves).
@@ -542,7 +542,7 @@ fn g_with_the_insert_unfenced_an_import_leaves_a_row_behind() {
     );
 }
 
-/// With `SEGMINT_MODEL_DEEP`: the safeguards that no scenario needs at these sizes
+/// With `TEST_DEEP`: the safeguards that no scenario needs at these sizes
 /// (servers' layout standing, the `claimed_by` stamp) switched off, every check still
 /// holds: they are defense in depth, and this shows what else stops those faults.
 #[test]

@@ -11,8 +11,8 @@
 //! is a lease running out by its database's clock: its holder (paused, cut off) has
 //! stopped by its own clock before that.
 
-use segmint::layout::{self, Layout, LayoutState, Member, Standing};
-use segmint::segment::Residue;
+use segmint_core::layout::{self, Layout, LayoutState, Member, Standing};
+use segmint_core::segment::Residue;
 
 use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
 use crate::mover::{Moved, Mover};
