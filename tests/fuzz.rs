@@ -28,11 +28,7 @@ const SEED: &str = "20260607";
 /// 2 cores, with the same seed every time), 200 with `TEST_DEEP=1` (`scripts/test
 /// --deep`).
 fn max_examples() -> &'static str {
-    if std::env::var("TEST_DEEP").is_ok_and(|v| v == "1") {
-        "200"
-    } else {
-        "25"
-    }
+    if deep() { "200" } else { "25" }
 }
 /// Longest the schemathesis run may take before the test fails.
 const RUN_LIMIT: Duration = Duration::from_secs(300);

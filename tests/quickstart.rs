@@ -59,11 +59,6 @@ fn run_curl_line(line: &str) -> (u16, String) {
     })
 }
 
-/// Whether the long checks are asked for (`scripts/test --deep` sets `TEST_DEEP=1`).
-fn deep() -> bool {
-    std::env::var("TEST_DEEP").is_ok_and(|v| v == "1")
-}
-
 /// The arguments the quick start gives segmint: what follows `--` in `cargo run
 /// [--release] -- ARGS`. Anything else is refused, so that running the tests' own build
 /// of segmint with these arguments is running the README's command.

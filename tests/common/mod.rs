@@ -46,3 +46,8 @@ pub use process::{
 };
 #[allow(unused_imports)]
 pub use wait::{eventually, eventually_every, readyz_database, until_fenced};
+
+/// Whether the long checks are asked for: `scripts/test --deep` sets `TEST_DEEP=1`.
+pub fn deep() -> bool {
+    std::env::var("TEST_DEEP").is_ok_and(|v| v == "1")
+}
