@@ -682,7 +682,7 @@ mod tests {
         );
         let config = crate::config::Config::from_toml(&toml).unwrap();
         let store = Arc::new(Store::connect(&config).unwrap());
-        for (_, migrated) in store.migrate().await {
+        for (_, migrated) in store.migrate().await.results() {
             migrated.unwrap();
         }
         let cache = Arc::new(Cache::new(store.clone(), 20, Duration::from_secs(3)));

@@ -25,12 +25,13 @@ fn admin_commands_report_per_database() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "\"pg0\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\n\"pg1\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\n"
+        "\"pg0\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\n\"pg1\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\nrecorded the cluster's membership (layout epoch 0): pg0 (0 mod 2), pg1 (1 mod 2)\n"
     );
     let (ok, out, _) = segmint(&cfg, &["migrate"]);
     assert!(ok);
     assert_eq!(
-        out, "\"pg0\": schema up to date\n\"pg1\": schema up to date\n",
+        out,
+        "\"pg0\": schema up to date\n\"pg1\": schema up to date\nmembership: recorded before (servers follow the stored layout)\n",
         "migrate is idempotent"
     );
 
@@ -132,10 +133,10 @@ fn admin_commands_report_per_database() {
     let (ok, layout) = json(&["db", "list", "--json"]);
     assert!(ok);
     assert_eq!(
-        layout["layout"],
-        serde_json::Value::Null,
-        "no change made yet"
+        layout["layout"]["epoch"], 0,
+        "no change made yet: the membership `migrate` recorded"
     );
+    assert_eq!(layout["layout"]["members"].as_array().unwrap().len(), 2);
     assert_eq!(layout["pending"], serde_json::Value::Null);
     assert_eq!(layout["databases"][1]["name"], "pg1");
     assert_eq!(

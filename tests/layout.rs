@@ -443,7 +443,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     let urls = dbs.urls();
     let one = Config::from_toml(&toml_for(&dbs, &[0])).unwrap();
     let store = Store::connect(&one).unwrap();
-    for (name, r) in store.migrate().await {
+    for (name, r) in store.migrate().await.results() {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let plain = BizTag::parse("plain").unwrap();
@@ -474,7 +474,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     // The primitives, on a scratch row.
     let two = one.with_database("pg1", &urls[1]).unwrap();
     let both = Store::connect(&two).unwrap();
-    for (name, r) in both.migrate().await {
+    for (name, r) in both.migrate().await.results() {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let before = Layout {

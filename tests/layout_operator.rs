@@ -1120,7 +1120,10 @@ async fn a_database_restored_during_a_change_stops_it_and_is_fenced() {
 async fn a_server_reaching_only_a_new_database_leases_no_worker_id_there() {
     let c = Cluster::start(2, 1, "10", false);
     let (dbs, token) = (&c.dbs, &c.plain_token);
-    cli_ok(&toml_for(dbs, &[1]), &["migrate"]);
+    // The new database's schema, from a configuration naming both: the membership is
+    // recorded already (pg0's), so pg1 gets no layout row.
+    cli_ok(&toml_for(dbs, &[0, 1]), &["migrate"]);
+    assert_eq!(dbs.sql(1, "SELECT count(*) FROM segmint_layout"), "0");
     let one = format!("{SNOWFLAKE}\n{}", toml_for(dbs, &[0]));
     let old = [
         ServerProcess::start(&one).await,

@@ -33,6 +33,7 @@ mod layout_operator;
 mod leaf;
 mod many_bizs;
 mod maria_harness;
+mod membership;
 mod mysql;
 mod mysql_ops;
 mod mysql_tls;

@@ -64,7 +64,7 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
         // The new database gets the schema first; the others have it, or get what is
         // pending, as `segmint migrate` would. One that does not answer is left to the
         // change, which refuses if it needs it.
-        for (db, result) in store.migrate().await {
+        for (db, result) in store.migrate_schema().await {
             match result {
                 Ok(applied) if applied.is_empty() => {}
                 Err(e) if db == *name => {
@@ -132,10 +132,21 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
 }
 
 pub async fn migrate(store: &Store, out: reports::Output) -> Result {
+    let migration = store.migrate().await;
+    let (membership, refused) = match migration.membership {
+        Ok(recorded) => (
+            Some(reports::MembershipRecorded {
+                now: recorded.is_some(),
+                layout: recorded.as_ref().map(super::lists::layout_json),
+                members: recorded.as_ref().map(|l| l.describe()).unwrap_or_default(),
+            }),
+            None,
+        ),
+        Err(e) => (None, Some(e)),
+    };
     let report = reports::Migrated {
-        databases: store
-            .migrate()
-            .await
+        databases: migration
+            .databases
             .into_iter()
             .map(|(name, result)| reports::MigratedDatabase {
                 name,
@@ -143,10 +154,12 @@ pub async fn migrate(store: &Store, out: reports::Output) -> Result {
                 applied: result.unwrap_or_default(),
             })
             .collect(),
+        membership,
     };
     out.emit(&report, reports::Migrated::lines)?;
-    match report.failed() {
-        0 => Ok(()),
-        failed => Err(format!("migration failed on {failed} database(s)").into()),
+    match (report.failed(), refused) {
+        (0, None) => Ok(()),
+        (0, Some(e)) => Err(e.into()),
+        (failed, _) => Err(format!("migration failed on {failed} database(s)").into()),
     }
 }

@@ -89,6 +89,23 @@ impl Failure {
 #[derive(Debug, Serialize)]
 pub struct Migrated {
     pub databases: Vec<MigratedDatabase>,
+    /// The cluster's membership (`segmint migrate` only): `None` when it could not be
+    /// recorded (the command fails, saying why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub membership: Option<MembershipRecorded>,
+}
+
+/// The membership `segmint migrate` found or recorded.
+#[derive(Debug, Serialize)]
+pub struct MembershipRecorded {
+    /// Whether this run recorded it (else a layout was recorded before).
+    pub now: bool,
+    /// The layout recorded now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<serde_json::Value>,
+    /// The members and classes recorded now, for the text output.
+    #[serde(skip)]
+    pub members: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -113,6 +130,15 @@ impl Migrated {
                 (None, true) => format!("\"{}\": schema up to date", d.name),
                 (None, false) => format!("\"{}\": applied {}", d.name, d.applied.join(", ")),
             })
+            .chain(self.membership.as_ref().map(|m| match m.now {
+                true => format!(
+                    "recorded the cluster's membership (layout epoch 0): {}",
+                    m.members
+                ),
+                false => {
+                    "membership: recorded before (servers follow the stored layout)".to_owned()
+                }
+            }))
             .collect()
     }
 }

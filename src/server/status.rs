@@ -15,7 +15,7 @@ use super::{ApiError, AppState, Params, operator};
 use crate::config::OperatorToken;
 use crate::listing::{self, DEFAULT_LIMIT, Query};
 use crate::metrics::{BizStats, BizView};
-use crate::store::DatabaseStatus;
+use crate::store::{DatabaseStatus, Membership};
 
 /// The operator routes, each behind `token` when one is configured.
 pub(super) fn routes(
@@ -52,6 +52,9 @@ pub(super) struct Report {
     /// The bizs over all pages: those matching `q`.
     pub(super) total: usize,
     pub(super) databases: Vec<DatabaseStatus>,
+    /// The cluster's membership as the databases record it, against this server's
+    /// configuration.
+    pub(super) membership: Membership,
     pub(super) step_policy: StepPolicyReport,
 }
 
@@ -92,6 +95,7 @@ async fn report(state: &AppState, query: &Query) -> Report {
         next: page.next.map(|c| c.encode()),
         total: page.total,
         databases: state.store.status(),
+        membership: state.store.membership(),
         step_policy: StepPolicyReport {
             adaptive: policy.adaptive,
             target_secs: policy.target.as_secs(),
@@ -116,6 +120,10 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let metrics = state.store.metrics();
     let (epoch, pending) = state.store.layout_epochs();
     metrics.layout().set(epoch, pending.is_some());
+    let membership = state.store.membership();
+    metrics
+        .layout()
+        .set_membership(membership.epoch.is_some(), membership.unconfigured.len());
     let in_use = state.cache.stats();
     let catalog = state.store.catalog();
     let known = catalog.biz_count();
@@ -171,6 +179,7 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     let body = json!({
         "status": if ready { "ready" } else { "unavailable" },
         "databases": state.store.status(),
+        "membership": state.store.membership(),
     });
     if ready {
         HttpResponse::Ok().json(body)

@@ -187,6 +187,27 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
             ),
         ));
     }
+    let m = &report.membership;
+    let membership = match m.epoch {
+        None => "<p class=\"warn\">No layout done was read from the databases: no database is used. The cluster's membership is recorded by <code>segmint migrate</code>, with every configured database answering.</p>".to_owned(),
+        Some(epoch) => {
+            let mut p = format!("<p>Members: layout epoch {epoch}.");
+            if !m.unconfigured.is_empty() {
+                p.push_str(&format!(
+                    " <span class=\"warn\">Members this server is not configured with (counted as not answering): {}.</span>",
+                    escape(&m.unconfigured.join(", "))
+                ));
+            }
+            if !m.not_members.is_empty() {
+                p.push_str(&format!(
+                    " <span class=\"warn\">Configured here but not members (never used): {}.</span>",
+                    escape(&m.not_members.join(", "))
+                ));
+            }
+            p.push_str("</p>");
+            p
+        }
+    };
     let p = &report.step_policy;
     format!(
         r#"<!doctype html>
@@ -209,6 +230,7 @@ This page reloads every 5 seconds; the same figures are at <a href="v1/bizs">/v1
 <tr><th>biz</th><th>rate</th><th>peak</th><th>step</th><th>recommended step</th><th>last step because</th><th>cached IDs</th><th>runway</th><th>refused</th></tr>
 {bizs}</table>
 <h2>Databases</h2>
+{membership}
 <table>
 <tr><th>database</th><th>location</th><th>class</th><th>state</th><th>last error</th></tr>
 {dbs}</table>

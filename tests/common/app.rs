@@ -17,7 +17,7 @@ use segmint::store::Store;
 /// token for it. Returns the token.
 pub async fn setup_biz(config: &Config, biz: &str, step: i64, odd: bool) -> String {
     let store = Store::connect(config).unwrap();
-    for (db, r) in store.migrate().await {
+    for (db, r) in store.migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     let within = odd.then(|| Residue::new(2, 1).unwrap());

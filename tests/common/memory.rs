@@ -53,6 +53,9 @@ struct Inner {
     races_to_lose: u32,
     /// Calls so far, by method name.
     calls: HashMap<&'static str, u32>,
+    /// The membership recorded (the layout of epoch 0), as `segmint migrate` records
+    /// it: set by [`store`] for the databases it is given.
+    layout: Option<LayoutRow>,
 }
 
 impl MemoryStore {
@@ -171,7 +174,8 @@ impl MemoryStore {
 
 /// A [`Store`] over `dbs`, named `db0`, `db1`, … in order, with the rows' own steps.
 pub fn store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
-    let dbs = dbs
+    let memories = dbs;
+    let dbs: Vec<_> = dbs
         .iter()
         .enumerate()
         .map(|(i, db)| {
@@ -192,6 +196,22 @@ pub fn store(dbs: &[MemoryStore], timing: Timing) -> Arc<Store> {
             )
         })
         .collect();
+    let members = segmint::layout::Layout {
+        epoch: 0,
+        members: dbs
+            .iter()
+            .map(|(name, _, class, _)| segmint::layout::Member {
+                name: name.clone(),
+                class: *class,
+            })
+            .collect(),
+        state: segmint::layout::LayoutState::Done,
+        lost: Vec::new(),
+    }
+    .row(1);
+    for db in memories {
+        db.inner.lock().layout = Some(members.clone());
+    }
     let policy = StepPolicy {
         adaptive: false,
         ..StepPolicy::default()
@@ -263,7 +283,7 @@ impl SegmentStore for MemoryStore {
         Ok(self.inner.lock().rows.values().cloned().collect())
     }
 
-    /// No layout is ever stored here (see `layouts`): only the biz's own row decides.
+    /// No layout change ever runs here (see `layouts`): only the biz's own row decides.
     async fn insert_bizs(&self, rows: &[BizRow]) -> Result<Vec<Inserted>, DbError> {
         self.enter("insert_biz").await?;
         let mut inner = self.inner.lock();
@@ -348,9 +368,9 @@ impl SegmentStore for MemoryStore {
         Err(untested("record_snowflake_spec"))
     }
 
-    /// No layout change ever ran here: the configured classes hold.
+    /// The membership recorded, and no layout change.
     async fn layouts(&self) -> Result<Vec<LayoutRow>, DbError> {
-        Ok(Vec::new())
+        Ok(self.inner.lock().layout.iter().cloned().collect())
     }
 
     async fn catalog_of(

@@ -8,6 +8,8 @@ use super::registered;
 pub struct LayoutMetrics {
     epoch: IntGauge,
     change_pending: IntGauge,
+    recorded: IntGauge,
+    unconfigured: IntGauge,
 }
 
 impl LayoutMetrics {
@@ -18,7 +20,7 @@ impl LayoutMetrics {
                 r,
                 IntGauge::new(
                     "segmint_layout_epoch",
-                    "The database layout epoch this server follows (0: the configured classes, before any `segmint db add`/`remove`)",
+                    "The database layout epoch this server follows (0: the membership `segmint migrate` recorded, before any `segmint db add`/`remove`)",
                 ),
             ),
             change_pending: registered(
@@ -28,6 +30,20 @@ impl LayoutMetrics {
                     "1 while a database layout change is under way, or was cut off, as the databases say: bizs it moves may be frozen",
                 ),
             ),
+            recorded: registered(
+                r,
+                IntGauge::new(
+                    "segmint_layout_recorded",
+                    "1 once this server read a layout done from the databases, which names the cluster's members; 0: no database is used (`segmint migrate` records the membership)",
+                ),
+            ),
+            unconfigured: registered(
+                r,
+                IntGauge::new(
+                    "segmint_layout_members_unconfigured",
+                    "Members of the layout in force this server is not configured with: each counts as not answering",
+                ),
+            ),
         }
     }
 
@@ -35,5 +51,13 @@ impl LayoutMetrics {
     pub fn set(&self, epoch: i64, pending: bool) {
         self.epoch.set(epoch);
         self.change_pending.set(i64::from(pending));
+    }
+
+    /// Whether a layout done was read, and how many of its members this server is not
+    /// configured with.
+    pub fn set_membership(&self, recorded: bool, unconfigured: usize) {
+        self.recorded.set(i64::from(recorded));
+        self.unconfigured
+            .set(i64::try_from(unconfigured).unwrap_or(i64::MAX));
     }
 }

@@ -465,6 +465,8 @@ mod tests {
         "segmint_ids_wasted_total counter",
         "segmint_layout_change_pending gauge",
         "segmint_layout_epoch gauge",
+        "segmint_layout_members_unconfigured gauge",
+        "segmint_layout_recorded gauge",
         "segmint_segment_fetch_duration_seconds histogram",
         "segmint_segment_fetches_total counter",
         "segmint_segment_ids_total counter",

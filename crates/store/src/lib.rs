@@ -80,8 +80,9 @@ use async_trait::async_trait;
 
 pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, period_of};
 pub use clock::{Clock, RuntimeClock};
+pub use cluster::admin::Migration;
 pub use cluster::import::ImportReport;
-pub use cluster::layout::LayoutReport;
+pub use cluster::layout::{LayoutReport, Membership};
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};

@@ -2,7 +2,8 @@
 //! Pure: no IO. `segmint db add` and `db remove` move the cluster from one layout to
 //! the next (see `crates/store/src/cluster/layout/`); servers read the layouts with the catalog.
 //!
-//! Epoch 0 is the configuration's classes, before any change. A change claims the next
+//! Epoch 0 is the membership `segmint migrate` records from the configuration
+//! ([`Founding`]); servers use no database before they read a layout done. A change claims the next
 //! epoch (inserting its row as `moving` on every database, one at a time in
 //! [`claim_order`]: of two changes racing for one epoch only one can win), moves every
 //! biz row and worker ID to it, then marks it `done`.
@@ -17,6 +18,7 @@ use crate::rows::LayoutRow;
 use crate::segment::Residue;
 
 mod change;
+mod founding;
 mod standing;
 #[cfg(test)]
 mod tests;
@@ -24,6 +26,7 @@ mod tests;
 pub use change::{
     LayoutChange, Plan, PlanError, claim_order, fence, overlap, plan, required, target, uncovered,
 };
+pub use founding::{Founding, FoundingError, Need};
 pub use standing::{Reading, Standing, read, settled, standing};
 
 /// How far a layout's change got.
@@ -295,19 +298,12 @@ pub fn current(layouts: &[Layout]) -> (Option<&Layout>, Option<&Layout>) {
     (done, pending)
 }
 
-/// Whether worker IDs may be leased under the `layouts` read. Only the classes of a
-/// layout done say which database holds which worker ID: under a change still moving
-/// (a new database that holds nothing else yet), or under configured classes no
-/// database confirmed, a worker ID may be leased on another database this process did
-/// not reach. Before any layout is stored, the configured classes hold once every
-/// configured database answered one read without a layout (`confirmed`): a static
-/// cluster, each member agreeing.
-pub fn leases_allowed(layouts: &[Layout], confirmed: bool) -> bool {
-    match current(layouts) {
-        (Some(_), _) => true,
-        (None, None) => layouts.is_empty() && confirmed,
-        (None, Some(_)) => false,
-    }
+/// Whether worker IDs may be leased under the `layouts` read: only the classes of a
+/// layout done say which database holds which worker ID. Under a change still moving
+/// (a new database that holds nothing else yet), or before any layout is read, a
+/// worker ID may be leased on another database this process did not reach.
+pub fn leases_allowed(layouts: &[Layout]) -> bool {
+    current(layouts).0.is_some()
 }
 
 /// The restriction of a biz (odd-only: `1 mod 2`) whose row has the class `row` on a

@@ -319,13 +319,12 @@ fn claims_start_on_the_newest_layouts_members() {
 }
 
 #[test]
-fn worker_ids_follow_a_layout_done_or_a_confirmed_static_cluster() {
+fn worker_ids_follow_a_layout_done_only() {
     let zero = lay(0, &[("a", 1, 0)], LayoutState::Done);
     let moving = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Moving);
-    assert!(leases_allowed(&[zero.clone(), moving.clone()], false));
-    assert!(!leases_allowed(std::slice::from_ref(&moving), true));
-    assert!(!leases_allowed(&[], false));
-    assert!(leases_allowed(&[], true));
+    assert!(leases_allowed(&[zero.clone(), moving.clone()]));
+    assert!(!leases_allowed(std::slice::from_ref(&moving)));
+    assert!(!leases_allowed(&[]));
 }
 
 #[test]

@@ -41,10 +41,10 @@ pub struct Fixes {
     /// row behind them or behind what it saw itself (else it fences with the witnesses
     /// read when the command started).
     pub fresh_witnesses: bool,
-    /// Servers lease worker IDs only from a layout done, or from configured classes
-    /// once every configured database answered without a layout (else from the
+    /// Servers use databases and lease worker IDs only under a layout done read from
+    /// the databases, the membership `segmint migrate` records (else from their
     /// configured classes whenever no layout is done).
-    pub confirmed_classes: bool,
+    pub membership: bool,
     /// `db fence` raises a row frozen while a change is pending, or when its epoch is
     /// below the layout in force (else it raises it live, as it was).
     pub fence_freezes: bool,
@@ -70,7 +70,7 @@ impl Fixes {
         retire_lost: true,
         lease_fence: true,
         fresh_witnesses: true,
-        confirmed_classes: true,
+        membership: true,
         fence_freezes: true,
         insert_fence: true,
         look_witnesses: true,

@@ -59,9 +59,6 @@ pub struct Server {
     /// A database was restored from a backup since this server's last read of every
     /// database: it serves nothing until it has read them all.
     pub reread: bool,
-    /// Every configured database answered one read with no layout in any
-    /// (`LayoutView::confirmed`).
-    pub confirmed: bool,
     /// The layouts known (`LayoutView::layouts`).
     pub layouts: Vec<Lay>,
     /// Per configured database: its standing is `Current`.
@@ -96,10 +93,9 @@ impl Server {
             read: false,
             looked: false,
             reread: false,
-            confirmed: false,
             layouts: Vec::new(),
             current: vec![true; n],
-            classes: spec.classes.iter().copied().map(Some).collect(),
+            classes: vec![None; n],
             snap: vec![None; n],
             marks: vec![None; n],
             fenced: vec![false; n],
@@ -152,8 +148,8 @@ impl Sys {
     /// (`Store::worker_ids_of`): none unless [`layout::leases_allowed`].
     fn worker_class(&self, st: &State, s: usize, p: usize) -> Option<Residue> {
         let server = &st.servers[s];
-        let allowed = !self.spec.fixes.confirmed_classes
-            || layout::leases_allowed(&self.layouts(&server.layouts), server.confirmed);
+        let allowed =
+            !self.spec.fixes.membership || layout::leases_allowed(&self.layouts(&server.layouts));
         self.class_of(st, s, p).filter(|_| allowed)
     }
 
@@ -226,7 +222,6 @@ impl Sys {
             for (&p, standing) in read.iter().zip(&reading.standing) {
                 server.current[p] = *standing == Standing::Current;
             }
-            server.confirmed |= read.len() == spec.config.len() && reading.layouts.is_empty();
             server.layouts = reading.layouts.iter().map(|l| self.lay(l)).collect();
             let current = layout::current(&reading.layouts).0;
             for (p, &d) in spec.config.iter().enumerate() {
@@ -235,6 +230,7 @@ impl Sys {
                 } else {
                     match current {
                         Some(l) => l.class_of(&names[d]),
+                        None if self.spec.fixes.membership => None,
                         None => Some(spec.classes[p]),
                     }
                 };

@@ -11,6 +11,30 @@ use crate::store::{
     BizRow, DbError, Inserted, Reason, Reclass, Refusal, SegmentStore, ShapeRow, StoreError,
 };
 
+/// What `segmint migrate` did: per database, the migrations applied (or its error),
+/// and the membership recorded (`Ok(None)`: recorded before).
+#[derive(Debug)]
+pub struct Migration {
+    pub databases: Vec<(String, Result<Vec<String>, DbError>)>,
+    pub membership: Result<Option<crate::layout::Layout>, StoreError>,
+}
+
+impl Migration {
+    /// Each database's result, then the membership's (named `membership`) when it
+    /// could not be recorded: what a caller checks all of.
+    pub fn results(self) -> Vec<(String, Result<Vec<String>, String>)> {
+        let membership = self
+            .membership
+            .err()
+            .map(|e| ("membership".to_owned(), Err(e.to_string())));
+        self.databases
+            .into_iter()
+            .map(|(name, r)| (name, r.map_err(|e| e.to_string())))
+            .chain(membership)
+            .collect()
+    }
+}
+
 /// The note of a command that creates biz rows, stopped when a database already holds a
 /// later layout (of `epoch`) than the one it read.
 pub(super) fn layout_began(epoch: i64) -> String {
@@ -61,8 +85,28 @@ impl Store {
         .await
     }
 
+    /// Applies pending migrations to every database, then records the cluster's
+    /// membership if none is ([`Store::record_membership`]; only once every database
+    /// migrated).
+    pub async fn migrate(&self) -> Migration {
+        let databases = self.migrate_schema().await;
+        let membership = match databases.iter().find(|(_, r)| r.is_err()) {
+            Some((name, Err(e))) => Err(Refusal::new(
+                Reason::DatabaseUnanswered,
+                format!("the cluster's membership is recorded only once every configured database is migrated; \"{name}\": {e}"),
+            )
+            .hint("run `segmint migrate` again once every configured database answers")
+            .into()),
+            _ => self.record_membership().await,
+        };
+        Migration {
+            databases,
+            membership,
+        }
+    }
+
     /// Applies pending migrations to every database; one line per database.
-    pub async fn migrate(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
+    pub async fn migrate_schema(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
         let results = self.on_all(|db| db.migrate()).await;
         self.dbs.names.iter().cloned().zip(results).collect()
     }
@@ -73,7 +117,9 @@ impl Store {
         self.dbs.names.iter().cloned().zip(results).collect()
     }
 
-    /// On a store with no biz at all, creates the biz `test` and a token for it, so that
+    /// Records the cluster's membership if none is (an embedded store is migrated when
+    /// opened: this is its `segmint migrate`). Then, on a store with no biz at all,
+    /// creates the biz `test` and a token for it, so that
     /// a fresh `segmint serve` can be tried at once. Returns the token; `None` when a biz
     /// exists already.
     ///
@@ -81,6 +127,7 @@ impl Store {
     /// [`StoreError::Refused`] when a database cannot be read, or the biz or the token
     /// cannot be added.
     pub async fn first_start(&self) -> Result<Option<String>, StoreError> {
+        self.record_membership().await?;
         for (db, rows) in self.list_bizs().await {
             match rows {
                 Ok(rows) if rows.is_empty() => {}

@@ -14,6 +14,23 @@ use crate::store::StoreError;
 /// it did not answer (or is not configured here).
 type Record = Option<Option<(String, bool)>>;
 
+/// Why this server may not lease (or keep) a worker ID now.
+#[derive(Debug)]
+pub(super) enum Disagreement {
+    /// A database holds another spec: this server never leases.
+    Differs(String),
+    /// Not decided yet (a database down or not configured here, a record missing).
+    Undecided(String),
+}
+
+impl From<Disagreement> for StoreError {
+    fn from(d: Disagreement) -> StoreError {
+        match d {
+            Disagreement::Differs(m) | Disagreement::Undecided(m) => StoreError::Unavailable(m),
+        }
+    }
+}
+
 impl Store {
     /// This store issuing snowflake IDs with `spec` (Leaf's epoch and layout unless
     /// set): the spec it agrees on with the cluster, whose layout bounds the worker IDs.
@@ -50,7 +67,7 @@ impl Store {
     /// [`StoreError::Unavailable`] naming both specs when a database holds another
     /// spec (this server never leases), or saying which database did not answer when
     /// none can be decided yet.
-    pub(super) async fn agree_snowflake(&self) -> Result<(), StoreError> {
+    pub(super) async fn agree_snowflake(&self) -> Result<(), Disagreement> {
         let own = self.snowflake.record();
         let members = self.members_in_force();
         let first = self.read_records(&members).await;
@@ -78,7 +95,7 @@ impl Store {
         if self.decide(own, &members, &again).await? {
             Ok(())
         } else {
-            Err(StoreError::Unavailable(format!(
+            Err(Disagreement::Undecided(format!(
                 "no worker ID is leased yet: recording the snowflake spec `{own}` did not reach every database of the layout; trying again"
             )))
         }
@@ -92,7 +109,7 @@ impl Store {
         own: &str,
         members: &[Option<usize>],
         records: &[Record],
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, Disagreement> {
         let reads: Vec<Read<'_>> = records
             .iter()
             .map(|r| match r {
@@ -103,7 +120,7 @@ impl Store {
             .collect();
         let name = |k: usize| members[k].map_or("(not configured here)", |i| &self.dbs.names[i]);
         match agree(own, &reads) {
-            Agreement::Differs { index, found } => Err(StoreError::Unavailable(format!(
+            Agreement::Differs { index, found } => Err(Disagreement::Differs(format!(
                 "no worker ID is leased: database \"{}\" records the snowflake spec `{found}`, and this server's `snowflake.layout` and `snowflake.epoch_ms` make `{own}`; servers with different specs could issue equal IDs, so configure this server as the cluster's (the record is never changed)",
                 name(index)
             ))),
@@ -116,7 +133,7 @@ impl Store {
                     .filter(|&k| reads[k] == Read::Empty)
                     .map(name)
                     .collect();
-                Err(StoreError::Unavailable(format!(
+                Err(Disagreement::Undecided(format!(
                     "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers, and a server leases while some are down only on a record confirmed by a read of them all)"
                 )))
             }

@@ -97,7 +97,7 @@ impl Store {
         }
         if !self.leases_allowed() {
             return Err(StoreError::Unavailable(
-                "no worker ID could be leased: no layout done was read, and not every configured database has answered yet (a new database, or one whose layout change is still moving, does not say which worker IDs are its own)".into(),
+                "no worker ID could be leased: no layout done was read (the cluster's membership is recorded by `segmint migrate`; a database whose layout change is still moving does not say which worker IDs are its own)".into(),
             ));
         }
         self.agree_snowflake().await?;
@@ -181,6 +181,18 @@ impl Store {
         // freed it on its new database already.
         if lease_for_ms >= 0 && !self.worker_ids_of(i).contains(&lease.worker_id) {
             tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
+            return Ok(None);
+        }
+        // The spec is checked again at each renewal: a database restored from a backup
+        // older than its record gets the record back (while every member answers), so
+        // that a server of another spec reaching only that database finds it; a record
+        // of another spec found now (written by hand, or a restore of another cluster's
+        // backup) ends the lease. Undecided (a database down) keeps it: it was taken
+        // on an agreement.
+        if lease_for_ms >= 0
+            && let Err(super::agreement::Disagreement::Differs(why)) = self.agree_snowflake().await
+        {
+            tracing::error!(worker_id = lease.worker_id, %why, "a database records another snowflake spec; giving up the worker ID");
             return Ok(None);
         }
         let row = self

@@ -68,7 +68,7 @@
 //! wait meanwhile with no bound of their own: a reservation that met a frozen row, and a
 //! request whose token or biz missed the catalog.
 
-mod admin;
+pub(super) mod admin;
 mod agreement;
 mod early;
 mod give_back;

@@ -630,10 +630,13 @@ pub(super) fn check_classes(
             else {
                 continue;
             };
-            // Once layouts are stored, every row's class must be its database's class
-            // in the row's epoch (narrowed to the biz's restriction), whoever looks:
-            // a server started after an edit by hand refuses it too.
-            let stored = layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
+            // Once a change has stored layouts, every row's class must be its
+            // database's class in the row's epoch (narrowed to the biz's restriction),
+            // whoever looks: a server started after an edit by hand refuses it too.
+            // Rows of epoch 0 keep their own classes, as Tinyid's rows do (any class,
+            // checked against each other's): the membership `segmint migrate` records
+            // names the databases, not the bizs' classes.
+            let stored = row.epoch > 0 && layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
             if stored {
                 let db = layouts
                     .iter()
@@ -743,7 +746,7 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            for (_, migrated) in store.migrate().await {
+            for (_, migrated) in store.migrate().await.results() {
                 migrated.unwrap();
             }
             let biz = BizTag::parse("order").unwrap();

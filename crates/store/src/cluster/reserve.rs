@@ -101,6 +101,9 @@ enum Attempt {
     Window(WindowMiss),
 }
 
+/// Why nothing is served before a layout done is read.
+pub(crate) const NO_MEMBERSHIP: &str = "no database is used yet: no layout done was read from the databases that answered (the cluster's membership is recorded in them by `segmint migrate`, which needs every configured database to answer)";
+
 impl Store {
     /// Reserves the next segment of `biz` as [`Store::reserve_for`] does: with the
     /// row's own step, or with a `hint`, the step the policy chooses from it.
@@ -352,6 +355,8 @@ impl Store {
             }
         } else if missing > 0 && failed.is_empty() {
             StoreError::NotFound(biz.to_string())
+        } else if failed.is_empty() && self.membership().epoch.is_none() {
+            StoreError::Unavailable(NO_MEMBERSHIP.to_owned())
         } else if failed.is_empty() {
             StoreError::Unavailable(format!(
                 "every database is backing off after failures ({})",

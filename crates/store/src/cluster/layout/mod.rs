@@ -47,6 +47,7 @@ use crate::store::{
 };
 
 mod change;
+mod founding;
 mod heal;
 mod moving;
 
@@ -95,20 +96,18 @@ pub(crate) struct LayoutView {
     /// The change under way as last read: its epoch, its row's `changed_ms`, and when
     /// this process first saw that pair (its own monotonic clock).
     watched: Option<(i64, i64, Instant)>,
-    /// Every configured database answered one read, with no layout stored in any: the
-    /// configured classes are confirmed for worker IDs ([`layout::leases_allowed`]).
-    confirmed: bool,
 }
 
 impl LayoutView {
+    /// Before any layout is read, no database is used: the members are the databases'
+    /// to say ([`layout::Founding`]), never the configuration's alone.
     pub(crate) fn configured(classes: Vec<Residue>) -> LayoutView {
         LayoutView {
             layouts: Vec::new(),
-            classes: classes.iter().copied().map(Some).collect(),
+            classes: vec![None; classes.len()],
             standing: vec![Standing::Current; classes.len()],
             configured: classes,
             watched: None,
-            confirmed: false,
         }
     }
 }
@@ -127,6 +126,19 @@ impl LayoutView {
         };
         beat == 0 || at.saturating_duration_since(since) >= silent
     }
+}
+
+/// Which databases are the cluster's, as the layouts read say, against this server's
+/// configuration.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Membership {
+    /// The epoch of the layout in force; `None` while no layout done was read (no
+    /// database is used: `segmint migrate` records the membership).
+    pub epoch: Option<i64>,
+    /// Members this server is not configured with: they count as not answering.
+    pub unconfigured: Vec<String>,
+    /// Configured databases that are not members (nor declared lost): never used.
+    pub not_members: Vec<String>,
 }
 
 /// What `segmint db list` shows.
@@ -194,15 +206,15 @@ impl Store {
         // known now than it was seen to hold.
         let newest = reading.layouts.last().map(|l| l.epoch);
         let current = layout::current(&reading.layouts).0;
+        // Only a layout done names the members: before one is read (a cluster whose
+        // membership `segmint migrate` has not recorded, or a record cut off), no
+        // database is used.
         let classes: Vec<Option<Residue>> = (0..self.dbs.names.len())
             .map(|i| {
                 if view.standing[i] != Standing::Current {
                     return None;
                 }
-                match current {
-                    Some(l) => l.class_of(&self.dbs.names[i]),
-                    None => Some(view.configured[i]),
-                }
+                current.and_then(|l| l.class_of(&self.dbs.names[i]))
             })
             .collect();
         if classes != view.classes {
@@ -213,14 +225,13 @@ impl Store {
             );
         }
         view.classes = classes;
-        view.confirmed |= per_db.len() == self.dbs.names.len() && reading.layouts.is_empty();
         view.layouts = reading.layouts;
     }
 
     /// Whether worker IDs may be leased now ([`layout::leases_allowed`]).
     pub fn leases_allowed(&self) -> bool {
         let view = self.layout.view.lock();
-        layout::leases_allowed(&view.layouts, view.confirmed)
+        layout::leases_allowed(&view.layouts)
     }
 
     /// The class plain bizs get on database `i` in the layout in force; `None` when the
@@ -229,17 +240,39 @@ impl Store {
         self.layout.view.lock().classes[i]
     }
 
-    /// The databases the layout in force names (every configured one before any
-    /// change), each as its index here, `None` for one not configured here.
+    /// The databases the layout in force names, each as its index here, `None` for one
+    /// not configured here (it counts as not answering); empty before a layout done is
+    /// read.
     pub(in crate::cluster) fn members_in_force(&self) -> Vec<Option<usize>> {
         let view = self.layout.view.lock();
-        match layout::current(&view.layouts).0 {
-            Some(l) => l
-                .members
+        layout::current(&view.layouts).0.map_or_else(Vec::new, |l| {
+            l.members
                 .iter()
                 .map(|m| self.dbs.names.iter().position(|n| *n == m.name))
-                .collect(),
-            None => (0..self.dbs.names.len()).map(Some).collect(),
+                .collect()
+        })
+    }
+
+    /// The membership as this server sees it, for `/readyz`, status pages and metrics.
+    pub fn membership(&self) -> Membership {
+        let view = self.layout.view.lock();
+        let done = layout::current(&view.layouts).0;
+        Membership {
+            epoch: done.map(|l| l.epoch),
+            unconfigured: done.map_or_else(Vec::new, |l| {
+                l.names()
+                    .into_iter()
+                    .filter(|m| !self.dbs.names.contains(m))
+                    .collect()
+            }),
+            not_members: done.map_or_else(Vec::new, |l| {
+                self.dbs
+                    .names
+                    .iter()
+                    .filter(|n| l.class_of(n).is_none() && !l.is_lost(n))
+                    .cloned()
+                    .collect()
+            }),
         }
     }
 
@@ -294,8 +327,14 @@ impl Store {
 
     /// Reads the layouts for an admin command that writes rows in the layout in force
     /// (`biz add`, `import`): its epoch, or a refusal while a change is under way.
+    /// A cluster whose membership is not recorded yet gets it first, as `segmint
+    /// migrate` records it (an embedded store's first command, or a cluster migrated by
+    /// an earlier version).
     pub(super) async fn layout_for_writes(&self) -> Result<i64, StoreError> {
         self.load_layout().await;
+        if self.layouts().0.is_none() && self.layouts().1.is_none() {
+            self.record_membership().await?;
+        }
         match self.layout_epochs() {
             (_, Some(pending)) => Err(Refusal::new(
                 Reason::ChangePending,
