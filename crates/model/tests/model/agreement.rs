@@ -1,14 +1,13 @@
-//! A model of the snowflake spec agreement (`crates/core/src/snowflake/agreement.rs`,
-//! run by `crates/store/src/cluster/agreement.rs`): three servers, one with Leaf's
-//! layout and two with the JavaScript-safe one (their records made by `Spec::record`),
-//! two databases of the layout in force, each server reading every database one at a
-//! time, inserting its record where absent (insert-if-absent) and reading every
-//! database again, each decision made by the project's own `agree`; after a read that
-//! found every database holding its spec, it confirms each record (one database a
-//! step, only a record of its spec). Databases go down and come back, and one is
-//! restored from a backup older than its record (its record and confirmation erased).
-//! A server undecided tries again, and a server that leased may lose its lease and take
-//! another, a bounded number of times.
+//! A model of the snowflake spec agreement: the machine the servers run
+//! (`segmint_core::snowflake::agreement::Try`, carried out by
+//! `crates/store/src/cluster/agreement.rs`) driven here one step at a time against
+//! simulated databases. Three servers, one with Leaf's layout and two with the
+//! JavaScript-safe one (their records made by `Spec::record`), two databases of the
+//! layout in force, each server configured with both or with one of them (a member it
+//! is not configured with counts as not answering). Databases go down and come back,
+//! and one is restored from a backup older than its record (its record and
+//! confirmation erased). A server undecided tries again, and a server that leased may
+//! lose its lease and take another, a bounded number of times.
 //!
 //! The property: never two servers with different specs both allowed to lease. Not
 //! modelled: every database restored to before the record while a server holds a
@@ -17,7 +16,7 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use segmint_core::snowflake::agreement::{Agreement, Read, agree};
+use segmint_core::snowflake::agreement::{Agreement, Outcome, Read, Record, Step, Try, agree};
 use segmint_core::snowflake::{Layout, Spec};
 use stateright::{Checker, HasDiscoveries, Model, Property};
 
@@ -25,9 +24,6 @@ use crate::threads;
 
 const BOTH: &str = "never two specs leased";
 const SERVERS: usize = 3;
-/// The spec of each server: Leaf's, then the JavaScript-safe one twice (a fresh server
-/// of a spec another server already recorded somewhere).
-const SPEC_OF: [usize; SERVERS] = [0, 1, 1];
 const DBS: usize = 2;
 
 /// What one database holds: the index of the spec it records, and whether the record
@@ -39,24 +35,11 @@ struct Db {
     confirmed: bool,
 }
 
-/// What a read found, by spec index rather than text (the text is compared by
-/// `agree`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Seen {
-    Down,
-    Empty,
-    Holds(usize, bool),
-}
-
-/// Where a server is in its try.
+/// Where a server is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Phase {
-    /// Reading database `reads.len()` next; `recorded` on the read after inserting.
-    Reading { reads: Vec<Seen>, recorded: bool },
-    /// Inserting its record on database `next` (where the read found none).
-    Inserting { next: usize, empty: Vec<bool> },
-    /// Confirming its record on database `next`, then leasing.
-    Confirming { next: usize },
+    /// Running a try of the agreement.
+    Trying(Box<Try>),
     /// Allowed to lease.
     Leased,
     /// Refused for good (another spec found), or out of tries.
@@ -82,7 +65,7 @@ pub struct AgreeState {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AgreeAction {
-    /// Server `s` makes its next read or insert.
+    /// Server `s` makes its next read or write.
     Step(usize),
     Down(usize),
     Up(usize),
@@ -104,11 +87,37 @@ pub enum Mutation {
     /// Every server leases on a partial read (every database that answered holds its
     /// spec, one at least), the records confirmed or not.
     PartialForAll,
+    /// A server takes the members from its configuration (`Store::members_in_force`
+    /// without the recorded membership): the databases it is configured with are, to
+    /// it, the whole cluster.
+    MembersFromConfig,
+}
+
+/// `agree` on the reads of the databases that answered only.
+fn answering_only(own: &str, reads: &[Read<'_>]) -> Agreement {
+    let answered: Vec<Read<'_>> = reads.iter().copied().filter(|r| *r != Read::Down).collect();
+    agree(own, &answered)
+}
+
+/// `agree` taking every record read for confirmed.
+fn partial_for_all(own: &str, reads: &[Read<'_>]) -> Agreement {
+    let confirmed: Vec<Read<'_>> = reads
+        .iter()
+        .map(|r| match r {
+            Read::Holds(s, _) => Read::Holds(s, true),
+            r => *r,
+        })
+        .collect();
+    agree(own, &confirmed)
 }
 
 pub struct Agreement2 {
     /// Each spec's record.
     records: [String; 2],
+    /// The spec of each server (an index of `records`).
+    spec_of: [usize; SERVERS],
+    /// The databases each server is configured with (bits).
+    configs: [u8; SERVERS],
     mutation: Mutation,
     outages: u8,
     restores: u8,
@@ -124,6 +133,10 @@ impl Agreement2 {
         };
         Agreement2 {
             records: [leaf.record(), js.record()],
+            // Leaf's layout, then the JavaScript-safe one twice (a fresh server of a
+            // spec another server already recorded somewhere).
+            spec_of: [0, 1, 1],
+            configs: [0b11; SERVERS],
             mutation,
             outages,
             restores,
@@ -133,103 +146,98 @@ impl Agreement2 {
         }
     }
 
-    /// The decision of a server of spec `spec` on `reads`, through the project's
-    /// `agree`.
-    fn decide(&self, spec: usize, reads: &[Seen]) -> Agreement {
-        let reads: Vec<Read<'_>> = reads
-            .iter()
-            .filter(|r| self.mutation != Mutation::AnsweringOnly || **r != Seen::Down)
-            .map(|r| match r {
-                Seen::Down => Read::Down,
-                Seen::Empty => Read::Empty,
-                Seen::Holds(o, confirmed) => Read::Holds(
-                    &self.records[*o],
-                    *confirmed || self.mutation == Mutation::PartialForAll,
-                ),
-            })
-            .collect();
-        agree(&self.records[spec], &reads)
+    /// Servers configured with parts of the cluster (issue 47's reproductions): Leaf's
+    /// with pg0 alone, the JavaScript-safe ones with pg1 alone and with both.
+    fn partial(mutation: Mutation, outages: u8, restores: u8) -> Agreement2 {
+        Agreement2 {
+            configs: [0b01, 0b10, 0b11],
+            ..Agreement2::new(mutation, outages, restores)
+        }
+    }
+
+    /// A new try of server `s`, as the store starts one: over the members of the
+    /// layout (both databases), those it is not configured with counting as not
+    /// answering; or, with the membership rule taken out, over its configuration.
+    fn try_of(&self, s: usize) -> Box<Try> {
+        let configured: Vec<bool> = (0..DBS).map(|d| self.configs[s] & (1 << d) != 0).collect();
+        let members = match self.mutation {
+            Mutation::MembersFromConfig => vec![true; configured.iter().filter(|c| **c).count()],
+            _ => configured,
+        };
+        let t = Try::new(self.records[self.spec_of[s]].clone(), members);
+        Box::new(match self.mutation {
+            Mutation::AnsweringOnly => t.with_rule(answering_only),
+            Mutation::PartialForAll => t.with_rule(partial_for_all),
+            Mutation::NoReread => t.without_the_read_after_recording(),
+            Mutation::None | Mutation::MembersFromConfig => t,
+        })
+    }
+
+    /// The database of server `s`'s member `k` (its configuration's `k`-th, with the
+    /// membership rule taken out).
+    fn db_of(&self, s: usize, k: usize) -> usize {
+        match self.mutation {
+            Mutation::MembersFromConfig => (0..DBS)
+                .filter(|d| self.configs[s] & (1 << d) != 0)
+                .nth(k)
+                .expect("a configured database"),
+            _ => k,
+        }
     }
 
     /// After a try ends undecided: another from the start, or refused when none is left.
-    fn again(server: &mut Server) {
+    fn again(&self, st: &mut AgreeState, s: usize) {
+        let server = &mut st.servers[s];
         if server.tries == 0 {
             server.phase = Phase::Refused;
         } else {
             server.tries -= 1;
-            server.phase = Phase::Reading {
-                reads: Vec::new(),
-                recorded: false,
-            };
+            server.phase = Phase::Trying(self.try_of(s));
         }
     }
 
+    /// Server `s` carries out the first step its try needs, on the simulated databases.
     fn step(&self, st: &mut AgreeState, s: usize) {
-        let server = &mut st.servers[s];
-        match server.phase.clone() {
-            Phase::Reading {
-                mut reads,
-                recorded,
-            } => {
-                let db = st.dbs[reads.len()];
-                reads.push(match (db.up, db.record) {
-                    (false, _) => Seen::Down,
-                    (true, None) => Seen::Empty,
-                    (true, Some(o)) => Seen::Holds(o, db.confirmed),
-                });
-                if reads.len() < DBS {
-                    server.phase = Phase::Reading { reads, recorded };
-                    return;
+        let Phase::Trying(mut t) = st.servers[s].phase.clone() else {
+            return;
+        };
+        let spec = self.spec_of[s];
+        if let Some(&step) = t.steps().first() {
+            match step {
+                Step::Read(k) => {
+                    let db = st.dbs[self.db_of(s, k)];
+                    t.read(
+                        k,
+                        match (db.up, db.record) {
+                            (false, _) => Record::Down,
+                            (true, None) => Record::Empty,
+                            (true, Some(o)) => Record::Holds(self.records[o].clone(), db.confirmed),
+                        },
+                    );
                 }
-                match self.decide(SPEC_OF[s], &reads) {
-                    Agreement::Agreed { every: true } => {
-                        server.phase = Phase::Confirming { next: 0 };
+                Step::Insert(k) => {
+                    // Insert-if-absent; a database down fails the insert (the read
+                    // after decides).
+                    let db = &mut st.dbs[self.db_of(s, k)];
+                    if db.up && db.record.is_none() {
+                        db.record = Some(spec);
                     }
-                    Agreement::Agreed { every: false } => server.phase = Phase::Leased,
-                    Agreement::Differs { .. } => server.phase = Phase::Refused,
-                    Agreement::Undecided => Agreement2::again(server),
-                    Agreement::Record if recorded => Agreement2::again(server),
-                    Agreement::Record => {
-                        server.phase = Phase::Inserting {
-                            next: 0,
-                            empty: reads.iter().map(|r| *r == Seen::Empty).collect(),
-                        };
+                    t.inserted(k);
+                }
+                Step::Confirm(k) => {
+                    let db = &mut st.dbs[self.db_of(s, k)];
+                    if db.up && db.record == Some(spec) {
+                        db.confirmed = true;
                     }
+                    t.confirmed(k);
                 }
             }
-            Phase::Inserting { next, empty } => {
-                let db = &mut st.dbs[next];
-                // Insert-if-absent; a database down fails the insert (the read after
-                // decides).
-                if empty[next] && db.up && db.record.is_none() {
-                    db.record = Some(SPEC_OF[s]);
-                }
-                server.phase = if next + 1 < DBS {
-                    Phase::Inserting {
-                        next: next + 1,
-                        empty,
-                    }
-                } else if self.mutation == Mutation::NoReread {
-                    Phase::Leased
-                } else {
-                    Phase::Reading {
-                        reads: Vec::new(),
-                        recorded: true,
-                    }
-                };
-            }
-            Phase::Confirming { next } => {
-                let db = &mut st.dbs[next];
-                if db.up && db.record == Some(SPEC_OF[s]) {
-                    db.confirmed = true;
-                }
-                server.phase = if next + 1 < DBS {
-                    Phase::Confirming { next: next + 1 }
-                } else {
-                    Phase::Leased
-                };
-            }
-            Phase::Leased | Phase::Refused => {}
+        }
+        match t.outcome() {
+            None => st.servers[s].phase = Phase::Trying(t),
+            Some(Outcome::Lease) => st.servers[s].phase = Phase::Leased,
+            Some(Outcome::Differs { .. }) => st.servers[s].phase = Phase::Refused,
+            Some(Outcome::Undecided { .. }) => self.again(st, s),
         }
     }
 }
@@ -239,11 +247,8 @@ impl Model for Agreement2 {
     type Action = AgreeAction;
 
     fn init_states(&self) -> Vec<AgreeState> {
-        let server = Server {
-            phase: Phase::Reading {
-                reads: Vec::new(),
-                recorded: false,
-            },
+        let server = |s: usize| Server {
+            phase: Phase::Trying(self.try_of(s)),
             tries: self.tries,
         };
         vec![AgreeState {
@@ -252,7 +257,7 @@ impl Model for Agreement2 {
                 record: None,
                 confirmed: false,
             }; DBS],
-            servers: [server.clone(), server.clone(), server],
+            servers: [server(0), server(1), server(2)],
             outages: self.outages,
             restores: self.restores,
         }]
@@ -283,7 +288,7 @@ impl Model for Agreement2 {
         let mut st = last.clone();
         match action {
             AgreeAction::Step(s) => self.step(&mut st, s),
-            AgreeAction::Lose(s) => Agreement2::again(&mut st.servers[s]),
+            AgreeAction::Lose(s) => self.again(&mut st, s),
             AgreeAction::Down(d) => {
                 st.dbs[d].up = false;
                 st.outages -= 1;
@@ -300,10 +305,10 @@ impl Model for Agreement2 {
 
     fn properties(&self) -> Vec<Property<Self>> {
         vec![
-            Property::always(BOTH, |_, st: &AgreeState| {
+            Property::always(BOTH, |m: &Agreement2, st: &AgreeState| {
                 let leased: BTreeSet<usize> = (0..SERVERS)
                     .filter(|&s| st.servers[s].phase == Phase::Leased)
-                    .map(|s| SPEC_OF[s])
+                    .map(|s| m.spec_of[s])
                     .collect();
                 leased.len() < 2
             }),
@@ -378,6 +383,24 @@ fn k_leasing_without_the_read_after_recording_is_caught() {
     check(
         "K without the read after recording",
         Agreement2::new(Mutation::NoReread, 0, 0),
+        true,
+    );
+}
+
+#[test]
+fn l_servers_configured_with_parts_of_the_cluster_never_lease_two_specs() {
+    check(
+        "L: spec agreement, partial configurations",
+        Agreement2::partial(Mutation::None, 1, 1),
+        false,
+    );
+}
+
+#[test]
+fn l_with_members_from_the_configuration_two_specs_lease() {
+    check(
+        "L with members from the configuration",
+        Agreement2::partial(Mutation::MembersFromConfig, 0, 0),
         true,
     );
 }

@@ -7,12 +7,8 @@ use futures_util::future::join_all;
 
 use super::Store;
 use crate::snowflake::Spec;
-use crate::snowflake::agreement::{Agreement, Read, agree};
+use crate::snowflake::agreement::{Outcome, Record, Step, Try};
 use crate::store::StoreError;
-
-/// One database's record as read (the spec and whether it is confirmed): `None` when
-/// it did not answer (or is not configured here).
-type Record = Option<Option<(String, bool)>>;
 
 /// Why this server may not lease (or keep) a worker ID now.
 #[derive(Debug)]
@@ -57,122 +53,124 @@ impl Store {
             .collect()
     }
 
-    /// Succeeds when this server may lease a worker ID: the databases of the layout in
-    /// force agree on its spec, recording it first where none is and every database
-    /// answered ([`agree`]). A read that found every database holding the spec marks
-    /// each record confirmed; a read that found the others down or not configured here
-    /// leases on a confirmed record.
+    /// Succeeds when this server may lease a worker ID: one [`Try`] of the agreement
+    /// over the members of the layout in force, its steps carried out here (each round's
+    /// at once). A member this server is not configured with counts as not answering.
     ///
     /// # Errors
-    /// [`StoreError::Unavailable`] naming both specs when a database holds another
-    /// spec (this server never leases), or saying which database did not answer when
-    /// none can be decided yet.
+    /// [`Disagreement::Differs`] naming both specs when a member holds another spec
+    /// (this server never leases), [`Disagreement::Undecided`] saying which member did
+    /// not answer or lacks the record when none can be decided yet.
     pub(super) async fn agree_snowflake(&self) -> Result<(), Disagreement> {
-        let own = self.snowflake.record();
         let members = self.members_in_force();
-        let first = self.read_records(&members).await;
-        if self.decide(&own, &members, &first).await? {
-            return Ok(());
-        }
-        let empty = members
-            .iter()
-            .zip(&first)
-            .filter_map(|(m, r)| m.filter(|_| matches!(r, Some(None))));
-        let own = own.as_str();
-        join_all(empty.map(|i| async move {
-            let written = self
-                .call(i, self.dbs.list[i].store.record_snowflake_spec(own))
-                .await;
-            match written {
-                Ok(true) => tracing::info!(database = %self.dbs.names[i], spec = %own, "recorded the snowflake spec"),
-                Ok(false) => {}
-                // The read that follows finds what became of it.
-                Err(e) => tracing::warn!(database = %self.dbs.names[i], error = %e, "could not record the snowflake spec"),
+        let mut agreement = Try::new(
+            self.snowflake.record(),
+            members.iter().map(Option::is_some).collect(),
+        );
+        loop {
+            let steps = agreement.steps();
+            if steps.is_empty() {
+                break;
             }
-        }))
-        .await;
-        let again = self.read_records(&members).await;
-        if self.decide(own, &members, &again).await? {
-            Ok(())
-        } else {
-            Err(Disagreement::Undecided(format!(
-                "no worker ID is leased yet: recording the snowflake spec `{own}` did not reach every database of the layout; trying again"
-            )))
+            let own = agreement.own().to_owned();
+            let own = own.as_str();
+            let answers = join_all(steps.into_iter().map(|step| {
+                let members = &members;
+                async move {
+                    let k = match step {
+                        Step::Read(k) | Step::Insert(k) | Step::Confirm(k) => k,
+                    };
+                    // Steps name only members configured here.
+                    let Some(i) = members[k] else {
+                        return (step, Record::Down);
+                    };
+                    let db = &self.dbs.list[i].store;
+                    let name = &self.dbs.names[i];
+                    let record = match step {
+                        Step::Read(_) => match self.call(i, db.snowflake_spec()).await {
+                            Ok(None) => Record::Empty,
+                            Ok(Some((spec, confirmed))) => Record::Holds(spec, confirmed),
+                            Err(_) => Record::Down,
+                        },
+                        Step::Insert(_) => {
+                            match self.call(i, db.record_snowflake_spec(own)).await {
+                                Ok(true) => tracing::info!(database = %name, spec = %own, "recorded the snowflake spec"),
+                                Ok(false) => {}
+                                // The read that follows finds what became of it.
+                                Err(e) => tracing::warn!(database = %name, error = %e, "could not record the snowflake spec"),
+                            }
+                            Record::Down
+                        }
+                        Step::Confirm(_) => {
+                            if let Err(e) = self.call(i, db.confirm_snowflake_spec(own)).await {
+                                // A later read confirms it.
+                                tracing::warn!(database = %name, error = %e, "could not confirm the snowflake spec");
+                            }
+                            Record::Down
+                        }
+                    };
+                    (step, record)
+                }
+            }))
+            .await;
+            for (step, record) in answers {
+                match step {
+                    Step::Read(k) => agreement.read(k, record),
+                    Step::Insert(k) => agreement.inserted(k),
+                    Step::Confirm(k) => agreement.confirmed(k),
+                }
+            }
         }
-    }
-
-    /// [`agree`] on `records` of `members`: `true` to lease (confirming the records
-    /// when every database held the spec), `false` to record the spec first; anything
-    /// else as an error saying why.
-    async fn decide(
-        &self,
-        own: &str,
-        members: &[Option<usize>],
-        records: &[Record],
-    ) -> Result<bool, Disagreement> {
-        let reads: Vec<Read<'_>> = records
-            .iter()
-            .map(|r| match r {
-                None => Read::Down,
-                Some(None) => Read::Empty,
-                Some(Some((s, confirmed))) => Read::Holds(s, *confirmed),
-            })
-            .collect();
-        let name = |k: usize| members[k].map_or("(not configured here)", |i| &self.dbs.names[i]);
-        match agree(own, &reads) {
-            Agreement::Differs { index, found } => Err(Disagreement::Differs(format!(
+        let name = |k: usize| {
+            members
+                .get(k)
+                .copied()
+                .flatten()
+                .map_or("(not configured here)", |i| self.dbs.names[i].as_str())
+        };
+        let own = agreement.own();
+        match agreement.outcome() {
+            Some(Outcome::Lease) => Ok(()),
+            Some(Outcome::Differs { member, found }) => Err(Disagreement::Differs(format!(
                 "no worker ID is leased: database \"{}\" records the snowflake spec `{found}`, and this server's `snowflake.layout` and `snowflake.epoch_ms` make `{own}`; servers with different specs could issue equal IDs, so configure this server as the cluster's (the record is never changed)",
-                name(index)
+                name(*member)
             ))),
-            Agreement::Undecided => {
-                let unanswered: Vec<&str> = (0..reads.len())
-                    .filter(|&k| reads[k] == Read::Down)
-                    .map(name)
-                    .collect();
-                let lacking: Vec<&str> = (0..reads.len())
-                    .filter(|&k| reads[k] == Read::Empty)
-                    .map(name)
-                    .collect();
+            Some(Outcome::Undecided { reads, recorded: true }) if reads.contains(&Record::Empty) => {
+                Err(Disagreement::Undecided(format!(
+                    "no worker ID is leased yet: recording the snowflake spec `{own}` did not reach every database of the layout; trying again"
+                )))
+            }
+            Some(Outcome::Undecided { reads, .. }) => {
+                let unanswered: Vec<String> = self.members_named(&members, reads, Record::Down);
+                let lacking: Vec<String> = self.members_named(&members, reads, Record::Empty);
                 Err(Disagreement::Undecided(format!(
                     "no worker ID is leased until the databases agree on the snowflake spec `{own}`: not answering {unanswered:?}, without a record {lacking:?} (a record is written only once every database of the layout answers, and a server leases while some are down only on a record confirmed by a read of them all)"
                 )))
             }
-            Agreement::Agreed { every } => {
-                if every {
-                    self.confirm_records(own, members, records).await;
-                }
-                Ok(true)
-            }
-            Agreement::Record => Ok(false),
+            None => Err(Disagreement::Undecided(
+                "no worker ID is leased: no layout done was read, so no database says it is a member".into(),
+            )),
         }
     }
 
-    /// Marks confirmed each record of `own` read unconfirmed; a failure is logged (a
-    /// later read confirms it).
-    async fn confirm_records(&self, own: &str, members: &[Option<usize>], records: &[Record]) {
-        let unconfirmed = members
+    /// The names of the members whose read was `which` (one not configured here named
+    /// so).
+    fn members_named(
+        &self,
+        members: &[Option<usize>],
+        reads: &[Record],
+        which: Record,
+    ) -> Vec<String> {
+        reads
             .iter()
-            .zip(records)
-            .filter_map(|(m, r)| m.filter(|_| matches!(r, Some(Some((_, false))))));
-        join_all(unconfirmed.map(|i| async move {
-            if let Err(e) = self
-                .call(i, self.dbs.list[i].store.confirm_snowflake_spec(own))
-                .await
-            {
-                tracing::warn!(database = %self.dbs.names[i], error = %e, "could not confirm the snowflake spec");
-            }
-        }))
-        .await;
-    }
-
-    /// The records of `members`, read at once.
-    async fn read_records(&self, members: &[Option<usize>]) -> Vec<Record> {
-        join_all(members.iter().map(|m| async move {
-            let i = (*m)?;
-            self.call(i, self.dbs.list[i].store.snowflake_spec())
-                .await
-                .ok()
-        }))
-        .await
+            .zip(members)
+            .filter(|(r, _)| **r == which)
+            .map(|(_, m)| {
+                m.map_or_else(
+                    || "(not configured here)".to_owned(),
+                    |i| self.dbs.names[i].clone(),
+                )
+            })
+            .collect()
     }
 }
