@@ -443,7 +443,11 @@ impl Worker {
                         a.deadline = deadline;
                         a.bound_ms = a.bound_ms.max(bound_ms);
                         *state = State::Active(a);
-                        Duration::ZERO
+                        // The next renewal a `renew` from now: the deadline stays a
+                        // lease minus a tenth from this one. (This was ZERO: an
+                        // active holder renewed every millisecond, a write and, with
+                        // the spec check, reads each time.)
+                        self.config.renew
                     }
                     other => {
                         *state = other;

@@ -19,6 +19,9 @@ use common::*;
 
 /// Snowflake IDs of `order` with the JavaScript-safe layout.
 const JS: &str = r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 1000, renew_ms = 200, grace_ms = 300, layout = "js" }"#;
+/// The JavaScript-safe layout with renewals 2 s apart: a restored member gets its
+/// record back from a renewal only seconds later, after another server has tried.
+const JS_SLOW: &str = r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 4000, renew_ms = 2000, grace_ms = 300, layout = "js" }"#;
 /// Another spec: the reproductions' narrower layout.
 const NARROW: &str = r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 1000, renew_ms = 200, grace_ms = 300, layout = { timestamp_bits = 41, worker_bits = 6, sequence_bits = 6 } }"#;
 
@@ -130,12 +133,12 @@ const NARROW_BITS: &str = "worker_bits=6";
 /// leases and confirms its spec; pg1 then loses its record (a restore from a backup
 /// older than it). Server B (another layout) configured with pg1 alone never leases:
 /// pg0, a member it is not configured with, counts as not answering, so B cannot record
-/// its spec, and once A's renewal has written A's record back B answers 503 naming
-/// both specs.
+/// its spec (its first tries come before A's next renewal), and once A's renewal has
+/// written A's record back B answers 503 naming both specs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_of_another_spec_on_a_restored_member_alone_never_leases() {
     let (dbs, token) = two_databases();
-    let a = ServerProcess::start(&part_of(&dbs, 2, &[0, 1], JS)).await;
+    let a = ServerProcess::start(&part_of(&dbs, 2, &[0, 1], JS_SLOW)).await;
     let a_remote = a.remote(Duration::from_secs(30));
     eventually(Duration::from_secs(15), "A leases", async || {
         snowflakes(&a_remote, &token, 1)
