@@ -286,7 +286,7 @@ mod tests {
     }
 
     /// Runs the machine to its end against `held`, each database's epoch-0 row.
-    fn run(mut f: Founding, held: &mut Vec<(String, Option<LayoutRow>)>) -> Need {
+    fn run(mut f: Founding, held: &mut [(String, Option<LayoutRow>)]) -> Need {
         loop {
             match f.next() {
                 Need::Claim { database, row } => {
