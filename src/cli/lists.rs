@@ -96,7 +96,9 @@ pub async fn list_layout(store: &Store, as_json: bool) -> Result {
     }
     match &report.current {
         Some(l) => println!("layout epoch {} (done): {}", l.epoch, l.describe()),
-        None => println!("layout epoch 0 (the configured classes; no change made yet)"),
+        None => println!(
+            "no layout recorded: servers use no database until `segmint migrate` records the membership"
+        ),
     }
     if let Some(l) = report.current.as_ref().filter(|l| !l.lost.is_empty()) {
         let lost: Vec<String> = l
