@@ -15,7 +15,7 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use common::cli::CliRun;
-use common::http::{Remote, Target, bearer, get, metric, try_v1_ids, v1};
+use common::http::{Remote, Target, get, metric, try_v1_ids};
 use common::layout::{
     Cluster, REFRESH, SILENT, assert_consistent, bulk_bizs, cli, cli_ok, highest_max_id,
     kill_midway, live_rows, toml_for,
@@ -133,17 +133,9 @@ async fn try_snowflakes(
     token: &str,
     count: usize,
 ) -> Result<Vec<i64>, String> {
-    let r = v1(
-        target,
-        false,
-        &format!("/v1/snowflake/plain?count={count}"),
-        bearer(token),
-    )
-    .await;
-    if r.status != 200 {
-        return Err(format!("{r:?}"));
-    }
-    serde_json::from_value(r.json()["ids"].clone()).map_err(|e| e.to_string())
+    common::http::snowflakes_of(target, "plain", token, count)
+        .await
+        .map_err(|r| format!("{r:?}"))
 }
 
 /// The worker ID that issued the snowflake ID `id`.

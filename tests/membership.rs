@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::by_kind;
 use crate::common;
-use common::http::{Resp, Target, bearer, get, metric, v1, v1_ids};
+use common::http::{Target, get, metric, snowflakes_of, v1_ids};
 use common::layout::{cli_ok, toml_for};
 use common::wait::eventually;
 use common::*;
@@ -61,23 +61,9 @@ fn two_databases() -> (Databases, String) {
     (dbs, token)
 }
 
-async fn snowflakes(target: &impl Target, token: &str, count: usize) -> Result<Vec<i64>, Resp> {
-    let r = v1(
-        target,
-        false,
-        &format!("/v1/snowflake/order?count={count}"),
-        bearer(token),
-    )
-    .await;
-    match r.status {
-        200 => Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids")),
-        _ => Err(r),
-    }
-}
-
 /// The message of a 503 `no_worker_id` answer; panics on IDs.
 async fn refusal(target: &impl Target, token: &str) -> String {
-    match snowflakes(target, token, 1).await {
+    match snowflakes_of(target, "order", token, 1).await {
         Ok(ids) => panic!("a server that must not lease issued {ids:?}"),
         Err(r) => {
             assert_eq!(r.status, 503, "{r:?}");
@@ -93,13 +79,13 @@ async fn refusal(target: &impl Target, token: &str) -> String {
 /// `leasing`, which never repeat.
 async fn one_leases(leasing: &impl Target, refused: &impl Target, token: &str) -> Vec<i64> {
     let mut ids = eventually(Duration::from_secs(15), "a server leases", async || {
-        snowflakes(leasing, token, 10)
+        snowflakes_of(leasing, "order", token, 10)
             .await
             .map_err(|r| format!("{r:?}"))
     })
     .await;
     for _ in 0..20 {
-        ids.extend(snowflakes(leasing, token, 1_000).await.unwrap());
+        ids.extend(snowflakes_of(leasing, "order", token, 1_000).await.unwrap());
         refusal(refused, token).await;
     }
     let distinct: HashSet<i64> = ids.iter().copied().collect();
@@ -141,7 +127,7 @@ async fn a_server_of_another_spec_on_a_restored_member_alone_never_leases() {
     let a = ServerProcess::start(&part_of(&dbs, 2, &[0, 1], JS_SLOW)).await;
     let a_remote = a.remote(Duration::from_secs(30));
     eventually(Duration::from_secs(15), "A leases", async || {
-        snowflakes(&a_remote, &token, 1)
+        snowflakes_of(&a_remote, "order", &token, 1)
             .await
             .map_err(|r| format!("{r:?}"))
     })
@@ -205,7 +191,7 @@ async fn servers_configured_with_parts_of_a_static_cluster_never_lease_two_specs
         Duration::from_secs(15),
         "the full server leases",
         async || {
-            snowflakes(&full_remote, &token, 10)
+            snowflakes_of(&full_remote, "order", &token, 10)
                 .await
                 .map_err(|r| format!("{r:?}"))
         },
@@ -213,7 +199,11 @@ async fn servers_configured_with_parts_of_a_static_cluster_never_lease_two_specs
     .await;
     ids.extend(one_leases(&a_remote, &b_remote, &token).await);
     refused_naming(&b_remote, &token, JS_BITS, NARROW_BITS).await;
-    ids.extend(snowflakes(&full_remote, &token, 1_000).await.unwrap());
+    ids.extend(
+        snowflakes_of(&full_remote, "order", &token, 1_000)
+            .await
+            .unwrap(),
+    );
     let distinct: HashSet<i64> = ids.iter().copied().collect();
     assert_eq!(distinct.len(), ids.len(), "an ID issued twice");
 }
@@ -336,4 +326,46 @@ async fn a_server_uses_no_database_before_the_membership_is_recorded() {
     })
     .await;
     assert_eq!(ids.len(), 3);
+}
+
+/// Two `segmint migrate`s of different configurations at once (one naming pg0 and
+/// pg1, the other pg1 alone with every ID): at least one ends well, and the
+/// databases never hold two different memberships `done`, so no two servers use
+/// overlapping classes (the model's scenario M checks every interleaving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_migrates_of_different_configurations_at_once_record_one_membership() {
+    let dbs = Databases::start(Kind::Postgres, 2);
+    // Schemas first (each database migrated alone, the record that made deleted), so
+    // that both commands race on the membership alone.
+    let both = part_of(&dbs, 2, &[0, 1], "");
+    let alone = part_of(&dbs, 1, &[1], "").replace("remainder = 1", "remainder = 0");
+    for i in 0..2 {
+        cli_ok(
+            &part_of(&dbs, 1, &[i], "").replace("remainder = 1", "remainder = 0"),
+            &["migrate"],
+        );
+        dbs.sql(i, "DELETE FROM segmint_layout");
+    }
+    let runs = std::thread::scope(|s| {
+        let a = s.spawn(|| common::layout::cli(&both, &["migrate"]));
+        let b = s.spawn(|| common::layout::cli(&alone, &["migrate"]));
+        [a.join().unwrap(), b.join().unwrap()]
+    });
+    assert!(
+        runs.iter().any(|r| r.code == Some(0)),
+        "neither recorded: {:?}",
+        runs.iter().map(|r| &r.stderr).collect::<Vec<_>>()
+    );
+    for r in runs.iter().filter(|r| r.code != Some(0)) {
+        assert!(
+            r.stderr.contains("records another membership"),
+            "{}",
+            r.stderr
+        );
+    }
+    let done: HashSet<String> = (0..2)
+        .map(|i| dbs.sql(i, "SELECT members FROM segmint_layout WHERE state = 'done'"))
+        .filter(|m| !m.is_empty())
+        .collect();
+    assert_eq!(done.len(), 1, "memberships done: {done:?}");
 }

@@ -94,19 +94,9 @@ impl Setup {
     }
 }
 
-/// `count` snowflake IDs of `order` from `/v1/snowflake/order`, or the answer.
+/// `count` snowflake IDs of `order`, or the answer.
 async fn try_snowflakes(target: &impl Target, token: &str, count: usize) -> Result<Vec<i64>, Resp> {
-    let r = v1(
-        target,
-        false,
-        &format!("/v1/snowflake/order?count={count}"),
-        bearer(token),
-    )
-    .await;
-    if r.status != 200 {
-        return Err(r);
-    }
-    Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids"))
+    common::http::snowflakes_of(target, "order", token, count).await
 }
 
 /// `id` decoded by `/v1/snowflake/order/decode/{id}`.

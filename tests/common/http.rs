@@ -285,3 +285,23 @@ pub async fn metric(target: &impl Target, series: &str) -> f64 {
         .parse()
         .unwrap()
 }
+
+/// `count` snowflake IDs of `biz` from `/v1/snowflake/{biz}`, or the answer.
+pub async fn snowflakes_of(
+    target: &impl Target,
+    biz: &str,
+    token: &str,
+    count: usize,
+) -> Result<Vec<i64>, Resp> {
+    let r = v1(
+        target,
+        false,
+        &format!("/v1/snowflake/{biz}?count={count}"),
+        bearer(token),
+    )
+    .await;
+    if r.status != 200 {
+        return Err(r);
+    }
+    Ok(serde_json::from_value(r.json()["ids"].clone()).expect("ids"))
+}

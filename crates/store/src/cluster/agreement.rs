@@ -63,16 +63,13 @@ impl Store {
     /// not answer or lacks the record when none can be decided yet.
     pub(super) async fn agree_snowflake(&self) -> Result<(), Disagreement> {
         let members = self.members_in_force();
-        let mut agreement = Try::new(
-            self.snowflake.record(),
-            members.iter().map(Option::is_some).collect(),
-        );
+        let own = self.snowflake.record();
+        let mut agreement = Try::new(own.clone(), members.iter().map(Option::is_some).collect());
         loop {
             let steps = agreement.steps();
             if steps.is_empty() {
                 break;
             }
-            let own = agreement.own().to_owned();
             let own = own.as_str();
             let answers = join_all(steps.into_iter().map(|step| {
                 let members = &members;
@@ -128,7 +125,6 @@ impl Store {
                 .flatten()
                 .map_or("(not configured here)", |i| self.dbs.names[i].as_str())
         };
-        let own = agreement.own();
         match agreement.outcome() {
             Some(Outcome::Lease) => Ok(()),
             Some(Outcome::Differs { member, found }) => Err(Disagreement::Differs(format!(

@@ -332,7 +332,7 @@ impl Store {
     /// an earlier version).
     pub(super) async fn layout_for_writes(&self) -> Result<i64, StoreError> {
         self.load_layout().await;
-        if self.layouts().0.is_none() && self.layouts().1.is_none() {
+        if self.layouts() == (None, None) {
             self.record_membership().await?;
         }
         match self.layout_epochs() {
