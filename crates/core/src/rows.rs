@@ -29,7 +29,7 @@ pub struct BizRow {
 }
 
 /// One `segmint_layout` row: which databases issue IDs from which class at `epoch`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LayoutRow {
     pub epoch: i64,
     /// `name=delta:remainder`, joined by commas (see [`crate::layout::Layout`]).

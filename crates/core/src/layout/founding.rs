@@ -23,7 +23,7 @@ use crate::rows::LayoutRow;
 
 /// Why the membership cannot be recorded. Nothing was written, or what was written
 /// serves nothing until `migrate` runs again.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, thiserror::Error)]
 pub enum FoundingError {
     /// Databases of the configuration did not answer (or failed a write): the record
     /// names every member, so every one must take it.
@@ -65,7 +65,7 @@ pub enum Need {
     Failed(FoundingError),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 enum Phase {
     /// Claiming on `order[at]`.
     Claiming {
@@ -84,7 +84,7 @@ enum Phase {
 }
 
 /// The recording of one cluster's membership, as a machine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Founding {
     /// The layout recorded: epoch 0, the configured members and classes.
     layout: Layout,
@@ -93,6 +93,9 @@ pub struct Founding {
     /// When the rows are written (Unix milliseconds; never 0).
     at_ms: i64,
     phase: Phase,
+    /// Whether the rows are claimed `moving` before any is marked `done` (the
+    /// safeguard; the model checker switches it off to show it is needed).
+    claim: bool,
 }
 
 impl Founding {
@@ -165,7 +168,16 @@ impl Founding {
             order,
             at_ms: at_ms.max(1),
             phase: Phase::Claiming { at: 0 },
+            claim: true,
         }))
+    }
+
+    /// This record written `done` at once on each member in turn, without the claim:
+    /// for the model checker, to show the claim is needed.
+    #[must_use]
+    pub fn without_the_claim(mut self) -> Founding {
+        self.claim = false;
+        self
     }
 
     /// The step needed next.
@@ -180,7 +192,10 @@ impl Founding {
         match &self.phase {
             Phase::Claiming { at } => Need::Claim {
                 database: self.order[*at].clone(),
-                row: row(LayoutState::Moving),
+                row: row(match self.claim {
+                    true => LayoutState::Moving,
+                    false => LayoutState::Done,
+                }),
             },
             Phase::Checking { at } => Need::Read {
                 database: self.order[*at].clone(),
@@ -246,8 +261,8 @@ impl Founding {
         match (at + 1 < self.order.len(), marking) {
             (true, false) => Phase::Claiming { at: at + 1 },
             (true, true) => Phase::Marking { at: at + 1 },
-            (false, false) => Phase::Marking { at: 0 },
-            (false, true) => Phase::Recorded,
+            (false, false) if self.claim => Phase::Marking { at: 0 },
+            (false, _) => Phase::Recorded,
         }
     }
 

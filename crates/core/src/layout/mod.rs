@@ -30,7 +30,7 @@ pub use founding::{Founding, FoundingError, Need};
 pub use standing::{Reading, Standing, read, settled, standing};
 
 /// How far a layout's change got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LayoutState {
     /// Being applied: bizs and worker IDs still follow the layout before it.
     Moving,
@@ -60,7 +60,7 @@ impl LayoutState {
 }
 
 /// One database of a layout.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Member {
     pub name: String,
     /// The class plain bizs get on it.
@@ -68,7 +68,7 @@ pub struct Member {
 }
 
 /// The databases issuing IDs at one epoch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Layout {
     pub epoch: i64,
     pub members: Vec<Member>,

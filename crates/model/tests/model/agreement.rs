@@ -14,13 +14,10 @@
 //! lease (then nothing records what it issued with).
 
 use std::collections::BTreeSet;
-use std::time::Instant;
 
 use segmint_core::snowflake::agreement::{Agreement, Outcome, Read, Record, Step, Try, agree};
 use segmint_core::snowflake::{Layout, Spec};
-use stateright::{Checker, HasDiscoveries, Model, Property};
-
-use crate::threads;
+use stateright::{Model, Property};
 
 const BOTH: &str = "never two specs leased";
 const SERVERS: usize = 3;
@@ -327,28 +324,8 @@ impl Model for Agreement2 {
     }
 }
 
-/// Checks `model` over every reachable state, or until a counterexample to [`BOTH`]
-/// when `expect_bug`; prints the counts, and the trace of a counterexample.
 fn check(title: &str, model: Agreement2, expect_bug: bool) {
-    let started = Instant::now();
-    let mut builder = model.checker().threads(threads());
-    if expect_bug {
-        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([BOTH])));
-    }
-    let checker = builder.spawn_bfs().join();
-    eprintln!(
-        "{title}: {} states ({} unique), depth {}, {:.2} s",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed().as_secs_f64()
-    );
-    match (checker.discovery(BOTH), expect_bug) {
-        (Some(path), true) => eprintln!("{title}: counterexample, as expected:\n{path:?}"),
-        (None, true) => panic!("{title}: expected a counterexample to \"{BOTH}\", found none"),
-        (Some(path), false) => panic!("{title}: counterexample to \"{BOTH}\":\n{path:?}"),
-        (None, false) => checker.assert_properties(),
-    }
+    crate::check_small(title, model, BOTH, expect_bug);
 }
 
 #[test]

@@ -39,7 +39,9 @@
 //! needed.
 //!
 //! Beside it, [`agreement`] is a small model of its own: servers of different snowflake
-//! specs agreeing on one through the databases (scenario K).
+//! specs agreeing on one through the databases (scenarios K and L); and [`founding`]
+//! another: two `segmint migrate`s of different configurations recording the
+//! membership at once (scenario M).
 //!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
 //! layout-change command; [`mover`] one biz's move (shared by commands and servers'
@@ -48,6 +50,7 @@
 
 mod agreement;
 mod command;
+mod founding;
 mod import;
 mod model;
 mod mover;
@@ -71,12 +74,8 @@ fn threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Checks every reachable state of `sys`: no property may fail, and every `sometimes`
-/// property must be reached.
-fn holds(sys: Sys) {
-    let title = sys.spec.title;
-    let started = Instant::now();
-    let checker = sys.checker().threads(threads()).spawn_bfs().join();
+/// Prints what a check explored: states, unique states, depth and time since `started`.
+fn counts<M: Model>(title: &str, checker: &impl Checker<M>, started: Instant) {
     eprintln!(
         "{title}: {} states ({} unique), depth {}, {:.1} s",
         checker.state_count(),
@@ -84,6 +83,39 @@ fn holds(sys: Sys) {
         checker.max_depth(),
         started.elapsed().as_secs_f64()
     );
+}
+
+/// Checks a small model (the agreement's, the membership record's) over every
+/// reachable state, or until a counterexample to `property` when `expect_bug`;
+/// prints the counts, and the path of a counterexample.
+fn check_small<M>(title: &str, model: M, property: &'static str, expect_bug: bool)
+where
+    M: Model + Send + Sync + 'static,
+    M::State: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let mut builder = model.checker().threads(threads());
+    if expect_bug {
+        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
+    }
+    let checker = builder.spawn_bfs().join();
+    counts(title, &checker, started);
+    match (checker.discovery(property), expect_bug) {
+        (Some(path), true) => eprintln!("{title}: counterexample, as expected:\n{path:?}"),
+        (None, true) => panic!("{title}: expected a counterexample to \"{property}\", found none"),
+        (Some(path), false) => panic!("{title}: counterexample to \"{property}\":\n{path:?}"),
+        (None, false) => checker.assert_properties(),
+    }
+}
+
+/// Checks every reachable state of `sys`: no property may fail, and every `sometimes`
+/// property must be reached.
+fn holds(sys: Sys) {
+    let title = sys.spec.title;
+    let started = Instant::now();
+    let checker = sys.checker().threads(threads()).spawn_bfs().join();
+    counts(title, &checker, started);
     for name in [
         "no duplicate ID",
         "no worker ID held twice",
@@ -109,13 +141,7 @@ fn finds(sys: Sys, property: &'static str) {
     let started = Instant::now();
     let checker = builder.spawn_bfs().join();
     let title = checker.model().spec.title;
-    eprintln!(
-        "{title}: {} states ({} unique), depth {}, {:.1} s",
-        checker.state_count(),
-        checker.unique_state_count(),
-        checker.max_depth(),
-        started.elapsed().as_secs_f64()
-    );
+    counts(title, &checker, started);
     let path = checker.discovery(property).unwrap_or_else(|| {
         panic!("{title}: expected a counterexample to \"{property}\", found none")
     });
