@@ -10,7 +10,7 @@ use crate::name::Name;
 use crate::rows::BizRow;
 
 /// The progress of one biz row: versions only grow (a give-back bumps it too).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Mark {
     /// The highest version known.
     pub version: i64,
@@ -46,8 +46,7 @@ impl Mark {
     /// Whether a row read as `found` lies behind this mark: an older version, or the
     /// same version with another `max_id` (a row rewritten behind segmint's back).
     pub fn is_ahead_of(&self, found: &BizRow) -> bool {
-        found.version < self.version
-            || (found.version == self.version && found.max_id != self.max_id)
+        crate::rows::Reclass::of(found).is_behind(self)
     }
 }
 

@@ -1,7 +1,9 @@
 //! The rows the databases hold that the pure rules read: a biz's row and a layout row.
 //! The store reads and writes them; the core decides from them.
 
+use crate::evidence::Mark;
 use crate::name::Name;
+use crate::segment::{Residue, SegmentError};
 
 /// One `tiny_id_info` row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,4 +40,73 @@ pub struct LayoutRow {
     pub state: String,
     /// When the row was last written, by the writer's clock (Unix milliseconds).
     pub changed_ms: i64,
+}
+
+/// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
+/// these values. It is also all a change reads of a row: the machine of a biz's move
+/// ([`crate::layout::Move`]) works on these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Reclass {
+    pub version: i64,
+    pub max_id: i64,
+    pub delta: i64,
+    pub remainder: i64,
+    pub epoch: i64,
+    pub frozen: bool,
+    pub claimed_by: i64,
+}
+
+impl Reclass {
+    /// The fields of `row` a layout change reads and writes.
+    pub fn of(row: &BizRow) -> Reclass {
+        Reclass {
+            version: row.version,
+            max_id: row.max_id,
+            delta: row.delta,
+            remainder: row.remainder,
+            epoch: row.epoch,
+            frozen: row.frozen,
+            claimed_by: row.claimed_by,
+        }
+    }
+
+    /// `row` as it is, frozen or thawed by the change to layout epoch `by`, its version
+    /// bumped.
+    pub fn freezing(row: &BizRow, frozen: bool, by: i64) -> Reclass {
+        Reclass::of(row).frozen_by(frozen, by)
+    }
+
+    /// This row frozen or thawed by the change to layout epoch `by`, its version bumped.
+    #[must_use]
+    pub fn frozen_by(self, frozen: bool, by: i64) -> Reclass {
+        Reclass {
+            version: self.version + 1,
+            frozen,
+            claimed_by: by,
+            ..self
+        }
+    }
+
+    /// The row's class.
+    ///
+    /// # Errors
+    /// When `delta` and `remainder` make no class.
+    pub fn class(&self) -> Result<Residue, SegmentError> {
+        Residue::new(self.delta, self.remainder)
+    }
+
+    /// What a row at these values says of its progress ([`Mark::of`]).
+    pub fn mark(&self) -> Mark {
+        Mark {
+            version: self.version,
+            max_id: self.max_id,
+            high_id: self.max_id,
+        }
+    }
+
+    /// Whether a row read as `self` lies behind `known` ([`Mark::is_ahead_of`]).
+    pub fn is_behind(&self, known: &Mark) -> bool {
+        self.version < known.version
+            || (self.version == known.version && self.max_id != known.max_id)
+    }
 }

@@ -89,7 +89,7 @@ pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
 pub use refusal::{Reason, Refusal};
 pub use segmint_core::evidence::{Mark, Witness};
-pub use segmint_core::rows::{BizRow, LayoutRow};
+pub use segmint_core::rows::{BizRow, LayoutRow, Reclass};
 pub use sqlite::OpenMode;
 
 /// What [`SegmentStore::insert_bizs`] did with a row.
@@ -101,35 +101,6 @@ pub enum Inserted {
     Exists,
     /// This database holds the layout of this epoch, above the row's; nothing written.
     LayoutAbove(i64),
-}
-
-/// A layout change's compare-and-set on one biz row: from `version` and `max_id` to
-/// these values (see [`rules`]'s `reclass`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reclass {
-    pub version: i64,
-    pub max_id: i64,
-    pub delta: i64,
-    pub remainder: i64,
-    pub epoch: i64,
-    pub frozen: bool,
-    pub claimed_by: i64,
-}
-
-impl Reclass {
-    /// `row` as it is, frozen or thawed by the change to layout epoch `by`, its version
-    /// bumped.
-    pub fn freezing(row: &BizRow, frozen: bool, by: i64) -> Reclass {
-        Reclass {
-            version: row.version + 1,
-            max_id: row.max_id,
-            delta: row.delta,
-            remainder: row.remainder,
-            epoch: row.epoch,
-            frozen,
-            claimed_by: by,
-        }
-    }
 }
 
 /// What [`SegmentStore::write_row`] writes: the row's new version and `max_id`, and

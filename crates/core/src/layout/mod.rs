@@ -19,6 +19,7 @@ use crate::segment::Residue;
 
 mod change;
 mod founding;
+pub mod moving;
 mod standing;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ pub use change::{
     LayoutChange, Plan, PlanError, claim_order, fence, overlap, plan, required, target, uncovered,
 };
 pub use founding::{Founding, FoundingError, Need};
+pub use moving::{Frame, Move};
 pub use standing::{Reading, Standing, read, settled, standing};
 
 /// How far a layout's change got.

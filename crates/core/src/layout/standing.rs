@@ -94,7 +94,7 @@ pub fn read(known: &[Layout], per_db: &[(String, Vec<LayoutRow>)]) -> Result<Rea
 /// every member's row unfrozen in its class at `epoch`, every other row frozen or
 /// absent.
 pub fn settled(
-    rows: &[Option<&crate::rows::BizRow>],
+    rows: &[Option<crate::rows::Reclass>],
     wanted: &[Option<Residue>],
     epoch: i64,
 ) -> bool {

@@ -113,7 +113,7 @@ impl Cmd {
     pub fn step(&mut self, sys: &Sys, st: &mut State) -> Option<&'static str> {
         let phase = std::mem::replace(&mut self.phase, Phase::Finished);
         let next = match phase {
-            Phase::Move(mut mover) => match mover.step(sys, &mut st.dbs) {
+            Phase::Move(mut mover) => match mover.step(&mut st.dbs) {
                 Moved::Going => Phase::Move(mover),
                 Moved::Done => Phase::Leases,
                 Moved::Stopped(why) => Phase::Stopped(why),

@@ -283,9 +283,17 @@ impl Row {
         }
     }
 
-    /// Frozen or thawed by the change to epoch `by` (`Reclass::freezing`).
-    pub fn freezing(&self, frozen: bool, by: i64) -> Row {
-        Row::reclassed(&Reclass::freezing(&self.biz_row(0), frozen, by))
+    /// The fields a layout change reads.
+    pub fn reclass(&self) -> Reclass {
+        Reclass {
+            version: self.version,
+            max_id: self.max_id,
+            delta: self.class.delta(),
+            remainder: self.class.remainder(),
+            epoch: self.epoch,
+            frozen: self.frozen,
+            claimed_by: self.claimed_by,
+        }
     }
 
     pub fn mark(&self) -> Mark {

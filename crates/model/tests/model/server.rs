@@ -316,7 +316,7 @@ impl Sys {
 
     pub fn heal_step(&self, st: &mut State, s: usize) -> bool {
         let mut mover = st.servers[s].heal.take().expect("healing");
-        if mover.step(self, &mut st.dbs) == Moved::Going {
+        if mover.step(&mut st.dbs) == Moved::Going {
             st.servers[s].heal = Some(mover);
         }
         true

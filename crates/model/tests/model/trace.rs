@@ -5,7 +5,8 @@ use stateright::Path;
 use crate::command::Phase;
 use crate::import::Imp;
 use crate::model::{Action, Lay, Row, St, State, Sys};
-use crate::mover::{MoveStep, Mover};
+use crate::mover::Mover;
+use segmint_core::layout::moving::Need;
 
 impl Sys {
     /// The steps of `path`, one per line, and the databases it ends with.
@@ -57,30 +58,36 @@ impl Sys {
     }
 
     fn describe_move(&self, m: &Mover) -> String {
-        let e = m.to.epoch;
-        match &m.step {
-            MoveStep::Read => format!("reads the biz's rows (move to epoch {e})"),
-            MoveStep::Place { k, rows } => format!(
-                "inserts a frozen placeholder on {} ({})",
-                self.db(rows[*k].0),
-                self.describe_row(&rows[*k].1)
-            ),
-            MoveStep::Freeze { k, .. } => {
-                format!("freezes the row on {} (epoch {e})", self.db(m.parts[*k]))
+        let e = m.machine.epoch();
+        let db = |part: usize| self.db(m.parts[part]);
+        match m.machine.need() {
+            Need::Read if m.machine.verifying() => {
+                "reads the biz's rows again: still frozen?".to_string()
             }
-            MoveStep::Thaw { k, .. } => format!("thaws the row on {}", self.db(m.parts[*k])),
-            MoveStep::Verify { .. } => "reads the biz's rows again: still frozen?".to_string(),
-            MoveStep::Witnesses { k, .. } => format!(
+            Need::Read => format!("reads the biz's rows (move to epoch {e})"),
+            Need::Insert { part, row, .. } => format!(
+                "inserts a frozen placeholder on {} ({})",
+                db(part),
+                self.describe_row(&Row::reclassed(&row))
+            ),
+            Need::Write { part, .. } if m.machine.thawing() => {
+                format!("thaws the row on {}", db(part))
+            }
+            Need::Write { part, to, .. } if to.frozen => {
+                format!("freezes the row on {} (epoch {e})", db(part))
+            }
+            Need::Write { part, to, .. } => format!(
+                "switches the row on {} to {}:{} at fence {} (epoch {e})",
+                db(part),
+                to.delta,
+                to.remainder,
+                to.max_id
+            ),
+            Need::Witness { part, .. } => format!(
                 "records the frozen rows as witnesses on {} and reads its witnesses",
-                self.db(m.parts[*k])
+                db(part)
             ),
-            MoveStep::Switch {
-                k, wanted, fence, ..
-            } => format!(
-                "switches the row on {} to {} at fence {fence} (epoch {e})",
-                self.db(m.parts[*k]),
-                wanted[*k].expect("a member")
-            ),
+            Need::Done(o) => format!("{o:?}"),
         }
     }
 
@@ -164,7 +171,7 @@ impl Sys {
                     })
                     .collect();
                 let heal = match (&before.servers[s].heal, &after.servers[s].heal) {
-                    (None, Some(m)) => format!("; starts healing epoch {}", m.to.epoch),
+                    (None, Some(m)) => format!("; starts healing epoch {}", m.machine.epoch()),
                     _ => String::new(),
                 };
                 let written: Vec<&str> = (0..self.spec.servers[s].config.len())

@@ -41,7 +41,7 @@ use super::lease::WORKER_IDS;
 use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
-use crate::store::evidence::{self, Evidence, Mark};
+use crate::store::evidence::{self, Mark};
 use crate::store::{
     BizRow, DbError, LayoutRow, LeaseSet, Reason, Reclass, Refusal, ShapeRow, StoreError,
 };
@@ -56,7 +56,7 @@ pub const MOVED_HOLDER: &str = "segmint-layout";
 
 /// Lost races per biz before the change gives up (servers reserving between the read
 /// and the freeze; a handful at most).
-const MOVE_ATTEMPTS: usize = 50;
+const MOVE_ATTEMPTS: u32 = 50;
 
 /// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
 type Witnessed = HashMap<String, Vec<(i64, i64)>>;
