@@ -253,7 +253,9 @@ async fn migrate_killed_midway_then_run_again_completes_and_serves_no_id_twice()
         _ => panic!("not the ALTER of 0004_description: {waiting:?}"),
     };
     assert_eq!(history(&server), versions(3), "0001 to 0003 recorded");
-    send_signal(run.pid(), "STOP").unwrap();
+    stop_process(run.pid(), Duration::from_secs(10))
+        .await
+        .unwrap();
     reader.query_drop("COMMIT").await.unwrap();
     let command =
         format!("SELECT command FROM information_schema.processlist WHERE id = {session_id}");

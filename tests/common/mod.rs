@@ -42,7 +42,8 @@ pub use pg::{
 };
 #[allow(unused_imports)]
 pub use process::{
-    ChildGuard, ServerProcess, child_healthy, segmint_bin, send_signal, serve_command, wait_healthy,
+    ChildGuard, ServerProcess, child_healthy, segmint_bin, send_signal, serve_command,
+    stop_process, wait_healthy,
 };
 #[allow(unused_imports)]
 pub use wait::{eventually, eventually_every, readyz_database, until_fenced};

@@ -74,6 +74,40 @@ pub fn send_signal(pid: u32, signal: &str) -> Result<(), String> {
     }
 }
 
+/// Stops process `pid` (`SIGSTOP`) and waits, at most `limit`, until every thread of
+/// it is stopped: `kill` returns before a running thread has taken the signal, and a
+/// thread still running may act on an answer that arrives meanwhile.
+///
+/// # Errors
+/// When `kill` fails, or a thread still runs after `limit`.
+pub async fn stop_process(pid: u32, limit: Duration) -> Result<(), String> {
+    send_signal(pid, "STOP")?;
+    let all_stopped = || -> Result<bool, String> {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|e| e.to_string())?;
+        for task in tasks {
+            let stat =
+                std::fs::read_to_string(task.map_err(|e| e.to_string())?.path().join("stat"))
+                    .map_err(|e| e.to_string())?;
+            // The state follows the command's closing parenthesis.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next());
+            if state != Some('T') {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    };
+    let start = Instant::now();
+    while !all_stopped()? {
+        if start.elapsed() > limit {
+            return Err(format!("process {pid} still runs {limit:?} after SIGSTOP"));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
 /// The path of the `segmint` binary built for these tests.
 pub fn segmint_bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_segmint"))

@@ -89,7 +89,7 @@ pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
 pub use refusal::{Reason, Refusal};
 pub use segmint_core::evidence::{Mark, Witness};
-pub use segmint_core::rows::{BizRow, LayoutRow, Reclass};
+pub use segmint_core::rows::{BizRow, LayoutRow, LeaseRow, LeaseSet, Reclass};
 pub use sqlite::OpenMode;
 
 /// What [`SegmentStore::insert_bizs`] did with a row.
@@ -170,38 +170,6 @@ impl ShapeRow {
             period: spec,
         }
     }
-}
-
-/// One `segmint_worker_lease` row: a snowflake worker ID and who holds it, with the
-/// database's clock when the row was read or written. Times are Unix milliseconds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRow {
-    /// The worker ID (0 to 1023).
-    pub worker_id: u16,
-    /// The process that holds (or last held) it.
-    pub holder: String,
-    /// Grows with every take, renewal and release: the compare-and-set of the lease.
-    pub version: i64,
-    /// When the lease runs out, by the database's clock.
-    pub expires_ms: i64,
-    /// The last timestamp the holder had issued at its last renewal.
-    pub last_ms: i64,
-    /// The highest timestamp the holder may issue; a later holder issues only above it.
-    pub bound_ms: i64,
-    /// The database's clock when the statement ran.
-    pub db_now_ms: i64,
-}
-
-/// One lease row as a layout change sets it (see [`SegmentStore::set_leases_while`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseSet {
-    pub worker_id: u16,
-    pub holder: String,
-    /// Absolute, by the database's clock (Unix milliseconds).
-    pub expires_ms: i64,
-    /// At least these (the row's only grow).
-    pub last_ms: i64,
-    pub bound_ms: i64,
 }
 
 /// A renewal or release of a held lease: a compare-and-set on holder and version.

@@ -18,6 +18,7 @@ use crate::rows::LayoutRow;
 use crate::segment::Residue;
 
 mod change;
+pub mod changing;
 mod founding;
 pub mod moving;
 mod standing;
@@ -27,6 +28,7 @@ mod tests;
 pub use change::{
     LayoutChange, Plan, PlanError, claim_order, fence, overlap, plan, required, target, uncovered,
 };
+pub use changing::{Change, Decision};
 pub use founding::{Founding, FoundingError, Need};
 pub use moving::{Frame, Move};
 pub use standing::{Reading, Standing, read, settled, standing};

@@ -1,7 +1,8 @@
-//! A `segmint db add/remove` command (`Store::change_layout`), one database statement
-//! per step: read the layouts, decide with `layout::required` and `layout::plan`, claim
-//! the epoch in `layout::claim_order` (or finish / supersede a change cut off), move
-//! the biz ([`Mover`]), move the worker IDs, mark the layout done.
+//! A `segmint db add/remove` command (`Store::change_layout`): read the layouts,
+//! decide with `layout::required` and `layout::plan`, then the store's machine
+//! ([`Change`]: claim, finish or supersede a change cut off, move each biz, move the
+//! worker IDs, mark the layout done), its steps carried out on the simulated
+//! databases, one database statement per step.
 //!
 //! A command can stop after any step and never run again ([`crate::model::Action::Crash`],
 //! or, when commands may pause, simply never being scheduled again): a crash, a
@@ -14,10 +15,15 @@
 //! command crashed, or (`Spec::paused`) not at all, as if the command were paused and
 //! woke up afterwards. Safety must hold either way.
 
-use segmint_core::layout::{self, Layout, LayoutState, Member, Plan};
+use std::collections::BTreeMap;
 
-use crate::model::{Db, Holder, Lay, LeaseRow, St, State, Sys};
-use crate::mover::{Moved, Mover};
+use segmint_core::layout::changing::{Need, Safeguards};
+use segmint_core::layout::moving::Safeguards as MoveSafeguards;
+use segmint_core::layout::{self, Change, Decision, Layout, LayoutState, Member, Plan};
+use segmint_core::rows::{LeaseRow as Lease, MOVED_HOLDER};
+
+use crate::model::{Db, Holder, LeaseRow, State, Sys};
+use crate::mover;
 
 /// Where a command is.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -25,39 +31,8 @@ pub enum Phase {
     /// Read the layouts and witnesses of the configured databases that answer, and
     /// decide ([`crate::model::Action::Begin`]).
     Start,
-    /// Claim the configured classes as epoch 0 on `parts[k]` (nothing stored yet).
-    Epoch0 {
-        k: usize,
-    },
-    /// Claim the new epoch on `order[k]`.
-    Claim {
-        k: usize,
-    },
-    /// Mark the change cut off `superseded` on `parts[k]`.
-    Supersede {
-        k: usize,
-    },
-    /// Put the change being finished (`moving`) on `parts[k]`.
-    Finish {
-        k: usize,
-    },
-    /// Read which bizs exist and the witnesses, on every database of the change.
-    Gather,
-    Move(Box<Mover>),
-    /// Read the lease rows of every database of the change.
-    Leases,
-    /// Block the worker IDs leaving `parts[k]`.
-    Block {
-        k: usize,
-    },
-    /// Free the worker IDs arriving on `parts[k]`.
-    Free {
-        k: usize,
-    },
-    /// Mark the layout `done` on `parts[k]`.
-    Done {
-        k: usize,
-    },
+    /// Carrying out the steps of the change decided.
+    Run(Box<Change>),
     Finished,
     /// Stopped (refused, or failed) for the reason given; kept in the state as
     /// [`STOPPED`], the reason being told by the step that stopped it.
@@ -68,37 +43,33 @@ pub enum Phase {
 /// same point are the same state.
 const STOPPED: Phase = Phase::Stopped("stopped");
 
-/// What the command decided after reading the layouts.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Decided {
-    pub parts: Vec<Db>,
-    pub from: Lay,
-    pub to: Lay,
-    pub supersede: Option<Lay>,
-    pub finishing: bool,
-    /// The layouts read (merged).
-    pub layouts: Vec<Lay>,
-    pub order: Vec<Db>,
-    /// The lease rows read, per database of `parts`.
-    pub leases: Vec<Vec<LeaseRow>>,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Cmd {
     pub phase: Phase,
-    pub plan: Option<Box<Decided>>,
 }
 
 impl Cmd {
     pub fn new() -> Cmd {
         Cmd {
             phase: Phase::Start,
-            plan: None,
         }
     }
 
     pub fn running(&self) -> bool {
         !matches!(self.phase, Phase::Finished | Phase::Stopped(_))
+    }
+
+    /// The change the command runs, once decided.
+    pub fn change(&self) -> Option<&Change> {
+        match &self.phase {
+            Phase::Run(change) => Some(change),
+            _ => None,
+        }
+    }
+
+    /// The epoch the command moves to, once decided.
+    pub fn epoch(&self) -> Option<i64> {
+        self.change().map(|c| c.decision().to.epoch)
     }
 
     /// Starts command `c`: reads the databases of its configuration at the positions
@@ -111,33 +82,41 @@ impl Cmd {
 
     /// Runs the next step of command `c` (started). Returns why it stopped, if it did.
     pub fn step(&mut self, sys: &Sys, st: &mut State) -> Option<&'static str> {
-        let phase = std::mem::replace(&mut self.phase, Phase::Finished);
-        let next = match phase {
-            Phase::Move(mut mover) => match mover.step(&mut st.dbs) {
-                Moved::Going => Phase::Move(mover),
-                Moved::Done => Phase::Leases,
-                Moved::Stopped(why) => Phase::Stopped(why),
-            },
-            phase => self.write(sys, phase, st),
+        let next = match std::mem::replace(&mut self.phase, Phase::Finished) {
+            Phase::Run(mut change) => {
+                carry_out(sys, &mut change, st);
+                match change.need() {
+                    Need::Done(layout::changing::Outcome::Done { .. }) => Phase::Finished,
+                    Need::Done(layout::changing::Outcome::Stopped(stop)) => {
+                        Phase::Stopped(match stop {
+                            layout::changing::Stop::Claimed { .. } => {
+                                "another command claimed the epoch first"
+                            }
+                            layout::changing::Stop::Superseded { .. } => {
+                                "the epoch is no longer moving: superseded"
+                            }
+                            layout::changing::Stop::Move { .. } => "a biz's move stopped",
+                        })
+                    }
+                    _ => Phase::Run(change),
+                }
+            }
+            other => unreachable!("a step of a command in {other:?}"),
         };
         self.settle(next)
     }
 
     pub fn crash(&mut self) {
         self.phase = STOPPED;
-        self.plan = None;
     }
 
-    /// Keeps `next`; a command that ended forgets its plan.
+    /// Keeps `next`; a command stopped is kept as [`STOPPED`].
     fn settle(&mut self, next: Phase) -> Option<&'static str> {
         let why = match next {
             Phase::Stopped(why) => Some(why),
             _ => None,
         };
         self.phase = if why.is_some() { STOPPED } else { next };
-        if !self.running() {
-            self.plan = None;
-        }
         why
     }
 
@@ -224,193 +203,158 @@ impl Cmd {
         else {
             unreachable!("Already is handled above")
         };
-        let part_names = sys.name_list(&parts);
-        let prev = layouts.last().unwrap_or(&from);
-        let order = layout::claim_order(prev, &part_names)
-            .iter()
-            .map(|n| sys.index(n))
-            .collect();
         // `wait_silent`: a change under way is finished or superseded only once its
         // row fell silent, i.e. its command stopped (unless commands may pause).
         let running = supersede.as_ref().or(finishing.then_some(&to));
         if let Some(running) = running
             && !sys.spec.paused
-            && st.cmds.iter().enumerate().any(|(k, other)| {
-                k != c
-                    && other.running()
-                    && other
-                        .plan
-                        .as_ref()
-                        .is_some_and(|p| p.to.epoch == running.epoch)
-            })
+            && st
+                .cmds
+                .iter()
+                .enumerate()
+                .any(|(k, other)| k != c && other.running() && other.epoch() == Some(running.epoch))
         {
             return Phase::Stopped("the change's command still runs: its row is not silent");
         }
-        let nothing_stored = layouts.is_empty();
-        self.plan = Some(Box::new(Decided {
-            parts,
-            from: sys.lay(&from),
-            to: sys.lay(&to),
-            supersede: supersede.as_ref().map(|l| sys.lay(l)),
+        let decision = Decision {
+            parts: sys.name_list(&parts),
+            from,
+            to,
+            supersede,
             finishing,
-            layouts: layouts.iter().map(|l| sys.lay(l)).collect(),
-            order,
-            leases: Vec::new(),
-        }));
-        if nothing_stored {
-            Phase::Epoch0 { k: 0 }
-        } else if finishing {
-            Phase::Finish { k: 0 }
-        } else {
-            Phase::Claim { k: 0 }
-        }
+            layouts,
+        };
+        let fixes = &sys.spec.fixes;
+        let safeguards = Safeguards {
+            claim: fixes.claim,
+            lease_fence: fixes.lease_fence,
+            moves: MoveSafeguards {
+                fresh_witnesses: fixes.fresh_witnesses,
+                claimed_by: fixes.claimed_by_stamp,
+            },
+        };
+        let change = Change::new(decision, sys.spec.workers, u32::from(sys.spec.attempts))
+            .with_safeguards(safeguards);
+        Phase::Run(Box::new(change))
     }
+}
 
-    /// The steps that write (and the reads between them).
-    fn write(&mut self, sys: &Sys, phase: Phase, st: &mut State) -> Phase {
-        let plan = self.plan.as_mut().expect("decided");
-        let n = plan.parts.len();
-        match phase {
-            Phase::Epoch0 { k } => {
-                st.dbs[plan.parts[k]].claim_layout(&plan.from);
-                match (k + 1 < n, plan.finishing) {
-                    (true, _) => Phase::Epoch0 { k: k + 1 },
-                    (false, true) => Phase::Finish { k: 0 },
-                    (false, false) => Phase::Claim { k: 0 },
+/// Carries out the step `change` needs on the databases (a biz's move: one step of
+/// it; the catalog copy, which the model leaves out, with the step after it).
+fn carry_out(sys: &Sys, change: &mut Change, st: &mut State) {
+    let parts: Vec<Db> = change
+        .decision()
+        .parts
+        .iter()
+        .map(|n| sys.index(n))
+        .collect();
+    let epoch = change.decision().to.epoch;
+    match change.need() {
+        Need::ClaimBefore { part, layout } => {
+            st.dbs[parts[part]].claim_layout(&sys.lay(&layout));
+            change.claimed(true);
+        }
+        Need::Claim {
+            part,
+            layout,
+            exclusive,
+        } => {
+            let db = &mut st.dbs[parts[part]];
+            let claimed = match exclusive {
+                true => db.claim_layout(&sys.lay(&layout)),
+                false => {
+                    db.put_layout(&sys.lay(&layout));
+                    true
                 }
-            }
-            Phase::Claim { k } => {
-                let d = plan.order[k];
-                if sys.spec.fixes.claim {
-                    if !st.dbs[d].claim_layout(&plan.to) {
-                        return Phase::Stopped("another command claimed the epoch first");
-                    }
-                } else {
-                    st.dbs[d].put_layout(&plan.to);
-                }
-                match (k + 1 < plan.order.len(), plan.supersede.is_some()) {
-                    (true, _) => Phase::Claim { k: k + 1 },
-                    (false, true) => Phase::Supersede { k: 0 },
-                    (false, false) => Phase::Gather,
-                }
-            }
-            Phase::Supersede { k } => {
-                let p = plan.supersede.as_ref().expect("superseding");
-                st.dbs[plan.parts[k]].put_layout(&p.with(St::Superseded));
-                if k + 1 < n {
-                    Phase::Supersede { k: k + 1 }
-                } else {
-                    Phase::Gather
-                }
-            }
-            Phase::Finish { k } => {
-                st.dbs[plan.parts[k]].put_layout(&plan.to);
-                if k + 1 < n {
-                    Phase::Finish { k: k + 1 }
-                } else {
-                    Phase::Gather
-                }
-            }
-            Phase::Gather => {
-                if plan.parts.iter().all(|&d| st.dbs[d].row.is_none()) {
-                    return Phase::Leases;
-                }
-                let witnessed = plan
-                    .parts
+            };
+            change.claimed(claimed);
+        }
+        Need::Put { part, layout } => {
+            st.dbs[parts[part]].put_layout(&sys.lay(&layout));
+            change.put();
+        }
+        Need::CopyCatalog => {
+            change.copied();
+            carry_out(sys, change, st);
+        }
+        Need::Gather => {
+            // One biz, named by any row of it; the witnesses of the databases of the
+            // change.
+            let mut bizs = BTreeMap::new();
+            if parts.iter().any(|&d| st.dbs[d].row.is_some()) {
+                let witnessed = parts
                     .iter()
                     .flat_map(|&d| st.dbs[d].witness.iter().flatten())
                     .map(|&(version, max_id, high)| (high.max(max_id), version))
                     .collect();
-                let mut layouts = plan.layouts.clone();
-                for l in [&plan.from, &plan.to] {
-                    if !layouts.iter().any(|k| k.epoch == l.epoch) {
-                        layouts.push(l.clone());
-                    }
-                }
-                Phase::Move(Box::new(Mover::new(
-                    sys,
-                    plan.to.clone(),
-                    plan.parts.clone(),
-                    layouts,
-                    witnessed,
-                )))
+                bizs.insert("biz".to_owned(), witnessed);
             }
-            Phase::Leases => {
-                if sys.spec.workers == 0 {
-                    return Phase::Done { k: 0 };
-                }
-                plan.leases = plan
-                    .parts
-                    .iter()
-                    .map(|&d| st.dbs[d].leases.clone())
-                    .collect();
-                Phase::Block { k: 0 }
-            }
-            Phase::Block { k } => self.leases(sys, st, k, true),
-            Phase::Free { k } => self.leases(sys, st, k, false),
-            Phase::Done { k } => {
-                st.dbs[plan.parts[k]].put_layout(&plan.to.with(St::Done));
-                if k + 1 < n {
-                    Phase::Done { k: k + 1 }
-                } else {
-                    Phase::Finished
-                }
-            }
-            Phase::Start | Phase::Move(_) | Phase::Finished | Phase::Stopped(_) => {
-                unreachable!("not a write")
+            change.gathered(bizs);
+        }
+        Need::Move { .. } => {
+            let mover = change.mover();
+            if let Some(outcome) = mover::carry_out(mover, &parts, &mut st.dbs) {
+                change.moved(outcome);
             }
         }
-    }
-
-    /// The lease write of the worker IDs blocked (or freed) on `parts[k]`, or on the
-    /// next database of the change that has some (`move_worker_ids`): one transaction,
-    /// made only while the epoch is `moving` there.
-    fn leases(&self, sys: &Sys, st: &mut State, from: usize, block: bool) -> Phase {
-        let plan = self.plan.as_ref().expect("decided");
-        let to = plan.to.layout(sys.names());
-        let owner = |w: u16| to.owner_of(w).map(|n| sys.index(n));
-        for k in from..plan.parts.len() {
-            let d = plan.parts[k];
-            let read = &plan.leases[k];
-            let ws: Vec<u16> = (0..sys.spec.workers)
-                .filter(|&w| {
-                    let moved = read[usize::from(w)].holder == Holder::Moved;
-                    if block {
-                        owner(w) != Some(d) && !moved
-                    } else {
-                        owner(w) == Some(d) && moved
-                    }
+        Need::ReadLeases => {
+            let rows = parts
+                .iter()
+                .map(|&d| {
+                    st.dbs[d]
+                        .leases
+                        .iter()
+                        .enumerate()
+                        .map(|(w, r)| lease_row(w, r))
+                        .collect()
                 })
                 .collect();
-            if ws.is_empty() {
-                continue;
+            change.leases(rows);
+        }
+        Need::SetLeases { part, rows, fenced } => {
+            let db = &mut st.dbs[parts[part]];
+            if fenced && !db.moving(epoch) {
+                change.set(None);
+                return;
             }
-            let db = &mut st.dbs[d];
-            if sys.spec.fixes.lease_fence && !db.moving(plan.to.epoch) {
-                return Phase::Stopped("the epoch is no longer moving: superseded");
-            }
-            for w in ws {
-                db.leases[usize::from(w)] = LeaseRow {
-                    holder: if block { Holder::Moved } else { Holder::Free },
-                    expired: !block,
-                };
-            }
-            return if k + 1 < plan.parts.len() {
-                if block {
-                    Phase::Block { k: k + 1 }
-                } else {
-                    Phase::Free { k: k + 1 }
+            for set in rows {
+                let row = &mut db.leases[usize::from(set.worker_id)];
+                match set.holder.as_str() {
+                    MOVED_HOLDER => {
+                        *row = LeaseRow {
+                            holder: Holder::Moved,
+                            expired: false,
+                        };
+                    }
+                    "" => {
+                        *row = LeaseRow {
+                            holder: Holder::Free,
+                            expired: true,
+                        };
+                    }
+                    // Bounds raised only: the model keeps none.
+                    _ => {}
                 }
-            } else if block {
-                Phase::Free { k: 0 }
-            } else {
-                Phase::Done { k: 0 }
-            };
+            }
+            change.set(Some(Vec::new()));
         }
-        if block {
-            self.leases(sys, st, 0, false)
-        } else {
-            Phase::Done { k: 0 }
-        }
+        Need::Done(_) => unreachable!("a change that ended is not stepped"),
+    }
+}
+
+/// Worker ID `w`'s lease row as the store reads it (the model keeps no times).
+fn lease_row(w: usize, r: &LeaseRow) -> Lease {
+    Lease {
+        worker_id: u16::try_from(w).expect("a worker ID"),
+        holder: match r.holder {
+            Holder::Free => String::new(),
+            Holder::Moved => MOVED_HOLDER.to_owned(),
+            Holder::Server(s) => format!("server {s}"),
+        },
+        version: 0,
+        expires_ms: 0,
+        last_ms: 0,
+        bound_ms: 0,
+        db_now_ms: 0,
     }
 }

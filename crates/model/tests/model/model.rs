@@ -223,13 +223,6 @@ impl Lay {
     pub fn class_of(&self, d: Db) -> Option<Residue> {
         self.members.iter().find(|m| m.0 == d).map(|m| m.1)
     }
-
-    pub fn with(&self, state: St) -> Lay {
-        Lay {
-            state,
-            ..self.clone()
-        }
-    }
 }
 
 /// The biz's `tiny_id_info` row on one database.

@@ -49,48 +49,7 @@ impl Mover {
 
     /// Carries out the step the machine needs on the databases.
     pub fn step(&mut self, dbs: &mut [DbState]) -> Moved {
-        match self.machine.need() {
-            Need::Read => {
-                let rows: Vec<_> = self
-                    .parts
-                    .iter()
-                    .map(|&d| dbs[d].row.map(|r| r.reclass()))
-                    .collect();
-                self.machine.read(&rows);
-            }
-            Need::Insert { part, row, .. } => {
-                let db = &mut dbs[self.parts[part]];
-                if db.row.is_none() {
-                    db.row = Some(Row::reclassed(&row));
-                }
-                self.machine.inserted();
-            }
-            Need::Write {
-                part,
-                version,
-                max_id,
-                to,
-            } => {
-                let done = dbs[self.parts[part]].cas(version, max_id, Row::reclassed(&to));
-                self.machine.written(done.map(|r| r.reclass()));
-            }
-            Need::Witness { part, marks } => {
-                // `Store`'s witness step on one database: `witness`, then
-                // `witnesses_of`.
-                let j = self.parts[part];
-                for (q, mark) in marks {
-                    learn(&mut dbs[j].witness[self.parts[q]], mark);
-                }
-                let read: Vec<_> = self
-                    .parts
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(q, &d)| dbs[j].witness[d].map(|w| (Some(q), to_mark(w))))
-                    .collect();
-                self.machine.witnesses(&read);
-            }
-            Need::Done(_) => unreachable!("a move that ended is not stepped"),
-        }
+        carry_out(&mut self.machine, &self.parts, dbs);
         match self.machine.need() {
             Need::Done(Outcome::Stopped(stop)) => Moved::Stopped(match stop {
                 Stop::Back { .. } => "a row went back in time while the change ran",
@@ -102,5 +61,53 @@ impl Mover {
             Need::Done(_) => Moved::Done,
             _ => Moved::Going,
         }
+    }
+}
+
+/// Carries out the step `machine`, a move over the databases `parts`, needs on the
+/// databases; returns how it ended, if it did.
+pub fn carry_out(machine: &mut Move, parts: &[Db], dbs: &mut [DbState]) -> Option<Outcome> {
+    match machine.need() {
+        Need::Read => {
+            let rows: Vec<_> = parts
+                .iter()
+                .map(|&d| dbs[d].row.map(|r| r.reclass()))
+                .collect();
+            machine.read(&rows);
+        }
+        Need::Insert { part, row, .. } => {
+            let db = &mut dbs[parts[part]];
+            if db.row.is_none() {
+                db.row = Some(Row::reclassed(&row));
+            }
+            machine.inserted();
+        }
+        Need::Write {
+            part,
+            version,
+            max_id,
+            to,
+        } => {
+            let done = dbs[parts[part]].cas(version, max_id, Row::reclassed(&to));
+            machine.written(done.map(|r| r.reclass()));
+        }
+        Need::Witness { part, marks } => {
+            // `Store`'s witness step on one database: `witness`, then `witnesses_of`.
+            let j = parts[part];
+            for (q, mark) in marks {
+                learn(&mut dbs[j].witness[parts[q]], mark);
+            }
+            let read: Vec<_> = parts
+                .iter()
+                .enumerate()
+                .filter_map(|(q, &d)| dbs[j].witness[d].map(|w| (Some(q), to_mark(w))))
+                .collect();
+            machine.witnesses(&read);
+        }
+        Need::Done(_) => unreachable!("a move that ended is not stepped"),
+    }
+    match machine.need() {
+        Need::Done(outcome) => Some(outcome),
+        _ => None,
     }
 }

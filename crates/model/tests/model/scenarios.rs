@@ -265,10 +265,8 @@ enum Second {
 }
 
 /// C: `db remove pg1` cut off at any step, and a second command run at any time,
-/// finishing or superseding it once it is silent (crashed; with `TEST_DEEP`,
-/// at once, the first command able to wake up afterwards); a server configured with
-/// both databases reserves and heals the change meanwhile (and, deeper, one configured
-/// with pg1 alone reserves).
+/// finishing or superseding it once it is silent (crashed); a server configured with
+/// both databases reserves and heals the change meanwhile (with `TEST_DEEP`, twice).
 fn cut_off(fixes: Fixes, second: Second, within: Residue) -> Sys {
     let title = match (second, within == Residue::ALL) {
         (Second::Again, true) => "C cut off, run again",
@@ -279,8 +277,10 @@ fn cut_off(fixes: Fixes, second: Second, within: Residue) -> Sys {
     let mut spec = spec(title, names(&["pg0", "pg1"]), fixes);
     spec.step = 2 * within.delta();
     spec.heals = if deep() { 2 } else { 1 };
-    spec.paused = deep();
     spec.crashes = true;
+    // Deeper does not add a second server or commands that wake up after they fell
+    // silent (`paused`): the search then outgrew 16 GB, and 12 GB even at the
+    // default reservations and attempts (2026-11-28).
     let target: &[usize] = match second {
         Second::Again => &[0],
         Second::Back => &[0, 1],
@@ -289,9 +289,6 @@ fn cut_off(fixes: Fixes, second: Second, within: Residue) -> Sys {
     let mut healer = two_server(&[0, 1], true, false);
     healer.heals = true;
     spec.servers = vec![healer];
-    if deep() {
-        spec.servers.push(two_server(&[1], true, false));
-    }
     let dbs = two_databases(&spec, within, true);
     system(spec, dbs)
 }

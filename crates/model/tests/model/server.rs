@@ -262,9 +262,10 @@ impl Sys {
         let pending = layout::current(&layouts).1?;
         // Its row fell silent: its command stopped (unless commands may pause).
         if !self.spec.paused
-            && st.cmds.iter().any(|c| {
-                c.running() && c.plan.as_ref().is_some_and(|p| p.to.epoch == pending.epoch)
-            })
+            && st
+                .cmds
+                .iter()
+                .any(|c| c.running() && c.epoch() == Some(pending.epoch))
         {
             return None;
         }

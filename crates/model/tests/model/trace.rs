@@ -6,7 +6,9 @@ use crate::command::Phase;
 use crate::import::Imp;
 use crate::model::{Action, Lay, Row, St, State, Sys};
 use crate::mover::Mover;
+use segmint_core::layout::changing::Need as ChangeNeed;
 use segmint_core::layout::moving::Need;
+use segmint_core::layout::{Change, Move};
 
 impl Sys {
     /// The steps of `path`, one per line, and the databases it ends with.
@@ -58,19 +60,21 @@ impl Sys {
     }
 
     fn describe_move(&self, m: &Mover) -> String {
-        let e = m.machine.epoch();
-        let db = |part: usize| self.db(m.parts[part]);
-        match m.machine.need() {
-            Need::Read if m.machine.verifying() => {
-                "reads the biz's rows again: still frozen?".to_string()
-            }
+        self.describe_moving(&m.machine, &m.parts)
+    }
+
+    fn describe_moving(&self, m: &Move, parts: &[usize]) -> String {
+        let e = m.epoch();
+        let db = |part: usize| self.db(parts[part]);
+        match m.need() {
+            Need::Read if m.verifying() => "reads the biz's rows again: still frozen?".to_string(),
             Need::Read => format!("reads the biz's rows (move to epoch {e})"),
             Need::Insert { part, row, .. } => format!(
                 "inserts a frozen placeholder on {} ({})",
                 db(part),
                 self.describe_row(&Row::reclassed(&row))
             ),
-            Need::Write { part, .. } if m.machine.thawing() => {
+            Need::Write { part, .. } if m.thawing() => {
                 format!("thaws the row on {}", db(part))
             }
             Need::Write { part, to, .. } if to.frozen => {
@@ -91,30 +95,44 @@ impl Sys {
         }
     }
 
+    fn describe_change(&self, change: &Change) -> String {
+        let d = change.decision();
+        let e = d.to.epoch;
+        let on = |part: usize| d.parts[part].as_str();
+        match change.need() {
+            ChangeNeed::ClaimBefore { part, layout } => {
+                format!("claims epoch {} on {}", layout.epoch, on(part))
+            }
+            ChangeNeed::Claim { part, .. } => format!("claims epoch {e} on {}", on(part)),
+            ChangeNeed::Put { part, layout } => format!(
+                "puts epoch {} ({}) on {}",
+                layout.epoch,
+                layout.state.as_str(),
+                on(part)
+            ),
+            ChangeNeed::CopyCatalog | ChangeNeed::Gather => "reads the bizs and witnesses".into(),
+            ChangeNeed::Move { .. } => {
+                let parts: Vec<usize> = d.parts.iter().map(|n| self.index(n)).collect();
+                let mut change = change.clone();
+                self.describe_moving(change.mover(), &parts)
+            }
+            ChangeNeed::ReadLeases => "reads the lease rows".into(),
+            ChangeNeed::SetLeases { part, rows, .. } => format!(
+                "sets {} lease rows on {} (blocked or freed)",
+                rows.len(),
+                on(part)
+            ),
+            ChangeNeed::Done(o) => format!("{o:?}"),
+        }
+    }
+
     fn narrate(&self, before: &State, action: &Action, after: &State) -> String {
         match *action {
             Action::Cmd(c) => {
                 let cmd = &before.cmds[c];
-                let plan = cmd.plan.as_deref();
-                let on = |k: usize| plan.map_or("?", |p| self.db(p.parts[k]));
-                let epoch = plan.map_or(0, |p| p.to.epoch);
-                let what = match &cmd.phase {
-                    Phase::Epoch0 { k } => format!("claims epoch 0 on {}", on(*k)),
-                    Phase::Claim { k } => format!(
-                        "claims epoch {epoch} on {}",
-                        plan.map_or("?", |p| self.db(p.order[*k]))
-                    ),
-                    Phase::Supersede { k } => {
-                        format!("marks the change cut off superseded on {}", on(*k))
-                    }
-                    Phase::Finish { k } => format!("puts epoch {epoch} (moving) on {}", on(*k)),
-                    Phase::Gather => "reads the bizs and witnesses".into(),
-                    Phase::Move(m) => self.describe_move(m),
-                    Phase::Leases => "reads the lease rows".into(),
-                    Phase::Block { .. } => "blocks the worker IDs leaving a database".into(),
-                    Phase::Free { .. } => "frees the worker IDs arriving on a database".into(),
-                    Phase::Done { k } => format!("marks epoch {epoch} done on {}", on(*k)),
-                    Phase::Start | Phase::Finished | Phase::Stopped(_) => "-".into(),
+                let what = match cmd.change() {
+                    Some(change) => self.describe_change(change),
+                    None => "-".into(),
                 };
                 // The step again, for the reason it stopped (not kept in the state).
                 let why = cmd.clone().step(self, &mut before.clone());
@@ -132,24 +150,23 @@ impl Sys {
                     .map(|p| self.db(spec.config[p]))
                     .collect();
                 let why = before.cmds[c].clone().begin(self, c, before, answer);
-                let what = match (why, &after.cmds[c].phase, after.cmds[c].plan.as_deref()) {
+                let what = match (why, &after.cmds[c].phase, after.cmds[c].change()) {
                     (Some(why), ..) => format!("refused: {why}"),
                     (_, Phase::Finished, _) => "nothing to do".into(),
-                    (_, _, Some(p)) => format!(
-                        "plans {} -> {} over [{}]{}{}",
-                        p.from.epoch,
-                        self.describe_lay(&p.to),
-                        p.parts
-                            .iter()
-                            .map(|&d| self.db(d))
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        p.supersede.as_ref().map_or(String::new(), |s| format!(
-                            ", superseding epoch {}",
-                            s.epoch
-                        )),
-                        if p.finishing { ", finishing it" } else { "" }
-                    ),
+                    (_, _, Some(change)) => {
+                        let p = change.decision();
+                        format!(
+                            "plans {} -> {} over [{}]{}{}",
+                            p.from.epoch,
+                            self.describe_lay(&self.lay(&p.to)),
+                            p.parts.join(", "),
+                            p.supersede.as_ref().map_or(String::new(), |s| format!(
+                                ", superseding epoch {}",
+                                s.epoch
+                            )),
+                            if p.finishing { ", finishing it" } else { "" }
+                        )
+                    }
                     (_, _, None) => "?".into(),
                 };
                 format!(

@@ -2,6 +2,11 @@
 //! meanwhile, then mark the layout done.
 
 use super::*;
+use segmint_core::layout::Change;
+use segmint_core::layout::changing::{
+    Need as ChangeNeed, Outcome as ChangeOutcome, Stop as ChangeStop,
+};
+use segmint_core::layout::moving::Outcome as MoveOutcome;
 
 /// What [`Store::check_change`] found: the layouts stored, the change's target and the
 /// databases it declares lost, and the databases it needs (by index).
@@ -87,41 +92,60 @@ impl Store {
                 .into());
             }
         }
+        let decision = layout::Decision {
+            parts: names,
+            from: from.clone(),
+            to: to.clone(),
+            supersede,
+            finishing,
+            layouts,
+        };
+        let mut change = Change::new(decision, WORKER_IDS, MOVE_ATTEMPTS);
+        // The claims, before the heartbeat: the row is this command's only once
+        // claimed.
         let now = self.unix_ms();
-        if layouts.is_empty() {
-            // The configured classes become epoch 0, as a claim: a command that raced
-            // this one wrote the same or its claim below fails.
-            let row = from.row(now);
-            for &i in &parts {
-                self.step(i, self.dbs.list[i].store.claim_layout(&row))
-                    .await
-                    .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
-            }
-        }
-        if finishing {
-            say(format!(
-                "finishing the change to layout epoch {} cut off before",
-                to.epoch
-            ));
-            let row = to.row(now);
-            for &i in &parts {
-                self.step(i, self.dbs.list[i].store.put_layout(&row))
-                    .await
-                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
-            }
-        } else {
-            let prev = layouts.last().unwrap_or(&from);
-            let row = to.row(now);
-            for (k, name) in layout::claim_order(prev, &names).iter().enumerate() {
-                let Some(i) = self.dbs.names.iter().position(|n| n == name) else {
-                    continue;
-                };
-                let claimed = self
-                    .step(i, self.dbs.list[i].store.claim_layout(&row))
-                    .await
-                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
-                if !claimed {
-                    let refusal = if k == 0 {
+        loop {
+            match change.need() {
+                ChangeNeed::ClaimBefore { part, layout } => {
+                    // The configured classes become epoch 0, as a claim: a command that
+                    // raced this one wrote the same or its claim below fails.
+                    let i = parts[part];
+                    self.step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
+                    change.claimed(true);
+                }
+                ChangeNeed::Claim { part, layout, .. } => {
+                    let i = parts[part];
+                    let claimed = self
+                        .step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    change.claimed(claimed);
+                }
+                ChangeNeed::Put { part, layout } => {
+                    if part == 0 {
+                        say(match layout.state {
+                            LayoutState::Superseded => format!(
+                                "superseding the change to layout epoch {} ({}) cut off before",
+                                layout.epoch,
+                                layout.describe()
+                            ),
+                            _ => format!(
+                                "finishing the change to layout epoch {} cut off before",
+                                layout.epoch
+                            ),
+                        });
+                    }
+                    let i = parts[part];
+                    self.step(i, self.dbs.list[i].store.put_layout(&layout.row(now)))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    change.put();
+                }
+                ChangeNeed::Done(ChangeOutcome::Stopped(ChangeStop::Claimed { part, first })) => {
+                    let name = &self.dbs.names[parts[part]];
+                    let refusal = if first {
                         Refusal::new(
                             Reason::ChangeClaimed,
                             format!(
@@ -142,23 +166,7 @@ impl Store {
                     };
                     return Err(refusal.into());
                 }
-            }
-            if let Some(p) = &supersede {
-                say(format!(
-                    "superseding the change to layout epoch {} ({}) cut off before",
-                    p.epoch,
-                    p.describe()
-                ));
-                let row = Layout {
-                    state: LayoutState::Superseded,
-                    ..p.clone()
-                }
-                .row(now);
-                for &i in &parts {
-                    self.step(i, self.dbs.list[i].store.put_layout(&row))
-                        .await
-                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
-                }
+                _ => break,
             }
         }
         say(format!(
@@ -176,7 +184,7 @@ impl Store {
         // The moves run while the row is rewritten every second: another command, and
         // the servers, then know the change is alive.
         let finishing_flag = AtomicBool::new(false);
-        let change = self.apply_change(&parts, &from, to.clone(), &layouts, &finishing_flag, say);
+        let change = self.run_change(&parts, change, &finishing_flag, say);
         let beat = self.heartbeat(&parts, &to, &finishing_flag);
         let result = tokio::select! {
             biased;
@@ -286,83 +294,147 @@ impl Store {
         Ok(())
     }
 
-    /// The moves of a change from `from` to `to`, whose layout row is claimed, over the
-    /// databases `parts`; `layouts` as read before.
-    pub(super) async fn apply_change(
+    /// The rest of `change`, whose layout row is claimed, over the databases `parts`:
+    /// carries out its steps (copy the catalog, move every biz and the worker IDs, mark
+    /// the layout done) on the engines; sets `finishing` before the layout is marked
+    /// done.
+    pub(super) async fn run_change(
         &self,
         parts: &[usize],
-        from: &Layout,
-        to: Layout,
-        layouts: &[Layout],
+        mut change: Change,
         finishing: &AtomicBool,
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
-        let members: Vec<usize> = to
-            .members
-            .iter()
-            .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
-            .collect();
-        self.copy_catalog(parts, &members, say).await?;
-        // Every epoch a row can be in: those read, the one moved from and the target.
-        let mut layouts = layouts.to_vec();
-        for l in [from, &to] {
-            if !layouts.iter().any(|k| k.epoch == l.epoch) {
-                layouts.push(l.clone());
+        let epoch = change.decision().to.epoch;
+        let superseded = || {
+            StoreError::from(Refusal::new(
+                Reason::ChangeSuperseded,
+                format!(
+                    "layout epoch {epoch} is no longer moving: a later change superseded this one; stopped"
+                ),
+            ))
+        };
+        let mut told = false;
+        loop {
+            let need = change.need();
+            if !told && matches!(need, ChangeNeed::ReadLeases | ChangeNeed::Put { .. }) {
+                told = true;
+                let (bizs, moved) = change.moves();
+                say(format!(
+                    "{moved} of {bizs} bizs moved, {} already in epoch {epoch}",
+                    bizs - moved
+                ));
             }
-        }
-        let bizs: BTreeSet<String> = self
-            .all_parts(parts, |db| db.bizs(), "stopped")
-            .await?
-            .into_iter()
-            .flatten()
-            .map(|r| r.biz_type.to_string())
-            .collect();
-        let witnessed = witnessed(
-            self.all_parts(parts, |db| db.witnesses(), "stopped")
-                .await?
-                .into_iter()
-                .flatten(),
-        );
-        let (mut moved, total) = (0, bizs.len());
-        for biz in &bizs {
-            match self.move_biz(biz, &to, &layouts, &witnessed, parts).await? {
-                Moved::Already => {}
-                Moved::Moved { fence, rows } => {
-                    moved += 1;
+            match need {
+                ChangeNeed::CopyCatalog => {
+                    let members: Vec<usize> = change
+                        .decision()
+                        .to
+                        .members
+                        .iter()
+                        .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+                        .collect();
+                    self.copy_catalog(parts, &members, say).await?;
+                    change.copied();
+                }
+                ChangeNeed::Gather => {
+                    let bizs: BTreeSet<String> = self
+                        .all_parts(parts, |db| db.bizs(), "stopped")
+                        .await?
+                        .into_iter()
+                        .flatten()
+                        .map(|r| r.biz_type.to_string())
+                        .collect();
+                    let mut witnessed = witnessed(
+                        self.all_parts(parts, |db| db.witnesses(), "stopped")
+                            .await?
+                            .into_iter()
+                            .flatten(),
+                    );
+                    change.gathered(
+                        bizs.into_iter()
+                            .map(|b| {
+                                let w = witnessed.remove(&b).unwrap_or_default();
+                                (b, w)
+                            })
+                            .collect(),
+                    );
+                }
+                ChangeNeed::Move { biz } => {
+                    let (outcome, read_failed, db_failed) =
+                        self.drive_move(&biz, parts, change.mover()).await;
+                    match &outcome {
+                        MoveOutcome::Moved { fence, switched } => say(format!(
+                            "biz `{biz}`: {switched} rows moved above {fence} (epoch {epoch})"
+                        )),
+                        MoveOutcome::Stopped(stop) => {
+                            return Err(self.move_refusal(
+                                &biz,
+                                parts,
+                                epoch,
+                                stop.clone(),
+                                read_failed,
+                                &db_failed,
+                            ));
+                        }
+                        MoveOutcome::Already => {}
+                    }
+                    change.moved(outcome);
+                }
+                ChangeNeed::ReadLeases => {
+                    let rows = self.all_parts(parts, |db| db.leases(), "stopped").await?;
+                    change.leases(rows);
+                }
+                ChangeNeed::SetLeases { part, rows, .. } => {
+                    let i = parts[part];
+                    let written = self
+                        .step(i, self.dbs.list[i].store.set_leases(epoch, &rows))
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    change.set(written);
+                }
+                ChangeNeed::Put { part, layout } => {
+                    if part == 0 {
+                        let (blocked, freed) = change.worker_ids();
+                        say(format!(
+                            "worker IDs: {blocked} blocked where they left, {freed} freed where they arrived"
+                        ));
+                    }
+                    finishing.store(true, Ordering::SeqCst);
+                    let i = parts[part];
+                    self.step(
+                        i,
+                        self.dbs.list[i]
+                            .store
+                            .put_layout(&layout.row(self.unix_ms())),
+                    )
+                    .await
+                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    change.put();
+                }
+                ChangeNeed::Done(ChangeOutcome::Done { layout, .. }) => {
+                    self.load_layout().await;
+                    let changed: Vec<&str> =
+                        parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+                    super::super::admin::audit(
+                        &format!("layout epoch {}", layout.epoch),
+                        "",
+                        "",
+                        &changed,
+                    );
                     say(format!(
-                        "biz `{biz}`: {rows} rows moved above {fence} (epoch {})",
-                        to.epoch
+                        "layout epoch {} is done: {}",
+                        layout.epoch,
+                        layout.describe()
                     ));
+                    return Ok(layout);
+                }
+                ChangeNeed::Done(ChangeOutcome::Stopped(_)) => return Err(superseded()),
+                ChangeNeed::ClaimBefore { .. } | ChangeNeed::Claim { .. } => {
+                    unreachable!("claimed before the change runs")
                 }
             }
         }
-        say(format!(
-            "{moved} of {total} bizs moved, {} already in epoch {}",
-            total - moved,
-            to.epoch
-        ));
-        let leases = self.move_worker_ids(&to, parts).await?;
-        say(format!("worker IDs: {leases}"));
-        let done = Layout {
-            state: LayoutState::Done,
-            ..to
-        };
-        finishing.store(true, Ordering::SeqCst);
-        let row = done.row(self.unix_ms());
-        for &i in parts {
-            self.step(i, self.dbs.list[i].store.put_layout(&row))
-                .await
-                .map_err(|e| self.stopped(i, &e, "stopped"))?;
-        }
-        self.load_layout().await;
-        let changed: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
-        super::super::admin::audit(&format!("layout epoch {}", done.epoch), "", "", &changed);
-        say(format!(
-            "layout epoch {} is done: {}",
-            done.epoch,
-            done.describe()
-        ));
-        Ok(done)
     }
 
     /// The checks a change to the layout `change` asks for must pass before it

@@ -42,17 +42,12 @@ use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
 use crate::store::catalog::{Snapshot, merge_tokens};
 use crate::store::evidence::{self, Mark};
-use crate::store::{
-    BizRow, DbError, LayoutRow, LeaseSet, Reason, Reclass, Refusal, ShapeRow, StoreError,
-};
+use crate::store::{BizRow, DbError, LayoutRow, Reason, Reclass, Refusal, ShapeRow, StoreError};
 
 mod change;
 mod founding;
 mod heal;
 mod moving;
-
-/// The holder name of a worker ID blocked on a database it moved away from.
-pub const MOVED_HOLDER: &str = "segmint-layout";
 
 /// Lost races per biz before the change gives up (servers reserving between the read
 /// and the freeze; a handful at most).

@@ -20,6 +20,20 @@ impl Store {
         let names: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
         let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice).to_vec();
         let mut machine = Move::new(Frame::new(to, layouts, &names), witnessed, MOVE_ATTEMPTS);
+        let (outcome, read_failed, db_failed) = self.drive_move(biz, parts, &mut machine).await;
+        self.moved(biz, parts, to.epoch, outcome, read_failed, &db_failed)
+    }
+
+    /// Carries out the steps of `machine`, the move of `biz` over the databases
+    /// `parts`, until it ends. Returns how, with the error of a read that ended it, and
+    /// a database's error that did.
+    pub(super) async fn drive_move(
+        &self,
+        biz: &str,
+        parts: &[usize],
+        machine: &mut Move,
+    ) -> (Outcome, Option<StoreError>, String) {
+        let names: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
         // The rows last read (a placeholder takes the fields a change does not write
         // from one of them), and what failed: a read's error, or a database's.
         let mut rows: Vec<Option<BizRow>> = Vec::new();
@@ -115,16 +129,14 @@ impl Store {
                         }
                     }
                 }
-                Need::Done(outcome) => {
-                    return self.moved(biz, parts, to.epoch, outcome, read_failed, &db_failed);
-                }
+                Need::Done(outcome) => return (outcome, read_failed, db_failed),
             }
         }
     }
 
     /// What the move of `biz` to `epoch` over `parts` came to (`outcome`), in the words of a refusal; `read_failed`: the
     /// error of a read that ended it, `db_failed`: a database's error that did.
-    fn moved(
+    pub(super) fn moved(
         &self,
         biz: &str,
         parts: &[usize],
@@ -133,6 +145,30 @@ impl Store {
         read_failed: Option<StoreError>,
         db_failed: &str,
     ) -> Result<Moved, StoreError> {
+        match outcome {
+            Outcome::Already => Ok(Moved::Already),
+            Outcome::Moved { fence, switched } => Ok(Moved::Moved {
+                fence,
+                rows: switched,
+            }),
+            Outcome::Stopped(stop) => {
+                Err(self.move_refusal(biz, parts, epoch, stop, read_failed, db_failed))
+            }
+        }
+    }
+
+    /// The refusal of the move of `biz` to `epoch` over `parts` that stopped for
+    /// `stop`; `read_failed`: the error of a read that ended it, `db_failed`: a
+    /// database's error that did.
+    pub(super) fn move_refusal(
+        &self,
+        biz: &str,
+        parts: &[usize],
+        epoch: i64,
+        stop: Stop,
+        read_failed: Option<StoreError>,
+        db_failed: &str,
+    ) -> StoreError {
         let name = |part: usize| self.dbs.names[parts[part]].as_str();
         let fail = |reason: Reason, why: String| {
             let hint = match reason {
@@ -148,17 +184,7 @@ impl Store {
                 .hint(hint),
             )
         };
-        let stop = match outcome {
-            Outcome::Already => return Ok(Moved::Already),
-            Outcome::Moved { fence, switched } => {
-                return Ok(Moved::Moved {
-                    fence,
-                    rows: switched,
-                });
-            }
-            Outcome::Stopped(stop) => stop,
-        };
-        Err(match stop {
+        match stop {
             Stop::Back { part, back } => {
                 let why = match back {
                     Back::Gone { version: Some(v) } => {
@@ -242,7 +268,7 @@ impl Store {
                     ),
                 )
             }
-        })
+        }
     }
 
     /// The error of a move that found database `i`'s row of `biz` gone back in time
@@ -259,112 +285,5 @@ impl Store {
             "raise its rows above every issued ID with `segmint db fence {name}`, then run the command again"
         ))
         .into()
-    }
-
-    /// Moves every worker ID to its owner in `to`: blocked on every other database of
-    /// `parts` (a holder there fails its next renewal), then freed on its owner with
-    /// the highest bound recorded anywhere, above which the next holder issues. A
-    /// worker ID no member owns (a lost database's) is blocked everywhere. Every write
-    /// is fenced by the epoch: a change superseded meanwhile writes nothing. Returns a
-    /// summary.
-    pub(super) async fn move_worker_ids(
-        &self,
-        to: &Layout,
-        parts: &[usize],
-    ) -> Result<String, StoreError> {
-        let leases = self.all_parts(parts, |db| db.leases(), "stopped").await?;
-        let superseded = || {
-            StoreError::from(Refusal::new(
-                Reason::ChangeSuperseded,
-                format!(
-                    "layout epoch {} is no longer moving: a later change superseded this one; stopped",
-                    to.epoch
-                ),
-            ))
-        };
-        let owner: Vec<Option<usize>> = (0..WORKER_IDS)
-            .map(|w| {
-                to.owner_of(w)
-                    .and_then(|n| self.dbs.names.iter().position(|x| x == n))
-            })
-            .collect();
-        let mut floor: Vec<(i64, i64)> = vec![(0, 0); usize::from(WORKER_IDS)];
-        let mut blocked = 0;
-        for (k, rows) in leases.iter().enumerate() {
-            let i = parts[k];
-            let row_of = |w: u16| rows.iter().find(|r| r.worker_id == w);
-            let mut block = Vec::new();
-            for w in 0..WORKER_IDS {
-                if owner[usize::from(w)] == Some(i) {
-                    continue;
-                }
-                match row_of(w) {
-                    Some(r) if r.holder == MOVED_HOLDER => {
-                        let f = &mut floor[usize::from(w)];
-                        *f = (f.0.max(r.last_ms), f.1.max(r.bound_ms));
-                    }
-                    _ => block.push(LeaseSet {
-                        worker_id: w,
-                        holder: MOVED_HOLDER.into(),
-                        expires_ms: i64::MAX / 4,
-                        last_ms: 0,
-                        bound_ms: 0,
-                    }),
-                }
-            }
-            if block.is_empty() {
-                continue;
-            }
-            blocked += block.len();
-            // The rows as blocked: with the last holder's bounds, final now that its
-            // renewals fail.
-            let written = self
-                .step(i, self.dbs.list[i].store.set_leases(to.epoch, &block))
-                .await
-                .map_err(|e| self.stopped(i, &e, "stopped"))?
-                .ok_or_else(superseded)?;
-            for row in written {
-                let f = &mut floor[usize::from(row.worker_id)];
-                *f = (f.0.max(row.last_ms), f.1.max(row.bound_ms));
-            }
-        }
-        let mut freed = 0;
-        for (k, rows) in leases.iter().enumerate() {
-            let i = parts[k];
-            let mut free = Vec::new();
-            for w in (0..WORKER_IDS).filter(|&w| owner[usize::from(w)] == Some(i)) {
-                let (last, bound) = floor[usize::from(w)];
-                // Expired at the epoch (free now), with the floor of every earlier
-                // holder; a row of a holder here keeps its holder and expiry, its floor
-                // raised.
-                let set = match rows.iter().find(|r| r.worker_id == w) {
-                    Some(r) if r.holder == MOVED_HOLDER => Some((String::new(), 0)),
-                    Some(r) if r.last_ms < last || r.bound_ms < bound => {
-                        Some((r.holder.clone(), r.expires_ms))
-                    }
-                    Some(_) => None,
-                    None => (last > 0 || bound > 0).then_some((String::new(), 0)),
-                };
-                if let Some((holder, expires_ms)) = set {
-                    free.push(LeaseSet {
-                        worker_id: w,
-                        holder,
-                        expires_ms,
-                        last_ms: last,
-                        bound_ms: bound,
-                    });
-                }
-            }
-            if !free.is_empty() {
-                freed += free.len();
-                self.step(i, self.dbs.list[i].store.set_leases(to.epoch, &free))
-                    .await
-                    .map_err(|e| self.stopped(i, &e, "stopped"))?
-                    .ok_or_else(superseded)?;
-            }
-        }
-        Ok(format!(
-            "{blocked} blocked where they left, {freed} freed where they arrived"
-        ))
     }
 }
