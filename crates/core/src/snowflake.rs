@@ -8,6 +8,7 @@
 
 pub mod agreement;
 mod layout;
+pub mod lease;
 
 pub use layout::{
     JS_SAFE_BITS, Layout, LayoutError, MAX_SEQUENCE_BITS, MAX_TOTAL_BITS, MAX_UNIT_MS,

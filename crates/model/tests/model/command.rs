@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use segmint_core::layout::changing::{Need, Safeguards};
 use segmint_core::layout::moving::Safeguards as MoveSafeguards;
 use segmint_core::layout::{self, Change, Decision, Layout, LayoutState, Member, Plan};
-use segmint_core::rows::{LeaseRow as Lease, MOVED_HOLDER};
+use segmint_core::rows::MOVED_HOLDER;
 
 use crate::model::{Db, Holder, LeaseRow, State, Sys};
 use crate::mover;
@@ -305,7 +305,7 @@ fn carry_out(sys: &Sys, change: &mut Change, st: &mut State) {
                         .leases
                         .iter()
                         .enumerate()
-                        .map(|(w, r)| lease_row(w, r))
+                        .map(|(w, r)| r.read(w))
                         .collect()
                 })
                 .collect();
@@ -339,22 +339,5 @@ fn carry_out(sys: &Sys, change: &mut Change, st: &mut State) {
             change.set(Some(Vec::new()));
         }
         Need::Done(_) => unreachable!("a change that ended is not stepped"),
-    }
-}
-
-/// Worker ID `w`'s lease row as the store reads it (the model keeps no times).
-fn lease_row(w: usize, r: &LeaseRow) -> Lease {
-    Lease {
-        worker_id: u16::try_from(w).expect("a worker ID"),
-        holder: match r.holder {
-            Holder::Free => String::new(),
-            Holder::Moved => MOVED_HOLDER.to_owned(),
-            Holder::Server(s) => format!("server {s}"),
-        },
-        version: 0,
-        expires_ms: 0,
-        last_ms: 0,
-        bound_ms: 0,
-        db_now_ms: 0,
     }
 }

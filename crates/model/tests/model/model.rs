@@ -128,6 +128,9 @@ pub struct Spec {
     pub fixes: Fixes,
     /// Rows restored from a backup (a fault) allowed.
     pub restores: u8,
+    /// A restore brings back the whole database (its layout, witness and lease rows
+    /// too), not the biz's row alone.
+    pub whole_restores: bool,
     /// The windows of a biz whose counter restarts each period, in order (empty: the
     /// biz never restarts): servers reserve in the window of the period their clock is
     /// in, and each server's clock reaches the next period at any moment.
@@ -351,6 +354,24 @@ impl LeaseRow {
             Holder::Moved => false,
         }
     }
+
+    /// Worker ID `w`'s row as the store reads it: the model keeps no times, a row free
+    /// to take reads as run out.
+    pub fn read(&self, w: usize) -> segmint_core::rows::LeaseRow {
+        segmint_core::rows::LeaseRow {
+            worker_id: u16::try_from(w).expect("a worker ID"),
+            holder: match self.holder {
+                Holder::Free => String::new(),
+                Holder::Moved => segmint_core::rows::MOVED_HOLDER.to_owned(),
+                Holder::Server(s) => format!("server {s}"),
+            },
+            version: 0,
+            expires_ms: if self.takeable() { -1 } else { 1 },
+            last_ms: 0,
+            bound_ms: 0,
+            db_now_ms: 0,
+        }
+    }
 }
 
 /// One database.
@@ -364,8 +385,19 @@ pub struct DbState {
     pub witness: Vec<Option<MarkT>>,
     /// Lease rows of worker IDs `0..workers`.
     pub leases: Vec<LeaseRow>,
-    /// A backup of the row taken earlier, to be restored (a fault).
-    pub backup: Option<Option<Row>>,
+    /// A backup taken earlier, to be restored (a fault): the row, and with
+    /// [`Spec::whole_restores`] the other tables.
+    pub backup: Option<Box<Backup>>,
+}
+
+/// The tables of a backup besides the biz's row: layouts, witnesses, leases.
+pub type Tables = (Vec<Lay>, Vec<Option<MarkT>>, Vec<LeaseRow>);
+
+/// What a backup holds.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Backup {
+    pub row: Option<Row>,
+    pub tables: Option<Tables>,
 }
 
 impl DbState {
@@ -777,12 +809,30 @@ impl Model for Sys {
                 true
             }
             Action::Backup(d) => {
-                st.dbs[d].backup = Some(st.dbs[d].row);
+                let db = &st.dbs[d];
+                let tables = self
+                    .spec
+                    .whole_restores
+                    .then(|| (db.layouts.clone(), db.witness.clone(), db.leases.clone()));
+                st.dbs[d].backup = Some(Box::new(Backup {
+                    row: db.row,
+                    tables,
+                }));
                 true
             }
             Action::Restore(d) => {
                 let backup = st.dbs[d].backup.take().expect("a backup");
-                st.dbs[d].row = backup;
+                let db = &mut st.dbs[d];
+                db.row = backup.row;
+                if let Some((layouts, witness, leases)) = backup.tables {
+                    db.layouts = layouts;
+                    db.witness = witness;
+                    // A lease row that went back is found by its holder's next renewal
+                    // when another holds it; one back to this holder's still renews
+                    // here (the store's compare-and-set on the version would fail: the
+                    // model keeps the holder longer, never shorter).
+                    db.leases = leases;
+                }
                 st.restores -= 1;
                 // A restore takes the database away for longer than a catalog refresh:
                 // every server has read every database (and its witnesses) again before

@@ -16,6 +16,7 @@ use segmint_core::segment::Residue;
 
 use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
 use crate::mover::{Moved, Mover};
+use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
 
 /// What the catalog keeps of a row: not its `max_id` nor its version, which only the
 /// reservation's own read uses.
@@ -421,19 +422,42 @@ impl Sys {
         true
     }
 
-    /// `Store::take_lease` of worker ID `w` on the database at position `p`.
+    /// `Store::take_lease` on the database at position `p`: the store's machine
+    /// ([`lease::Take`]), its read and compare-and-set made at once, trying worker ID
+    /// `w` if its database may lease it (any of the class: the lower ones may be held
+    /// by servers not modelled).
     pub fn take(&self, st: &mut State, s: usize, p: usize, w: u16) -> bool {
         let d = self.spec.servers[s].config[p];
-        let ok = !st.servers[s].fenced[p]
-            && self
-                .worker_class(st, s, p)
-                .is_some_and(|c| c.contains(i64::from(w)));
-        let row = &mut st.dbs[d].leases[usize::from(w)];
-        if !ok || !row.takeable() {
-            return false;
-        }
-        row.holder = Holder::Server(s);
-        row.expired = false;
+        let class = self
+            .worker_class(st, s, p)
+            .filter(|_| !st.servers[s].fenced[p]);
+        let mut ids = lease::worker_ids(class, true, self.spec.workers);
+        ids.retain(|&x| x == w);
+        let mut take = lease::Take::new(ids, 0, 1);
+        let w = loop {
+            match take.need() {
+                TakeNeed::Read => {
+                    let rows: Vec<_> = st.dbs[d]
+                        .leases
+                        .iter()
+                        .enumerate()
+                        .map(|(w, r)| r.read(w))
+                        .collect();
+                    take.read(&rows);
+                }
+                TakeNeed::Take(w) => {
+                    let row = &mut st.dbs[d].leases[usize::from(w)];
+                    let taken = row.takeable().then(|| {
+                        row.holder = Holder::Server(s);
+                        row.expired = false;
+                        row.read(usize::from(w))
+                    });
+                    take.taken(taken);
+                }
+                TakeNeed::Done(None) => return false,
+                TakeNeed::Done(Some(row)) => break row.worker_id,
+            }
+        };
         st.servers[s].lease = Some(Held {
             db: d,
             pos: p,
@@ -468,24 +492,33 @@ impl Sys {
         true
     }
 
-    /// `Store::renew_lease`: given up when the worker ID left its database's class in
-    /// the layout in force; lost when the row is no longer this holder's.
+    /// `Store::renew_lease`, the store's machine ([`lease::Renew`]): given up when the
+    /// worker ID left its database's class in the layout in force; lost when the row
+    /// is no longer this holder's. The spec is not modelled here (the agreement's own
+    /// scenarios check it): the agreement keeps the lease.
     pub fn renew(&self, st: &mut State, s: usize) -> bool {
         let held = st.servers[s].lease.expect("a lease");
-        if !self
-            .worker_class(st, s, held.pos)
-            .is_some_and(|c| c.contains(i64::from(held.w)))
-        {
-            drop_lease(st, s);
-            return true;
+        let ids = lease::worker_ids(self.worker_class(st, s, held.pos), true, self.spec.workers);
+        let mut renew = lease::Renew::new(held.w, &ids);
+        loop {
+            match renew.need() {
+                RenewNeed::Agree => renew.agreed(Agreed::Keep),
+                RenewNeed::Renew => {
+                    let row = st.dbs[held.db].leases[usize::from(held.w)];
+                    renew.renewed(
+                        (row.holder == Holder::Server(s)).then(|| row.read(usize::from(held.w))),
+                    );
+                }
+                RenewNeed::Done(Renewed::Kept(_)) => {
+                    st.servers[s].owes = 0;
+                    return true;
+                }
+                RenewNeed::Done(_) => {
+                    drop_lease(st, s);
+                    return true;
+                }
+            }
         }
-        let row = st.dbs[held.db].leases[usize::from(held.w)];
-        if row.holder == Holder::Server(s) {
-            st.servers[s].owes = 0;
-        } else {
-            drop_lease(st, s);
-        }
-        true
     }
 
     /// A lease row runs out by its database's clock: its holder stopped before.

@@ -251,10 +251,17 @@ impl Sys {
                     )
                 }
             }
-            Action::Take(s, p, w) => format!(
-                "server {s} takes worker ID {w} on {}",
-                self.db(self.spec.servers[s].config[p])
-            ),
+            Action::Take(s, p, _) => match after.servers[s].lease {
+                Some(l) => format!(
+                    "server {s} takes worker ID {} on {}",
+                    l.w,
+                    self.db(self.spec.servers[s].config[p])
+                ),
+                None => format!(
+                    "server {s} finds no worker ID free on {}",
+                    self.db(self.spec.servers[s].config[p])
+                ),
+            },
             Action::Start(s) => {
                 let w = after.servers[s].lease.map_or(0, |l| l.w);
                 format!("server {s} has waited out its lease: issues with worker ID {w}")

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use rand::seq::SliceRandom;
 
+use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
+
 use super::Store;
 use crate::snowflake::MAX_WORKER_ID;
 use crate::store::{DbError, LeaseRenewal, LeaseRow, StoreError};
@@ -60,12 +62,11 @@ impl Store {
     /// snowflake layout's `2^worker_bits`. None for a database the layout in force does
     /// not name.
     pub fn worker_ids_of(&self, i: usize) -> Vec<u16> {
-        let Some(residue) = self.class_of(i).filter(|_| self.leases_allowed()) else {
-            return Vec::new();
-        };
-        (0..self.snowflake.layout.worker_ids())
-            .filter(|&w| residue.contains(i64::from(w)))
-            .collect()
+        lease::worker_ids(
+            self.class_of(i),
+            self.leases_allowed(),
+            self.snowflake.layout.worker_ids(),
+        )
     }
 
     /// The name of database `i`.
@@ -125,7 +126,8 @@ impl Store {
         )))
     }
 
-    /// Tries the free worker IDs of database `i`, lowest first.
+    /// Tries the free worker IDs of database `i`, lowest first: carries out the steps
+    /// of [`lease::Take`].
     async fn take_on(
         &self,
         i: usize,
@@ -134,22 +136,17 @@ impl Store {
         grace_ms: i64,
     ) -> Result<Option<Lease>, DbError> {
         let db = &self.dbs.list[i];
-        let rows = self.call(i, db.store.leases()).await?;
-        let free = self.worker_ids_of(i).into_iter().filter(|w| {
-            rows.iter()
-                .find(|r| r.worker_id == *w)
-                .is_none_or(|r| r.expires_ms.saturating_add(grace_ms) < r.db_now_ms)
-        });
-        for w in free.take(TAKES_PER_DATABASE) {
-            let taken = self
-                .call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
-                .await?;
-            // None: taken by another process since the read; the next one.
-            if let Some(row) = taken {
-                return Ok(Some(Lease::from_row(i, &row)));
+        let mut take = lease::Take::new(self.worker_ids_of(i), grace_ms, TAKES_PER_DATABASE);
+        loop {
+            match take.need() {
+                TakeNeed::Read => take.read(&self.call(i, db.store.leases()).await?),
+                TakeNeed::Take(w) => take.taken(
+                    self.call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
+                        .await?,
+                ),
+                TakeNeed::Done(row) => return Ok(row.map(|row| Lease::from_row(i, &row))),
             }
         }
-        Ok(None)
     }
 
     /// Renews `lease` until `lease_for` from its database's clock now, recording
@@ -176,32 +173,46 @@ impl Store {
             bound_ms,
         };
         let i = lease.database;
-        // A worker ID that left its database's class in the layout in force (or whose
-        // database is not used: behind, lost) is given up at once: a change may have
-        // freed it on its new database already.
-        if lease_for_ms >= 0 && !self.worker_ids_of(i).contains(&lease.worker_id) {
-            tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
-            return Ok(None);
+        let mut renew = match lease_for_ms >= 0 {
+            true => lease::Renew::new(lease.worker_id, &self.worker_ids_of(i)),
+            false => lease::Renew::release(),
+        };
+        loop {
+            match renew.need() {
+                // The spec is checked again at each renewal: a database restored from a
+                // backup older than its record gets the record back (while every member
+                // answers), so that a server of another spec reaching only that
+                // database finds it; a record of another spec found now (written by
+                // hand, or a restore of another cluster's backup) ends the lease.
+                // Undecided (a database down) keeps it: it was taken on an agreement.
+                RenewNeed::Agree => renew.agreed(match self.agree_snowflake().await {
+                    Err(super::agreement::Disagreement::Differs(why)) => Agreed::Differs(why),
+                    _ => Agreed::Keep,
+                }),
+                RenewNeed::Renew => renew.renewed(
+                    self.call(i, self.dbs.list[i].store.renew_lease(&renewal))
+                        .await?,
+                ),
+                RenewNeed::Done(Renewed::Kept(row)) => {
+                    return Ok(Some(Lease {
+                        floor_ms: lease.floor_ms,
+                        ..Lease::from_row(i, &row)
+                    }));
+                }
+                RenewNeed::Done(Renewed::Lost) => return Ok(None),
+                // A worker ID that left its database's class in the layout in force (or
+                // whose database is not used: behind, lost) is given up at once: a
+                // change may have freed it on its new database already.
+                RenewNeed::Done(Renewed::LeftClass) => {
+                    tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
+                    return Ok(None);
+                }
+                RenewNeed::Done(Renewed::Differs(why)) => {
+                    tracing::error!(worker_id = lease.worker_id, %why, "a database records another snowflake spec; giving up the worker ID");
+                    return Ok(None);
+                }
+            }
         }
-        // The spec is checked again at each renewal: a database restored from a backup
-        // older than its record gets the record back (while every member answers), so
-        // that a server of another spec reaching only that database finds it; a record
-        // of another spec found now (written by hand, or a restore of another cluster's
-        // backup) ends the lease. Undecided (a database down) keeps it: it was taken
-        // on an agreement.
-        if lease_for_ms >= 0
-            && let Err(super::agreement::Disagreement::Differs(why)) = self.agree_snowflake().await
-        {
-            tracing::error!(worker_id = lease.worker_id, %why, "a database records another snowflake spec; giving up the worker ID");
-            return Ok(None);
-        }
-        let row = self
-            .call(i, self.dbs.list[i].store.renew_lease(&renewal))
-            .await?;
-        Ok(row.map(|row| Lease {
-            floor_ms: lease.floor_ms,
-            ..Lease::from_row(i, &row)
-        }))
     }
 
     /// Every lease row of every database, for status pages and tests.
