@@ -233,6 +233,24 @@ pub fn uncovered(classes: impl Iterator<Item = Residue> + Clone) -> Option<i64> 
     (0..m).find(|&id| !classes.clone().any(|c| c.contains(id)))
 }
 
+/// The databases a server must be configured with, and have just read, to finish the
+/// bizs of `pending`, a change cut off: those [`required`] names (with `witnessed`,
+/// the databases the witnesses read name) and every member of `pending`.
+pub fn needed_to_heal(
+    layouts: &[Layout],
+    before: &Layout,
+    witnessed: &[String],
+    pending: &Layout,
+) -> Vec<String> {
+    let mut need = required(layouts, before, witnessed, &[]);
+    for m in pending.names() {
+        if !need.contains(&m) {
+            need.push(m);
+        }
+    }
+    need
+}
+
 /// Whether two classes share an ID: `a ≡ b` modulo the gcd of their moduli.
 pub fn overlap(a: Residue, b: Residue) -> bool {
     let g = gcd(a.delta(), b.delta());

@@ -282,12 +282,7 @@ impl Sys {
         }
         witnessed_names.sort();
         witnessed_names.dedup();
-        let mut need = layout::required(&layouts, &self.configured(s), &witnessed_names, &[]);
-        for m in pending.names() {
-            if !need.contains(&m) {
-                need.push(m);
-            }
-        }
+        let need = layout::needed_to_heal(&layouts, &self.configured(s), &witnessed_names, pending);
         let parts: Vec<Db> = need
             .iter()
             .map(|n| {

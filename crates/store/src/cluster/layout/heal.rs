@@ -86,12 +86,7 @@ impl Store {
         let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
         names.sort();
         names.dedup();
-        let mut need = layout::required(&layouts, &before, &names, &[]);
-        for m in pending.names() {
-            if !need.contains(&m) {
-                need.push(m);
-            }
-        }
+        let need = layout::needed_to_heal(&layouts, &before, &names, &pending);
         let parts: Option<Vec<usize>> = need
             .iter()
             .map(|n| {
