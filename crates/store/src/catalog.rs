@@ -933,17 +933,14 @@ pub(crate) fn conflict(
     names: &[String],
     classes: &[(usize, Residue)],
 ) -> Option<StoreError> {
-    classes.iter().enumerate().find_map(|(i, &(a, ca))| {
-        classes[i + 1..]
-            .iter()
-            .find(|&&(b, cb)| a != b && ca.overlaps(cb))
-            .map(|&(b, cb)| StoreError::ResidueConflict {
-                biz: biz.to_owned(),
-                first: names[a].clone(),
-                first_class: ca.to_string(),
-                second: names[b].clone(),
-                second_class: cb.to_string(),
-            })
+    segmint_core::segment::judge::first_overlap(classes).map(|((a, ca), (b, cb))| {
+        StoreError::ResidueConflict {
+            biz: biz.to_owned(),
+            first: names[a].clone(),
+            first_class: ca.to_string(),
+            second: names[b].clone(),
+            second_class: cb.to_string(),
+        }
     })
 }
 

@@ -7,6 +7,7 @@
 mod buffer;
 mod chain;
 mod give_back;
+pub mod judge;
 mod range;
 mod residue;
 mod window;

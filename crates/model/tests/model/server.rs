@@ -16,6 +16,7 @@ use segmint_core::segment::Residue;
 
 use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
 use crate::mover::{Moved, Mover};
+use segmint_core::segment::judge::{self, Judged};
 use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
 
 /// What the catalog keeps of a row: not its `max_id` nor its version, which only the
@@ -112,11 +113,7 @@ impl Server {
 
 /// Whether two databases' classes overlap (`catalog::conflict`).
 fn conflict(classes: &[(usize, Residue)]) -> bool {
-    classes.iter().enumerate().any(|(i, &(a, ca))| {
-        classes[i + 1..]
-            .iter()
-            .any(|&(b, cb)| a != b && ca.overlaps(cb))
-    })
+    judge::first_overlap(classes).is_some()
 }
 
 impl Sys {
@@ -355,18 +352,26 @@ impl Sys {
             return false;
         };
         let server = &mut st.servers[s];
-        if self.spec.witnesses {
-            if server.marks[p].is_some_and(|m| to_mark(m).is_ahead_of(&row.biz_row(0))) {
+        // `Store::attempt`'s verdict on the row read (the marks only with witnesses).
+        let seen = server.marks[p].filter(|_| self.spec.witnesses).map(to_mark);
+        match judge::judge(
+            &row.reclass(),
+            seen,
+            epoch,
+            classes.contains(&(p, row.class)),
+        ) {
+            Judged::Behind(_) => {
                 server.fenced[p] = true;
                 return true;
             }
-            learn(&mut server.marks[p], row.mark());
-        }
-        if row.frozen || row.epoch < epoch {
-            return true;
-        }
-        if !classes.contains(&(p, row.class)) || row.epoch > epoch {
-            return true;
+            verdict => {
+                if self.spec.witnesses {
+                    learn(&mut server.marks[p], row.mark());
+                }
+                if verdict != Judged::Usable {
+                    return true;
+                }
+            }
         }
         let mut checked: Vec<(usize, Residue)> =
             classes.iter().copied().filter(|&(q, _)| q != p).collect();

@@ -10,12 +10,13 @@ use rand::seq::SliceRandom;
 use super::Store;
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
+use crate::segment::judge::{Judged, judge};
 use crate::segment::{Residue, SegmentRange, Window, WindowMiss};
 use crate::step::{StepHint, StepReason, StepRequest};
 use crate::store::Clock;
 use crate::store::catalog::conflict;
 use crate::store::evidence::{self, Mark, Witness};
-use crate::store::{BizRow, DbError, StoreError, Verdict};
+use crate::store::{BizRow, DbError, Reclass, StoreError, Verdict};
 
 /// The classes the catalog knows of a biz's rows, their layout epoch, and the window
 /// of the row's IDs a reservation keeps to, if any.
@@ -451,27 +452,35 @@ impl Store {
             let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
                 return Ok(Attempt::Missing);
             };
-            // Against what was known before the read: see `refresh_since`.
-            if let Err(regression) = evidence::behind(seen, &row) {
-                self.fence(i, &regression);
-                return Err(DbError::Fenced {
-                    reason: regression.to_string(),
-                });
-            }
-            self.view
-                .evidence
-                .lock()
-                .learn(i, biz.as_str(), Mark::of(&row));
-            if row.frozen || row.epoch < epoch {
-                return Ok(Attempt::Moving);
-            }
             // A class the catalog has not vetted (a layout change, or an edit by hand)
             // is used only once a catalog read has checked it (see `check_classes`).
             let vetted = known.iter().any(|&(db, c)| {
                 db == i && (c.delta(), c.remainder()) == (row.delta, row.remainder)
             });
-            if !vetted || row.epoch > epoch {
-                return Ok(Attempt::Stale);
+            // Against what was known before the read: see `refresh_since`.
+            match judge(&Reclass::of(&row), seen, epoch, vetted) {
+                Judged::Behind(known) => {
+                    let regression = evidence::Regression {
+                        biz: biz.to_string(),
+                        found: (row.version, row.max_id),
+                        known,
+                    };
+                    self.fence(i, &regression);
+                    return Err(DbError::Fenced {
+                        reason: regression.to_string(),
+                    });
+                }
+                verdict => {
+                    self.view
+                        .evidence
+                        .lock()
+                        .learn(i, biz.as_str(), Mark::of(&row));
+                    match verdict {
+                        Judged::Moving => return Ok(Attempt::Moving),
+                        Judged::Stale => return Ok(Attempt::Stale),
+                        Judged::Behind(_) | Judged::Usable => {}
+                    }
+                }
             }
             let residue = match self.checked_class(biz, i, &row, known) {
                 Ok(r) => r,
