@@ -3,11 +3,13 @@
 //! runs), checked by [stateright](https://docs.rs/stateright) over every interleaving
 //! of its actors' steps at small sizes.
 //!
-//! The model is the protocol as `crates/store/src/cluster/layout/mod.rs` runs it, one database
-//! statement per step, and it calls the project's own pure functions for every
-//! decision (`layout::merge`, `required`, `plan`, `claim_order`, `fence`, `settled`,
-//! `restriction`, `read`, `current`, `Layout::owner_of`, `Reclass::freezing`,
-//! `Mark::join` …), so it checks the code's rules rather than a copy of them. What it
+//! The model carries out the steps of the store's own machines, one database statement
+//! per step: `layout::Change` (a change from its claim to `done`), `layout::Move` (one
+//! biz's move), `snowflake::lease::Take` and `Renew` (worker IDs). For every decision
+//! it calls the project's own pure functions (`layout::merge`, `required`, `plan`,
+//! `needed_to_heal`, `read`, `current`, `segment::judge::judge` …), so it checks the
+//! code, not a copy of it. It keeps the world (databases, their faults, the servers'
+//! views) and the properties. What it
 //! checks in every reachable state:
 //! - **no duplicate ID**: no ID is issued twice (a reservation issues every ID of its
 //!   segment at once);
@@ -16,8 +18,9 @@
 //!   server will serve from and no change will move.
 //!
 //! Faults: a command stops after any step (a crash, or a pause for good); a second
-//! command finishes or supersedes a change at once (not after 3 s of silence: a
-//! paused command may wake up, and safety must hold anyway); databases go down and
+//! command finishes or supersedes a change once its command stopped (`Spec::paused`,
+//! a command waking up after it fell silent, is modelled, but scenario C with it
+//! outgrew 12 GB of memory); databases go down and
 //! come back; a row is restored from a backup (and `db fence` run after it); commands
 //! run at once, or with a configuration that names only some databases; an import
 //! creating the biz while a change starts; leases run out; servers' clocks reach the
@@ -44,8 +47,9 @@
 //! membership at once (scenario M).
 //!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
-//! layout-change command; [`mover`] one biz's move (shared by commands and servers'
-//! heals); [`import`] an import creating the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
+//! layout-change command (its decision, then `Change`'s steps); [`mover`] carries out
+//! one biz's `Move` (for commands and servers' heals); [`import`] an import creating
+//! the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
 //! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
 
 mod agreement;
