@@ -100,12 +100,30 @@ impl Layout {
                 })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Layout {
+        let layout = Layout {
             epoch,
             members,
             state,
             lost: Vec::new(),
-        })
+        };
+        layout.assert_disjoint();
+        Ok(layout)
+    }
+
+    /// The postcondition of a new layout's classes: pairwise disjoint, and disjoint
+    /// from every lost database's (else two databases could issue one ID).
+    fn assert_disjoint(&self) {
+        let classes: Vec<(usize, Residue)> =
+            self.members.iter().map(|m| m.class).enumerate().collect();
+        assert!(
+            crate::segment::judge::first_overlap(&classes).is_none()
+                && !self
+                    .members
+                    .iter()
+                    .any(|m| self.lost.iter().any(|l| l.class.overlaps(m.class))),
+            "a new layout's classes are disjoint: {}",
+            self.describe()
+        );
     }
 
     /// The layout of `names` that gives no database a class of a `lost` one: database
@@ -148,6 +166,7 @@ impl Layout {
             member.class = Residue::new(modulus, free + m * i).map_err(|e| e.to_string())?;
         }
         layout.lost = lost;
+        layout.assert_disjoint();
         Ok(layout)
     }
 
