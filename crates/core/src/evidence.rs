@@ -83,12 +83,19 @@ impl std::fmt::Display for Regression {
 /// [`Regression`] when it is.
 pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
     match known {
-        Some(known) if known.is_ahead_of(row) => Err(Regression {
+        Some(known) if known.is_ahead_of(row) => Err(Regression::of(row, known)),
+        _ => Ok(()),
+    }
+}
+
+impl Regression {
+    /// `row`, found behind `known`.
+    pub fn of(row: &BizRow, known: Mark) -> Regression {
+        Regression {
             biz: row.biz_type.to_string(),
             found: (row.version, row.max_id),
             known,
-        }),
-        _ => Ok(()),
+        }
     }
 }
 

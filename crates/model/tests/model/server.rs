@@ -354,24 +354,17 @@ impl Sys {
         let server = &mut st.servers[s];
         // `Store::attempt`'s verdict on the row read (the marks only with witnesses).
         let seen = server.marks[p].filter(|_| self.spec.witnesses).map(to_mark);
-        match judge::judge(
-            &row.reclass(),
-            seen,
-            epoch,
-            classes.contains(&(p, row.class)),
-        ) {
-            Judged::Behind(_) => {
-                server.fenced[p] = true;
-                return true;
-            }
-            verdict => {
-                if self.spec.witnesses {
-                    learn(&mut server.marks[p], row.mark());
-                }
-                if verdict != Judged::Usable {
-                    return true;
-                }
-            }
+        let vetted = classes.contains(&(p, row.class));
+        let verdict = judge::judge(&row.reclass(), seen, epoch, vetted);
+        if let Judged::Behind(_) = verdict {
+            server.fenced[p] = true;
+            return true;
+        }
+        if self.spec.witnesses {
+            learn(&mut server.marks[p], row.mark());
+        }
+        if verdict != Judged::Usable {
+            return true;
         }
         let mut checked: Vec<(usize, Residue)> =
             classes.iter().copied().filter(|&(q, _)| q != p).collect();

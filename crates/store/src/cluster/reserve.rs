@@ -458,29 +458,22 @@ impl Store {
                 db == i && (c.delta(), c.remainder()) == (row.delta, row.remainder)
             });
             // Against what was known before the read: see `refresh_since`.
-            match judge(&Reclass::of(&row), seen, epoch, vetted) {
-                Judged::Behind(known) => {
-                    let regression = evidence::Regression {
-                        biz: biz.to_string(),
-                        found: (row.version, row.max_id),
-                        known,
-                    };
-                    self.fence(i, &regression);
-                    return Err(DbError::Fenced {
-                        reason: regression.to_string(),
-                    });
-                }
-                verdict => {
-                    self.view
-                        .evidence
-                        .lock()
-                        .learn(i, biz.as_str(), Mark::of(&row));
-                    match verdict {
-                        Judged::Moving => return Ok(Attempt::Moving),
-                        Judged::Stale => return Ok(Attempt::Stale),
-                        Judged::Behind(_) | Judged::Usable => {}
-                    }
-                }
+            let verdict = judge(&Reclass::of(&row), seen, epoch, vetted);
+            if let Judged::Behind(known) = verdict {
+                let regression = evidence::Regression::of(&row, known);
+                self.fence(i, &regression);
+                return Err(DbError::Fenced {
+                    reason: regression.to_string(),
+                });
+            }
+            self.view
+                .evidence
+                .lock()
+                .learn(i, biz.as_str(), Mark::of(&row));
+            match verdict {
+                Judged::Moving => return Ok(Attempt::Moving),
+                Judged::Stale => return Ok(Attempt::Stale),
+                Judged::Behind(_) | Judged::Usable => {}
             }
             let residue = match self.checked_class(biz, i, &row, known) {
                 Ok(r) => r,
