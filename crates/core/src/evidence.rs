@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::name::Name;
-use crate::rows::BizRow;
+use crate::rows::{BizRow, Reclass};
 
 /// The progress of one biz row: versions only grow (a give-back bumps it too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,8 +91,13 @@ pub fn behind(known: Option<Mark>, row: &BizRow) -> Result<(), Regression> {
 impl Regression {
     /// `row`, found behind `known`.
     pub fn of(row: &BizRow, known: Mark) -> Regression {
+        Regression::at(&row.biz_type, &Reclass::of(row), known)
+    }
+
+    /// The row of `biz` read as `row`, found behind `known`.
+    pub fn at(biz: &str, row: &Reclass, known: Mark) -> Regression {
         Regression {
-            biz: row.biz_type.to_string(),
+            biz: biz.to_owned(),
             found: (row.version, row.max_id),
             known,
         }

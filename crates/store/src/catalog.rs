@@ -933,15 +933,22 @@ pub(crate) fn conflict(
     names: &[String],
     classes: &[(usize, Residue)],
 ) -> Option<StoreError> {
-    segmint_core::segment::judge::first_overlap(classes).map(|((a, ca), (b, cb))| {
-        StoreError::ResidueConflict {
-            biz: biz.to_owned(),
-            first: names[a].clone(),
-            first_class: ca.to_string(),
-            second: names[b].clone(),
-            second_class: cb.to_string(),
-        }
-    })
+    segmint_core::segment::judge::first_overlap(classes).map(|pair| overlap(biz, names, pair))
+}
+
+/// The refusal of `biz` for the two databases' classes of `pair`, which share an ID.
+pub(crate) fn overlap(
+    biz: &str,
+    names: &[String],
+    ((a, ca), (b, cb)): ((usize, Residue), (usize, Residue)),
+) -> StoreError {
+    StoreError::ResidueConflict {
+        biz: biz.to_owned(),
+        first: names[a].clone(),
+        first_class: ca.to_string(),
+        second: names[b].clone(),
+        second_class: cb.to_string(),
+    }
 }
 
 /// The shape of `biz` from the databases holding its rows: every one must hold the same

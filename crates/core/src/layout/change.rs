@@ -236,7 +236,7 @@ pub fn uncovered(classes: impl Iterator<Item = Residue> + Clone) -> Option<i64> 
 /// The databases a server must be configured with, and have just read, to finish the
 /// bizs of `pending`, a change cut off: those [`required`] names (with `witnessed`,
 /// the databases the witnesses read name) and every member of `pending`.
-pub fn needed_to_heal(
+fn needed_to_heal(
     layouts: &[Layout],
     before: &Layout,
     witnessed: &[String],
@@ -249,6 +249,59 @@ pub fn needed_to_heal(
         }
     }
     need
+}
+
+/// What a server can do for a change cut off ([`healing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heal<'a> {
+    /// No change is pending.
+    Nothing,
+    /// The server is not configured with, or did not just read, these databases the
+    /// change needs: the command must be run again.
+    Lacks(Vec<String>),
+    /// Move every biz with a row that [`frozen_by`] the change `pending`, over `parts`
+    /// (positions in the server's configuration, in the order the change needs them).
+    Move {
+        pending: &'a Layout,
+        parts: Vec<usize>,
+    },
+}
+
+/// What a server configured with the databases named `configured` (its classes
+/// before any change: `before`), which just read those at positions `read` and found
+/// witnesses naming the databases `witnessed`, does for the change pending in
+/// `layouts`, once it fell silent.
+pub fn healing<'a>(
+    layouts: &'a [Layout],
+    before: &Layout,
+    configured: &[String],
+    read: &[usize],
+    witnessed: &[String],
+) -> Heal<'a> {
+    let Some(pending) = current(layouts).1 else {
+        return Heal::Nothing;
+    };
+    let need = needed_to_heal(layouts, before, witnessed, pending);
+    let parts: Option<Vec<usize>> = need
+        .iter()
+        .map(|n| {
+            configured
+                .iter()
+                .position(|c| c == n)
+                .filter(|p| read.contains(p))
+        })
+        .collect();
+    match parts {
+        Some(parts) => Heal::Move { pending, parts },
+        None => Heal::Lacks(need),
+    }
+}
+
+/// Whether a row read on the database named `name`, `frozen` by the change to epoch
+/// `claimed_by`, is one a heal of `pending` moves: a member's row frozen by the change
+/// (the rows of a database it removes stay frozen for good).
+pub fn frozen_by(pending: &Layout, name: &str, frozen: bool, claimed_by: i64) -> bool {
+    frozen && claimed_by == pending.epoch && pending.class_of(name).is_some()
 }
 
 /// Whether two classes share an ID: `a ≡ b` modulo the gcd of their moduli.

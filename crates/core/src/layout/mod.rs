@@ -26,8 +26,8 @@ mod standing;
 mod tests;
 
 pub use change::{
-    LayoutChange, Plan, PlanError, claim_order, fence, needed_to_heal, overlap, plan, required,
-    target, uncovered,
+    Heal, LayoutChange, Plan, PlanError, claim_order, fence, frozen_by, healing, overlap, plan,
+    required, target, uncovered,
 };
 pub use changing::{Change, Decision};
 pub use founding::{Founding, FoundingError, Need};

@@ -417,3 +417,45 @@ fn restriction_inverts_restrict() {
     assert_eq!(restriction(class(3, 0), class(2, 0)), None);
     assert_eq!(restriction(class(4, 1), class(2, 1)), None);
 }
+
+#[test]
+fn a_heal_needs_every_database_of_the_change_configured_and_just_read() {
+    let before = lay(0, &[("a", 1, 0)], LayoutState::Done);
+    let pending = lay(1, &[("a", 2, 0), ("b", 2, 1)], LayoutState::Moving);
+    let layouts = vec![before.clone(), pending.clone()];
+    let configured = names(&["b", "a"]);
+    assert_eq!(
+        healing(&layouts, &before, &configured, &[0, 1], &[]),
+        Heal::Move {
+            pending: &layouts[1],
+            parts: vec![1, 0]
+        }
+    );
+    assert_eq!(
+        healing(&layouts, &before, &configured, &[1], &[]),
+        Heal::Lacks(names(&["a", "b"]))
+    );
+    assert_eq!(
+        healing(&layouts, &before, &names(&["a"]), &[0], &[]),
+        Heal::Lacks(names(&["a", "b"]))
+    );
+    assert_eq!(
+        healing(&layouts[..1], &before, &configured, &[0, 1], &[]),
+        Heal::Nothing
+    );
+    // A database a witness names that no layout explains is needed too.
+    assert!(matches!(
+        healing(&layouts, &before, &configured, &[0, 1], &names(&["c"])),
+        Heal::Lacks(need) if need.contains(&"c".to_owned())
+    ));
+    assert!(frozen_by(&pending, "b", true, 1));
+    assert!(
+        !frozen_by(&pending, "b", true, 0),
+        "frozen by another change"
+    );
+    assert!(!frozen_by(&pending, "b", false, 1), "thawed");
+    assert!(
+        !frozen_by(&pending, "c", true, 1),
+        "not a member: frozen for good"
+    );
+}

@@ -9,6 +9,7 @@ mod chain;
 mod give_back;
 pub mod judge;
 mod range;
+pub mod reserve;
 mod residue;
 mod window;
 
@@ -20,7 +21,7 @@ pub use residue::Residue;
 pub use window::{Window, WindowMiss};
 
 /// Why a residue class or segment is invalid.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum SegmentError {
     #[error("delta must be at least 1, got {0}")]
     Delta(i64),

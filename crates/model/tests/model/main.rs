@@ -5,9 +5,10 @@
 //!
 //! The model carries out the steps of the store's own machines, one database statement
 //! per step: `layout::Change` (a change from its claim to `done`), `layout::Move` (one
-//! biz's move), `snowflake::lease::Take` and `Renew` (worker IDs). For every decision
-//! it calls the project's own pure functions (`layout::merge`, `required`, `plan`,
-//! `needed_to_heal`, `read`, `current`, `segment::judge::judge` …), so it checks the
+//! biz's move), `segment::reserve::Reserve` (a reservation; its read and
+//! compare-and-set at once), `snowflake::lease::Take` and `Renew` (worker IDs). For
+//! every decision it calls the project's own pure functions (`layout::merge`,
+//! `required`, `plan`, `healing`, `frozen_by`, `read`, `current` …), so it checks the
 //! code, not a copy of it. It keeps the world (databases, their faults, the servers'
 //! views) and the properties. What it
 //! checks in every reachable state:

@@ -16,8 +16,11 @@ use segmint_core::segment::Residue;
 
 use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
 use crate::mover::{Moved, Mover};
-use segmint_core::segment::judge::{self, Judged};
+use segmint_core::evidence::Mark;
+use segmint_core::segment::judge;
+use segmint_core::segment::reserve;
 use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
+use segmint_core::step::{StepChoice, StepReason};
 
 /// What the catalog keeps of a row: not its `max_id` nor its version, which only the
 /// reservation's own read uses.
@@ -279,23 +282,25 @@ impl Sys {
         }
         witnessed_names.sort();
         witnessed_names.dedup();
-        let need = layout::needed_to_heal(&layouts, &self.configured(s), &witnessed_names, pending);
-        let parts: Vec<Db> = need
+        let configured: Vec<String> = spec
+            .config
             .iter()
-            .map(|n| {
-                let d = self.index(n);
-                spec.config
-                    .iter()
-                    .position(|&x| x == d)
-                    .filter(|p| read.contains(p))
-                    .map(|_| d)
-            })
-            .collect::<Option<_>>()?;
+            .map(|&d| self.spec.names[d].clone())
+            .collect();
+        let layout::Heal::Move { parts, .. } = layout::healing(
+            &layouts,
+            &self.configured(s),
+            &configured,
+            read,
+            &witnessed_names,
+        ) else {
+            return None;
+        };
+        let parts: Vec<Db> = parts.iter().map(|&p| spec.config[p]).collect();
         let frozen_by_it = spec.config.iter().zip(&server.snap).any(|(&d, snap)| {
-            pending.class_of(&self.spec.names[d]).is_some()
-                && snap
-                    .flatten()
-                    .is_some_and(|r| r.frozen && r.claimed_by == pending.epoch)
+            snap.flatten().is_some_and(|r| {
+                layout::frozen_by(pending, &self.spec.names[d], r.frozen, r.claimed_by)
+            })
         });
         frozen_by_it.then(|| {
             Mover::new(
@@ -348,67 +353,79 @@ impl Sys {
         if conflict(&classes) {
             return false;
         }
-        let Some(row) = st.dbs[d].row else {
+        let Some(read) = st.dbs[d].row else {
             return false;
         };
-        let server = &mut st.servers[s];
-        // `Store::attempt`'s verdict on the row read (the marks only with witnesses).
-        let seen = server.marks[p].filter(|_| self.spec.witnesses).map(to_mark);
-        let vetted = classes.contains(&(p, row.class));
-        let verdict = judge::judge(&row.reclass(), seen, epoch, vetted);
-        if let Judged::Behind(_) = verdict {
-            server.fenced[p] = true;
-            return true;
-        }
-        if self.spec.witnesses {
-            learn(&mut server.marks[p], row.mark());
-        }
-        if verdict != Judged::Usable {
-            return true;
-        }
-        let mut checked: Vec<(usize, Residue)> =
-            classes.iter().copied().filter(|&(q, _)| q != p).collect();
-        checked.push((p, row.class));
-        if conflict(&checked) || self.spec.step < row.class.delta() {
-            return true;
-        }
-        // The IDs after `from` up to `max_id` are the segment's.
-        let (from, max_id) = match self.spec.windows.get(usize::from(server.period)) {
-            None => (row.max_id, row.max_id + self.spec.step),
-            Some(window) => {
-                let period = Some(server.period);
-                let reset = !self.spec.fixes.window_above_row && server.reserved_in != period;
-                let at = if reset { window.floor } else { row.max_id };
-                match window.range(at, self.spec.step, row.class) {
-                    Ok(range) => {
-                        server.reserved_in = period;
-                        (range.max_id() - range.step(), range.max_id())
-                    }
-                    // A later period begun here, or this one's counter used up: no
-                    // segment (the server's clock moves on by `Tick`).
-                    Err(_) => return true,
+        // The window of the server's period; the mutation starts a period's first
+        // segment at the window's floor.
+        let window = self
+            .spec
+            .windows
+            .get(usize::from(st.servers[s].period))
+            .copied();
+        let period = window.map(|_| st.servers[s].period);
+        let safeguards = reserve::Safeguards {
+            window_above_row: self.spec.fixes.window_above_row
+                || st.servers[s].reserved_in == period,
+        };
+        // `Store::attempt`: the store's machine, its read and compare-and-set made at
+        // once (the marks only with witnesses).
+        let mut machine = reserve::Reserve::new(p, &classes, epoch, window, safeguards);
+        let (range, version) = loop {
+            let server = &mut st.servers[s];
+            match machine.need() {
+                reserve::Need::Read => {
+                    let seen = server.marks[p].filter(|_| self.spec.witnesses).map(to_mark);
+                    machine.read(st.dbs[d].row.map(|r| (r.reclass(), self.spec.step)), seen);
                 }
+                reserve::Need::Learn(mark) => {
+                    if self.spec.witnesses {
+                        learn(&mut server.marks[p], mark);
+                    }
+                    machine.learned();
+                }
+                reserve::Need::Step { row_step, .. } => machine.stepped(StepChoice {
+                    step: row_step,
+                    reason: StepReason::Fixed,
+                }),
+                reserve::Need::Advance { to, .. } => {
+                    let row = st.dbs[d].row.as_mut().expect("read at once");
+                    row.version += 1;
+                    row.max_id = to;
+                    machine.advanced(Some(row.reclass()));
+                }
+                reserve::Need::Done(reserve::Outcome::Reserved { range, version, .. }) => {
+                    break (range, version);
+                }
+                reserve::Need::Done(reserve::Outcome::Behind { .. }) => {
+                    server.fenced[p] = true;
+                    return true;
+                }
+                // Nothing served; a window missed or passed waits for the clock's
+                // `Tick`.
+                reserve::Need::Done(_) => return true,
             }
         };
+        if window.is_some() {
+            st.servers[s].reserved_in = period;
+        }
         st.reservations -= 1;
-        let updated = Row {
-            version: row.version + 1,
-            max_id,
-            ..row
-        };
-        st.dbs[d].row = Some(updated);
-        for id in from + 1..=max_id {
-            if row.class.contains(id) {
+        for id in range.max_id() - range.step() + 1..=range.max_id() {
+            if range.residue().contains(id) {
                 st.issue(id);
             }
         }
-        st.fresh |= row.epoch > self.spec.init_epoch;
+        st.fresh |= read.epoch > self.spec.init_epoch;
         if self.spec.witnesses {
-            learn(&mut st.servers[s].marks[p], updated.mark());
+            let mark = Mark {
+                version,
+                max_id: range.max_id(),
+                high_id: range.max_id(),
+            };
             // Witnessed in the other databases before use (taken as written in all).
             for &j in &spec.config {
                 if j != d {
-                    learn(&mut st.dbs[j].witness[d], updated.mark());
+                    learn(&mut st.dbs[j].witness[d], mark);
                 }
             }
         }

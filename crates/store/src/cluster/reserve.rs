@@ -10,20 +10,17 @@ use rand::seq::SliceRandom;
 use super::Store;
 use crate::biz::BizTag;
 use crate::metrics::FetchOutcome;
-use crate::segment::judge::{Judged, judge};
+use crate::segment::reserve::{Need, Outcome, Refusal, Reserve, Safeguards};
 use crate::segment::{Residue, SegmentRange, Window, WindowMiss};
 use crate::step::{StepHint, StepReason, StepRequest};
 use crate::store::Clock;
-use crate::store::catalog::conflict;
+use crate::store::catalog::overlap;
 use crate::store::evidence::{self, Mark, Witness};
-use crate::store::{BizRow, DbError, Reclass, StoreError, Verdict};
+use crate::store::{DbError, Reclass, StoreError, Verdict};
 
 /// The classes the catalog knows of a biz's rows, their layout epoch, and the window
 /// of the row's IDs a reservation keeps to, if any.
 type Known<'a> = (&'a [(usize, Residue)], i64, Option<Window>);
-
-/// Compare-and-set attempts on one database before trying another.
-const CAS_ATTEMPTS: usize = 3;
 
 /// A segment reserved for a caller, and where it came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -429,8 +426,8 @@ impl Store {
         (i, result)
     }
 
-    /// One optimistic reservation on database `i`: read the row, then compare-and-set
-    /// it forward, at most [`CAS_ATTEMPTS`] times.
+    /// One optimistic reservation on database `i`: the core's machine
+    /// ([`Reserve`]) carried out on the database's engine.
     async fn attempt(
         &self,
         i: usize,
@@ -440,128 +437,87 @@ impl Store {
         trip: &RoundTrip,
     ) -> Result<Attempt, DbError> {
         let db = &self.dbs.list[i];
-        let refuse = |reason: String| {
-            Attempt::Refused(StoreError::InvalidRow {
+        let mut machine = Reserve::new(i, known, epoch, window, Safeguards::ALL);
+        let outcome = loop {
+            match machine.need() {
+                Need::Read => {
+                    // Against what was known before the read: see `refresh_since`.
+                    let seen = self.view.evidence.lock().mark(i, biz.as_str());
+                    let row = trip.around(db.store.biz(biz.as_str())).await?;
+                    machine.read(row.as_ref().map(|r| (Reclass::of(r), r.step)), seen);
+                }
+                Need::Learn(mark) => {
+                    self.view.evidence.lock().learn(i, biz.as_str(), mark);
+                    machine.learned();
+                }
+                Need::Step {
+                    row_step,
+                    delta,
+                    room,
+                } => machine.stepped(self.policy.for_request(row_step, delta, request, room)),
+                Need::Advance {
+                    version,
+                    max_id,
+                    to,
+                } => {
+                    let updated = trip
+                        .around(db.store.advance(biz.as_str(), version, max_id, to))
+                        .await?;
+                    if updated.is_none() {
+                        db.metrics.outcome(FetchOutcome::Conflict);
+                    }
+                    machine.advanced(updated.as_ref().map(Reclass::of));
+                }
+                Need::Done(outcome) => break outcome,
+            }
+        };
+        let refused = |e| Ok(Attempt::Refused(e));
+        let invalid = |reason: String| {
+            refused(StoreError::InvalidRow {
                 biz: biz.to_string(),
                 database: db.name.clone(),
                 reason,
             })
         };
-        for _ in 0..CAS_ATTEMPTS {
-            let seen = self.view.evidence.lock().mark(i, biz.as_str());
-            let Some(row) = trip.around(db.store.biz(biz.as_str())).await? else {
-                return Ok(Attempt::Missing);
-            };
-            // A class the catalog has not vetted (a layout change, or an edit by hand)
-            // is used only once a catalog read has checked it (see `check_classes`).
-            let vetted = known.iter().any(|&(db, c)| {
-                db == i && (c.delta(), c.remainder()) == (row.delta, row.remainder)
-            });
-            // Against what was known before the read: see `refresh_since`.
-            let verdict = judge(&Reclass::of(&row), seen, epoch, vetted);
-            if let Judged::Behind(known) = verdict {
-                let regression = evidence::Regression::of(&row, known);
-                self.fence(i, &regression);
-                return Err(DbError::Fenced {
-                    reason: regression.to_string(),
-                });
-            }
-            self.view
-                .evidence
-                .lock()
-                .learn(i, biz.as_str(), Mark::of(&row));
-            match verdict {
-                Judged::Moving => return Ok(Attempt::Moving),
-                Judged::Stale => return Ok(Attempt::Stale),
-                Judged::Behind(_) | Judged::Usable => {}
-            }
-            let residue = match self.checked_class(biz, i, &row, known) {
-                Ok(r) => r,
-                Err(e) => return Ok(Attempt::Refused(e)),
-            };
-            let room = i64::MAX.saturating_sub(row.max_id);
-            let choice = self
-                .policy
-                .for_request(row.step, residue.delta(), request, room);
-            let step = choice.step;
-            if step < residue.delta() {
-                return Ok(refuse(format!(
-                    "step {step} is smaller than delta {}: a segment could hold no ID",
-                    residue.delta()
-                )));
-            }
-            // The segment of `step` IDs after the row, in the window if one is asked.
-            let cut = |residue: Residue| match window {
-                Some(w) => w.range(row.max_id, step, residue).map_err(Some),
-                None => SegmentRange::after(row.max_id, step, residue).map_err(|_| None),
-            };
-            let range = match cut(residue) {
-                Ok(r) => r,
-                Err(Some(miss)) => return Ok(Attempt::Window(miss)),
-                Err(None) => {
-                    return Ok(Attempt::Refused(StoreError::Overflow {
-                        biz: biz.to_string(),
-                        database: db.name.clone(),
-                        max_id: row.max_id,
-                        step,
-                    }));
-                }
-            };
-            let Some(updated) = trip
-                .around(
-                    db.store
-                        .advance(biz.as_str(), row.version, row.max_id, range.max_id()),
-                )
-                .await?
-            else {
-                db.metrics.outcome(FetchOutcome::Conflict);
-                continue;
-            };
-            self.view
-                .evidence
-                .lock()
-                .learn(i, biz.as_str(), Mark::of(&updated));
-            // The class may have been edited by hand between the read and the update:
-            // the segment is issued from the class the row has now, checked again.
-            let range = match self.checked_class(biz, i, &updated, known) {
-                Ok(r) if r == residue => range,
-                Ok(r) => match cut(r) {
-                    Ok(range) if step >= r.delta() => range,
-                    _ => return Ok(refuse(format!("class changed to {r} during a reservation"))),
-                },
-                Err(e) => return Ok(Attempt::Refused(e)),
-            };
-            return Ok(Attempt::Reserved(Reservation {
+        match outcome {
+            Outcome::Reserved {
+                range,
+                version,
+                choice,
+            } => Ok(Attempt::Reserved(Reservation {
                 range,
                 database: i,
                 reason: choice.reason,
-                version: updated.version,
-            }));
-        }
-        Ok(Attempt::Contended)
-    }
-
-    /// The class of `row` on database `i`, if it is valid and disjoint from the classes
-    /// the biz has on the other databases.
-    fn checked_class(
-        &self,
-        biz: &BizTag,
-        i: usize,
-        row: &BizRow,
-        known: &[(usize, Residue)],
-    ) -> Result<Residue, StoreError> {
-        let residue =
-            Residue::new(row.delta, row.remainder).map_err(|e| StoreError::InvalidRow {
+                version,
+            })),
+            Outcome::Missing => Ok(Attempt::Missing),
+            Outcome::Contended => Ok(Attempt::Contended),
+            Outcome::Moving => Ok(Attempt::Moving),
+            Outcome::Stale => Ok(Attempt::Stale),
+            Outcome::Window(miss) => Ok(Attempt::Window(miss)),
+            Outcome::Behind { row, known } => {
+                let regression = evidence::Regression::at(biz.as_str(), &row, known);
+                self.fence(i, &regression);
+                Err(DbError::Fenced {
+                    reason: regression.to_string(),
+                })
+            }
+            Outcome::Refused(Refusal::Invalid(e)) => invalid(e.to_string()),
+            Outcome::Refused(Refusal::Overlap(a, b)) => {
+                refused(overlap(biz.as_str(), &self.dbs.names, (a, b)))
+            }
+            Outcome::Refused(Refusal::StepBelowDelta { step, delta }) => invalid(format!(
+                "step {step} is smaller than delta {delta}: a segment could hold no ID"
+            )),
+            Outcome::Refused(Refusal::Overflow { max_id, step }) => refused(StoreError::Overflow {
                 biz: biz.to_string(),
-                database: self.dbs.list[i].name.clone(),
-                reason: e.to_string(),
-            })?;
-        let mut classes: Vec<(usize, Residue)> =
-            known.iter().copied().filter(|&(db, _)| db != i).collect();
-        classes.push((i, residue));
-        match conflict(biz.as_str(), &self.dbs.names, &classes) {
-            Some(e) => Err(e),
-            None => Ok(residue),
+                database: db.name.clone(),
+                max_id,
+                step,
+            }),
+            Outcome::Refused(Refusal::ClassChanged(r)) => {
+                invalid(format!("class changed to {r} during a reservation"))
+            }
         }
     }
 }

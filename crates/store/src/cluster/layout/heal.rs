@@ -2,6 +2,7 @@
 //! that lack them, and finish the bizs of a change that was cut off.
 
 use super::*;
+use crate::layout::Heal;
 
 impl Store {
     /// Writes the final layout rows (`done`, `superseded`) known here into each
@@ -86,30 +87,19 @@ impl Store {
         let mut names: Vec<String> = witnesses.iter().map(|w| w.database.clone()).collect();
         names.sort();
         names.dedup();
-        let need = layout::needed_to_heal(&layouts, &before, &names, &pending);
-        let parts: Option<Vec<usize>> = need
-            .iter()
-            .map(|n| {
-                self.dbs
-                    .names
-                    .iter()
-                    .position(|x| x == n)
-                    .filter(|i| read.iter().any(|(k, _)| k == i))
-            })
-            .collect();
-        let Some(parts) = parts else {
-            tracing::warn!(epoch = pending.epoch, needs = ?need, "a change to the layout was cut off; this server cannot finish its bizs without every database it needs: run the command again");
-            return false;
+        let read_at: Vec<usize> = read.iter().map(|(i, _)| *i).collect();
+        let parts = match layout::healing(&layouts, &before, &self.dbs.names, &read_at, &names) {
+            Heal::Move { parts, .. } => parts,
+            Heal::Nothing => return false,
+            Heal::Lacks(need) => {
+                tracing::warn!(epoch = pending.epoch, needs = ?need, "a change to the layout was cut off; this server cannot finish its bizs without every database it needs: run the command again");
+                return false;
+            }
         };
         let mut bizs: BTreeSet<&str> = BTreeSet::new();
         for (i, snap) in read {
-            // A member's row frozen by the change: rows of databases it removes stay
-            // frozen for good.
-            if pending.class_of(&self.dbs.names[*i]).is_none() {
-                continue;
-            }
             for r in &snap.bizs {
-                if r.frozen && r.claimed_by == pending.epoch {
+                if layout::frozen_by(&pending, &self.dbs.names[*i], r.frozen, r.claimed_by) {
                     bizs.insert(&r.biz_type);
                 }
             }
