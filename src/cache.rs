@@ -46,8 +46,9 @@ use crate::metrics::{BizCounts, BizStats, PeriodStats};
 use crate::rate::{RateTracker, runway, runway_duration};
 use crate::segment::{DoubleBuffer, Held, SegmentRange, Window, plan_give_back};
 use crate::shape::Periodic;
+use crate::shape::clocks::human_ms;
 use crate::step::{StepHint, StepReason};
-use crate::store::{Reservation, Store, StoreError};
+use crate::store::{ClockFault, Reservation, Store, StoreError};
 
 /// Longest the give-back at stop takes, whatever the number of bizs and however the
 /// databases fail; what is not given back by then is wasted.
@@ -313,23 +314,95 @@ impl Cache {
     }
 
     /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
-    /// next ones while the databases say they have begun.
+    /// next ones while the databases say they have begun; never of a period that no
+    /// database's clock has begun ([`Store::may_begin`]).
     async fn take_in<P: Portion>(
         &self,
         biz: &BizTag,
         period: &Periodic,
         portion: impl Fn() -> P,
     ) -> Result<P, StoreError> {
-        let mut code = period.code_at(unix_ms());
-        let mut result = self.take(biz, portion(), Some(period.window(code))).await;
+        let own = period.code_at(unix_ms());
+        let mut code = own;
+        let mut result = self.take_begun(biz, period, own, code, portion()).await;
         for _ in 0..2 {
             if !matches!(result, Err(StoreError::PeriodPassed(_))) {
                 break;
             }
             code = period.next(code);
-            result = self.take(biz, portion(), Some(period.window(code))).await;
+            result = self.take_begun(biz, period, own, code, portion()).await;
         }
-        result
+        match result {
+            Err(StoreError::PeriodPassed(_)) => Err(self.passed(biz, period, own, code)),
+            result => result,
+        }
+    }
+
+    /// `portion` of `biz`'s buffer for period `code`, once a database's clock has begun
+    /// it too; `own` is the period this server's clock is in.
+    async fn take_begun<P: Portion>(
+        &self,
+        biz: &BizTag,
+        period: &Periodic,
+        own: i64,
+        code: i64,
+        portion: P,
+    ) -> Result<P, StoreError> {
+        let window = period.window(code);
+        // A period this server issues already was begun.
+        let begun = self
+            .buffers
+            .load()
+            .get(biz)
+            .is_some_and(|b| b.window.is_some_and(|w| w.floor >= window.floor));
+        if !begun
+            && let Some(begins_ms) = period.begins_ms(code)
+            && let Err(not) = self.store.may_begin(begins_ms)
+        {
+            let tolerance = human_ms(self.store.clock_tolerance_ms());
+            return Err(match code == own {
+                true => StoreError::Clock {
+                    biz: biz.to_string(),
+                    fault: ClockFault::Ahead,
+                    detail: format!(
+                        "this server's clock is {} ahead of the databases' (the latest one read): it does not begin period {} before a database's clock reaches it (tolerance {tolerance})",
+                        human_ms(not.server_ahead_ms),
+                        period.label(code)
+                    ),
+                },
+                false => StoreError::Clock {
+                    biz: biz.to_string(),
+                    fault: ClockFault::RowsAhead,
+                    detail: format!(
+                        "every database's row is past period {}, the one this server's clock and the databases' are in; period {} is {} away by the latest database clock: a clock that was ahead moved the rows",
+                        period.label(own),
+                        period.label(code),
+                        human_ms(not.early_ms)
+                    ),
+                },
+            });
+        }
+        self.take(biz, portion, Some(window)).await
+    }
+
+    /// The error of `biz` when every database is past period `last`, the last this
+    /// server followed from `own`, its clock's: the clock to blame, when the
+    /// databases' clocks say.
+    fn passed(&self, biz: &BizTag, period: &Periodic, own: i64, last: i64) -> StoreError {
+        let tolerance = self.store.clock_tolerance_ms();
+        match self.store.clock_ahead_ms() {
+            Some(ahead) if ahead < -tolerance => StoreError::Clock {
+                biz: biz.to_string(),
+                fault: ClockFault::Behind,
+                detail: format!(
+                    "every database's row is past period {}: this server's clock is {} behind the databases' (the latest one read), in period {}",
+                    period.label(last),
+                    human_ms(-ahead),
+                    period.label(own)
+                ),
+            },
+            _ => StoreError::PeriodPassed(biz.to_string()),
+        }
     }
 
     /// `portion` of `biz` from its buffer for `window`.

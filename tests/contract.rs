@@ -1153,7 +1153,27 @@ pub(crate) async fn spec_recorded_once(raw: &dyn SegmentStore) {
     assert_eq!(raw.snowflake_spec().await.unwrap(), Some((js, true)));
 }
 
+/// The database's clock reads in Unix milliseconds: on this host, within a second of
+/// the test's own clock, and a later read is not earlier.
+async fn the_clock_reads_in_unix_milliseconds(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let ms = || {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        since.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+    };
+    let before = ms();
+    let first = raw.clock_ms().await.unwrap();
+    let second = raw.clock_ms().await.unwrap();
+    let after = ms();
+    assert!(
+        (before - 1_000..=after + 1_000).contains(&first),
+        "{first} is not between {before} and {after} (Unix ms)"
+    );
+    assert!(second >= first, "{second} after {first}");
+}
+
 by_kind!(
+    the_clock_reads_in_unix_milliseconds,
     the_snowflake_spec_is_recorded_once,
     the_catalog_feed_returns_the_rows_written_since,
     one_biz_is_read_alone,

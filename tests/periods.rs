@@ -77,7 +77,8 @@ fn date_and_counter(id: &str) -> (&str, i64) {
 }
 
 /// Two databases with biz `ord` and two servers whose clocks reach `midnight_ms`
-/// 200 ms apart, 20 s from now by the true clock, for load from 3 s before it.
+/// 200 ms apart, 25 s from now by the true clock (the databases' clocks with the later
+/// server), for load from 3 s before it.
 struct Rollover {
     _setup: CliCluster,
     token: String,
@@ -94,11 +95,17 @@ impl Rollover {
     async fn start(zone: &str, midnight_ms: i64, pattern: &str) -> Rollover {
         let setup = CliCluster::start("");
         let token = add(&setup, "ord", 200, pattern, zone);
-        // Midnight comes 20 s from now by the true clock: time for both servers to
-        // start on a loaded machine (each takes about a second idle).
+        // Midnight comes 25 s from now by the true clock: time for the databases to
+        // restart on the shifted clock and both servers to start on a loaded machine
+        // (each takes about a second idle).
         let lead_ms = 200;
-        let target_ms = now_ms() + 20_000;
+        let target_ms = now_ms() + 25_000;
         let offset_ms = [midnight_ms - target_ms + lead_ms, midnight_ms - target_ms];
+        // The databases' clocks are the later server's: a server begins a period only
+        // once a database's clock has too (the earlier one is within the tolerance).
+        setup
+            .dbs
+            .shift_clocks(&ShiftedClock::ahead(offset_ms[1] as f64 / 1000.0));
         let mut servers = Vec::new();
         for &ms in &offset_ms {
             let clock = ShiftedClock::ahead(ms as f64 / 1000.0);
@@ -107,7 +114,7 @@ impl Rollover {
         let load_from = target_ms - 3_000;
         assert!(
             now_ms() < load_from,
-            "the servers took over 17 s to start: the rollover would be missed"
+            "the databases and servers took over 22 s to start: the rollover would be missed"
         );
         tokio::time::sleep(Duration::from_millis((load_from - now_ms()).max(0) as u64)).await;
         Rollover {
@@ -401,6 +408,8 @@ async fn a_server_behind_follows_a_day_begun_on_every_database() {
     // early one takes.
     let ahead = ShiftedClock::ahead((midnight - now_ms() + 300_000) as f64 / 1000.0);
     let behind = ShiftedClock::ahead((midnight - now_ms() - 300_000) as f64 / 1000.0);
+    // The databases' clocks are the early server's: the day begins by theirs too.
+    setup.dbs.shift_clocks(&ahead);
     let early = ahead.server(&setup.toml).await;
     let early = early.remote(Duration::from_secs(10));
     // The early server reserves until both databases' rows are in the new day.
@@ -769,4 +778,146 @@ async fn a_database_added_while_a_periodic_biz_is_served_issues_no_id_twice() {
         "{served} IDs over HTTP and {} from the client library across `db add pg2`",
         seen.len() - served
     );
+}
+
+/// A daily biz on two databases whose clocks are right (PostgreSQL or MariaDB). A
+/// server whose clock is three days ahead begins no period: every request gets 503
+/// `clock_ahead` naming the offset, its `/readyz` and `segmint_clock_offset_seconds`
+/// say how far ahead it is, and the rows stay in today's window. A server with the
+/// right clock serves today's numbers meanwhile, and one three days behind gets 503
+/// `period_passed`, naming its offset, once the rows are in today. Rows moved into a later period behind
+/// segmint's back (an older version under a clock ahead) give the right server 503
+/// `rows_ahead`, not a blame on its clock.
+async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
+    const DAY: i64 = 86_400;
+    let setup = CliCluster::start_kind(kind, "");
+    let (zone, hours) = noon_zone();
+    let token = add(&setup, "ord", 100, ORDER, &zone);
+    let today = yyyymmdd(now_ms(), hours);
+    let in_three_days = yyyymmdd(now_ms() + 3 * DAY * 1000, hours);
+    let ahead = ShiftedClock::ahead((3 * DAY) as f64)
+        .server(&setup.toml)
+        .await;
+    let ahead = ahead.remote(Duration::from_secs(10));
+    for _ in 0..3 {
+        let r = formatted(&ahead, "ord", &token, 10).await.unwrap_err();
+        assert_eq!(r.status, 503, "{r:?}");
+        let body = r.json();
+        assert_eq!(body["error"]["code"], "clock_ahead", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("this server's clock is 3 d 0 h ahead of the databases'")
+                && message.contains(&format!(
+                    "period {}-{}-{}",
+                    &in_three_days[..4],
+                    &in_three_days[4..6],
+                    &in_three_days[6..]
+                )),
+            "{message}"
+        );
+    }
+    let ready = get(&ahead, "/readyz").await;
+    assert_eq!(ready.status, 200, "{ready:?}");
+    let clock = &ready.json()["clock"];
+    let ahead_ms = clock["ahead_ms"].as_i64().unwrap();
+    assert!(
+        (3 * DAY * 1000 - 60_000..3 * DAY * 1000 + 60_000).contains(&ahead_ms),
+        "{clock}"
+    );
+    assert_eq!(clock["within_tolerance"], false, "{clock}");
+    let offset = metric(&ahead, "segmint_clock_offset_seconds{database=\"pg0\"}").await;
+    assert!((offset - (3 * DAY) as f64).abs() < 60.0, "{offset}");
+    // Nothing was reserved in the later period.
+    let floor: i64 = format!("{today}000000").parse().unwrap();
+    for db in 0..2 {
+        let max_id: i64 = setup
+            .dbs
+            .sql(db, "SELECT max_id FROM tiny_id_info WHERE biz_type = 'ord'")
+            .parse()
+            .unwrap();
+        assert!(
+            max_id <= floor,
+            "database {db} at {max_id}: a period was begun"
+        );
+    }
+    // The right server serves today.
+    let right = ServerProcess::start(&setup.toml).await;
+    let right = right.remote(Duration::from_secs(10));
+    let ids = formatted(&right, "ord", &token, 50).await.unwrap();
+    for id in &ids {
+        assert_eq!(date_and_counter(id).0, today, "{id}");
+    }
+    let clock = get(&right, "/readyz").await.json()["clock"].clone();
+    assert_eq!(clock["within_tolerance"], true, "{clock}");
+    // Once both databases' rows are in today, a server three days behind is told so.
+    let row = |db| -> i64 {
+        setup
+            .dbs
+            .sql(db, "SELECT max_id FROM tiny_id_info WHERE biz_type = 'ord'")
+            .parse()
+            .unwrap()
+    };
+    for round in 0.. {
+        if (0..2).all(|db| row(db) > floor) {
+            break;
+        }
+        assert!(round < 200, "today never began on both databases");
+        formatted(&right, "ord", &token, 100).await.unwrap();
+    }
+    let behind = ShiftedClock::ahead(-(3 * DAY) as f64)
+        .server(&setup.toml)
+        .await;
+    let behind = behind.remote(Duration::from_secs(10));
+    let r = formatted(&behind, "ord", &token, 10).await.unwrap_err();
+    let body = r.json();
+    assert_eq!(
+        (r.status, body["error"]["code"].as_str()),
+        (503, Some("period_passed")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("3 d 0 h behind the databases'"),
+        "{message}"
+    );
+    // Rows moved into the later period behind segmint's back: the right server says
+    // so, and blames no clock of its own.
+    let later: i64 = format!("{in_three_days}000500").parse().unwrap();
+    for db in 0..2 {
+        setup.dbs.sql(
+            db,
+            &format!(
+                "UPDATE tiny_id_info SET max_id = {}, version = version + 1 WHERE biz_type = 'ord'",
+                later + db as i64
+            ),
+        );
+    }
+    let fresh = ServerProcess::start(&setup.toml).await;
+    let fresh = fresh.remote(Duration::from_secs(10));
+    let r = formatted(&fresh, "ord", &token, 10).await.unwrap_err();
+    let body = r.json();
+    assert_eq!(
+        (r.status, body["error"]["code"].as_str()),
+        (503, Some("rows_ahead")),
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("a clock that was ahead moved the rows"),
+        "{message}"
+    );
+}
+
+mod clock_far_off {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres() {
+        one_clock_far_off_cannot_move_a_period(Kind::Postgres).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mariadb() {
+        one_clock_far_off_cannot_move_a_period(Kind::MySql).await;
+    }
 }

@@ -66,6 +66,7 @@ impl ApiError {
                 StoreError::Refused(_) => "bad_request",
                 StoreError::PeriodFull { .. } => "period_exhausted",
                 StoreError::PeriodPassed(_) => "period_passed",
+                StoreError::Clock { fault, .. } => fault.as_str(),
                 StoreError::Periodic(_) => "segments_unavailable",
             },
             ApiError::Conflict { code, .. } => code,
@@ -114,7 +115,9 @@ impl ResponseError for ApiError {
                 }
                 StoreError::Refused(_) => StatusCode::BAD_REQUEST,
                 StoreError::PeriodFull { .. } | StoreError::Periodic(_) => StatusCode::CONFLICT,
-                StoreError::PeriodPassed(_) => StatusCode::SERVICE_UNAVAILABLE,
+                StoreError::PeriodPassed(_) | StoreError::Clock { .. } => {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }
             },
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Snowflake(e) => match e {

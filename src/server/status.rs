@@ -114,6 +114,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
             fenced: d.fenced.is_some(),
             in_layout: d.in_layout,
             layout_behind: d.layout != "current",
+            clock_ahead_seconds: d.clock_ahead_ms.map(|ms| ms as f64 / 1_000.0),
             name: d.name,
         })
         .collect();
@@ -180,10 +181,26 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
         "status": if ready { "ready" } else { "unavailable" },
         "databases": state.store.status(),
         "membership": state.store.membership(),
+        "clock": clock(&state.store),
     });
     if ready {
         HttpResponse::Ok().json(body)
     } else {
         HttpResponse::ServiceUnavailable().json(body)
+    }
+}
+
+/// This server's clock against the databases' (see `Store::may_begin`): how far ahead
+/// of the latest database clock read (negative: behind), and whether that is within
+/// the tolerance a period is begun with.
+fn clock(store: &crate::store::Store) -> serde_json::Value {
+    let tolerance_ms = store.clock_tolerance_ms();
+    match store.clock_ahead_ms() {
+        Some(ahead_ms) => json!({
+            "ahead_ms": ahead_ms,
+            "tolerance_ms": tolerance_ms,
+            "within_tolerance": ahead_ms.abs() <= tolerance_ms,
+        }),
+        None => json!({ "ahead_ms": null, "tolerance_ms": tolerance_ms }),
     }
 }

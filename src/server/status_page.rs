@@ -7,6 +7,7 @@ use std::fmt::Write;
 
 use super::status::Report;
 use crate::listing::{Query, Sort};
+use crate::shape::clocks::human_ms;
 
 /// Bizs per page of `/status` when `limit` is not given.
 pub(super) const STATUS_LIMIT: usize = 50;
@@ -160,10 +161,15 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
     let mut dbs = String::new();
     for d in &report.databases {
         dbs.push_str(&format!(
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td></tr>\n",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td><td>{}</td></tr>\n",
             escape(&d.name),
             escape(&d.location),
             escape(d.residue.as_deref().unwrap_or("-")),
+            match d.clock_ahead_ms {
+                Some(ms) if ms >= 0 => format!("{} ahead", human_ms(ms)),
+                Some(ms) => format!("{} behind", human_ms(-ms)),
+                None => "-".to_owned(),
+            },
             if d.up && d.in_layout {
                 ""
             } else {
@@ -232,7 +238,7 @@ This page reloads every 5 seconds; the same figures are at <a href="v1/bizs">/v1
 <h2>Databases</h2>
 {membership}
 <table>
-<tr><th>database</th><th>location</th><th>class</th><th>state</th><th>last error</th></tr>
+<tr><th>database</th><th>location</th><th>class</th><th>this server's clock</th><th>state</th><th>last error</th></tr>
 {dbs}</table>
 </body></html>
 "#,

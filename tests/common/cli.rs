@@ -145,8 +145,9 @@ impl CliProcess {
     }
 }
 
-/// Two PostgreSQL databases, a configuration file naming them (with `extra` settings)
-/// and their schema, for tests that drive `segmint` commands and servers.
+/// Two databases (PostgreSQL unless [`CliCluster::start_kind`] says otherwise), a
+/// configuration file naming them (with `extra` settings) and their schema, for tests
+/// that drive `segmint` commands and servers.
 pub struct CliCluster {
     pub dbs: super::Databases,
     pub toml: String,
@@ -155,7 +156,12 @@ pub struct CliCluster {
 
 impl CliCluster {
     pub fn start(extra: &str) -> CliCluster {
-        let dbs = super::Databases::start(super::Kind::Postgres, 2);
+        CliCluster::start_kind(super::Kind::Postgres, extra)
+    }
+
+    /// [`CliCluster::start`] on two databases of `kind`.
+    pub fn start_kind(kind: super::Kind, extra: &str) -> CliCluster {
+        let dbs = super::Databases::start(kind, 2);
         let toml = super::config_toml_urls(&dbs.urls(), extra);
         let file = config_file(&toml);
         segmint_ok(file.path(), &["migrate"], &[]);

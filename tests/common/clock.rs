@@ -60,7 +60,8 @@ impl ShiftedClock {
         }
     }
 
-    fn env(&self, lib: &Path) -> Vec<(String, String)> {
+    /// The environment that puts a process on this clock, with libfaketime at `lib`.
+    pub fn env(&self, lib: &Path) -> Vec<(String, String)> {
         let mut env = vec![
             ("LD_PRELOAD".into(), lib.display().to_string()),
             ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),

@@ -235,6 +235,18 @@ impl SegmentStore for MemoryStore {
         self.enter("ping").await
     }
 
+    /// The host's wall clock, at once: not counted, delayed nor failed, so that the
+    /// latency and faults a test injects reach only the calls it counts.
+    async fn clock_ms(&self) -> Result<i64, DbError> {
+        Ok(i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(i64::MAX))
+    }
+
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
         self.enter("biz").await?;
         Ok(self.inner.lock().rows.get(biz).cloned())

@@ -255,8 +255,23 @@ impl PgCluster {
         self.start_again();
     }
 
+    /// Stops the cluster and starts it again with `env` added to its processes'
+    /// environment (libfaketime's, to shift its clock: see
+    /// [`ShiftedClock::env`](super::clock::ShiftedClock::env)).
+    pub fn restart_with_env(&self, env: &[(String, String)]) {
+        check("pg_ctl stop", self.pg_ctl_stop(&["-m", "fast", "-w"]));
+        if let Err(why) = self.try_start_with(env) {
+            panic!("{why}");
+        }
+    }
+
     /// `pg_ctl start`; on failure, what it said and the end of the server's log.
     fn try_start(&self) -> Result<(), String> {
+        self.try_start_with(&[])
+    }
+
+    /// [`PgCluster::try_start`] with `env` added to the environment.
+    fn try_start_with(&self, env: &[(String, String)]) -> Result<(), String> {
         let opts = format!(
             "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} -c fsync=off -c full_page_writes=off -c max_connections=200 {}",
             self.port,
@@ -264,6 +279,7 @@ impl PgCluster {
             self.settings,
         );
         let out = pg_command("pg_ctl")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .arg("-D")
             .arg(&self.data)
             .arg("-l")
@@ -622,6 +638,19 @@ impl Databases {
                         &format!("SELECT count(*) FROM sqlite_master WHERE name = '{table}'"),
                     ) == "1"
             }
+        }
+    }
+
+    /// Restarts every PostgreSQL cluster on `clock`: their `now()` is then its time.
+    pub fn shift_clocks(&self, clock: &super::clock::ShiftedClock) {
+        assert_eq!(
+            self.kind,
+            Kind::Postgres,
+            "only PostgreSQL clusters are restarted"
+        );
+        let env = clock.env(&super::clock::faketime_lib());
+        for cluster in &self.clusters {
+            cluster.restart_with_env(&env);
         }
     }
 

@@ -25,6 +25,7 @@ pub(super) struct RawProtocol {
     min_refresh_gap_ms: u64,
     min_hedge_ms: u64,
     full_refresh_ms: u64,
+    clock_tolerance_ms: u64,
 }
 
 impl Default for RawProtocol {
@@ -36,6 +37,7 @@ impl Default for RawProtocol {
             min_refresh_gap_ms: 100,
             min_hedge_ms: 5,
             full_refresh_ms: 600_000,
+            clock_tolerance_ms: 5_000,
         }
     }
 }
@@ -67,6 +69,11 @@ pub struct Protocol {
     /// read only the rows written since the last (the databases' change feeds). The
     /// feed misses nothing on its own; the full read is a second look, bounded in cost.
     pub full_refresh: Duration,
+    /// How far a server's clock may be ahead of the latest database clock it read and
+    /// still begin a period of a biz whose counter restarts each period (see
+    /// `docs/periods.md`): clocks a little apart begin a day together, one far ahead is
+    /// refused.
+    pub clock_tolerance: Duration,
 }
 
 impl Default for Protocol {
@@ -96,6 +103,7 @@ impl RawProtocol {
             ("protocol.min_refresh_gap_ms", self.min_refresh_gap_ms),
             ("protocol.min_hedge_ms", self.min_hedge_ms),
             ("protocol.full_refresh_ms", self.full_refresh_ms),
+            ("protocol.clock_tolerance_ms", self.clock_tolerance_ms),
         ] {
             if !(1..=MAX_MS).contains(&ms) {
                 return Err(invalid(key, "must be between 1 and 3600000 (an hour)"));
@@ -117,6 +125,7 @@ impl RawProtocol {
             min_refresh_gap: Duration::from_millis(self.min_refresh_gap_ms),
             min_hedge: Duration::from_millis(self.min_hedge_ms),
             full_refresh: Duration::from_millis(self.full_refresh_ms),
+            clock_tolerance: Duration::from_millis(self.clock_tolerance_ms),
         })
     }
 }
@@ -137,6 +146,7 @@ mod tests {
         assert_eq!(p.min_refresh_gap, Duration::from_millis(100));
         assert_eq!(p.min_hedge, Duration::from_millis(5));
         assert_eq!(p.full_refresh, Duration::from_secs(600));
+        assert_eq!(p.clock_tolerance, Duration::from_secs(5));
         assert_eq!(p.silence_poll(), Duration::from_millis(250));
     }
 
@@ -169,6 +179,10 @@ mod tests {
                 "`protocol.min_refresh_gap_ms`",
             ),
             ("[protocol]\nmin_hedge_ms = 0", "`protocol.min_hedge_ms`"),
+            (
+                "[protocol]\nclock_tolerance_ms = 0",
+                "`protocol.clock_tolerance_ms`",
+            ),
             ("[protocol]\nsilence_ms = 1", "silence_ms"),
         ] {
             let msg = load(toml).unwrap_err();

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry,
 };
 
 use super::registered;
@@ -74,6 +75,9 @@ pub struct DatabaseState {
     /// Not used because of its layout rows: behind another database's, lost, or
     /// disagreeing (see [`segmint_core::layout::Standing`]).
     pub layout_behind: bool,
+    /// How far this server's clock is ahead of the database's, in seconds (negative:
+    /// behind); `None` before it was read.
+    pub clock_ahead_seconds: Option<f64>,
 }
 
 /// Every database-labelled metric.
@@ -82,6 +86,7 @@ pub struct DatabasesMetrics {
     fenced: IntGaugeVec,
     in_layout: IntGaugeVec,
     layout_behind: IntGaugeVec,
+    clock_offset: GaugeVec,
     fetches: IntCounterVec,
     fetch_seconds: HistogramVec,
     catalog_reads: IntCounterVec,
@@ -110,6 +115,16 @@ impl DatabasesMetrics {
             layout_behind: state(
                 "segmint_database_layout_behind",
                 "1 while the database is not used because of its layout rows: its newest layout epoch is below another database's, it was declared lost, or its rows disagree with another database's (/status says which)",
+            ),
+            clock_offset: registered(
+                r,
+                GaugeVec::new(
+                    Opts::new(
+                        "segmint_clock_offset_seconds",
+                        "How far this server's clock is ahead of the database's (negative: behind), read at the last catalog refresh; a server further ahead of every database than protocol.clock_tolerance_ms begins no period of a biz whose counter restarts each period",
+                    ),
+                    &["database"],
+                ),
             ),
             fetches: registered(
                 r,
@@ -183,6 +198,9 @@ impl DatabasesMetrics {
             self.layout_behind
                 .with_label_values(&name)
                 .set(i64::from(d.layout_behind));
+            if let Some(ahead) = d.clock_ahead_seconds {
+                self.clock_offset.with_label_values(&name).set(ahead);
+            }
         }
     }
 }

@@ -403,6 +403,7 @@ mod tests {
                     fenced: false,
                     in_layout: true,
                     layout_behind: false,
+                    clock_ahead_seconds: Some(-0.25),
                 },
                 DatabaseState {
                     name: "pg-b".into(),
@@ -410,6 +411,7 @@ mod tests {
                     fenced: true,
                     in_layout: false,
                     layout_behind: true,
+                    clock_ahead_seconds: None,
                 },
             ],
         );
@@ -428,6 +430,7 @@ mod tests {
             "segmint_database_in_layout{database=\"pg-b\"} 0",
             "segmint_database_layout_behind{database=\"pg-a\"} 0",
             "segmint_database_layout_behind{database=\"pg-b\"} 1",
+            "segmint_clock_offset_seconds{database=\"pg-a\"} -0.25",
             "segmint_layout_epoch 0",
             "segmint_layout_change_pending 0",
             "segmint_build_info{version=\"",
@@ -454,6 +457,7 @@ mod tests {
         "segmint_client_ids_wasted_total counter",
         "segmint_client_segment_step gauge",
         "segmint_client_steps_total counter",
+        "segmint_clock_offset_seconds gauge",
         "segmint_database_fenced gauge",
         "segmint_database_in_layout gauge",
         "segmint_database_layout_behind gauge",
@@ -501,6 +505,7 @@ mod tests {
                 fenced: false,
                 in_layout: true,
                 layout_behind: false,
+                clock_ahead_seconds: Some(0.0),
             }],
         );
         let mut exported: Vec<&str> = text

@@ -249,6 +249,10 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn migrate(&self) -> Result<Vec<String>, DbError>;
     /// Succeeds when the database answers.
     async fn ping(&self) -> Result<(), DbError>;
+    /// The database's clock now, in Unix milliseconds: the clock its lease expiries are
+    /// counted in, and the one a period is checked against (an embedded database's is
+    /// its process's).
+    async fn clock_ms(&self) -> Result<i64, DbError>;
     /// The row of `biz`, if it exists.
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError>;
     /// Compare-and-set of a biz row, the one write that moves a row's IDs: from
@@ -387,6 +391,31 @@ pub trait SegmentStore: Send + Sync + 'static {
     async fn confirm_snowflake_spec(&self, spec: &str) -> Result<bool, DbError>;
 }
 
+/// Which clock a periodic biz's refusal blames ([`StoreError::Clock`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockFault {
+    /// This server's clock is ahead of every database's: it begins no period they have
+    /// not begun.
+    Ahead,
+    /// This server's clock is behind the databases', more than the periods it follows
+    /// (an API code of `period_passed`, as when no clock is known).
+    Behind,
+    /// The biz's rows are in a period no clock has begun: a clock that was ahead moved
+    /// them there.
+    RowsAhead,
+}
+
+impl ClockFault {
+    /// The fault's stable name (`clock_ahead`, `period_passed`, `rows_ahead`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClockFault::Ahead => "clock_ahead",
+            ClockFault::Behind => "period_passed",
+            ClockFault::RowsAhead => "rows_ahead",
+        }
+    }
+}
+
 /// Why a reservation or an admin operation failed, across all databases.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -437,6 +466,14 @@ pub enum StoreError {
     },
     #[error("biz `{0}`: a later period has begun on every database")]
     PeriodPassed(String),
+    /// A biz whose counter restarts each period, refused because a clock is off:
+    /// `fault` says which.
+    #[error("biz `{biz}`: {detail}")]
+    Clock {
+        biz: String,
+        fault: ClockFault,
+        detail: String,
+    },
     #[error(
         "biz `{0}` restarts its counter each period: its segments come from /v1/segments, whose answer says when the period ends, never from Tinyid's segment routes"
     )]
@@ -457,6 +494,7 @@ impl StoreError {
             StoreError::Refused(_) => "refused",
             StoreError::PeriodFull { .. } => "period_full",
             StoreError::PeriodPassed(_) => "period_passed",
+            StoreError::Clock { fault, .. } => fault.as_str(),
             StoreError::Periodic(_) => "periodic",
         }
     }
@@ -491,6 +529,22 @@ impl StoreError {
             }
             StoreError::PeriodPassed(_) => {
                 "this server's clock is behind the others': check its time synchronisation"
+            }
+            StoreError::Clock {
+                fault: ClockFault::Ahead,
+                ..
+            } => {
+                "correct this server's clock (NTP): until then it issues none of the biz's numbers, and the servers whose clocks agree with the databases' serve them"
+            }
+            StoreError::Clock {
+                fault: ClockFault::Behind,
+                ..
+            } => "correct this server's clock (NTP); the other servers serve the biz meanwhile",
+            StoreError::Clock {
+                fault: ClockFault::RowsAhead,
+                ..
+            } => {
+                "a clock that was ahead moved the biz's rows into a later period: see \"Rows ahead of every clock\" in docs/periods.md"
             }
             StoreError::Periodic(_) => {
                 "use segmint's client library (/v1/segments/{biz}), or take IDs from nextId or /v1/ids/{biz}"

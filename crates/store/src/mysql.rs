@@ -637,6 +637,19 @@ impl SegmentStore for MyStore {
         .await
     }
 
+    async fn clock_ms(&self) -> Result<i64, DbError> {
+        self.run(|mut conn| async move {
+            let now: Option<i64> = conn
+                .query_first(format!("SELECT {NOW_MS}"))
+                .await
+                .map_err(db_error)?;
+            now.ok_or_else(|| DbError::Refused {
+                reason: "the database's clock could not be read".into(),
+            })
+        })
+        .await
+    }
+
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
         let table = self.table;

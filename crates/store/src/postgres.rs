@@ -296,6 +296,16 @@ impl SegmentStore for PgStore {
         }
     }
 
+    async fn clock_ms(&self) -> Result<i64, DbError> {
+        let row = self
+            .client()
+            .await?
+            .query_one(&format!("SELECT {NOW_MS}"), &[])
+            .await
+            .map_err(db_error)?;
+        row.try_get::<_, i64>(0).map_err(db_error)
+    }
+
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
         let client = self.client().await?;
         let stmt = client

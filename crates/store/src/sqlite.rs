@@ -258,6 +258,11 @@ impl SegmentStore for SqliteStore {
         self.with(|c| c.query_row("SELECT 1", [], |_| Ok(()))).await
     }
 
+    async fn clock_ms(&self) -> Result<i64, DbError> {
+        self.with(|c| c.query_row(&format!("SELECT {NOW_MS}"), [], |r| r.get(0)))
+            .await
+    }
+
     async fn biz(&self, biz: &str) -> Result<Option<BizRow>, DbError> {
         let biz = biz.to_owned();
         self.with(move |c| {

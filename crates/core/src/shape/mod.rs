@@ -3,6 +3,7 @@
 //! IO, no tokio. Both are applied to IDs after issuance, never inside the store, and
 //! both are bijections, so no order or format can make two IDs one.
 
+pub mod clocks;
 pub mod format;
 pub mod order;
 pub mod period;

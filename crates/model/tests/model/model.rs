@@ -59,6 +59,9 @@ pub struct Fixes {
     /// reservation of a period starts the row again at the floor, as a counter reset
     /// at midnight would.
     pub window_above_row: bool,
+    /// A server begins a period only once a database's clock has reached it
+    /// (`clocks::may_begin`); else its own clock alone decides.
+    pub period_begun: bool,
 }
 
 impl Fixes {
@@ -75,6 +78,7 @@ impl Fixes {
         insert_fence: true,
         look_witnesses: true,
         window_above_row: true,
+        period_begun: true,
     };
 }
 
@@ -482,6 +486,10 @@ pub struct State {
     pub fences: u8,
     /// The import command, if the scenario runs one.
     pub import: Imp,
+    /// The period the databases' clock is in (an index of `Spec::windows`).
+    pub dawn: u8,
+    /// Whether an ID was issued in a period the databases' clock had not begun.
+    pub early: bool,
 }
 
 impl State {
@@ -567,8 +575,11 @@ pub enum Action {
     Heal(usize),
     /// Server `s` reserves a segment on the database at position `p` of its configuration.
     Reserve(usize, usize),
-    /// Server `s`'s clock reaches the next period.
+    /// Server `s`'s clock reaches the next period (ahead of the databases' clock, or
+    /// behind it).
     Tick(usize),
+    /// The databases' clock reaches the next period.
+    Dawn,
     /// Server `s` takes worker ID `w` on the database at position `p`.
     Take(usize, usize, u16),
     /// Server `s`'s wait after taking its worker ID is over: it issues with it.
@@ -682,6 +693,9 @@ impl Model for Sys {
     }
 
     fn actions(&self, st: &State, actions: &mut Vec<Action>) {
+        if usize::from(st.dawn) + 1 < self.spec.windows.len() {
+            actions.push(Action::Dawn);
+        }
         for (c, cmd) in st.cmds.iter().enumerate() {
             if cmd.phase == Phase::Start {
                 for answer in answers(self.spec.commands[c].config.len()) {
@@ -801,6 +815,10 @@ impl Model for Sys {
                 st.servers[s].period += 1;
                 true
             }
+            Action::Dawn => {
+                st.dawn += 1;
+                true
+            }
             Action::Take(s, p, w) => self.take(&mut st, s, p, w),
             Action::Start(s) => self.start(&mut st, s),
             Action::Renew(s) => self.renew(&mut st, s),
@@ -854,6 +872,10 @@ impl Model for Sys {
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = vec![
             Property::always("no duplicate ID", |_, st: &State| st.dup.is_none()),
+            Property::always(
+                "no ID dated in a period the databases' clock has not begun",
+                |_, st: &State| !st.early,
+            ),
             Property::always("no worker ID held twice", |_, st: &State| {
                 st.two_holders().is_none()
             }),

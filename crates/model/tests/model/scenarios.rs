@@ -91,6 +91,8 @@ fn system(spec: Spec, dbs: Vec<DbState>) -> Sys {
         restores: spec.restores,
         fences: spec.fences,
         import: Imp::Idle,
+        dawn: 0,
+        early: false,
     };
     Sys { spec, init }
 }
@@ -670,6 +672,17 @@ fn periods(fixes: Fixes) -> Sys {
 #[test]
 fn j_periods_begun_by_servers_whose_clocks_differ_issue_no_id_twice() {
     holds(periods(Fixes::ALL));
+}
+
+#[test]
+fn j_with_a_server_clock_ahead_unchecked_an_id_is_dated_in_a_later_period() {
+    finds(
+        periods(Fixes {
+            period_begun: false,
+            ..Fixes::ALL
+        }),
+        "no ID dated in a period the databases' clock has not begun",
+    );
 }
 
 #[test]

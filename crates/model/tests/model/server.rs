@@ -19,6 +19,7 @@ use crate::mover::{Moved, Mover};
 use segmint_core::evidence::Mark;
 use segmint_core::segment::judge;
 use segmint_core::segment::reserve;
+use segmint_core::shape::clocks;
 use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
 use segmint_core::step::{StepChoice, StepReason};
 
@@ -356,6 +357,19 @@ impl Sys {
         let Some(read) = st.dbs[d].row else {
             return false;
         };
+        // The cache's check before a period is begun (`Cache::take_begun`), the
+        // databases' clock read exactly: periods are the clocks' units here.
+        let (own, dawn) = (i64::from(st.servers[s].period), i64::from(st.dawn));
+        let reading = clocks::Reading {
+            offset_ms: dawn - own,
+            uncertainty_ms: 0,
+        };
+        if !self.spec.windows.is_empty()
+            && self.spec.fixes.period_begun
+            && clocks::may_begin(own, own, &[reading], 0).is_err()
+        {
+            return false;
+        }
         // The window of the server's period; the mutation starts a period's first
         // segment at the window's floor.
         let window = self
@@ -408,6 +422,7 @@ impl Sys {
         };
         if window.is_some() {
             st.servers[s].reserved_in = period;
+            st.early |= own > dawn;
         }
         st.reservations -= 1;
         for id in range.max_id() - range.step() + 1..=range.max_id() {

@@ -225,6 +225,7 @@ impl Sys {
                 "server {s}'s clock reaches period {}",
                 after.servers[s].period
             ),
+            Action::Dawn => format!("the databases' clocks reach period {}", after.dawn),
             Action::Reserve(s, p) => {
                 let d = self.spec.servers[s].config[p];
                 let ids: Vec<i64> = (0..64)

@@ -75,6 +75,9 @@ pub struct DatabaseStatus {
     pub last_error: Option<String>,
     /// Why the database is fenced (it went back in time), while it is.
     pub fenced: Option<String>,
+    /// How far this server's clock was ahead of the database's (negative: behind) at
+    /// the last catalog refresh; `None` before its clock was read.
+    pub clock_ahead_ms: Option<i64>,
 }
 
 impl Store {
@@ -263,6 +266,7 @@ impl Store {
                     up: health.up(self.clock.now()),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
+                    clock_ahead_ms: health.clock.map(|r| r.server_ahead_ms()),
                 }
             })
             .collect()

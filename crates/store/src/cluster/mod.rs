@@ -70,6 +70,7 @@
 
 pub(super) mod admin;
 mod agreement;
+mod clocks;
 mod early;
 mod give_back;
 mod health;
@@ -151,6 +152,8 @@ struct Health {
     /// Set while a row of the database is behind the evidence: it is not used until
     /// its rows are at or above every mark again (`segmint db fence` raises them).
     fenced: Option<String>,
+    /// Its clock as last read (at a catalog refresh).
+    clock: Option<crate::shape::clocks::Reading>,
 }
 
 impl Health {

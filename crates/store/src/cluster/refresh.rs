@@ -415,9 +415,13 @@ impl Store {
                 Some(_) => self.dbs.timing.fetch_timeout,
                 None => full_bound,
             };
-            self.timed_within(bound, async move {
-                self.dbs.list[i].store.catalog(since.as_ref()).await
-            })
+            // The database's clock is read beside its rows (see `Store::may_begin`).
+            async move {
+                let catalog = self.timed_within(bound, async move {
+                    self.dbs.list[i].store.catalog(since.as_ref()).await
+                });
+                tokio::join!(self.read_clock(i), catalog).1
+            }
         }))
         .await;
         for ((&i, read), since) in live.iter().zip(&reads).zip(&resume) {
