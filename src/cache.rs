@@ -315,14 +315,23 @@ impl Cache {
 
     /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
     /// next ones while the databases say they have begun; never of a period that no
-    /// database's clock has begun ([`Store::may_begin`]).
+    /// database's clock has begun ([`Store::may_begin`]). A server whose clock is
+    /// behind the latest database clock by more than the tolerance (stepped back, or a
+    /// restart with a wrong clock) takes the period by that database's clock instead:
+    /// its numbers never go back to a period the databases have left.
     async fn take_in<P: Portion>(
         &self,
         biz: &BizTag,
         period: &Periodic,
         portion: impl Fn() -> P,
     ) -> Result<P, StoreError> {
-        let own = period.code_at(unix_ms());
+        let now = unix_ms();
+        let behind = self
+            .store
+            .clock_ahead_ms()
+            .filter(|&ahead| ahead < -self.store.clock_tolerance_ms())
+            .map_or(0, |ahead| -ahead);
+        let own = period.code_at(now.saturating_add(behind));
         let mut code = own;
         let mut result = self.take_begun(biz, period, own, code, portion()).await;
         for _ in 0..2 {
@@ -332,14 +341,13 @@ impl Cache {
             code = period.next(code);
             result = self.take_begun(biz, period, own, code, portion()).await;
         }
-        match result {
-            Err(StoreError::PeriodPassed(_)) => Err(self.passed(biz, period, own, code)),
-            result => result,
-        }
+        result
     }
 
     /// `portion` of `biz`'s buffer for period `code`, once a database's clock has begun
-    /// it too; `own` is the period this server's clock is in.
+    /// it too; `own` is the period this server's clock is in. A period before the one
+    /// the biz's rows were moved into ([`Periodic::interim_until`]) comes from its
+    /// interim rows, with a buffer of their own.
     async fn take_begun<P: Portion>(
         &self,
         biz: &BizTag,
@@ -349,11 +357,16 @@ impl Cache {
         portion: P,
     ) -> Result<P, StoreError> {
         let window = period.window(code);
+        let interim = period
+            .interim_until()
+            .filter(|&until| code < until)
+            .map(|until| biz.interim(until));
+        let rows = interim.as_ref().unwrap_or(biz);
         // A period this server issues already was begun.
         let begun = self
             .buffers
             .load()
-            .get(biz)
+            .get(rows)
             .is_some_and(|b| b.window.is_some_and(|w| w.floor >= window.floor));
         if !begun
             && let Some(begins_ms) = period.begins_ms(code)
@@ -382,27 +395,7 @@ impl Cache {
                 },
             });
         }
-        self.take(biz, portion, Some(window)).await
-    }
-
-    /// The error of `biz` when every database is past period `last`, the last this
-    /// server followed from `own`, its clock's: the clock to blame, when the
-    /// databases' clocks say.
-    fn passed(&self, biz: &BizTag, period: &Periodic, own: i64, last: i64) -> StoreError {
-        let tolerance = self.store.clock_tolerance_ms();
-        match self.store.clock_ahead_ms() {
-            Some(ahead) if ahead < -tolerance => StoreError::Clock {
-                biz: biz.to_string(),
-                fault: ClockFault::Behind,
-                detail: format!(
-                    "every database's row is past period {}: this server's clock is {} behind the databases' (the latest one read), in period {}",
-                    period.label(last),
-                    human_ms(-ahead),
-                    period.label(own)
-                ),
-            },
-            _ => StoreError::PeriodPassed(biz.to_string()),
-        }
+        self.take(rows, portion, Some(window)).await
     }
 
     /// `portion` of `biz` from its buffer for `window`.

@@ -143,6 +143,19 @@ enum BizCommand {
     Add(Box<BizAdd>),
     /// List the biz rows of every database.
     List,
+    /// Serve again a biz whose counter restarts each period after its rows were moved
+    /// into a later period than the databases' clocks are in (a clock that was
+    /// ahead): the periods before that one come from interim rows. Changes nothing
+    /// issued; safe to run again.
+    Recover {
+        /// The biz.
+        name: String,
+        /// The highest number of the current period your system holds (an ID as
+        /// issued, or its number): the current period issues above it. Without it the
+        /// current period issues nothing more, and the next ones do.
+        #[arg(long)]
+        above: Option<String>,
+    },
 }
 
 #[derive(Args)]
@@ -498,17 +511,30 @@ fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result 
                 out.emit(&report, |r| r.notes.clone())
             }
             AdminCommand::Biz(BizCommand::List) => lists::list_bizs(&store, out.json).await,
+            AdminCommand::Biz(BizCommand::Recover { name, above }) => {
+                let biz = BizTag::parse(&name).map_err(StoreError::from)?;
+                let above = match above {
+                    Some(id) => Some(store.decode_id(&biz, &id).await?.number),
+                    None => None,
+                };
+                let notes = store.recover_period(&biz, above).await?;
+                let report = reports::Changed {
+                    command: "biz recover",
+                    target: name,
+                    notes,
+                };
+                out.emit(&report, |r| r.notes.clone())
+            }
             AdminCommand::Token(TokenCommand::Add {
                 biz,
                 remark,
                 expires_in,
             }) => {
+                let tag = BizTag::parse(&biz).map_err(StoreError::from)?;
+                // A biz of snowflake IDs alone needs no row, only a token.
+                let needs_row = !config.snowflake.bizs.contains(&tag);
                 let (token, notes) = store
-                    .add_token_expiring(
-                        &BizTag::parse(&biz).map_err(StoreError::from)?,
-                        &remark,
-                        expires_in,
-                    )
+                    .add_token_for(&tag, &remark, expires_in, needs_row)
                     .await?;
                 let report = reports::TokenIssued {
                     token,

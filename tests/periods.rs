@@ -678,6 +678,26 @@ async fn every_route_says_what_it_does_for_a_periodic_biz() {
         &[],
     );
     assert!(!run.ok() && run.stderr.contains("not a date"), "{run:?}");
+    // A counter below the period's first can never be issued.
+    setup.add("from3", 10, &["--format", ORDER, "--start", "3"]);
+    let run = segmint_cli(
+        setup.file.path(),
+        &["id", "decode", "from3", &format!("ORD{today}000002")],
+        &[],
+    );
+    assert!(
+        !run.ok()
+            && run
+                .stderr
+                .contains("counter 2, below the first of each period (3)"),
+        "{run:?}"
+    );
+    let decoded = segmint_ok(
+        setup.file.path(),
+        &["id", "decode", "from3", &format!("ORD{today}000003")],
+        &[],
+    );
+    assert!(decoded.contains("counter 3"), "{decoded}");
 }
 
 /// `db add` while a periodic biz is served, over HTTP and to a client library, by a
@@ -784,9 +804,9 @@ async fn a_database_added_while_a_periodic_biz_is_served_issues_no_id_twice() {
 /// server whose clock is three days ahead begins no period: every request gets 503
 /// `clock_ahead` naming the offset, its `/readyz` and `segmint_clock_offset_seconds`
 /// say how far ahead it is, and the rows stay in today's window. A server with the
-/// right clock serves today's numbers meanwhile, and one three days behind gets 503
-/// `period_passed`, naming its offset, once the rows are in today. Rows moved into a later period behind
-/// segmint's back (an older version under a clock ahead) give the right server 503
+/// right clock serves today's numbers meanwhile, and one started three days behind
+/// issues today's numbers too (by the databases' clocks), not its own day's. Rows moved
+/// into a later period behind segmint's back (an older version under a clock ahead) give the right server 503
 /// `rows_ahead`, not a blame on its clock.
 async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
     const DAY: i64 = 86_400;
@@ -841,15 +861,18 @@ async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
         );
     }
     // The right server serves today.
-    let right = ServerProcess::start(&setup.toml).await;
-    let right = right.remote(Duration::from_secs(10));
-    let ids = formatted(&right, "ord", &token, 50).await.unwrap();
-    for id in &ids {
-        assert_eq!(date_and_counter(id).0, today, "{id}");
+    let mut right_process = ServerProcess::start(&setup.toml).await;
+    let right = right_process.remote(Duration::from_secs(10));
+    let mut issued: HashSet<String> = HashSet::new();
+    for id in formatted(&right, "ord", &token, 50).await.unwrap() {
+        assert_eq!(date_and_counter(&id).0, today, "{id}");
+        assert!(issued.insert(id.clone()), "{id} twice");
     }
     let clock = get(&right, "/readyz").await.json()["clock"].clone();
     assert_eq!(clock["within_tolerance"], true, "{clock}");
-    // Once both databases' rows are in today, a server three days behind is told so.
+    // Once both databases' rows are in today, a server started with its clock three
+    // days behind (a clock stepped back, a restart on a wrong clock) issues today's
+    // numbers by the databases' clocks, never a day they have left.
     let row = |db| -> i64 {
         setup
             .dbs
@@ -862,24 +885,16 @@ async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
             break;
         }
         assert!(round < 200, "today never began on both databases");
-        formatted(&right, "ord", &token, 100).await.unwrap();
+        issued.extend(formatted(&right, "ord", &token, 100).await.unwrap());
     }
     let behind = ShiftedClock::ahead(-(3 * DAY) as f64)
         .server(&setup.toml)
         .await;
     let behind = behind.remote(Duration::from_secs(10));
-    let r = formatted(&behind, "ord", &token, 10).await.unwrap_err();
-    let body = r.json();
-    assert_eq!(
-        (r.status, body["error"]["code"].as_str()),
-        (503, Some("period_passed")),
-        "{body}"
-    );
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.contains("3 d 0 h behind the databases'"),
-        "{message}"
-    );
+    for id in formatted(&behind, "ord", &token, 50).await.unwrap() {
+        assert_eq!(date_and_counter(&id).0, today, "{id}");
+        assert!(issued.insert(id.clone()), "{id} twice");
+    }
     // Rows moved into the later period behind segmint's back: the right server says
     // so, and blames no clock of its own.
     let later: i64 = format!("{in_three_days}000500").parse().unwrap();
@@ -906,6 +921,59 @@ async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
         message.contains("a clock that was ahead moved the rows"),
         "{message}"
     );
+    // The way back: with every server restarted (the right one's cache of today is
+    // given up), `biz recover --above` the last number issued today serves today
+    // again from interim rows, above it; the rows moved ahead are not touched.
+    right_process
+        .terminate_within(Duration::from_secs(10))
+        .await;
+    let last = issued.iter().max().unwrap().clone();
+    let until: String = in_three_days.clone();
+    let out = segmint_ok(
+        setup.file.path(),
+        &["biz", "recover", "ord", "--above", &last],
+        &[],
+    );
+    assert!(
+        out.contains(&format!("now come from `ord#{until}`")),
+        "{out}"
+    );
+    let again = segmint_cli(setup.file.path(), &["biz", "recover", "ord"], &[]);
+    assert!(
+        !again.ok() && again.stderr.contains("recovered already"),
+        "{}",
+        again.stderr
+    );
+    for db in 0..2 {
+        let max_id: i64 = setup
+            .dbs
+            .sql(db, "SELECT max_id FROM tiny_id_info WHERE biz_type = 'ord'")
+            .parse()
+            .unwrap();
+        assert_eq!(max_id, later + db as i64, "the moved rows are untouched");
+    }
+    let after = ServerProcess::start(&setup.toml).await;
+    let after = after.remote(Duration::from_secs(10));
+    for _ in 0..5 {
+        for id in formatted(&after, "ord", &token, 100).await.unwrap() {
+            assert_eq!(date_and_counter(&id).0, today, "{id}");
+            assert!(id > last, "{id} is not above {last}");
+            assert!(issued.insert(id.clone()), "{id} issued twice");
+        }
+    }
+    // When the later period comes (PostgreSQL: its clusters restarted on a clock
+    // three days ahead), the biz's own rows issue it again, above what they issued.
+    if kind == Kind::Postgres {
+        let later_clock = ShiftedClock::ahead((3 * DAY) as f64);
+        setup.dbs.shift_clocks(&later_clock);
+        let then = later_clock.server(&setup.toml).await;
+        let then = then.remote(Duration::from_secs(10));
+        for id in formatted(&then, "ord", &token, 100).await.unwrap() {
+            let (date, counter) = date_and_counter(&id);
+            assert_eq!(date, in_three_days, "{id}");
+            assert!(counter > 501, "{id}: issued in that period before");
+        }
+    }
 }
 
 mod clock_far_off {

@@ -45,6 +45,13 @@ impl BizTag {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The name of the interim rows that issue this biz's periods before the period
+    /// `until` (`order#20261201`): `#` is in no biz name a user gives, so it names no
+    /// other biz.
+    pub fn interim(&self, until: i64) -> BizTag {
+        BizTag(format!("{}#{until}", self.0))
+    }
 }
 
 impl std::fmt::Display for BizTag {

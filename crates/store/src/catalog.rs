@@ -1057,6 +1057,17 @@ pub fn period_of(spec: &str, base: Base, check: bool) -> Result<(Format, Periodi
     let (reset, zone, start, pattern) =
         period_parts(spec).ok_or("its period is not reset;zone;start;pattern")?;
     let reset = Reset::parse(reset)?.ok_or("its period names no reset")?;
+    // `segmint biz recover` adds `;interim=CODE` after the pattern (which holds no `;`).
+    let (pattern, interim) = match pattern.split_once(';') {
+        None => (pattern, None),
+        Some((pattern, extra)) => {
+            let code = extra
+                .strip_prefix("interim=")
+                .and_then(|c| c.parse::<i64>().ok())
+                .ok_or_else(|| format!("`{extra}` after its pattern is not interim=CODE"))?;
+            (pattern, Some(code))
+        }
+    };
     let start = start
         .parse::<i64>()
         .map_err(|_| format!("the counter's start `{start}` is not a number"))?;
@@ -1077,6 +1088,10 @@ pub fn period_of(spec: &str, base: Base, check: bool) -> Result<(Format, Periodi
         ));
     }
     let period = Periodic::new(reset, zone, modulus, start)?;
+    let period = match interim {
+        Some(until) => period.with_interim(until)?,
+        None => period,
+    };
     Ok((format, period))
 }
 

@@ -397,20 +397,16 @@ pub enum ClockFault {
     /// This server's clock is ahead of every database's: it begins no period they have
     /// not begun.
     Ahead,
-    /// This server's clock is behind the databases', more than the periods it follows
-    /// (an API code of `period_passed`, as when no clock is known).
-    Behind,
     /// The biz's rows are in a period no clock has begun: a clock that was ahead moved
     /// them there.
     RowsAhead,
 }
 
 impl ClockFault {
-    /// The fault's stable name (`clock_ahead`, `period_passed`, `rows_ahead`).
+    /// The fault's stable name (`clock_ahead`, `rows_ahead`).
     pub fn as_str(self) -> &'static str {
         match self {
             ClockFault::Ahead => "clock_ahead",
-            ClockFault::Behind => "period_passed",
             ClockFault::RowsAhead => "rows_ahead",
         }
     }
@@ -537,14 +533,10 @@ impl StoreError {
                 "correct this server's clock (NTP): until then it issues none of the biz's numbers, and the servers whose clocks agree with the databases' serve them"
             }
             StoreError::Clock {
-                fault: ClockFault::Behind,
-                ..
-            } => "correct this server's clock (NTP); the other servers serve the biz meanwhile",
-            StoreError::Clock {
                 fault: ClockFault::RowsAhead,
                 ..
             } => {
-                "a clock that was ahead moved the biz's rows into a later period: see \"Rows ahead of every clock\" in docs/periods.md"
+                "a clock that was ahead moved the biz's rows into a later period: `segmint biz recover BIZ` serves the periods before it (\"Rows ahead of every clock\" in docs/periods.md)"
             }
             StoreError::Periodic(_) => {
                 "use segmint's client library (/v1/segments/{biz}), or take IDs from nextId or /v1/ids/{biz}"

@@ -88,6 +88,9 @@ reasons! {
     InvalidId => "invalid_id",
     /// An import refused some bizs: a row with another class or a higher `max_id`.
     ImportConflict => "import_conflict",
+    /// `biz recover` of a biz that does not restart its counter each period, whose
+    /// rows are not all ahead of the databases' clocks, or recovered already.
+    NothingToRecover => "nothing_to_recover",
 }
 
 /// An operation refused as asked; nothing was changed unless the notes say so.

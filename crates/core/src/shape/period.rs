@@ -104,6 +104,9 @@ pub struct Periodic {
     modulus: i64,
     /// The first counter of each period.
     start: i64,
+    /// The periods before this code come from interim rows (`segmint biz recover`): the
+    /// biz's own rows were moved into it before it began.
+    interim_until: Option<i64>,
 }
 
 impl Periodic {
@@ -136,7 +139,35 @@ impl Periodic {
             zone: tz,
             modulus,
             start,
+            interim_until: None,
         })
+    }
+
+    /// These periods, those before `until` issued from interim rows (see
+    /// [`Periodic::interim_until`]).
+    ///
+    /// # Errors
+    /// When `until` names no period.
+    pub fn with_interim(self, until: i64) -> Result<Periodic, String> {
+        if self.reset.first_day(until).is_none() {
+            return Err(format!("`{until}` names no {} period", self.reset.name()));
+        }
+        Ok(Periodic {
+            interim_until: Some(until),
+            ..self
+        })
+    }
+
+    /// The period from which the biz's own rows issue again, when the periods before
+    /// it come from interim rows: a biz whose rows were moved into a later period
+    /// before it began (a clock that was ahead), recovered by `segmint biz recover`.
+    pub fn interim_until(&self) -> Option<i64> {
+        self.interim_until
+    }
+
+    /// The first counter of each period.
+    pub fn start(&self) -> i64 {
+        self.start
     }
 
     pub fn modulus(&self) -> i64 {

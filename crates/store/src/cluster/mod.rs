@@ -77,6 +77,7 @@ mod health;
 pub(super) mod import;
 pub(super) mod layout;
 pub(super) mod lease;
+mod recover;
 mod refresh;
 mod reserve;
 mod shape;

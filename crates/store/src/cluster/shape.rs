@@ -104,6 +104,12 @@ impl Store {
                 let (code, counter) = p.split(number).ok_or_else(|| {
                     refuse(format!("{number} holds no date: not an ID of this biz"))
                 })?;
+                if counter < p.start() {
+                    return Err(refuse(format!(
+                        "{number} holds counter {counter}, below the first of each period ({}): not an ID of this biz",
+                        p.start()
+                    )));
+                }
                 Some((p.label(code), counter))
             }
             None => None,
