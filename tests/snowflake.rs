@@ -11,7 +11,7 @@ use common::clock::ShiftedClock;
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use common::cli::{config_file, segmint_ok};
+use common::cli::{config_file, segmint_cli, segmint_ok};
 use common::http::{Remote, Resp, Target, bearer, metric, v1};
 use common::wait::until_sql;
 use common::*;
@@ -1053,4 +1053,43 @@ async fn a_coarse_layout_issues_a_seconds_ids_and_refuses_more() {
     assert_eq!(body["layout"]["unit_ms"], 100, "{body}");
     assert_eq!(body["layout"]["name"], serde_json::Value::Null, "{body}");
     assert_eq!(body["layout"]["js_safe"], true, "{body}");
+}
+
+/// A biz of snowflake IDs alone, as docs/configuration.md describes it: named in
+/// `[snowflake] bizs`, without a row in `tiny_id_info`. `token add --biz` grants it all
+/// the same, and the v1 route serves it with that token; a biz neither in a row nor in
+/// `[snowflake] bizs` is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snowflake_biz_needs_no_row_for_its_token() {
+    let extra = r#"snowflake = { enabled = true, bizs = ["sf"], lease_ms = 600, renew_ms = 150, grace_ms = 300 }"#;
+    let dbs = Databases::start(Kind::Postgres, 1);
+    let toml = config_toml_urls(&dbs.urls(), extra);
+    let file = config_file(&toml);
+    segmint_ok(file.path(), &["migrate"], &[]);
+    let token = segmint_ok(file.path(), &["token", "add", "--biz", "sf"], &[])
+        .trim()
+        .to_owned();
+    assert_eq!(
+        dbs.sql(0, "SELECT count(*) FROM tiny_id_info WHERE biz_type = 'sf'"),
+        "0",
+        "no row was made"
+    );
+    let missing = segmint_cli(file.path(), &["token", "add", "--biz", "nobody"], &[]);
+    assert!(
+        !missing.ok() && missing.stderr.contains("biz `nobody` does not exist"),
+        "{missing:?}"
+    );
+    let server = ServerProcess::start(&toml).await;
+    let remote = server.remote(Duration::from_secs(10));
+    // The first ID waits for a worker ID's lease; a refused token never passes.
+    let ids =
+        common::wait::eventually(Duration::from_secs(20), "snowflake IDs of sf", async || {
+            match common::http::snowflakes_of(&remote, "sf", &token, 5).await {
+                Ok(ids) => Ok(ids),
+                Err(r) if r.status == 503 => Err(format!("{r:?}")),
+                Err(r) => panic!("the token was not taken: {r:?}"),
+            }
+        })
+        .await;
+    assert_eq!(ids.len(), 5);
 }

@@ -19,6 +19,17 @@ use super::error::ApiError;
 /// an unknown biz, 403 for a token not granted the biz, the biz's refusal when its rows
 /// overlap; 503 (unavailable) while no database has been read since the start.
 pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Result<(), ApiError> {
+    authorize_for(store, token, biz, true).await
+}
+
+/// [`authorize`]; `needs_row`: whether the biz must have rows to be served (a biz of
+/// snowflake IDs alone, named in `[snowflake] bizs`, has none: its token is enough).
+pub async fn authorize_for(
+    store: &Store,
+    token: Option<&str>,
+    biz: &BizTag,
+    needs_row: bool,
+) -> Result<(), ApiError> {
     let token = token
         .filter(|t| !t.is_empty())
         .ok_or(ApiError::Unauthorized("missing token"))?;
@@ -39,17 +50,20 @@ pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Resu
     // first. A revoked or expired token is then refused as an unknown one is.
     let served = |catalog: &Catalog| {
         let grant = catalog.grant(&digest, now)?;
-        let entry = catalog.biz(biz.as_str())?;
+        let decision = match needs_row {
+            true => servable(catalog.biz(biz.as_str())?),
+            false => Ok(()),
+        };
         grant
             .allows(biz.as_str())
-            .then(|| (catalog.generation(), grant.expires, servable(entry)))
+            .then(|| (catalog.generation(), grant.expires, decision))
     };
     let (generation, expires, decision) = match store.with_catalog(served) {
         Some(served) => served,
         None => {
             let catalog = store.look_up(biz.as_str(), Some(&digest)).await;
             let expires = catalog.grant(&digest, now).and_then(|g| g.expires);
-            let decision = decide(&catalog, &digest, biz, now);
+            let decision = decide(&catalog, &digest, biz, now, needs_row);
             (catalog.generation(), expires, decision)
         }
     };
@@ -174,7 +188,13 @@ impl Recent {
 /// Whether the token of `digest` may use `biz`, by `catalog`. A catalog no database
 /// has been read into knows no token and no biz: that is an outage (503, Tinyid code 6,
 /// so that clients try another server), never a verdict on the token.
-fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag, now: i64) -> Result<(), ApiError> {
+fn decide(
+    catalog: &Catalog,
+    digest: &TokenDigest,
+    biz: &BizTag,
+    now: i64,
+    needs_row: bool,
+) -> Result<(), ApiError> {
     if !catalog.is_read() {
         return Err(StoreError::Unavailable(
             "no database has answered since this server started: tokens and bizs are not known yet"
@@ -186,13 +206,18 @@ fn decide(catalog: &Catalog, digest: &TokenDigest, biz: &BizTag, now: i64) -> Re
         .grant(digest, now)
         .ok_or(ApiError::Unauthorized("invalid token"))?
         .allows(biz.as_str());
-    let entry = catalog
-        .biz(biz.as_str())
-        .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
+    let entry = match needs_row {
+        true => Some(
+            catalog
+                .biz(biz.as_str())
+                .ok_or_else(|| StoreError::NotFound(biz.to_string()))?,
+        ),
+        false => None,
+    };
     if !granted {
         return Err(ApiError::Forbidden(biz.to_string()));
     }
-    servable(entry)
+    entry.map_or(Ok(()), servable)
 }
 
 /// The biz's refusal when its rows overlap or are invalid.

@@ -25,7 +25,7 @@ use actix_web::web;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::future::{join, join_all};
 
-pub use auth::authorize;
+pub use auth::{authorize, authorize_for};
 pub use error::ApiError;
 pub use handed_out::{ClientId, HANDED_OUT_CAPACITY, HandedOut};
 use observe::{InFlight, Observer};

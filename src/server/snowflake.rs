@@ -9,7 +9,7 @@ use super::error::ApiError;
 use super::leaf::{leaf_time, parse_and_decode};
 use super::observe::Observer;
 use super::v1::bearer;
-use super::{Params, app_state, authorize};
+use super::{AppState, Params, app_state, authorize_for};
 use crate::biz::{BatchSize, BizTag};
 
 pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
@@ -33,13 +33,24 @@ async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
-    authorize(&state.store, bearer(&req)?, &biz).await?;
+    authorize_snowflake(state, &req, &biz).await?;
     let (worker_id, ids) = state.snowflake.next_ids(&biz, count.get()).await?;
     Ok(HttpResponse::Ok().json(SnowflakeIds {
         biz: biz.as_str(),
         worker_id,
         ids: &ids,
     }))
+}
+
+/// [`super::authorize`]: a biz of snowflake IDs alone (in `[snowflake] bizs`) needs no row,
+/// only a token granted it.
+async fn authorize_snowflake(
+    state: &AppState,
+    req: &HttpRequest,
+    biz: &BizTag,
+) -> Result<(), ApiError> {
+    let needs_row = !state.snowflake.serves(biz);
+    authorize_for(&state.store, bearer(req)?, biz, needs_row).await
 }
 
 /// `{"biz": …, "worker_id": …, "ids": […]}`, serialized straight from the slice.
@@ -59,7 +70,7 @@ async fn decode(req: HttpRequest) -> Result<HttpResponse, ApiError> {
     let layout = state.snowflake.layout();
     let d = parse_and_decode(value, state.snowflake.epoch_ms(), &layout)
         .map_err(ApiError::BadRequest)?;
-    authorize(&state.store, bearer(&req)?, &biz).await?;
+    authorize_snowflake(state, &req, &biz).await?;
     Ok(HttpResponse::Ok().json(json!({
         "id": value.parse::<i64>().unwrap_or_default(),
         "timestamp_ms": d.timestamp_ms,

@@ -233,8 +233,23 @@ impl Store {
         remark: &str,
         expires_in: Option<Duration>,
     ) -> Result<(String, Vec<String>), StoreError> {
+        self.add_token_for(biz, remark, expires_in, true).await
+    }
+
+    /// [`Store::add_token_expiring`]; `needs_row`: whether the biz must have a row (a
+    /// biz of snowflake IDs alone, named in `[snowflake] bizs`, has none).
+    ///
+    /// # Errors
+    /// As [`Store::add_token_expiring`].
+    pub async fn add_token_for(
+        &self,
+        biz: &BizTag,
+        remark: &str,
+        expires_in: Option<Duration>,
+        needs_row: bool,
+    ) -> Result<(String, Vec<String>), StoreError> {
         let existing = self.biz_everywhere(biz).await?;
-        if existing.iter().all(Option::is_none) {
+        if needs_row && existing.iter().all(Option::is_none) {
             return Err(StoreError::NotFound(biz.to_string()));
         }
         let bizs = [biz.to_string()];
