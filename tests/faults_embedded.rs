@@ -371,6 +371,74 @@ async fn full_file_system_gives_no_duplicate() {
     .await;
 }
 
+/// After a full disk on a small file system (the 3 MB tmpfs), the store gets its
+/// space back: once the ballast is removed, IDs come again within seconds, and keep
+/// coming over thousands of reservations whose write-ahead log, left to SQLite's
+/// automatic checkpoint (at about 4 MB), would fill the file system again. A biz added
+/// afterwards on the same file works too.
+#[tokio::test]
+async fn a_small_file_system_serves_again_once_space_returns() {
+    let fs = Tmpfs::mount();
+    let db = fs.path().join("segmint.db");
+    let setup = Setup::new(fs.path(), &db);
+    let port = free_port();
+    let server = Server::start(serve_command(&setup.config, port), port).await;
+    let ballast = fs.path().join("ballast");
+    let mut issued = Issued::default();
+    for _ in 0..20 {
+        assert!(
+            issued.take(&server, &setup.token).await,
+            "{:?}",
+            issued.failures
+        );
+    }
+    {
+        let mut file = std::fs::File::create(&ballast).unwrap();
+        let chunk = vec![0x5au8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+    }
+    // The disk is full: requests fail (each cached segment runs out) as unavailable.
+    eventually(
+        Duration::from_secs(20),
+        "a request refused on the full disk",
+        async || match issued.take(&server, &setup.token).await {
+            true => Err("served".to_owned()),
+            false => Ok(()),
+        },
+    )
+    .await;
+    std::fs::remove_file(&ballast).unwrap();
+    eventually(
+        Duration::from_secs(10),
+        "IDs once the space is back",
+        async || match issued.take(&server, &setup.token).await {
+            true => Ok(()),
+            false => Err(format!("{:?}", issued.failures.last())),
+        },
+    )
+    .await;
+    // 3,000 requests of 7 IDs at step 10: over 2,000 reservations, each a commit of
+    // pages of 4 KB in the write-ahead log.
+    let failed_before = issued.failures.len();
+    for _ in 0..3_000 {
+        issued.take(&server, &setup.token).await;
+    }
+    let wal = std::fs::metadata(format!("{}-wal", db.display())).map_or(0, |m| m.len());
+    assert_eq!(
+        issued.failures.len(),
+        failed_before,
+        "requests failed after the space came back (write-ahead log {wal} bytes): {:?}",
+        issued.failures.last()
+    );
+    issued.assert_unique("over the whole run");
+    let log = server.log();
+    assert!(
+        log.contains("the write-ahead log is checkpointed and truncated after a full disk"),
+        "the store did not reclaim its log's space:\n{log}"
+    );
+    segmint_ok(&setup.config, &["biz", "add", "after", "--step", "10"]);
+}
+
 #[tokio::test]
 async fn write_error_gives_no_duplicate() {
     let dir = tempfile::Builder::new()

@@ -50,6 +50,31 @@ pub struct SqliteStore {
     /// One connection; calls run one at a time on the blocking pool. Plain mutex: it is
     /// only ever held inside `spawn_blocking`, never across an await.
     conn: Arc<Mutex<Connection>>,
+    /// Set by a call that found the disk full: the next call first checkpoints the
+    /// write-ahead log and truncates it, so that the space it holds returns to the file
+    /// system (else, on a small one, the log grows into the space freed and fills it
+    /// again before SQLite's own checkpoint).
+    reclaim: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The write-ahead log is checkpointed at this many pages of 4 KB (1 MB; SQLite's
+/// default is 1000) and truncated to this size after each checkpoint: on a small file
+/// system the log stays small.
+const WAL_PAGES: u32 = 256;
+const WAL_BYTES: u32 = WAL_PAGES * 4096;
+
+/// Checkpoints the write-ahead log and truncates it to nothing; whether it was (no
+/// reader or writer of another process held it).
+fn reclaim_space(conn: &Connection) -> bool {
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .is_ok_and(|busy| busy == 0)
+}
+
+/// Whether `e` says the disk (or the file system) is full.
+fn is_disk_full(e: &rusqlite::Error) -> bool {
+    e.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 /// Whether opening an embedded store may create its file. A missing file is the usual
@@ -143,10 +168,13 @@ impl SqliteStore {
                 ),
             });
         }
-        conn.execute_batch("PRAGMA synchronous = FULL")
-            .map_err(sql_error)?;
+        conn.execute_batch(&format!(
+            "PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = {WAL_PAGES}; PRAGMA journal_size_limit = {WAL_BYTES}"
+        ))
+        .map_err(sql_error)?;
         let store = SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
+            reclaim: Arc::default(),
         };
         migrate(&mut store.conn.lock())?;
         Ok(store)
@@ -157,10 +185,24 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, DbError> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || f(&mut conn.lock()).map_err(sql_error))
-            .await
-            .map_err(|source| DbError::Embedded { source })?
+        use std::sync::atomic::Ordering::Relaxed;
+        let (conn, reclaim) = (self.conn.clone(), self.reclaim.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock();
+            if reclaim.load(Relaxed) && reclaim_space(&conn) {
+                tracing::info!(
+                    "the write-ahead log is checkpointed and truncated after a full disk"
+                );
+                reclaim.store(false, Relaxed);
+            }
+            let result = f(&mut conn);
+            if result.as_ref().is_err_and(is_disk_full) {
+                reclaim.store(true, Relaxed);
+            }
+            result.map_err(sql_error)
+        })
+        .await
+        .map_err(|source| DbError::Embedded { source })?
     }
 
     /// Runs `sql`, an UPDATE of token rows taking the hash as `?1` and a time as `?2`,
