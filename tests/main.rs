@@ -15,6 +15,7 @@ mod client_segments;
 mod client_sizing;
 mod compat;
 mod contract;
+mod dockerfile;
 mod docs;
 mod embedded;
 mod failover;
