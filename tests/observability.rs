@@ -849,8 +849,8 @@ impl Load {
     }
 }
 
-/// A real Prometheus scraping a server under load, then with one database set back in
-/// time and both down (the
+/// A real Prometheus scraping a server under load (its clock 10 s ahead of the
+/// databases'), then with one database set back in time and both down (the
 /// load going on, so requests fail and the cache empties): every dashboard query and
 /// every alert expression returns series, every rule evaluates without error, and
 /// `SegmintRunwayLow` fires for the biz.
@@ -858,6 +858,14 @@ impl Load {
 async fn prometheus_evaluates_every_panel_and_alert() {
     let started = Instant::now();
     let (a, b) = (PgCluster::start(), PgCluster::start());
+    // The databases' clocks 10 s behind the server's (libfaketime):
+    // SegmintClockAhead needs a server ahead of every database.
+    let behind = common::clock::ShiftedClock::ahead(-10.0);
+    let env = behind.env(&common::clock::faketime_lib());
+    block_in_place(|| {
+        a.restart_with_env(&env);
+        b.restart_with_env(&env);
+    });
     // Segments of 10 IDs, at most 20: far below the recommendation at any real rate, and
     // a cache that empties at once when the databases go. The cut-off change written
     // below must stay pending, never finished by the server: a finish that froze the
