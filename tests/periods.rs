@@ -895,6 +895,13 @@ async fn one_clock_far_off_cannot_move_a_period(kind: Kind) {
         assert_eq!(date_and_counter(&id).0, today, "{id}");
         assert!(issued.insert(id.clone()), "{id} twice");
     }
+    // Rows in the current period: nothing to recover, nothing changed.
+    let early = segmint_cli(setup.file.path(), &["biz", "recover", "ord"], &[]);
+    assert!(
+        !early.ok() && early.stderr.contains("not ahead of the databases' clocks"),
+        "{}",
+        early.stderr
+    );
     // Rows moved into the later period behind segmint's back: the right server says
     // so, and blames no clock of its own.
     let later: i64 = format!("{in_three_days}000500").parse().unwrap();

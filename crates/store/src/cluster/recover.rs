@@ -76,6 +76,11 @@ impl Store {
         let Some(shape) = shapes.first().cloned() else {
             return Err(nothing(format!("biz `{biz}` has no shape row")));
         };
+        if rows.is_empty() {
+            return Err(nothing(format!(
+                "biz `{biz}` has no row that gives out segments (a layout change is moving it)"
+            )));
+        }
         // The current period, by the latest database clock read.
         let ahead = self.clock_ahead_ms().unwrap_or(0);
         let now = period.code_at(self.clock.unix_ms().saturating_sub(ahead));
@@ -92,13 +97,12 @@ impl Store {
             )));
         }
         if until <= now {
-            let (i, _) = rows
+            let lowest = rows
                 .iter()
                 .find(|(_, r)| r.max_id.div_euclid(period.modulus()) == until)
-                .expect("the lowest row");
+                .map_or("?", |(i, _)| self.dbs.names[*i].as_str());
             return Err(nothing(format!(
-                "biz `{biz}`: database \"{}\"'s row is in period {}, not ahead of the databases' clocks (period {}): the biz serves the current period from it",
-                self.dbs.names[*i],
+                "biz `{biz}`: database \"{lowest}\"'s row is in period {}, not ahead of the databases' clocks (period {}): the biz serves the current period from it",
                 period.label(until),
                 period.label(now)
             )));
