@@ -316,9 +316,9 @@ impl Cache {
     /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
     /// next ones while the databases say they have begun; never of a period that no
     /// database's clock has begun ([`Store::may_begin`]). A server whose clock is
-    /// behind the latest database clock by more than the tolerance (stepped back, or a
-    /// restart with a wrong clock) takes the period by that database's clock instead:
-    /// its numbers never go back to a period the databases have left.
+    /// behind every database's by more than the tolerance (stepped back, or a restart
+    /// with a wrong clock) takes the period by their clocks instead
+    /// ([`Store::follow_ms`]): its numbers never go back to a period they have left.
     async fn take_in<P: Portion>(
         &self,
         biz: &BizTag,
@@ -326,12 +326,7 @@ impl Cache {
         portion: impl Fn() -> P,
     ) -> Result<P, StoreError> {
         let now = unix_ms();
-        let behind = self
-            .store
-            .clock_ahead_ms()
-            .filter(|&ahead| ahead < -self.store.clock_tolerance_ms())
-            .map_or(0, |ahead| -ahead);
-        let own = period.code_at(now.saturating_add(behind));
+        let own = period.code_at(now.saturating_add(self.store.follow_ms()));
         let mut code = own;
         let mut result = self.take_begun(biz, period, own, code, portion()).await;
         for _ in 0..2 {

@@ -75,6 +75,26 @@ pub fn may_begin(
     }
 }
 
+/// How far a server whose clock reads `readings` against the databases' takes the
+/// period ahead of its own clock: by as much as it is behind *every* database's clock
+/// (each read at its latest, less the tolerance), when two or more were read. One
+/// database's clock far ahead then moves nothing (the others hold the server back), and
+/// with a single database the server's own clock decides.
+pub fn follow_ms(readings: &[Reading], tolerance_ms: i64) -> i64 {
+    if readings.len() < 2 {
+        return 0;
+    }
+    let behind_every = readings
+        .iter()
+        .map(|r| r.offset_ms.saturating_sub(r.uncertainty_ms))
+        .min()
+        .unwrap_or(0);
+    match behind_every > tolerance_ms {
+        true => behind_every,
+        false => 0,
+    }
+}
+
 /// A span of milliseconds as people say it, rounded to its last unit: `3 d 0 h`,
 /// `2 h 5 min`, `12 min 3 s`, `4.2 s`, `250 ms`.
 pub fn human_ms(ms: i64) -> String {
@@ -146,6 +166,26 @@ mod tests {
         assert!(
             may_begin(midnight, midnight, &[], 0).is_ok(),
             "no reading yet"
+        );
+    }
+
+    #[test]
+    fn a_server_follows_only_a_clock_every_database_agrees_on() {
+        let at = |offset_ms| Reading {
+            offset_ms,
+            uncertainty_ms: 0,
+        };
+        assert_eq!(follow_ms(&[at(3 * DAY), at(3 * DAY + 5)], 5_000), 3 * DAY);
+        assert_eq!(
+            follow_ms(&[at(3 * DAY), at(0)], 5_000),
+            0,
+            "one database ahead"
+        );
+        assert_eq!(follow_ms(&[at(3 * DAY)], 5_000), 0, "a single database");
+        assert_eq!(
+            follow_ms(&[at(4_000), at(4_500)], 5_000),
+            0,
+            "within the tolerance"
         );
     }
 

@@ -59,6 +59,15 @@ impl Store {
             .min()
     }
 
+    /// How far ahead of its own clock this server takes a period
+    /// ([`clocks::follow_ms`]): by as much as it is behind every database's clock.
+    pub fn follow_ms(&self) -> i64 {
+        let readings: Vec<Reading> = (0..self.dbs.list.len())
+            .filter_map(|i| self.clock_reading(i))
+            .collect();
+        clocks::follow_ms(&readings, duration_ms(self.protocol.clock_tolerance))
+    }
+
     /// The tolerance of [`Store::may_begin`], in milliseconds.
     pub fn clock_tolerance_ms(&self) -> i64 {
         duration_ms(self.protocol.clock_tolerance)
