@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use common::*;
-use segmint::client::{Client, ClientError, Protocol, blocking::BlockingClient};
+use segmint::client::{Client, ErrorKind, Protocol, blocking::BlockingClient};
 use segmint::config::Config;
 use segmint::server::Application;
 
@@ -111,8 +111,8 @@ async fn the_cache_outlives_the_server_and_the_client_recovers() {
     for _ in 0..cached {
         ids.push(biz.next_id().await.expect("issued from the cache"));
     }
-    match biz.next_id().await {
-        Err(ClientError::Unavailable { biz: b, reasons }) => {
+    match biz.next_id().await.map_err(|e| e.into_kind()) {
+        Err(ErrorKind::Unavailable { biz: b, reasons }) => {
             assert_eq!(b, BIZ);
             assert!(reasons.contains(&port.to_string()), "{reasons}");
         }
@@ -226,8 +226,8 @@ async fn speaks_tinyid_and_reports_refusals_clearly() {
             .protocol(protocol)
             .build()
             .unwrap();
-        match wrong.next_id(BIZ).await {
-            Err(ClientError::Refused { biz, .. }) => assert_eq!(biz, BIZ),
+        match wrong.next_id(BIZ).await.map_err(|e| e.into_kind()) {
+            Err(ErrorKind::Refused { biz, .. }) => assert_eq!(biz, BIZ),
             other => panic!("{protocol:?}: expected Refused, got {other:?}"),
         }
     }

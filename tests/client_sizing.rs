@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use segmint::client::blocking::BlockingClient;
-use segmint::client::{Biz, Client, ClientError, Protocol};
+use segmint::client::{Biz, Client, ErrorKind, Protocol};
 
 const BIZ: &str = "order";
 
@@ -190,14 +190,14 @@ async fn after_close_nothing_is_issued_and_closing_again_is_harmless() {
     assert_eq!(first.given_back, 990, "{first:?}");
     assert!(biz.try_next_id().is_none());
     for result in [biz.next_id().await, a.next_id("other").await] {
-        match result {
-            Err(ClientError::Closed { .. }) => {}
+        match result.map_err(|e| e.into_kind()) {
+            Err(ErrorKind::Closed { .. }) => {}
             other => panic!("expected Closed, got {other:?}"),
         }
     }
     assert!(matches!(
-        biz.next_ids(5).await,
-        Err(ClientError::Closed { .. })
+        biz.next_ids(5).await.map_err(|e| e.into_kind()),
+        Err(ErrorKind::Closed { .. })
     ));
     assert_eq!(a.clone().close().await, Default::default());
 
@@ -213,7 +213,10 @@ async fn after_close_nothing_is_issued_and_closing_again_is_harmless() {
         let ids: Vec<i64> = (0..5).map(|_| biz.next_id().unwrap()).collect();
         let summary = client.close();
         assert_eq!(summary.given_back, 995, "{summary:?}");
-        assert!(matches!(biz.next_id(), Err(ClientError::Closed { .. })));
+        assert!(matches!(
+            biz.next_id().map_err(|e| e.into_kind()),
+            Err(ErrorKind::Closed { .. })
+        ));
         ids
     })
     .await

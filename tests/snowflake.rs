@@ -806,7 +806,13 @@ async fn refused_for_its_spec(target: &impl Target, token: &str) -> Result<Strin
 /// both specs), while the three keep issuing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
-    let setup = Setup::start(2, &js_leases(""));
+    // Leases of 2 s: the three servers issue 100,000 IDs each at once, and a lease
+    // that ran out under that load (600 ms leases did, with the machine's other load)
+    // would move a server to another worker ID.
+    let setup = Setup::start(
+        2,
+        r#"snowflake = { enabled = true, bizs = ["order"], lease_ms = 2000, renew_ms = 200, grace_ms = 300, layout = "js" }"#,
+    );
     let (_servers, remotes) = setup.three_servers().await;
     let layout = segmint::snowflake::Layout::JS;
     let epoch = segmint::snowflake::LEAF_EPOCH_MS;
@@ -867,9 +873,9 @@ async fn js_layout_ids_stay_below_2_53_and_other_specs_never_lease() {
         .record();
         assert!(message.contains(&ours), "{what}: {message}");
     }
-    // Over several leases' time, the two keep refusing, lease nothing, and the three
-    // keep issuing.
-    for _ in 0..10 {
+    // Over several leases' time (of the three's 2 s), the two keep refusing, lease
+    // nothing, and the three keep issuing.
+    for _ in 0..20 {
         for server in [&leaf, &later] {
             refused_for_its_spec(&server.remote(Duration::from_secs(30)), &setup.token)
                 .await

@@ -51,7 +51,7 @@ use common::{
     ChildGuard, MariaServer, PgCluster, cluster_dir, config_toml_named, free_port, run_as,
     send_signal, serve_command, setup_biz, wait_healthy,
 };
-use segmint::client::{Client, ClientError, Protocol};
+use segmint::client::{Client, ErrorKind, Protocol};
 use segmint::config::Config;
 use tokio::task::JoinSet;
 

@@ -514,11 +514,11 @@ pub(crate) async fn client_worker(
                 stats.success(&ctx, started, ids.len() as u64);
             }
             Err(e) => {
-                let failure = match &e {
-                    ClientError::Unavailable { .. } => {
+                let failure = match e.kind() {
+                    ErrorKind::Unavailable { .. } => {
                         Failure::outage("client: every server failed", e.to_string())
                     }
-                    ClientError::Timeout { .. } => {
+                    ErrorKind::Timeout { .. } => {
                         Failure::outage("client: no segment in time", e.to_string())
                     }
                     _ => Failure::unexpected("client: refused", e.to_string()),

@@ -1,8 +1,9 @@
 //! The client library measured from a user's crate: a real `segmint serve` (the
 //! binary given as the first argument, on a fresh embedded store in a new directory,
 //! biz `test` of the first start), one client, and on one thread, for `SECS` seconds
-//! each (the second argument, default 10) after a second of warm-up: `AtomicU64::fetch_add`, `try_next_id()` (awaiting
-//! `next_id()` when the cache is empty) and `next_id().await`. Prints one JSON object:
+//! each (the second argument, default 10) after a second of warm-up, taking turns a second
+//! at a time: `AtomicU64::fetch_add`, `try_next_id()` (awaiting `next_id()` when the
+//! cache is empty) and `next_id().await`. Prints one JSON object:
 //! each run's IDs per second and its ratio to `fetch_add`.
 
 use std::io::{BufRead, BufReader};
@@ -95,16 +96,23 @@ async fn main() {
     let biz = client.biz("test").expect("biz test");
     // Warm-up: segments grow from the row's step to what lasts at this rate.
     let _ = rate!(Duration::from_secs(1), biz.next_id().await.unwrap_or(-1));
+    // The three runs take turns, a second at a time, so that the machine's other load
+    // and its clock speed weigh on each alike; each figure is its total over `secs`.
     let counter = AtomicU64::new(0);
-    let atomic = rate!(length, counter.fetch_add(1, Ordering::Relaxed) as i64);
-    let try_next = rate!(
-        length,
-        match biz.try_next_id() {
-            Some(id) => id,
-            None => biz.next_id().await.unwrap_or(-1),
-        }
-    );
-    let next = rate!(length, biz.next_id().await.unwrap_or(-1));
+    let (mut atomic, mut try_next, mut next) = (0.0, 0.0, 0.0);
+    let rounds = secs.ceil().max(1.0);
+    let turn = length.div_f64(rounds);
+    for _ in 0..rounds as u32 {
+        atomic += rate!(turn, counter.fetch_add(1, Ordering::Relaxed) as i64) / rounds;
+        try_next += rate!(
+            turn,
+            match biz.try_next_id() {
+                Some(id) => id,
+                None => biz.next_id().await.unwrap_or(-1),
+            }
+        ) / rounds;
+        next += rate!(turn, biz.next_id().await.unwrap_or(-1)) / rounds;
+    }
     client.close().await;
     let _ = server.kill();
     let _ = server.wait();

@@ -212,10 +212,11 @@ impl Biz {
             };
             let left = deadline.saturating_duration_since(Instant::now());
             if tokio::time::timeout(left, fetched.changed()).await.is_err() {
-                return Err(ClientError::Timeout {
+                return Err(ErrorKind::Timeout {
                     biz: self.cache.biz.clone(),
                     waited: self.client.wait_timeout,
-                });
+                }
+                .into());
             }
             waited = true;
         }

@@ -12,7 +12,7 @@
 //! let id = orders.next_id().unwrap();
 //! ```
 
-use super::{Biz, BizStats, Client, ClientBuilder, ClientError, CloseSummary};
+use super::{Biz, BizStats, Client, ClientBuilder, ClientError, CloseSummary, ErrorKind};
 
 /// A [`Client`] that blocks instead of awaiting. Do not call it from async code:
 /// waiting for a segment blocks the thread.
@@ -69,14 +69,14 @@ impl BlockingClientBuilder {
     /// Builds the client and its runtime (one worker thread).
     ///
     /// # Errors
-    /// [`ClientError::Config`] naming the bad setting.
+    /// [`ErrorKind::Config`] naming the bad setting.
     pub fn build(self) -> Result<BlockingClient, ClientError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("segmint-client")
             .enable_all()
             .build()
-            .map_err(|e| ClientError::Config(format!("runtime: {e}")))?;
+            .map_err(|e| ErrorKind::Config(format!("runtime: {e}")))?;
         let client = {
             let _entered = runtime.enter();
             self.0.build()?

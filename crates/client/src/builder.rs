@@ -98,37 +98,31 @@ impl ClientBuilder {
     /// background fetches.
     ///
     /// # Errors
-    /// [`ClientError::Config`] naming the bad setting.
+    /// [`ErrorKind::Config`] naming the bad setting.
     pub fn build(self) -> Result<Client, ClientError> {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
-            ClientError::Config(
+            ErrorKind::Config(
                 "build() must run within a Tokio runtime (or use blocking::BlockingClient)".into(),
             )
         })?;
         if self.servers.is_empty() {
-            return Err(ClientError::Config(
-                "servers: at least one is needed".into(),
-            ));
+            return Err(ErrorKind::Config("servers: at least one is needed".into()).into());
         }
         let token = self
             .token
             .clone()
             .filter(|t| !t.trim().is_empty())
-            .ok_or_else(|| ClientError::Config("token: required".into()))?;
+            .ok_or_else(|| ErrorKind::Config("token: required".into()))?;
         if self.prefetch_percent > 100 {
-            return Err(ClientError::Config(
-                "prefetch_percent: must be between 0 and 100".into(),
-            ));
+            return Err(
+                ErrorKind::Config("prefetch_percent: must be between 0 and 100".into()).into(),
+            );
         }
         if self.backoff_max < self.backoff_initial {
-            return Err(ClientError::Config(
-                "backoff: max must be at least initial".into(),
-            ));
+            return Err(ErrorKind::Config("backoff: max must be at least initial".into()).into());
         }
         if self.segment_target.is_zero() {
-            return Err(ClientError::Config(
-                "segment_target: must be above zero".into(),
-            ));
+            return Err(ErrorKind::Config("segment_target: must be above zero".into()).into());
         }
         let servers = Arc::new(Servers::new(&self, token, close::client_id())?);
         Ok(Client {

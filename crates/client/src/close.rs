@@ -132,7 +132,7 @@ impl Cache {
 
 impl Client {
     /// Closes the client: background fetches stop, every later `next_id`, `next_ids`
-    /// or `try_next_id` fails ([`ClientError::Closed`](super::ClientError::Closed) or
+    /// or `try_next_id` fails ([`ErrorKind::Closed`](super::ErrorKind::Closed) or
     /// `None`), and the unissued rest of each biz's segments is offered back to the
     /// server that handed it out, one request per biz and server, all within
     /// [`close_timeout`](super::ClientBuilder::close_timeout). Closing again, or from

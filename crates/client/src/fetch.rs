@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use parking_lot::Mutex;
 
-use super::{ClientBuilder, ClientError, Protocol};
+use super::{ClientBuilder, ClientError, ErrorKind, Protocol};
 use crate::backoff::{Backoff, Failures};
 use crate::segment::{Residue, SegmentRange};
 
@@ -84,9 +84,10 @@ impl Servers {
         for url in &settings.servers {
             let base = url.trim_end_matches('/').to_string();
             if !(base.starts_with("http://") || base.starts_with("https://")) {
-                return Err(ClientError::Config(format!(
+                return Err(ErrorKind::Config(format!(
                     "servers: `{url}` is not an http:// or https:// URL"
-                )));
+                ))
+                .into());
             }
             servers.push(Server {
                 base,
@@ -100,7 +101,7 @@ impl Servers {
             // to its interval. Idle connections the server closed are noticed on use.
             .pool_idle_timeout(None)
             .build()
-            .map_err(|e| ClientError::Config(format!("HTTP client: {e}")))?;
+            .map_err(|e| ErrorKind::Config(format!("HTTP client: {e}")))?;
         Ok(Servers {
             servers,
             http,
@@ -151,10 +152,11 @@ impl Servers {
                 }
             }
         }
-        Err(ClientError::Unavailable {
+        Err(ErrorKind::Unavailable {
             biz: biz.to_string(),
             reasons: reasons.join("; "),
-        })
+        }
+        .into())
     }
 
     /// Gives `segments` of `biz` back to server `server`.
@@ -230,12 +232,15 @@ impl Servers {
             return Answer::Failed(format!("HTTP {status}: {}", body.trim()));
         }
         let refused = |message: String| {
-            Answer::Refused(ClientError::Refused {
-                biz: biz.to_string(),
-                server: server.base.clone(),
-                status: status.as_u16(),
-                message,
-            })
+            Answer::Refused(
+                ErrorKind::Refused {
+                    biz: biz.to_string(),
+                    server: server.base.clone(),
+                    status: status.as_u16(),
+                    message,
+                }
+                .into(),
+            )
         };
         if status.is_client_error() {
             return refused(error_message(&body));
@@ -263,11 +268,14 @@ impl Servers {
         };
         match parsed {
             Ok(segment) => Answer::Segment(segment),
-            Err(reason) => Answer::Refused(ClientError::InvalidSegment {
-                biz: biz.to_string(),
-                server: server.base.clone(),
-                reason,
-            }),
+            Err(reason) => Answer::Refused(
+                ErrorKind::InvalidSegment {
+                    biz: biz.to_string(),
+                    server: server.base.clone(),
+                    reason,
+                }
+                .into(),
+            ),
         }
     }
 }
