@@ -7,6 +7,7 @@
 //! - [`layout`]: database layouts and the rules of a layout change.
 //! - [`rows`]: the database rows those rules read.
 //! - [`evidence`]: how far every row has advanced, and what a row behind it means.
+//! - [`sequence`]: sequences that only go up: keys, sections, and claiming a section.
 //! - [`shape`]: a biz's ID order (sequential, shuffled, opaque) and format.
 //! - [`snowflake`]: snowflake bit layouts (Leaf's, JavaScript-safe), decoding, the clock
 //!   guard, and the spec a cluster agrees on.
@@ -24,6 +25,7 @@ pub mod name;
 pub mod rate;
 pub mod rows;
 pub mod segment;
+pub mod sequence;
 pub mod shape;
 pub mod snowflake;
 pub mod step;

@@ -45,7 +45,8 @@
 //! Beside it, [`agreement`] is a small model of its own: servers of different snowflake
 //! specs agreeing on one through the databases (scenarios K and L); and [`founding`]
 //! another: two `segmint migrate`s of different configurations recording the
-//! membership at once (scenario M).
+//! membership at once (scenario M); and [`sequence`] another: servers claiming a
+//! sequence section's bound and lease (scenario P).
 //!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
 //! layout-change command (its decision, then `Change`'s steps); [`mover`] carries out
@@ -60,6 +61,7 @@ mod import;
 mod model;
 mod mover;
 mod scenarios;
+mod sequence;
 mod server;
 mod trace;
 
