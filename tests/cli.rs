@@ -25,7 +25,7 @@ fn admin_commands_report_per_database() {
     assert!(ok, "{err}");
     assert_eq!(
         out,
-        "\"pg0\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\n\"pg1\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout\nrecorded the cluster's membership (layout epoch 0): pg0 (0 mod 2), pg1 (1 mod 2)\n"
+        "\"pg0\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout, 0013_sequence_section\n\"pg1\": applied 0001_init, 0002_witness, 0003_token_lifecycle, 0004_description, 0005_worker_lease, 0006_biz_shape, 0007_layout, 0008_layout_claim, 0009_change_feed, 0010_token_lookup, 0011_biz_period, 0012_snowflake_layout, 0013_sequence_section\nrecorded the cluster's membership (layout epoch 0): pg0 (0 mod 2), pg1 (1 mod 2)\n"
     );
     let (ok, out, _) = segmint(&cfg, &["migrate"]);
     assert!(ok);

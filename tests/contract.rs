@@ -16,7 +16,8 @@ use segmint::segment::Residue;
 use segmint::store::sqlite::SqliteStore;
 use segmint::store::{
     BizRow, DbError, FeedPosition, Inserted, LayoutRow, LeaseRenewal, LeaseSet, Mark, OpenMode,
-    RowClass, RowWrite, SegmentStore, ShapeRow, Store, StoreError, Witness,
+    RowClass, RowWrite, SectionRow, SectionWrite, SegmentStore, ShapeRow, Store, StoreError,
+    Witness,
 };
 
 /// The wall clock in Unix seconds, as token times are kept.
@@ -1172,8 +1173,85 @@ async fn the_clock_reads_in_unix_milliseconds(kind: Kind) {
     assert!(second >= first, "{second} after {first}");
 }
 
+/// `section` and `write_section`: a section's row is absent until inserted once, then
+/// written only at the version read, one version up, its lease counted from the
+/// database's clock; of two writers from one version, one wins; other sections and
+/// bizs are apart.
+async fn sections_are_written_only_by_compare_and_set(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let write = |section: u32, expected: Option<i64>, holder: &str, bound: i64| SectionWrite {
+        biz: "chat".into(),
+        section,
+        expected,
+        holder: holder.into(),
+        bound,
+        lease_ms: 5_000,
+    };
+    assert_eq!(raw.section("chat", 3).await.unwrap(), None);
+    assert_eq!(
+        raw.write_section(&write(3, Some(1), "a", 10))
+            .await
+            .unwrap(),
+        None,
+        "no row at version 1"
+    );
+    let first = raw
+        .write_section(&write(3, None, "a", 10))
+        .await
+        .unwrap()
+        .expect("inserted");
+    assert_eq!(
+        (first.holder.as_str(), first.version, first.bound),
+        ("a", 1, 10)
+    );
+    assert_eq!(first.expires_ms - first.db_now_ms, 5_000, "{first:?}");
+    let clock = raw.clock_ms().await.unwrap();
+    assert!(
+        (clock - 1_000..=clock).contains(&first.db_now_ms),
+        "{first:?} at {clock}"
+    );
+    assert_eq!(
+        raw.write_section(&write(3, None, "b", 99)).await.unwrap(),
+        None,
+        "inserted once"
+    );
+    let read = raw.section("chat", 3).await.unwrap().expect("the row");
+    assert_eq!(
+        (read.version, read.bound, read.expires_ms),
+        (1, 10, first.expires_ms)
+    );
+    assert!(read.db_now_ms >= first.db_now_ms);
+    assert_eq!(
+        raw.write_section(&write(3, Some(2), "b", 20))
+            .await
+            .unwrap(),
+        None
+    );
+    let second = raw
+        .write_section(&write(3, Some(1), "b", 20))
+        .await
+        .unwrap()
+        .expect("written at the version read");
+    assert_eq!(
+        (second.holder.as_str(), second.version, second.bound),
+        ("b", 2, 20)
+    );
+    assert_eq!(raw.section("chat", 4).await.unwrap(), None);
+    assert_eq!(raw.section("other", 3).await.unwrap(), None);
+    // Two writers from version 2 at once: one wins.
+    let (x, y) = (write(3, Some(2), "x", 30), write(3, Some(2), "y", 40));
+    let (x, y) = tokio::join!(raw.write_section(&x), raw.write_section(&y));
+    let won: Vec<SectionRow> = [x.unwrap(), y.unwrap()].into_iter().flatten().collect();
+    assert_eq!(won.len(), 1, "{won:?}");
+    assert_eq!(
+        raw.section("chat", 3).await.unwrap().map(|r| r.version),
+        Some(3)
+    );
+}
+
 by_kind!(
     the_clock_reads_in_unix_milliseconds,
+    sections_are_written_only_by_compare_and_set,
     the_snowflake_spec_is_recorded_once,
     the_catalog_feed_returns_the_rows_written_since,
     one_biz_is_read_alone,

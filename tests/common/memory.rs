@@ -15,7 +15,7 @@ use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
     BizRow, CatalogRows, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite,
-    SegmentStore, ShapeRow, Store, Timing, TokenRow, Witness,
+    SectionRow, SectionWrite, SegmentStore, ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
 /// How an injected failure fails.
@@ -56,6 +56,8 @@ struct Inner {
     /// The membership recorded (the layout of epoch 0), as `segmint migrate` records
     /// it: set by [`store`] for the databases it is given.
     layout: Option<LayoutRow>,
+    /// Sequence sections' rows by biz and section, their times by the system clock.
+    sections: HashMap<(String, u32), SectionRow>,
 }
 
 impl MemoryStore {
@@ -362,6 +364,39 @@ impl SegmentStore for MemoryStore {
         _grace_ms: i64,
     ) -> Result<Option<LeaseRow>, DbError> {
         Err(untested("take_lease"))
+    }
+
+    async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError> {
+        self.enter("section").await?;
+        let now = self.clock_ms().await?;
+        let inner = self.inner.lock();
+        Ok(inner
+            .sections
+            .get(&(biz.to_owned(), section))
+            .map(|r| SectionRow {
+                db_now_ms: now,
+                ..r.clone()
+            }))
+    }
+
+    async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
+        self.enter("write_section").await?;
+        let now = self.clock_ms().await?;
+        let mut inner = self.inner.lock();
+        let key = (w.biz.clone(), w.section);
+        let at = inner.sections.get(&key).map(|r| r.version);
+        if at != w.expected {
+            return Ok(None);
+        }
+        let row = SectionRow {
+            holder: w.holder.clone(),
+            version: w.expected.unwrap_or(0) + 1,
+            bound: w.bound,
+            expires_ms: now.saturating_add(w.lease_ms),
+            db_now_ms: now,
+        };
+        inner.sections.insert(key, row.clone());
+        Ok(Some(row))
     }
 
     async fn renew_lease(&self, _renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {

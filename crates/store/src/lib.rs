@@ -84,12 +84,14 @@ pub use cluster::admin::Migration;
 pub use cluster::import::ImportReport;
 pub use cluster::layout::{LayoutReport, Membership};
 pub use cluster::lease::{Lease, WORKER_IDS};
+pub use cluster::sequence::SectionClaim;
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
 pub use refusal::{Reason, Refusal};
 pub use segmint_core::evidence::{Mark, Witness};
 pub use segmint_core::rows::{BizRow, LayoutRow, LeaseRow, LeaseSet, Reclass};
+pub use segmint_core::sequence::claim::SectionRow;
 pub use sqlite::OpenMode;
 
 /// What [`SegmentStore::insert_bizs`] did with a row.
@@ -186,6 +188,20 @@ pub struct LeaseRenewal {
     pub last_ms: i64,
     /// The highest timestamp the holder will issue until its next renewal (only grows).
     pub bound_ms: i64,
+}
+
+/// A write of a sequence section's row, by compare-and-set on its version
+/// ([`claim::Write`](segmint_core::sequence::claim::Write)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionWrite {
+    pub biz: String,
+    pub section: u32,
+    /// The version read; `None` when the row was absent (it is inserted, version 1).
+    pub expected: Option<i64>,
+    pub holder: String,
+    pub bound: i64,
+    /// The holder's lease, counted from the database's clock now.
+    pub lease_ms: i64,
 }
 
 /// One `tiny_id_token` row. Times are unix seconds.
@@ -380,6 +396,14 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// renewal whose answer was lost may have moved the version on, and freeing a row
     /// this process still holds is safe at any version.
     async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError>;
+    /// The row of section `section` of sequence biz `biz`, with the database's clock
+    /// now; `None` when the database holds none.
+    async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError>;
+    /// Writes a section's row if it is still at the version read (inserts it if it is
+    /// still absent), in one statement: version one above, the holder, the bound and
+    /// an expiry `lease_ms` after the database's clock. Returns the row as written, or
+    /// `None` when it was not at that version (written or inserted since).
+    async fn write_section(&self, write: &SectionWrite) -> Result<Option<SectionRow>, DbError>;
     /// The snowflake spec recorded in this database and whether it is confirmed, if
     /// any ([`agreement`](crate::snowflake::agreement)).
     async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError>;

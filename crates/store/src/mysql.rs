@@ -22,8 +22,8 @@ use crate::config::MyTarget;
 
 use super::rules::{self, Cells, Migration, migrations};
 use super::{
-    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SegmentStore,
-    ShapeRow, TokenRow, Witness,
+    BizRow, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite, SectionRow,
+    SectionWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Where a database keeps its biz rows, and the statements on them: Tinyid's
@@ -150,7 +150,7 @@ impl BizTable {
 /// [`rules::WITNESS_COLUMNS`], `database` quoted (a reserved word in MySQL).
 const WITNESS_COLUMNS: &str = "`database`, biz_type, version, max_id, high_id";
 
-use super::rules::{LAYOUT_COLUMNS, LEASE_COLUMNS, SHAPE_COLUMNS};
+use super::rules::{LAYOUT_COLUMNS, LEASE_COLUMNS, SECTION_COLUMNS, SHAPE_COLUMNS};
 
 /// The token rows, as [`rules::token_row`] reads them (times in UTC, the sessions' zone),
 /// with the hash of a token Tinyid keeps in plain text (see `0010_token_lookup.sql`).
@@ -420,6 +420,15 @@ async fn lease_as_written(
         .await
         .map_err(db_error)?;
     row.as_ref().map(rules::lease_row).transpose()
+}
+
+/// The database's clock, read in transaction `tx`.
+async fn db_now(tx: &mut mysql_async::Transaction<'_>) -> Result<i64, DbError> {
+    let now: Option<i64> = tx
+        .query_first(format!("SELECT {NOW_MS}"))
+        .await
+        .map_err(db_error)?;
+    Ok(now.unwrap_or_default())
 }
 
 /// Every row of `rows` read by `read`.
@@ -1132,11 +1141,7 @@ impl SegmentStore for MyStore {
             let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
             // The row (or its gap) is locked until the commit: of two takers, one waits
             // and then sees the other's lease.
-            let now: Option<i64> = tx
-                .query_first(format!("SELECT {NOW_MS}"))
-                .await
-                .map_err(db_error)?;
-            let now = now.unwrap_or_default();
+            let now = db_now(&mut tx).await?;
             let current: Option<(i64,)> = tx
                 .exec_first(
                     "SELECT expires_ms FROM segmint_worker_lease WHERE worker_id = ? FOR UPDATE",
@@ -1178,16 +1183,89 @@ impl SegmentStore for MyStore {
         .await
     }
 
+    async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError> {
+        let biz = biz.to_owned();
+        let section = rules::section_number(section);
+        self.run(move |mut conn| async move {
+            let row: Option<Row> = conn
+                .exec_first(
+                    format!(
+                        "SELECT {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                         WHERE biz_type = ? AND section = ?"
+                    ),
+                    (&biz, section),
+                )
+                .await
+                .map_err(db_error)?;
+            row.as_ref().map(rules::section_row).transpose()
+        })
+        .await
+    }
+
+    async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
+        let w = w.clone();
+        self.run(move |mut conn| async move {
+            let section = rules::section_number(w.section);
+            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+            let now = db_now(&mut tx).await?;
+            let expires = now.saturating_add(w.lease_ms);
+            match w.expected {
+                Some(version) => {
+                    tx.exec_drop(
+                        "UPDATE segmint_sequence_section SET holder = ?, version = version + 1,
+                             bound = ?, expires_ms = ?, update_time = now()
+                         WHERE biz_type = ? AND section = ? AND version = ?",
+                        (&w.holder, w.bound, expires, &w.biz, section, version),
+                    )
+                    .await
+                    .map_err(db_error)?;
+                    if tx.affected_rows() != 1 {
+                        tx.rollback().await.map_err(db_error)?;
+                        return Ok(None);
+                    }
+                }
+                None => {
+                    let inserted = tx
+                        .exec_drop(
+                            format!(
+                                "INSERT INTO segmint_sequence_section
+                                     (biz_type, section, {SECTION_COLUMNS})
+                                 VALUES (?, ?, ?, 1, ?, ?)"
+                            ),
+                            (&w.biz, section, &w.holder, w.bound, expires),
+                        )
+                        .await;
+                    match inserted {
+                        Ok(()) => {}
+                        // Inserted by another claim first: not at the version read.
+                        Err(e) if lost_insert_race(&e) => return Ok(None),
+                        Err(e) => return Err(db_error(e)),
+                    }
+                }
+            }
+            let row: Option<Row> = tx
+                .exec_first(
+                    format!(
+                        "SELECT {SECTION_COLUMNS}, ? FROM segmint_sequence_section
+                         WHERE biz_type = ? AND section = ?"
+                    ),
+                    (now, &w.biz, section),
+                )
+                .await
+                .map_err(db_error)?;
+            let row = row.as_ref().map(rules::section_row).transpose()?;
+            tx.commit().await.map_err(db_error)?;
+            Ok(row)
+        })
+        .await
+    }
+
     async fn renew_lease(&self, renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {
         let r = renewal.clone();
         self.run(move |mut conn| async move {
             let worker = i32::from(r.worker_id);
             let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
-            let now: Option<i64> = tx
-                .query_first(format!("SELECT {NOW_MS}"))
-                .await
-                .map_err(db_error)?;
-            let now = now.unwrap_or_default();
+            let now = db_now(&mut tx).await?;
             tx.exec_drop(
                 "UPDATE segmint_worker_lease SET version = version + 1, expires_ms = ?,
                      last_ms = GREATEST(last_ms, ?), bound_ms = GREATEST(bound_ms, ?),

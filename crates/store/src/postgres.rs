@@ -10,12 +10,12 @@ use crate::config::PgTarget;
 
 use super::error::with_causes;
 use super::rules::{
-    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SHAPE_COLUMNS,
-    WITNESS_COLUMNS, migrations,
+    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SECTION_COLUMNS,
+    SHAPE_COLUMNS, WITNESS_COLUMNS, migrations,
 };
 use super::{
     BizRow, CatalogRows, DbError, FeedPosition, Inserted, LayoutRow, LeaseRenewal, LeaseRow,
-    LeaseSet, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
+    LeaseSet, RowWrite, SectionRow, SectionWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per database.
@@ -931,6 +931,62 @@ impl SegmentStore for PgStore {
             .await
             .map_err(db_error)?;
         read_opt(row, rules::lease_row)
+    }
+
+    async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                     WHERE biz_type = $1::text AND section = $2::integer"
+                ),
+                &[&biz, &rules::section_number(section)],
+            )
+            .await
+            .map_err(db_error)?;
+        read_opt(row, rules::section_row)
+    }
+
+    async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
+        let client = self.client().await?;
+        let section = rules::section_number(w.section);
+        // The new expiry is `now + lease_ms`: `expires_ms - lease_ms` is the database's
+        // clock when the statement ran. One statement: the row lock decides a race.
+        let row = match w.expected {
+            Some(version) => {
+                client
+                    .query_opt(
+                        &format!(
+                            "UPDATE segmint_sequence_section SET holder = $3::text,
+                             version = version + 1, bound = $4::bigint,
+                             expires_ms = {NOW_MS} + $5::bigint, update_time = now()
+                         WHERE biz_type = $1::text AND section = $2::integer
+                           AND version = $6::bigint
+                         RETURNING {SECTION_COLUMNS}, expires_ms - $5::bigint"
+                        ),
+                        &[&w.biz, &section, &w.holder, &w.bound, &w.lease_ms, &version],
+                    )
+                    .await
+            }
+            None => {
+                client
+                    .query_opt(
+                        &format!(
+                            "INSERT INTO segmint_sequence_section
+                             (biz_type, section, {SECTION_COLUMNS})
+                         VALUES ($1::text, $2::integer, $3::text, 1, $4::bigint,
+                                 {NOW_MS} + $5::bigint)
+                         ON CONFLICT (biz_type, section) DO NOTHING
+                         RETURNING {SECTION_COLUMNS}, expires_ms - $5::bigint"
+                        ),
+                        &[&w.biz, &section, &w.holder, &w.bound, &w.lease_ms],
+                    )
+                    .await
+            }
+        }
+        .map_err(db_error)?;
+        read_opt(row, rules::section_row)
     }
 
     async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {

@@ -12,7 +12,7 @@ use crate::layout::LayoutState;
 use crate::name::Name;
 use crate::{
     BizRow, DbError, FeedPosition, Inserted, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass,
-    RowClass, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
+    RowClass, RowWrite, SectionRow, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// One schema migration: its number, its name, and its statements in one dialect.
@@ -90,6 +90,15 @@ macro_rules! migrations {
                     "../../../sql/",
                     $dialect,
                     "/0012_snowflake_layout.sql"
+                )),
+            ),
+            (
+                13,
+                "sequence_section",
+                include_str!(concat!(
+                    "../../../sql/",
+                    $dialect,
+                    "/0013_sequence_section.sql"
                 )),
             ),
         ]
@@ -195,6 +204,30 @@ pub(crate) fn lease_row<C: Cells>(r: &C) -> Result<LeaseRow, C::Error> {
         last_ms: r.int(4)?,
         bound_ms: r.int(5)?,
         db_now_ms: r.int(6)?,
+    })
+}
+
+/// The columns of a sequence section's row as the engines read it, the database's
+/// clock after them.
+pub(crate) const SECTION_COLUMNS: &str = "holder, version, bound, expires_ms";
+
+/// Section `section` as the engines' integer column holds it.
+pub(crate) fn section_number(section: u32) -> i32 {
+    assert!(
+        section < segmint_core::sequence::MAX_SECTIONS,
+        "a section number below the most a biz may have"
+    );
+    section as i32
+}
+
+/// A section row read with [`SECTION_COLUMNS`] and the database's clock.
+pub(crate) fn section_row<C: Cells>(r: &C) -> Result<SectionRow, C::Error> {
+    Ok(SectionRow {
+        holder: r.text(0)?,
+        version: r.int(1)?,
+        bound: r.int(2)?,
+        expires_ms: r.int(3)?,
+        db_now_ms: r.int(4)?,
     })
 }
 

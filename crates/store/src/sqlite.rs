@@ -21,12 +21,12 @@ use rusqlite::{
 };
 
 use super::rules::{
-    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SHAPE_COLUMNS,
-    WITNESS_COLUMNS, migrations,
+    self, BIZ_COLUMNS, Cells, LAYOUT_COLUMNS, LEASE_COLUMNS, Migration, SECTION_COLUMNS,
+    SHAPE_COLUMNS, WITNESS_COLUMNS, migrations,
 };
 use super::{
     BizRow, CatalogRows, DbError, FeedPosition, Inserted, LayoutRow, LeaseRenewal, LeaseRow,
-    LeaseSet, RowWrite, SegmentStore, ShapeRow, TokenRow, Witness,
+    LeaseSet, RowWrite, SectionRow, SectionWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// Schema migrations, applied in order, each once per file.
@@ -808,6 +808,56 @@ impl SegmentStore for SqliteStore {
                     rules::lease_row(r)
                 })
                 .optional()
+            })
+        })
+        .await
+    }
+
+    async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError> {
+        let biz = biz.to_owned();
+        let section = rules::section_number(section);
+        self.with(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                 WHERE biz_type = ?1 AND section = ?2"
+            ))?
+            .query_row(params![biz, section], |r| rules::section_row(r))
+            .optional()
+        })
+        .await
+    }
+
+    async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
+        let w = w.clone();
+        // As on PostgreSQL: `expires_ms - lease_ms` is the database's clock.
+        self.with(move |c| {
+            let section = rules::section_number(w.section);
+            write(c, |tx| match w.expected {
+                Some(version) => tx
+                    .prepare_cached(&format!(
+                        "UPDATE segmint_sequence_section SET holder = ?3,
+                             version = version + 1, bound = ?4,
+                             expires_ms = {NOW_MS} + ?5, update_time = CURRENT_TIMESTAMP
+                         WHERE biz_type = ?1 AND section = ?2 AND version = ?6
+                         RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
+                    ))?
+                    .query_row(
+                        params![w.biz, section, w.holder, w.bound, w.lease_ms, version],
+                        |r| rules::section_row(r),
+                    )
+                    .optional(),
+                None => tx
+                    .prepare_cached(&format!(
+                        "INSERT INTO segmint_sequence_section (biz_type, section, {SECTION_COLUMNS})
+                         VALUES (?1, ?2, ?3, 1, ?4, {NOW_MS} + ?5)
+                         ON CONFLICT (biz_type, section) DO NOTHING
+                         RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
+                    ))?
+                    .query_row(
+                        params![w.biz, section, w.holder, w.bound, w.lease_ms],
+                        |r| rules::section_row(r),
+                    )
+                    .optional(),
             })
         })
         .await

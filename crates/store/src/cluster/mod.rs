@@ -80,6 +80,7 @@ pub(super) mod lease;
 mod recover;
 mod refresh;
 mod reserve;
+pub mod sequence;
 mod shape;
 pub(super) mod tokens;
 
