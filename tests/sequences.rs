@@ -13,7 +13,9 @@ use crate::common::*;
 use segmint::sequence::claim::Outcome;
 use segmint::store::Store;
 
-const LEASE: (Duration, Duration) = (Duration::from_millis(400), Duration::from_millis(200));
+/// Long enough that a loaded machine does not let a lease run out between two claims
+/// the test expects it to hold across; the takeover waits it out.
+const LEASE: (Duration, Duration) = (Duration::from_secs(3), Duration::from_secs(1));
 
 async fn migrated(config: &segmint::config::Config) -> Store {
     let store = Store::connect(config).unwrap();
@@ -122,15 +124,15 @@ async fn a_section_is_owned_once_raised_and_taken_over_above_its_bound() {
     assert_eq!(owned(&other.outcome).1, 5);
 }
 
-/// Claims until the section is owned, for at most 10 s (a lease to run out, a database
-/// to answer again after its restart).
+/// Claims until the section is owned, for at most 30 s (a lease and its grace to run
+/// out, a database to answer again after its restart).
 async fn eventually_owned(
     store: &Store,
     holder: &str,
     known: &[Option<i64>],
 ) -> segmint::store::SectionClaim {
     eventually(
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         &format!("{holder} owns the section"),
         async || {
             let claim = store

@@ -61,7 +61,7 @@ impl Store {
             true => known.to_vec(),
             false => vec![None; members.len()],
         };
-        let started = Instant::now();
+        let started = self.clock.now();
         let mut claim = Claim::new(holder, step, millis(grace), known, Safeguards::ALL);
         loop {
             match claim.need() {
