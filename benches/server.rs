@@ -126,6 +126,7 @@ fn bench(c: &mut Criterion) {
                 format: Format::default(),
                 as_string: false,
                 period: None,
+                sequence: None,
             };
             ordered.bench_function(name, |b| {
                 b.to_async(&rt).iter(|| async {

@@ -13,7 +13,8 @@
 //!   the SQL, and [`store::Store`], the cluster protocol over all of them.
 //! - this crate: [`cache`] (per-biz double buffers fed by background fetches),
 //!   [`listing`] (the bizs a page at a time, for `/v1/bizs` and `/status`),
-//!   [`worker`] (this server's snowflake worker ID), [`server`] (the actix-web
+//!   [`worker`] (this server's snowflake worker ID), [`sequencer`] (the sections of
+//!   sequence bizs this server owns), [`server`] (the actix-web
 //!   application), [`telemetry`], and the `segmint` binary with its admin CLI.
 //!
 //! Every layer is re-exported here under the name its modules use, so that
@@ -30,6 +31,7 @@ pub use segmint_store as store;
 
 pub mod cache;
 pub mod listing;
+pub mod sequencer;
 pub mod server;
 pub mod telemetry;
 pub mod worker;

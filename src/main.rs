@@ -217,12 +217,26 @@ struct BizAdd {
     /// The IANA time zone whose calendar decides the periods (Asia/Shanghai, UTC).
     #[arg(long, default_value = "UTC")]
     zone: String,
+    /// A sequence biz: per-key numbers that only go up (`/v1/sequences/NAME/next`), no
+    /// IDs. --step is how far each database write raises a section's bound.
+    #[arg(long, conflicts_with_all = [
+        "start", "odd", "even", "order", "domain", "prefix", "width", "base", "check",
+        "ids_as_strings", "format", "reset", "zone",
+    ])]
+    sequence: bool,
+    /// How many sections a sequence biz's keys are spread over, each owned by one
+    /// server at a time (fixed once the biz exists).
+    #[arg(long, requires = "sequence")]
+    sections: Option<u32>,
 }
 
 impl BizAdd {
     /// The shape row these flags describe (key, block and restriction filled in by the
     /// store); `None` for a sequential biz written as plain numbers.
     fn shape(&self) -> std::result::Result<Option<ShapeRow>, String> {
+        if self.sequence {
+            return self.sequence_shape().map(Some);
+        }
         let domain =
             segmint::shape::parse_domain(&self.domain).map_err(|e| format!("--domain: {e}"))?;
         let order = segmint::shape::parse_order(&self.order, 1, domain)
@@ -256,6 +270,27 @@ impl BizAdd {
             as_string: self.ids_as_strings,
             period: String::new(),
         }))
+    }
+
+    /// The shape row of a sequence biz (`--sequence`).
+    fn sequence_shape(&self) -> std::result::Result<ShapeRow, String> {
+        let max = segmint::sequence::MAX_SECTIONS;
+        let sections = self.sections.unwrap_or(segmint::sequence::DEFAULT_SECTIONS);
+        if !(1..=max).contains(&sections) {
+            return Err(format!("--sections: must be 1 to {max}, got {sections}"));
+        }
+        let most = segmint::store::MAX_SEQUENCE_STEP;
+        if !(1..=most).contains(&self.step) {
+            return Err(format!(
+                "--step: a sequence's step must be 1 to {most}, got {}",
+                self.step
+            ));
+        }
+        Ok(ShapeRow {
+            id_order: segmint::store::SEQUENCE.to_owned(),
+            domain: i64::from(sections),
+            ..ShapeRow::periodic(String::new(), 0, 10, false)
+        })
     }
 
     /// The shape row of a biz whose counter restarts each period (`--format`), if

@@ -1247,6 +1247,21 @@ async fn sections_are_written_only_by_compare_and_set(kind: Kind) {
         raw.section("chat", 3).await.unwrap().map(|r| r.version),
         Some(3)
     );
+    // All of a biz's rows in one read, in section order, other bizs' left out.
+    raw.write_section(&write(1, None, "z", 7)).await.unwrap();
+    let mut other = write(0, None, "o", 1);
+    other.biz = "other".into();
+    raw.write_section(&other).await.unwrap();
+    let all = raw.sections("chat").await.unwrap();
+    let seen: Vec<(u32, &str, i64)> = all
+        .iter()
+        .map(|(s, r)| (*s, r.holder.as_str(), r.version))
+        .collect();
+    assert_eq!(seen.len(), 2, "{all:?}");
+    assert_eq!(seen[0], (1, "z", 1));
+    assert_eq!(seen[1].0, 3);
+    assert!(all.iter().all(|(_, r)| r.db_now_ms >= first.db_now_ms));
+    assert_eq!(raw.sections("none").await.unwrap(), vec![]);
 }
 
 by_kind!(

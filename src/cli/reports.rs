@@ -173,6 +173,9 @@ impl BizAdded {
             within: within.map(class_json),
             description: description.to_owned(),
             shape: shape.map(|s| {
+                if s.id_order == segmint::store::SEQUENCE {
+                    return json!({"order": s.id_order, "sections": s.domain});
+                }
                 json!({
                     "order": s.id_order,
                     "domain": s.domain,

@@ -33,6 +33,13 @@ pub enum ApiError {
     /// The request cannot be served for this biz as it is (409): `code` says why.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// A sequence key's section is owned by another server, or by none yet (503): its
+    /// address, when known, is in the body's `owner`.
+    #[error("{message}")]
+    Elsewhere {
+        owner: Option<String>,
+        message: String,
+    },
 }
 
 impl From<InputError> for ApiError {
@@ -70,6 +77,7 @@ impl ApiError {
                 StoreError::Periodic(_) => "segments_unavailable",
             },
             ApiError::Conflict { code, .. } => code,
+            ApiError::Elsewhere { .. } => "not_owner",
             ApiError::Snowflake(e) => match e {
                 IssueError::NotServed(_) => "not_found",
                 IssueError::NoWorkerId(_) => "no_worker_id",
@@ -120,6 +128,7 @@ impl ResponseError for ApiError {
                 }
             },
             ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Elsewhere { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Snowflake(e) => match e {
                 IssueError::NotServed(_) => StatusCode::NOT_FOUND,
                 IssueError::NoWorkerId(_) | IssueError::ClockBehind { .. } => {
@@ -140,6 +149,12 @@ impl ResponseError for ApiError {
             && let Some(wait) = e.retry_after()
         {
             response.insert_header((RETRY_AFTER, retry_after_secs(wait)));
+        }
+        if let ApiError::Elsewhere { owner, .. } = self {
+            response.insert_header((RETRY_AFTER, "1"));
+            return response.json(json!({"error": {
+                "code": self.code(), "message": self.to_string(), "owner": owner,
+            }}));
         }
         response.json(json!({"error": {"code": self.code(), "message": self.to_string()}}))
     }
@@ -223,6 +238,14 @@ mod tests {
                 },
                 409,
                 "segments_unavailable",
+            ),
+            (
+                ApiError::Elsewhere {
+                    owner: None,
+                    message: s(),
+                },
+                503,
+                "not_owner",
             ),
             (
                 IssueError::ClockBehind { by: 9 }.into(),

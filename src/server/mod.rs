@@ -10,6 +10,7 @@ mod observe;
 mod openapi;
 mod operator;
 mod params;
+mod sequences;
 mod shaped;
 mod snowflake;
 mod status;
@@ -34,6 +35,7 @@ pub(crate) use params::Params;
 use crate::cache::{Cache, GIVE_BACK_LIMIT};
 use crate::config::{Config, LeafConfig, OperatorToken};
 use crate::listing::Names;
+use crate::sequencer::Sequencer;
 use crate::store::{OpenMode, Store, StoreError};
 use crate::worker::Worker;
 
@@ -53,6 +55,10 @@ pub struct AppState {
     /// Every biz's name in order, for listing them a page at a time; rebuilt when the
     /// catalog changes.
     pub names: Arc<Names>,
+    /// The sections of sequence bizs this server owns, and the others' owners.
+    pub sequencer: Arc<Sequencer>,
+    /// Sends a sequence request on to the owner of its key's section.
+    pub forward: reqwest::Client,
 }
 
 /// Why the server could not start.
@@ -113,7 +119,8 @@ impl Routes {
         if public {
             cfg.configure(|cfg| compat::routes(cfg, observer))
                 .configure(|cfg| v1::routes(cfg, observer))
-                .configure(|cfg| snowflake::v1_routes(cfg, observer));
+                .configure(|cfg| snowflake::v1_routes(cfg, observer))
+                .configure(|cfg| sequences::routes(cfg, observer));
         }
         // Leaf's routes take no token: served only when enabled, on `leaf.bind` alone
         // when that is set.
@@ -158,6 +165,9 @@ pub struct Application {
     /// Leases and renews the snowflake worker ID, when snowflake IDs are enabled;
     /// stopped before the lease is released.
     leaser: Option<AbortOnDrop>,
+    /// Keeps this server's presence and its sequence sections; stopped before they are
+    /// released.
+    sequencing: AbortOnDrop,
 }
 
 impl Application {
@@ -229,6 +239,18 @@ impl Application {
             .snowflake
             .enabled
             .then(|| AbortOnDrop(tokio::spawn(worker.clone().run())));
+        let sequencer = Arc::new(Sequencer::new(
+            store.clone(),
+            config.sequences.clone(),
+            advertised(&config, port),
+        ));
+        let sequencing = AbortOnDrop(tokio::spawn(sequencer.clone().run()));
+        let forward = reqwest::Client::builder()
+            .timeout(config.fetch_timeout)
+            .build()
+            .map_err(|e| {
+                StoreError::Unavailable(format!("cannot build the forwarding client: {e}"))
+            })?;
         let state = web::Data::new(AppState {
             store,
             cache,
@@ -237,6 +259,8 @@ impl Application {
             leaf: config.leaf.clone(),
             snowflake: worker,
             names,
+            sequencer,
+            forward,
         });
         let observer = Observer {
             in_flight: InFlight::default(),
@@ -301,6 +325,7 @@ impl Application {
             _refresher: refresher,
             _sampler: sampler,
             leaser,
+            sequencing,
         })
     }
 
@@ -354,6 +379,7 @@ impl Application {
             _refresher,
             _sampler,
             leaser,
+            sequencing,
             ..
         } = self;
         let sides: Vec<Server> = operator.into_iter().chain(leaf).map(|s| s.server).collect();
@@ -413,10 +439,25 @@ impl Application {
         // give the caches' unissued IDs back where safe.
         drop(leaser);
         routes.state.snowflake.release().await;
+        drop(sequencing);
+        routes.state.sequencer.release_all().await;
         let (given, wasted) = routes.state.cache.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result
     }
+}
+
+/// Where other servers reach this one: `sequences.advertise`, else `http://` and the
+/// address bound (`127.0.0.1` for an unspecified host) with the port listened on.
+fn advertised(config: &Config, port: u16) -> String {
+    if let Some(url) = &config.sequences.advertise {
+        return url.clone();
+    }
+    let host = match config.bind.rsplit_once(':') {
+        Some(("0.0.0.0" | "[::]" | "", _)) | None => "127.0.0.1",
+        Some((host, _)) => host,
+    };
+    format!("http://{host}:{port}")
 }
 
 /// Binds `address`, the value of configuration key `key`.

@@ -39,6 +39,7 @@ impl AppState {
         n: usize,
     ) -> Result<(Vec<i64>, Option<Arc<BizShape>>), ApiError> {
         let shape = self.shape_of(biz).await?;
+        refuse_sequence(biz, shape.as_deref())?;
         let mut ids = match shape.as_ref().and_then(|s| s.period.as_ref()) {
             Some(period) => self.cache.next_ids_in(biz, n, period).await?,
             None => self.cache.next_ids(biz, n).await?,
@@ -61,7 +62,9 @@ impl AppState {
     /// counter restarts each period (the v1 route carves its segments before this
     /// check; Tinyid's answer cannot say when the period ends).
     pub async fn check_segments(&self, biz: &BizTag) -> Result<(), ApiError> {
-        match self.shape_of(biz).await? {
+        let shape = self.shape_of(biz).await?;
+        refuse_sequence(biz, shape.as_deref())?;
+        match shape {
             Some(shape) if shape.period.is_some() => {
                 Err(StoreError::Periodic(biz.to_string()).into())
             }
@@ -76,5 +79,21 @@ impl AppState {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// 409 `sequence_biz` for a sequence biz, which has per-key numbers and no IDs.
+///
+/// # Errors
+/// As said, when `shape` is a sequence's.
+pub(super) fn refuse_sequence(biz: &BizTag, shape: Option<&BizShape>) -> Result<(), ApiError> {
+    match shape.and_then(|s| s.sequence) {
+        None => Ok(()),
+        Some(_) => Err(ApiError::Conflict {
+            code: "sequence_biz",
+            message: format!(
+                "biz `{biz}` is a sequence: it issues per-key numbers, not IDs; take them from /v1/sequences/{biz}/next"
+            ),
+        }),
     }
 }

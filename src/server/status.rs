@@ -56,6 +56,28 @@ pub(super) struct Report {
     /// configuration.
     pub(super) membership: Membership,
     pub(super) step_policy: StepPolicyReport,
+    /// This server's part in serving sequence bizs.
+    pub(super) sequences: SequencesReport,
+}
+
+/// This server's address, the live servers it sees, and what it holds of each
+/// sequence biz.
+#[derive(Serialize)]
+pub(super) struct SequencesReport {
+    pub(super) address: String,
+    pub(super) servers: Vec<String>,
+    pub(super) bizs: Vec<SequenceReport>,
+}
+
+#[derive(Serialize)]
+pub(super) struct SequenceReport {
+    pub(super) biz: String,
+    pub(super) sections: u32,
+    pub(super) step: i64,
+    /// Sections this server owns now, and the keys and bytes they hold.
+    pub(super) owned: usize,
+    pub(super) keys: usize,
+    pub(super) key_bytes: usize,
 }
 
 #[derive(Serialize)]
@@ -101,6 +123,28 @@ async fn report(state: &AppState, query: &Query) -> Report {
             target_secs: policy.target.as_secs(),
             max: policy.max,
         },
+        sequences: sequences_report(state),
+    }
+}
+
+fn sequences_report(state: &AppState) -> SequencesReport {
+    let sequencer = &state.sequencer;
+    let bizs = sequencer
+        .held()
+        .into_iter()
+        .map(|(biz, held)| SequenceReport {
+            biz: biz.name().to_owned(),
+            sections: biz.shape().sections,
+            step: biz.shape().step,
+            owned: held.sections,
+            keys: held.keys,
+            key_bytes: held.bytes,
+        })
+        .collect();
+    SequencesReport {
+        address: sequencer.address().to_owned(),
+        servers: sequencer.servers(),
+        bizs,
     }
 }
 
@@ -150,6 +194,7 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         idle: &idle,
         periodic: &periodic,
     };
+    state.sequencer.set_gauges();
     let text = metrics.render(&view, &databases);
     HttpResponse::Ok()
         .content_type("text/plain; version=0.0.4; charset=utf-8")

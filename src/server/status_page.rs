@@ -214,6 +214,7 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
             p
         }
     };
+    let sequences = sequences_section(report);
     let p = &report.step_policy;
     format!(
         r#"<!doctype html>
@@ -240,13 +241,39 @@ This page reloads every 5 seconds; the same figures are at <a href="v1/bizs">/v1
 <table>
 <tr><th>database</th><th>location</th><th>class</th><th>this server's clock</th><th>state</th><th>last error</th></tr>
 {dbs}</table>
-</body></html>
+{sequences}</body></html>
 "#,
         version = env!("CARGO_PKG_VERSION"),
         navigation = navigation(report, query, counts),
         adaptive = if p.adaptive { "on" } else { "off" },
         target = p.target_secs,
         max = p.max,
+    )
+}
+
+/// The sequence bizs this server knows and what it holds of each; nothing without any.
+fn sequences_section(report: &Report) -> String {
+    let q = &report.sequences;
+    if q.bizs.is_empty() {
+        return String::new();
+    }
+    let mut rows = String::new();
+    for b in &q.bizs {
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            escape(&b.biz),
+            b.sections,
+            b.step,
+            b.owned,
+            b.keys,
+            b.key_bytes
+        ));
+    }
+    format!(
+        "<h2>Sequences</h2>\n<p>This server: {}; live servers: {}.</p>\n<table>\n\
+         <tr><th>biz</th><th>sections</th><th>step</th><th>owned here</th><th>keys here</th><th>key bytes</th></tr>\n{rows}</table>\n",
+        escape(&q.address),
+        escape(&q.servers.join(", "))
     )
 }
 

@@ -379,6 +379,26 @@ impl SegmentStore for MemoryStore {
             }))
     }
 
+    async fn sections(&self, biz: &str) -> Result<Vec<(u32, SectionRow)>, DbError> {
+        self.enter("sections").await?;
+        let now = self.clock_ms().await?;
+        let inner = self.inner.lock();
+        let mut rows: Vec<_> = inner
+            .sections
+            .iter()
+            .filter(|((b, _), _)| b == biz)
+            .map(|((_, s), r)| {
+                let row = SectionRow {
+                    db_now_ms: now,
+                    ..r.clone()
+                };
+                (*s, row)
+            })
+            .collect();
+        rows.sort_by_key(|(s, _)| *s);
+        Ok(rows)
+    }
+
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         self.enter("write_section").await?;
         let now = self.clock_ms().await?;

@@ -5,7 +5,7 @@
 //! module holds the checks and tests of its own keys: `server.rs` (addresses, operator
 //! token, request limits), `cache.rs` (fetch timings, step, back-off), `database.rs`
 //! (the `[[databases]]` and their classes), `secret.rs` (passwords and secret files),
-//! and one module per table: `leaf.rs`, `snowflake.rs`, `protocol.rs`.
+//! and one module per table: `leaf.rs`, `snowflake.rs`, `sequences.rs`, `protocol.rs`.
 
 // The core, under the names the configuration's modules use.
 use segmint_core::{biz, segment, step};
@@ -25,6 +25,7 @@ mod libpq;
 mod protocol;
 mod raw;
 mod secret;
+mod sequences;
 mod server;
 mod snowflake;
 pub mod tls;
@@ -34,6 +35,7 @@ pub use database::{BizTables, DatabaseConfig, DatabaseKind, MyTarget, PgTarget};
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
 pub use protocol::{BEATS_PER_SILENCE, Protocol};
+pub use sequences::SequencesConfig;
 pub use server::{OPERATOR_TOKEN_MIN_LEN, OperatorToken};
 pub use snowflake::SnowflakeConfig;
 
@@ -102,6 +104,8 @@ pub struct Config {
     pub leaf: LeafConfig,
     /// Snowflake IDs: whether, for which bizs, and the timing of worker-ID leases.
     pub snowflake: SnowflakeConfig,
+    /// Sequence bizs: where other servers reach this one, the timing of section leases.
+    pub sequences: SequencesConfig,
     /// The timings of the cluster protocol, shared by every server and command.
     pub protocol: Protocol,
     /// The databases, with pairwise disjoint residue classes.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::database::RawDatabase;
 use crate::secret::Secret;
-use crate::{Config, ConfigError, database, invalid, leaf, protocol, snowflake};
+use crate::{Config, ConfigError, database, invalid, leaf, protocol, sequences, snowflake};
 
 /// The settings as written in the file and the environment, before validation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -47,6 +47,9 @@ pub(crate) struct RawSettings {
     /// Optional, as every key of `[snowflake]` has its default.
     #[serde(default)]
     pub(crate) snowflake: snowflake::RawSnowflake,
+    /// Optional, as every key of `[sequences]` has its default.
+    #[serde(default)]
+    pub(crate) sequences: sequences::RawSequences,
     /// Optional, as every key of `[protocol]` has its default.
     #[serde(default)]
     pub(crate) protocol: protocol::RawProtocol,
@@ -78,6 +81,7 @@ impl Default for RawSettings {
             operator_token_file: None,
             leaf: leaf::RawLeaf::default(),
             snowflake: snowflake::RawSnowflake::default(),
+            sequences: sequences::RawSequences::default(),
             protocol: protocol::RawProtocol::default(),
             databases: Vec::new(),
         }
@@ -116,6 +120,7 @@ impl RawSettings {
         taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
         let leaf = std::mem::take(&mut self.leaf).validate(&taken)?;
         let snowflake = std::mem::take(&mut self.snowflake).validate()?;
+        let sequences = std::mem::take(&mut self.sequences).validate()?;
         let protocol = std::mem::take(&mut self.protocol).validate()?;
         let preload_percent = self.fetch_timings()?;
         self.request_limits()?;
@@ -140,6 +145,7 @@ impl RawSettings {
             operator_token,
             leaf,
             snowflake,
+            sequences,
             protocol,
             pool_size: self.pool_size,
             workers: self.workers,

@@ -16,7 +16,8 @@
 //! Each subsystem registers its own metrics and keeps their handles, one file each:
 //! [`BizMetrics`] (IDs issued, segments handed out, steps, IDs given back, per-biz
 //! state), [`DatabasesMetrics`] (reservations and state per database),
-//! [`LayoutMetrics`], [`HttpMetrics`] and [`SnowflakeMetrics`]. [`Metrics`] holds one
+//! [`LayoutMetrics`], [`HttpMetrics`], [`SnowflakeMetrics`] and [`SequenceMetrics`].
+//! [`Metrics`] holds one
 //! of each on one registry, and renders them.
 
 // The core, under the names the metrics' modules use.
@@ -26,6 +27,7 @@ mod biz;
 mod database;
 mod http;
 mod layout;
+mod sequence;
 mod snowflake;
 
 use prometheus::{Encoder, IntGaugeVec, Opts, Registry, TextEncoder};
@@ -34,6 +36,7 @@ pub use biz::{BizCounts, BizMetrics, BizStats, BizView, OTHER_BIZ, PeriodStats};
 pub use database::{DatabaseMetrics, DatabaseState, DatabasesMetrics, FetchOutcome};
 pub use http::HttpMetrics;
 pub use layout::LayoutMetrics;
+pub use sequence::{SequenceCounters, SequenceHeld, SequenceMetrics};
 pub use snowflake::{LEASE_STATES, SnowflakeMetrics};
 
 /// Every metric segmint exports, in its own registry.
@@ -50,6 +53,8 @@ pub struct Metrics {
     http: HttpMetrics,
     /// Snowflake IDs and the worker-ID lease; cloned into the worker.
     snowflake: SnowflakeMetrics,
+    /// Sequence bizs; cloned into the sequencer.
+    sequence: SequenceMetrics,
 }
 
 /// Registers `metric` with `registry`; every name here is static and distinct, so
@@ -89,6 +94,7 @@ impl Metrics {
             layout: LayoutMetrics::new(&r),
             http: HttpMetrics::new(&r),
             snowflake: SnowflakeMetrics::new(&r),
+            sequence: SequenceMetrics::new(&r),
             registry: r,
         }
     }
@@ -116,6 +122,11 @@ impl Metrics {
     /// The snowflake metrics.
     pub fn snowflake(&self) -> &SnowflakeMetrics {
         &self.snowflake
+    }
+
+    /// The metrics of sequence bizs.
+    pub fn sequence(&self) -> &SequenceMetrics {
+        &self.sequence
     }
 
     /// Brings the biz series up to date with `bizs`, sets the state gauges and renders
@@ -474,6 +485,12 @@ mod tests {
         "segmint_segment_fetch_duration_seconds histogram",
         "segmint_segment_fetches_total counter",
         "segmint_segment_ids_total counter",
+        "segmint_sequence_forwarded_total counter",
+        "segmint_sequence_key_bytes gauge",
+        "segmint_sequence_keys gauge",
+        "segmint_sequence_numbers_total counter",
+        "segmint_sequence_sections_owned gauge",
+        "segmint_sequence_sections_taken_total counter",
         "segmint_snowflake_clock_back_total counter",
         "segmint_snowflake_ids_total counter",
         "segmint_snowflake_lease_acquisitions_total counter",
@@ -492,6 +509,8 @@ mod tests {
         m.http().requests("/v1/ids", "GET", "200");
         m.http().seconds("/v1/ids");
         m.snowflake().ids_counter(&order);
+        m.sequence().counters("chat");
+        m.sequence().set_held("chat", SequenceHeld::default());
         let text = m.render(
             &BizView {
                 known: 1,

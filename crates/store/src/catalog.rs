@@ -921,6 +921,25 @@ impl Catalog {
         names
     }
 
+    /// Every sequence biz with its sections and step, sorted by name. Reads every
+    /// biz: call it when the [`generation`](Catalog::generation) changed.
+    pub fn sequence_bizs(&self) -> Vec<(String, shape::SequenceShape)> {
+        let sections = |e: &BizEntry| e.shape.as_ref().and_then(|s| s.sequence);
+        let mut found: Vec<(String, shape::SequenceShape)> = self
+            .bizs
+            .iter()
+            .filter(|(name, _)| !self.changed.contains_key(name.as_str()))
+            .filter_map(|(name, e)| Some((name.to_string(), sections(e)?)))
+            .chain(
+                self.changed
+                    .iter()
+                    .filter_map(|(name, e)| Some((name.to_string(), sections(e.as_ref()?)?))),
+            )
+            .collect();
+        found.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        found
+    }
+
     /// How many bizs are known, without listing them.
     pub fn biz_count(&self) -> usize {
         self.count
@@ -1007,6 +1026,9 @@ fn merged_shape(
 /// Why the row is invalid.
 pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
     let within = Residue::new(row.within_delta, row.within_remainder).map_err(|e| e.to_string())?;
+    if row.id_order == SEQUENCE {
+        return sequence_shape(row, within);
+    }
     let block = u64::try_from(row.block).map_err(|_| format!("block {} is negative", row.block))?;
     let domain =
         u64::try_from(row.domain).map_err(|_| format!("domain {} is negative", row.domain))?;
@@ -1028,6 +1050,7 @@ pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
             format,
             as_string: row.as_string,
             period: None,
+            sequence: None,
         });
     }
     let (format, period) = period_of(&row.period, base, row.check_char)?;
@@ -1039,6 +1062,39 @@ pub fn biz_shape(row: &ShapeRow) -> Result<BizShape, String> {
         format,
         as_string: true,
         period: Some(period),
+        sequence: None,
+    })
+}
+
+/// The `id_order` of a sequence biz's shape row, whose `domain` holds its number of
+/// sections and `block` its step.
+pub const SEQUENCE: &str = "sequence";
+
+/// The largest step of a sequence biz: an owner holds a key as an offset of 32 bits
+/// above its section's base.
+pub const MAX_SEQUENCE_STEP: i64 = 1_000_000_000;
+
+/// The shape of a sequence biz: no IDs, `row.domain` sections, a step of `row.block`.
+fn sequence_shape(row: &ShapeRow, within: Residue) -> Result<BizShape, String> {
+    let max = segmint_core::sequence::MAX_SECTIONS;
+    let sections = u32::try_from(row.domain)
+        .ok()
+        .filter(|s| (1..=max).contains(s))
+        .ok_or_else(|| format!("a sequence biz has 1 to {max} sections, not {}", row.domain))?;
+    let step = Some(row.block)
+        .filter(|s| (1..=MAX_SEQUENCE_STEP).contains(s))
+        .ok_or_else(|| {
+            format!(
+                "a sequence biz's step is 1 to {MAX_SEQUENCE_STEP}, not {}",
+                row.block
+            )
+        })?;
+    Ok(BizShape {
+        ordering: IdOrdering::new(shape::IdOrder::Sequential, 0, within),
+        format: Format::default(),
+        as_string: false,
+        period: None,
+        sequence: Some(shape::SequenceShape { sections, step }),
     })
 }
 

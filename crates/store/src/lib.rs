@@ -37,6 +37,8 @@
 //! | `write_layout` | insert if absent, else replace only a row in the state named: one statement |
 //! | `set_leases_while` | the layout row's state checked and held until the commit of all the lease rows |
 //! | `take_lease`, `renew_lease` | one statement each, by the database's clock; take only past expiry plus grace, renew at holder and version (release at holder) |
+//! | `section`, `sections` | plain reads with the database's clock |
+//! | `write_section` | one compare-and-set on `version` (an insert if absent), the expiry by the database's clock |
 //! | `witness`, `put_shape`, `describe`, `insert_token`, `revoke_tokens`, `expire_token`, `touch_tokens` | one statement or transaction each; witnesses join as `Mark::join` does, token times move one way |
 //!
 //! Some decisions stay in each engine's SQL, since moving them out would change the
@@ -78,7 +80,10 @@ use std::borrow::Cow;
 
 use async_trait::async_trait;
 
-pub use catalog::{BizEntry, Catalog, Grant, TokenState, TokenSummary, live_at, period_of};
+pub use catalog::{
+    BizEntry, Catalog, Grant, MAX_SEQUENCE_STEP, SEQUENCE, TokenState, TokenSummary, live_at,
+    period_of,
+};
 pub use clock::{Clock, RuntimeClock};
 pub use cluster::admin::Migration;
 pub use cluster::import::ImportReport;
@@ -399,6 +404,10 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// The row of section `section` of sequence biz `biz`, with the database's clock
     /// now; `None` when the database holds none.
     async fn section(&self, biz: &str, section: u32) -> Result<Option<SectionRow>, DbError>;
+    /// Every section row of sequence biz `biz` this database holds, with its number and
+    /// the database's clock now, in section order: who holds what, for routes and
+    /// balancing (a claim reads each row again before it writes).
+    async fn sections(&self, biz: &str) -> Result<Vec<(u32, SectionRow)>, DbError>;
     /// Writes a section's row if it is still at the version read (inserts it if it is
     /// still absent), in one statement: version one above, the holder, the bound and
     /// an expiry `lease_ms` after the database's clock. Returns the row as written, or

@@ -1202,6 +1202,24 @@ impl SegmentStore for MyStore {
         .await
     }
 
+    async fn sections(&self, biz: &str) -> Result<Vec<(u32, SectionRow)>, DbError> {
+        let biz = biz.to_owned();
+        self.run(move |mut conn| async move {
+            let rows: Vec<Row> = conn
+                .exec(
+                    format!(
+                        "SELECT section, {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                         WHERE biz_type = ? ORDER BY section"
+                    ),
+                    (&biz,),
+                )
+                .await
+                .map_err(db_error)?;
+            read_all(&rows, rules::numbered_section_row)
+        })
+        .await
+    }
+
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         let w = w.clone();
         self.run(move |mut conn| async move {

@@ -948,6 +948,21 @@ impl SegmentStore for PgStore {
         read_opt(row, rules::section_row)
     }
 
+    async fn sections(&self, biz: &str) -> Result<Vec<(u32, SectionRow)>, DbError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT section, {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                     WHERE biz_type = $1::text ORDER BY section"
+                ),
+                &[&biz],
+            )
+            .await
+            .map_err(db_error)?;
+        read_all(&rows, rules::numbered_section_row)
+    }
+
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         let client = self.client().await?;
         let section = rules::section_number(w.section);

@@ -231,6 +231,20 @@ pub(crate) fn section_row<C: Cells>(r: &C) -> Result<SectionRow, C::Error> {
     })
 }
 
+/// A section's number and row, read with `section, ` [`SECTION_COLUMNS`] and the
+/// database's clock.
+pub(crate) fn numbered_section_row<C: Cells>(r: &C) -> Result<(u32, SectionRow), C::Error> {
+    let section = r.int32(0)?;
+    let row = SectionRow {
+        holder: r.text(1)?,
+        version: r.int(2)?,
+        bound: r.int(3)?,
+        expires_ms: r.int(4)?,
+        db_now_ms: r.int(5)?,
+    };
+    Ok((u32::try_from(section).unwrap_or(u32::MAX), row))
+}
+
 /// A layout row read with [`LAYOUT_COLUMNS`].
 pub(crate) fn layout_row<C: Cells>(r: &C) -> Result<LayoutRow, C::Error> {
     Ok(LayoutRow {

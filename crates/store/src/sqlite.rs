@@ -827,6 +827,19 @@ impl SegmentStore for SqliteStore {
         .await
     }
 
+    async fn sections(&self, biz: &str) -> Result<Vec<(u32, SectionRow)>, DbError> {
+        let biz = biz.to_owned();
+        self.with(move |c| {
+            c.prepare_cached(&format!(
+                "SELECT section, {SECTION_COLUMNS}, {NOW_MS} FROM segmint_sequence_section
+                 WHERE biz_type = ?1 ORDER BY section"
+            ))?
+            .query_map([biz], |r| rules::numbered_section_row(r))?
+            .collect()
+        })
+        .await
+    }
+
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         let w = w.clone();
         // As on PostgreSQL: `expires_ms - lease_ms` is the database's clock.

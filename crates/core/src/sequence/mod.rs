@@ -12,6 +12,7 @@
 //! databases, crashes, pauses and restores.
 
 pub mod claim;
+pub mod counters;
 
 /// The longest key, in bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 255;

@@ -26,6 +26,18 @@ pub struct BizShape {
     /// When its counter restarts each period: the periods, and the windows of the
     /// rows each one owns (its format's pattern writes the date).
     pub period: Option<Periodic>,
+    /// A sequence biz's sections and step: per-key numbers (`crate::sequence`), no
+    /// IDs.
+    pub sequence: Option<SequenceShape>,
+}
+
+/// What a sequence biz is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SequenceShape {
+    /// How many sections its keys are spread over (each owned by one server).
+    pub sections: u32,
+    /// How far each claim raises a section's bound: numbers served per database write.
+    pub step: i64,
 }
 
 impl BizShape {
@@ -36,6 +48,7 @@ impl BizShape {
             && self.format.is_plain()
             && !self.as_string
             && self.period.is_none()
+            && self.sequence.is_none()
     }
 
     /// Whether the v1 API writes the IDs as strings.

@@ -357,7 +357,13 @@ impl Store {
                     .into());
                 }
             }
-            report.push(format!(
+            if shape.id_order == crate::store::SEQUENCE {
+                report.push(format!(
+                    "biz `{biz}`: a sequence of per-key numbers over {} sections, each raised {step} at a time (no IDs)",
+                    shape.domain
+                ));
+            } else {
+                report.push(format!(
                 "biz `{biz}`: {} IDs, written {}",
                 shape.id_order,
                 if let Some((reset, zone, start, pattern)) = crate::store::catalog::period_parts(&shape.period) {
@@ -394,15 +400,22 @@ impl Store {
                     )
                 }
             ));
+            }
         }
+        let sequence = shape
+            .as_ref()
+            .is_some_and(|s| s.id_order == crate::store::SEQUENCE);
         for (db, row) in members.iter().map(|&(i, _)| &self.dbs.list[i]).zip(&rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(Inserted::Yes) => {
                     changed.push(db.name.as_str());
-                    format!(
-                        "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
-                        db.name, row.remainder, row.delta
-                    )
+                    match sequence {
+                        true => format!("\"{}\": added biz `{biz}`", db.name),
+                        false => format!(
+                            "\"{}\": added biz `{biz}`: IDs ≡ {} mod {}, from {start}, step {step}",
+                            db.name, row.remainder, row.delta
+                        ),
+                    }
                 }
                 Ok(Inserted::Exists) => format!(
                     "\"{}\": biz `{biz}` appeared meanwhile; left as it is",

@@ -3,10 +3,11 @@
 //! A member not configured here, backed off after a failure, or not answering within
 //! the fetch timeout counts as down; a write whose outcome is unknown counts as failed.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use segmint_core::sequence::claim::{Claim, Need, Outcome, Read, Safeguards, Written};
+use segmint_core::sequence::claim::{Claim, Need, Outcome, Read, Safeguards, SectionRow, Written};
 
 use super::Store;
 use crate::store::{SectionWrite, StoreError};
@@ -98,6 +99,29 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Every section row of `biz` on the members that answer, each section's at its
+    /// highest version: who holds what, as a hint for routes and balancing (a claim
+    /// reads the rows again). Empty when no member answers.
+    pub async fn section_rows(&self, biz: &str) -> BTreeMap<u32, SectionRow> {
+        let members = self.members_in_force();
+        let reads = members.iter().map(|&i| async move {
+            let i = i.filter(|&i| self.is_reachable(i))?;
+            self.call(i, self.dbs.list[i].store.sections(biz))
+                .await
+                .ok()
+        });
+        let mut merged: BTreeMap<u32, SectionRow> = BTreeMap::new();
+        for (section, row) in join_all(reads).await.into_iter().flatten().flatten() {
+            match merged.get(&section) {
+                Some(held) if held.version >= row.version => {}
+                _ => {
+                    merged.insert(section, row);
+                }
+            }
+        }
+        merged
     }
 
     /// Member database `i`'s row of the section, or down.

@@ -1,0 +1,538 @@
+//! Sequence bizs served by real `segmint serve` processes: three servers on three
+//! databases, clients sending every key to every server, while an owner is killed
+//! (`kill -9`) and restarted, another is frozen past its lease (SIGSTOP), a database is
+//! stopped and started, and another is restored to an earlier copy of its sections.
+//! Every key's numbers strictly increase in real-time order (an answer received
+//! before a request was sent is below that request's), none twice; the failover gap
+//! after the kill stays within the stated bound. Also: one embedded server, and bad
+//! input.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::common::cli::{config_file, segmint_ok};
+use crate::common::http::{Remote, Resp, metric, send, try_send};
+use crate::common::process::send_signal;
+use crate::common::wait::eventually;
+use crate::common::*;
+
+/// Keys the clients send, spread over the sections.
+const KEYS: usize = 40;
+
+/// One answered request.
+#[derive(Debug, Clone)]
+struct Op {
+    key: usize,
+    sent: Instant,
+    received: Instant,
+    number: i64,
+}
+
+/// The databases, the configuration, a sequence biz `chat` with its token, and an ID
+/// biz `ids` with its own.
+struct Setup {
+    dbs: Databases,
+    toml: String,
+    _file: tempfile::NamedTempFile,
+    token: String,
+    ids_token: String,
+}
+
+impl Setup {
+    fn start(kind: Kind, n: usize) -> Setup {
+        let dbs = Databases::start(kind, n);
+        let toml = config_toml_urls(&dbs.urls(), "");
+        let file = config_file(&toml);
+        segmint_ok(file.path(), &["migrate"], &[]);
+        let add = [
+            "biz",
+            "add",
+            "chat",
+            "--sequence",
+            "--step",
+            "50",
+            "--sections",
+            "8",
+        ];
+        segmint_ok(file.path(), &add, &[]);
+        segmint_ok(file.path(), &["biz", "add", "ids", "--step", "100"], &[]);
+        let token = |biz: &str| {
+            segmint_ok(file.path(), &["token", "add", "--biz", biz], &[])
+                .trim()
+                .to_owned()
+        };
+        let (chat, ids) = (token("chat"), token("ids"));
+        Setup {
+            dbs,
+            toml,
+            _file: file,
+            token: chat,
+            ids_token: ids,
+        }
+    }
+}
+
+/// `GET /v1/sequences/chat/next?key=k{key}` on `base`.
+async fn next(http: &reqwest::Client, base: &str, token: &str, key: usize) -> Result<Resp, String> {
+    let url = format!("{base}/v1/sequences/chat/next?key=k{key}");
+    try_send(http.get(url).bearer_auth(token))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Clients sending random keys to random servers until `stop`; every answer recorded.
+/// A refusal must be a 503 (the section moving, the databases failing) and a failed
+/// request a server gone: anything else fails the test.
+fn clients(
+    bases: Vec<String>,
+    token: String,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Op>>> {
+    (0..6)
+        .map(|c| {
+            let (bases, token, stop) = (bases.clone(), token.clone(), stop.clone());
+            tokio::spawn(async move {
+                let http = reqwest::Client::builder()
+                    .timeout(Duration::from_secs(5))
+                    .build()
+                    .unwrap();
+                let mut ops = Vec::new();
+                let mut n: usize = c * 7919;
+                while !stop.load(Ordering::Relaxed) {
+                    n = n
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    let (key, server) = ((n >> 33) % KEYS, (n >> 20) % bases.len());
+                    let sent = Instant::now();
+                    match next(&http, &bases[server], &token, key).await {
+                        Ok(r) if r.status == 200 => ops.push(Op {
+                            key,
+                            sent,
+                            received: Instant::now(),
+                            number: r.json()["number"].as_i64().unwrap(),
+                        }),
+                        Ok(r) => {
+                            assert_eq!(r.status, 503, "{r:?}");
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+                ops
+            })
+        })
+        .collect()
+}
+
+/// Every key's numbers are distinct, and each answer received before a request was
+/// sent is below that request's number.
+fn assert_linearizable(ops: &[Op]) {
+    let mut by_key: HashMap<usize, Vec<&Op>> = HashMap::new();
+    for op in ops {
+        by_key.entry(op.key).or_default().push(op);
+    }
+    for (key, mut list) in by_key {
+        let mut numbers: Vec<i64> = list.iter().map(|o| o.number).collect();
+        numbers.sort_unstable();
+        let before = numbers.len();
+        numbers.dedup();
+        assert_eq!(numbers.len(), before, "key k{key}: a number answered twice");
+        // Sweep the requests by when they were sent, the answers by when they came.
+        let mut by_received = list.clone();
+        by_received.sort_by_key(|o| o.received);
+        list.sort_by_key(|o| o.sent);
+        let (mut done, mut highest): (usize, Option<&Op>) = (0, None);
+        for op in &list {
+            while done < by_received.len() && by_received[done].received < op.sent {
+                let earlier = by_received[done];
+                if highest.is_none_or(|h| earlier.number > h.number) {
+                    highest = Some(earlier);
+                }
+                done += 1;
+            }
+            if let Some(h) = highest {
+                assert!(
+                    h.number < op.number,
+                    "key k{key}: {} was answered before a request sent later got {}",
+                    h.number,
+                    op.number
+                );
+            }
+        }
+    }
+}
+
+/// Sends every key through `base` (forwarded to the owners) until each is answered;
+/// how long that took, and the answers.
+async fn until_every_key_answers(base: &str, token: &str, limit: Duration) -> (Duration, Vec<Op>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let mut waiting: Vec<usize> = (0..KEYS).collect();
+    let mut ops = Vec::new();
+    while !waiting.is_empty() {
+        assert!(
+            start.elapsed() < limit,
+            "keys {waiting:?} unanswered after {limit:?}"
+        );
+        let mut still = Vec::new();
+        for key in waiting {
+            let sent = Instant::now();
+            match next(&http, base, token, key).await {
+                Ok(r) if r.status == 200 => ops.push(Op {
+                    key,
+                    sent,
+                    received: Instant::now(),
+                    number: r.json()["number"].as_i64().unwrap(),
+                }),
+                Ok(r) => {
+                    assert_eq!(r.status, 503, "{r:?}");
+                    still.push(key);
+                }
+                Err(_) => still.push(key),
+            }
+        }
+        waiting = still;
+    }
+    (start.elapsed(), ops)
+}
+
+/// The section rows of database `i` as `INSERT` values, to write back later: a restore
+/// of the table from a backup taken now.
+fn backup(dbs: &Databases, i: usize) -> Vec<String> {
+    dbs.sql(
+        i,
+        "SELECT biz_type, section, holder, version, bound, expires_ms FROM segmint_sequence_section",
+    )
+    .lines()
+    .map(|line| {
+        let f: Vec<&str> = line.split('|').collect();
+        format!(
+            "('{}', {}, '{}', {}, {}, {})",
+            f[0], f[1], f[2], f[3], f[4], f[5]
+        )
+    })
+    .collect()
+}
+
+fn restore(dbs: &Databases, i: usize, rows: &[String]) {
+    dbs.sql(
+        i,
+        &format!(
+            "DELETE FROM segmint_sequence_section; \
+             INSERT INTO segmint_sequence_section \
+             (biz_type, section, holder, version, bound, expires_ms) VALUES {}",
+            rows.join(", ")
+        ),
+    );
+}
+
+/// The owners `base`'s route table names.
+async fn owners(base: &str, token: &str) -> Vec<Option<String>> {
+    let r = send(
+        reqwest::Client::new()
+            .get(format!("{base}/v1/sequences/chat/routes"))
+            .bearer_auth(token),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    serde_json::from_value(r.json()["owners"].clone()).unwrap()
+}
+
+async fn every_key_goes_up_through_faults(kind: Kind) {
+    let setup = Setup::start(kind, 3);
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let mut servers = Vec::new();
+    for &port in &ports {
+        servers.push(ServerProcess::start_on(&setup.toml, port, &[]).await);
+    }
+    let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+    // The sections spread over the three servers.
+    let spread = eventually(
+        Duration::from_secs(15),
+        "sections on every server",
+        async || {
+            let owners = owners(&bases[0], &setup.token).await;
+            let distinct: std::collections::BTreeSet<_> = owners.iter().flatten().collect();
+            match distinct.len() == 3 && owners.iter().all(Option::is_some) {
+                true => Ok(owners),
+                false => Err(format!("owners {owners:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(spread.len(), 8);
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = clients(bases.clone(), setup.token.clone(), stop.clone());
+    let token = setup.token.as_str();
+    let limit = Duration::from_secs(10);
+    let mut ops = until_every_key_answers(&bases[1], token, limit).await.1;
+
+    // An owner killed: its sections served again (through another server) within the
+    // bound: the lease (1.5 s) and grace (0.25 s), a round (0.375 s), and the claim.
+    servers[0].child.kill9();
+    let (gap, answered) = until_every_key_answers(&bases[1], token, limit).await;
+    ops.extend(answered);
+    assert!(
+        gap < Duration::from_secs(3),
+        "failover took {gap:?}, over 3 s"
+    );
+    eprintln!("failover gap after kill -9: {gap:?}");
+    servers[0] = ServerProcess::start_on(&setup.toml, ports[0], &[]).await;
+
+    // Another frozen past its lease, every key answered meanwhile by the others, then
+    // thawed and asked at once: it answers nothing it no longer owns from memory.
+    send_signal(servers[1].child.0.id(), "STOP").unwrap();
+    ops.extend(until_every_key_answers(&bases[2], token, limit).await.1);
+    send_signal(servers[1].child.0.id(), "CONT").unwrap();
+    ops.extend(until_every_key_answers(&bases[1], token, limit).await.1);
+
+    // A database stopped and started again, then another restored to an earlier copy.
+    let copy = backup(&setup.dbs, 1);
+    setup.dbs.stop(2);
+    ops.extend(until_every_key_answers(&bases[0], token, limit).await.1);
+    setup.dbs.start_again(2);
+    ops.extend(until_every_key_answers(&bases[2], token, limit).await.1);
+    restore(&setup.dbs, 1, &copy);
+    ops.extend(until_every_key_answers(&bases[1], token, limit).await.1);
+
+    // The thawed and restarted servers own their share again.
+    eventually(
+        Duration::from_secs(15),
+        "sections back on every server",
+        async || {
+            let owners = owners(&bases[2], token).await;
+            let distinct: std::collections::BTreeSet<_> = owners.iter().flatten().collect();
+            match distinct.len() == 3 {
+                true => Ok(()),
+                false => Err(format!("owners {owners:?}")),
+            }
+        },
+    )
+    .await;
+    ops.extend(until_every_key_answers(&bases[0], token, limit).await.1);
+    stop.store(true, Ordering::Relaxed);
+    for task in load {
+        ops.extend(task.await.unwrap());
+    }
+    // Each server counts what it answered and forwarded, and owns its share.
+    let mut counted = (0.0, 0.0, 0.0);
+    for base in &bases {
+        let remote = Remote::new(base, Duration::from_secs(5));
+        let numbers = metric(&remote, "segmint_sequence_numbers_total{biz=\"chat\"}").await;
+        assert!(numbers > 0.0, "{base} answered none");
+        counted.0 += numbers;
+        counted.1 += metric(&remote, "segmint_sequence_forwarded_total{biz=\"chat\"}").await;
+        let owned = metric(&remote, "segmint_sequence_sections_owned{biz=\"chat\"}").await;
+        assert!(
+            (2.0..=3.0).contains(&owned),
+            "{base} owns {owned} of 8 sections"
+        );
+        counted.2 += owned;
+    }
+    // Fewer than the answers: the killed server's count went with it.
+    assert!(
+        counted.0 <= 2.0 * ops.len() as f64,
+        "{counted:?} for {} answers",
+        ops.len()
+    );
+    assert!(counted.1 > 0.0, "{counted:?}");
+    assert_eq!(counted.2, 8.0);
+    assert!(ops.len() > 500, "{} answers", ops.len());
+    assert_linearizable(&ops);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_on_postgres_keep_every_key_going_up_through_faults() {
+    every_key_goes_up_through_faults(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_on_mariadb_keep_every_key_going_up_through_faults() {
+    every_key_goes_up_through_faults(Kind::MySql).await;
+}
+
+/// One embedded server: numbers go up across a kill -9 and a restart, a run of
+/// `count` is consecutive, many keys are taken in one request, and reading a key takes
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_embedded_server_keeps_keys_going_up_across_a_kill() {
+    let setup = Setup::start(Kind::Embedded, 1);
+    let port = free_port();
+    let mut server = ServerProcess::start_on(&setup.toml, port, &[]).await;
+    let http = reqwest::Client::new();
+    let base = server.base.clone();
+    let post = async |body: serde_json::Value| {
+        send(
+            http.post(format!("{base}/v1/sequences/chat/next"))
+                .bearer_auth(&setup.token)
+                .json(&body),
+        )
+        .await
+    };
+    let one = post(serde_json::json!({"key": "conv:1"})).await;
+    assert_eq!(one.status, 200, "{one:?}");
+    assert_eq!(one.json()["number"], 1);
+    let run = post(serde_json::json!({"key": "conv:1", "count": 5})).await;
+    assert_eq!(
+        (run.json()["first"].as_i64(), run.json()["number"].as_i64()),
+        (Some(2), Some(6))
+    );
+    let current = send(
+        http.get(format!("{base}/v1/sequences/chat/current?key=conv:1"))
+            .bearer_auth(&setup.token),
+    )
+    .await;
+    assert_eq!(current.json()["number"], 6, "{current:?}");
+    let keys: Vec<serde_json::Value> = (0..500).map(|i| serde_json::json!(i)).collect();
+    let many = post(serde_json::json!({"keys": keys})).await;
+    let numbers = many.json()["numbers"].as_array().unwrap().clone();
+    assert_eq!(numbers.len(), 500);
+    assert_eq!(numbers[7]["key"], "7");
+    assert!(numbers.iter().all(|n| n["number"] == 1), "{numbers:?}");
+    let again = post(serde_json::json!({"key": 7})).await;
+    assert_eq!(again.json()["number"], 2);
+
+    // What the server holds, on /v1/bizs (the data of /status) and /metrics.
+    let report = send(http.get(format!("{base}/v1/bizs"))).await.json();
+    let held = &report["sequences"]["bizs"][0];
+    assert_eq!(
+        (&held["biz"], &held["sections"], &held["owned"]),
+        (
+            &serde_json::json!("chat"),
+            &serde_json::json!(8),
+            &serde_json::json!(8)
+        ),
+        "{report}"
+    );
+    assert!(held["keys"].as_u64().unwrap() >= 500, "{report}");
+    let remote = Remote::new(&base, Duration::from_secs(5));
+    let numbers = metric(&remote, "segmint_sequence_numbers_total{biz=\"chat\"}").await;
+    assert_eq!(numbers, 1.0 + 5.0 + 500.0 + 1.0);
+    let page = send(http.get(format!("{base}/status"))).await;
+    assert!(page.body.contains("<h2>Sequences</h2>"), "{page:?}");
+
+    server.child.kill9();
+    let server = ServerProcess::start_on(&setup.toml, port, &[]).await;
+    // The restarted server waits out its earlier self's lease, then starts above the
+    // section's bound.
+    let after = eventually(
+        Duration::from_secs(10),
+        "the section served again",
+        async || {
+            let r = post(serde_json::json!({"key": "conv:1"})).await;
+            match r.status {
+                200 => Ok(r.json()["number"].as_i64().unwrap()),
+                _ => Err(format!("{r:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(after > 6, "{after} after 6");
+    assert!(after <= 6 + 50 + 1, "{after}: at most a step skipped");
+    drop(server);
+}
+
+/// Bad input is refused with a 4xx naming the problem, and takes no number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_sequence_requests_are_refused_and_change_nothing() {
+    let setup = Setup::start(Kind::Embedded, 1);
+    let server = ServerProcess::start(&setup.toml).await;
+    let http = reqwest::Client::new();
+    let base = &server.base;
+    let get = async |path: &str, token: &str| {
+        send(http.get(format!("{base}{path}")).bearer_auth(token)).await
+    };
+    let post = async |body: &str| {
+        send(
+            http.post(format!("{base}/v1/sequences/chat/next"))
+                .bearer_auth(&setup.token)
+                .header("content-type", "application/json")
+                .body(body.to_owned()),
+        )
+        .await
+    };
+    let long = format!("/v1/sequences/chat/next?key={}", "x".repeat(256));
+    let chat = &setup.token;
+    let gets: [(&str, &str, u16, &str); 11] = [
+        (
+            "/v1/sequences/nope/next?key=a",
+            chat,
+            404,
+            "`nope` does not exist",
+        ),
+        (&long, chat, 400, "255 bytes"),
+        ("/v1/sequences/chat/next?key=", chat, 400, "1 to 255 bytes"),
+        ("/v1/sequences/chat/next?key=a%01", chat, 400, "control"),
+        ("/v1/sequences/chat/next", chat, 400, "`key` is missing"),
+        (
+            "/v1/sequences/chat/next?key=a&count=0",
+            chat,
+            400,
+            "`count`",
+        ),
+        (
+            "/v1/sequences/chat/next?key=a&count=10001",
+            chat,
+            400,
+            "`count`",
+        ),
+        (
+            "/v1/sequences/chat/next?key=a&count=x",
+            chat,
+            400,
+            "`count`",
+        ),
+        (
+            "/v1/sequences/ids/next?key=a",
+            &setup.ids_token,
+            409,
+            "not_a_sequence",
+        ),
+        ("/v1/ids/chat", chat, 409, "sequence_biz"),
+        ("/v1/sequences/chat/next?key=a", "wrong", 401, "token"),
+    ];
+    let mut cases = Vec::new();
+    for (path, token, status, says) in gets {
+        cases.push((get(path, token).await, status, says));
+    }
+    cases.push((get("/v1/segments/chat", chat).await, 409, "sequence_biz"));
+    for (body, says) in [
+        ("{\"keys\": []}", "`keys`"),
+        ("{\"key\": \"a\", \"keys\": [\"b\"]}", "one of"),
+        ("{\"key\": \"a\", \"extra\": 1}", "the body"),
+        ("{\"key\": 1.5}", "the body"),
+    ] {
+        cases.push((post(body).await, 400, says));
+    }
+    for (r, status, says) in cases {
+        assert_eq!(r.status, status, "{r:?}");
+        assert!(r.body.contains(says), "{says:?} not in {r:?}");
+    }
+    let compat = get(
+        &format!("/tinyid/id/nextIdSimple?bizType=chat&token={}", setup.token),
+        "",
+    )
+    .await;
+    // Tinyid's own answer to a refusal: an empty body, the reason in a header.
+    assert_eq!(
+        (compat.status, compat.body.as_str()),
+        (200, ""),
+        "{compat:?}"
+    );
+    assert!(
+        compat
+            .error_header
+            .as_deref()
+            .unwrap_or_default()
+            .contains("sequence"),
+        "{compat:?}"
+    );
+    // Nothing was taken: the first number of `a` is still 1.
+    let first = get("/v1/sequences/chat/next?key=a", &setup.token).await;
+    assert_eq!(first.json()["number"], 1, "{first:?}");
+}
