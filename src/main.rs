@@ -286,11 +286,7 @@ impl BizAdd {
                 self.step
             ));
         }
-        Ok(ShapeRow {
-            id_order: segmint::store::SEQUENCE.to_owned(),
-            domain: i64::from(sections),
-            ..ShapeRow::periodic(String::new(), 0, 10, false)
-        })
+        Ok(ShapeRow::sequence(sections))
     }
 
     /// The shape row of a biz whose counter restarts each period (`--format`), if

@@ -294,8 +294,10 @@ impl Sequencer {
             .collect()
     }
 
-    /// Sets the gauges of every sequence biz to what this server holds of it.
+    /// Sets the gauges of every sequence biz to what this server holds of it (the bizs
+    /// listed anew first, so that a biz has its series from the first scrape on).
     pub fn set_gauges(&self) {
+        self.list_bizs();
         for (biz, held) in self.held() {
             self.metrics.set_held(&biz.name, held);
         }
@@ -446,8 +448,13 @@ impl Sequencer {
         }
     }
 
-    /// One round: presence, the servers, every sequence biz's sections.
+    /// One round: presence, the servers, every sequence biz's sections. Nothing before
+    /// the server's first catalog read (its own, which leaves the witnesses to later):
+    /// the layout's members are not known yet.
     pub async fn round(&self) {
+        if !self.store.with_catalog(|c| c.is_read()) {
+            return;
+        }
         self.keep_presence().await;
         self.list_bizs();
         let bizs: Vec<Arc<SequenceBiz>> = self.bizs.read().values().cloned().collect();

@@ -389,6 +389,7 @@ async fn promtool_accepts_metrics_and_rules() {
     let config = config(&[&pg], SNOWFLAKE);
     let token = setup_biz(&config, BIZ, 100, false).await;
     setup_daily_tick(&config).await;
+    setup_sequence(&config).await;
     let app = spawn_app(config).await;
 
     let mut issued = 0;
@@ -593,6 +594,7 @@ async fn a_fresh_server_exports_every_series_the_dashboard_and_rules_name() {
     let config = config(&[&pg], SNOWFLAKE);
     setup_biz(&config, BIZ, 100, false).await;
     setup_daily_tick(&config).await;
+    setup_sequence(&config).await;
     let app = spawn_app(config).await;
 
     let (status, text) = app.get("/metrics").await;
@@ -877,7 +879,11 @@ async fn prometheus_evaluates_every_panel_and_alert() {
     );
     let token = setup_biz(&config, BIZ, 10, false).await;
     let tick = setup_daily_tick(&config).await;
+    let seq = setup_sequence(&config).await;
     let app = shared(spawn_app(config).await);
+    // The sequence panels' series: one number taken.
+    let (status, body) = app.get_v1("/v1/sequences/seq/next?key=a", Some(&seq)).await;
+    assert_eq!(status, 200, "{body}");
     let (rules, alert_names) = rules_for_test();
     let prometheus = Prometheus::start(app.base.trim_start_matches("http://"), &rules, None).await;
     let load = Load::start(&app, &token, 3);

@@ -536,3 +536,75 @@ async fn bad_sequence_requests_are_refused_and_change_nothing() {
     let first = get("/v1/sequences/chat/next?key=a", &setup.token).await;
     assert_eq!(first.json()["number"], 1, "{first:?}");
 }
+
+/// The client library reads the route table and sends each key's request to its
+/// section's owner: no server forwards anything. After an owner is killed it reads the
+/// table again and the numbers keep going up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_asks_each_keys_owner_directly() {
+    let setup = Setup::start(Kind::Postgres, 1);
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        servers.push(ServerProcess::start(&setup.toml).await);
+    }
+    let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+    eventually(
+        Duration::from_secs(15),
+        "sections on every server",
+        async || {
+            let owners = owners(&bases[0], &setup.token).await;
+            let distinct: std::collections::BTreeSet<_> = owners.iter().flatten().collect();
+            match distinct.len() == 3 {
+                true => Ok(()),
+                false => Err(format!("owners {owners:?}")),
+            }
+        },
+    )
+    .await;
+    let client = segmint::client::Client::builder()
+        .servers([bases[0].as_str()])
+        .token(&setup.token)
+        .build()
+        .unwrap();
+    let chat = client.sequence("chat").unwrap();
+    let keys: Vec<String> = (0..60).map(|i| format!("user:{i}")).collect();
+    let mut last = HashMap::new();
+    for key in &keys {
+        let n = chat.next(key).await.unwrap();
+        let run = chat.take(key, 3).await.unwrap();
+        assert_eq!((*run.start(), *run.end()), (n + 1, n + 3), "{key}");
+        assert_eq!(chat.current(key).await.unwrap(), n + 3);
+        last.insert(key.clone(), n + 3);
+    }
+    assert!(chat.route_version().is_some());
+    let mut forwarded = 0.0;
+    for base in &bases {
+        let remote = Remote::new(base, Duration::from_secs(5));
+        forwarded += metric(&remote, "segmint_sequence_forwarded_total{biz=\"chat\"}").await;
+    }
+    assert_eq!(forwarded, 0.0, "every request went to its owner");
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let many = chat.next_many(&refs).await.unwrap();
+    for (key, n) in keys.iter().zip(&many) {
+        assert!(*n > last[key], "{key}: {n} after {}", last[key]);
+        last.insert(key.clone(), *n);
+    }
+
+    servers[2].child.kill9();
+    for key in &keys {
+        let n = eventually(
+            Duration::from_secs(10),
+            "the key answered again",
+            async || chat.next(key).await.map_err(|e| e.to_string()),
+        )
+        .await;
+        assert!(n > last[key], "{key}: {n} after {}", last[key]);
+    }
+    assert!(
+        matches!(
+            chat.next("").await.map_err(|e| e.into_kind()),
+            Err(segmint::client::ErrorKind::Config(_))
+        ),
+        "an empty key is refused before any request"
+    );
+}

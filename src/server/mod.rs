@@ -440,7 +440,12 @@ impl Application {
         drop(leaser);
         routes.state.snowflake.release().await;
         drop(sequencing);
-        routes.state.sequencer.release_all().await;
+        if tokio::time::timeout(RELEASE_LIMIT, routes.state.sequencer.release_all())
+            .await
+            .is_err()
+        {
+            tracing::warn!(limit = ?RELEASE_LIMIT, "the sequence sections were not all released in time; others take them once their leases run out");
+        }
         let (given, wasted) = routes.state.cache.give_back().await;
         tracing::info!(given_back = given, wasted, "stopped");
         result
@@ -550,11 +555,19 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
 /// connections after one second): a worker still running then is stuck, and is left.
 pub const WORKER_STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// Longest a stop waits for this server's sequence sections to be released; a section
+/// not released is taken over once its lease runs out.
+pub const RELEASE_LIMIT: Duration = Duration::from_secs(2);
+
 /// Longest a stop takes once it began: the drain, the workers' stop, the give-back,
 /// and a few seconds for the rest. [`Application::run_until`] returns within it; the
 /// binary exits when it passes even if something it does not control hangs.
 pub const STOP_LIMIT: Duration = Duration::from_secs(
-    DRAIN_TIMEOUT.as_secs() + WORKER_STOP_GRACE.as_secs() + GIVE_BACK_LIMIT.as_secs() + 5,
+    DRAIN_TIMEOUT.as_secs()
+        + WORKER_STOP_GRACE.as_secs()
+        + RELEASE_LIMIT.as_secs()
+        + GIVE_BACK_LIMIT.as_secs()
+        + 5,
 );
 
 /// Completes on the first SIGTERM or SIGINT (Ctrl-C).

@@ -45,6 +45,18 @@ pub async fn setup_daily_tick(config: &segmint::config::Config) -> String {
     store.add_token(&biz, "test").await.unwrap().0
 }
 
+/// Adds the sequence biz `seq` (8 sections, step 100); returns a token for it.
+pub async fn setup_sequence(config: &segmint::config::Config) -> String {
+    let store = segmint::store::Store::connect(config).unwrap();
+    let biz = segmint::biz::BizTag::parse("seq").unwrap();
+    let shape = segmint::store::ShapeRow::sequence(8);
+    store
+        .add_shaped_biz(&biz, 100, 1, None, "", Some(shape))
+        .await
+        .unwrap();
+    store.add_token(&biz, "test").await.unwrap().0
+}
+
 /// Adds a token for `biz` (which must exist).
 pub async fn add_token(config: &Config, biz: &str) -> String {
     let store = Store::connect(config).unwrap();

@@ -28,8 +28,8 @@ pub mod wait;
 // The chaos run's binary includes this harness too and uses only part of it.
 #[allow(unused_imports)]
 pub use app::{
-    TestApp, add_token, read, run_app, setup_biz, setup_daily_tick, shared, spawn_app,
-    spawn_app_at_once,
+    TestApp, add_token, read, run_app, setup_biz, setup_daily_tick, setup_sequence, shared,
+    spawn_app, spawn_app_at_once,
 };
 #[allow(unused_imports)]
 pub use ids::assert_unique;

@@ -280,6 +280,90 @@ impl Servers {
     }
 }
 
+/// Why a [`Servers::call`] got no answer.
+pub(super) enum Called {
+    /// A server refused: a 4xx, or a 503 (the sequence's section is moving).
+    Refused {
+        server: String,
+        status: u16,
+        message: String,
+    },
+    /// No server answered (each one's reason).
+    Failed(String),
+}
+
+impl Servers {
+    /// A JSON request for `path` with `query` (GET, or POST with `body`) to `base`
+    /// alone, or to the configured servers in turn (those backing off last) until one
+    /// answers. A 503 is a refusal (a sequence's section moving: the caller reads the
+    /// routes again), another 5xx or no answer tries the next server.
+    pub(super) async fn call(
+        &self,
+        base: Option<&str>,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&serde_json::Value>,
+    ) -> Result<serde_json::Value, Called> {
+        let bases: Vec<(Option<usize>, &str)> = match base {
+            Some(base) => vec![(None, base)],
+            None => {
+                let n = self.servers.len();
+                let start = self.turn.fetch_add(1, Ordering::Relaxed);
+                let now = Instant::now();
+                let (mut order, resting): (Vec<usize>, Vec<usize>) = (0..n)
+                    .map(|k| (start + k) % n)
+                    .partition(|&i| self.servers[i].health.lock().is_over(now));
+                order.extend(resting);
+                order
+                    .into_iter()
+                    .map(|i| (Some(i), self.servers[i].base.as_str()))
+                    .collect()
+            }
+        };
+        let mut reasons = Vec::new();
+        for (i, base) in bases {
+            let url = format!("{base}{path}");
+            let request = match body {
+                Some(body) => self.http.post(url).json(body),
+                None => self.http.get(url),
+            };
+            let request = request.query(query).bearer_auth(&self.token);
+            let failed = match request.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    match response.text().await {
+                        Ok(text) if status.is_success() => {
+                            if let Some(i) = i {
+                                *self.servers[i].health.lock() = Failures::default();
+                            }
+                            return serde_json::from_str(&text)
+                                .map_err(|e| Called::Failed(format!("{base}: not JSON: {e}")));
+                        }
+                        Ok(text) if status.is_client_error() || status.as_u16() == 503 => {
+                            return Err(Called::Refused {
+                                server: base.to_owned(),
+                                status: status.as_u16(),
+                                message: error_message(&text),
+                            });
+                        }
+                        Ok(text) => format!("HTTP {status}: {}", error_message(&text)),
+                        Err(e) => without_url(&e),
+                    }
+                }
+                Err(e) => without_url(&e),
+            };
+            if let Some(i) = i {
+                self.servers[i]
+                    .health
+                    .lock()
+                    .fail(self.backoff, Instant::now());
+            }
+            reasons.push(format!("{base}: {failed}"));
+        }
+        Err(Called::Failed(reasons.join("; ")))
+    }
+}
+
 /// A reqwest error and its causes, without the URL, which may hold the token.
 fn without_url(e: &reqwest::Error) -> String {
     let mut text = e.to_string();

@@ -40,6 +40,7 @@ pub mod blocking;
 mod builder;
 mod close;
 mod fetch;
+mod sequence;
 mod sizing;
 
 use std::collections::HashMap;
@@ -58,6 +59,7 @@ pub use biz_handle::{Biz, NextId};
 pub use builder::ClientBuilder;
 pub use close::CloseSummary;
 use fetch::{Fetched, Servers};
+pub use sequence::Sequence;
 use sizing::Sizing;
 
 /// Which HTTP protocol the client uses to fetch segments.
@@ -322,6 +324,17 @@ impl Client {
             cache,
             client: self.inner.clone(),
         })
+    }
+
+    /// The handle of sequence biz `biz`: per-key numbers that only go up, each asked
+    /// of the server that owns the key's section ([`Sequence`]).
+    ///
+    /// # Errors
+    /// [`ErrorKind::Config`] for a name the server would refuse.
+    pub fn sequence(&self, biz: &str) -> Result<Sequence, ClientError> {
+        crate::biz::BizTag::parse(biz)
+            .map_err(|e| ErrorKind::Config(format!("biz: `{biz}`: {e}")))?;
+        Ok(Sequence::new(biz, self.inner.servers.clone()))
     }
 
     /// One ID of `biz`.

@@ -157,6 +157,16 @@ pub struct ShapeRow {
 }
 
 impl ShapeRow {
+    /// The shape row of a sequence biz of `sections` sections; its step is the biz
+    /// row's, its key and restriction are filled in when the biz is added.
+    pub fn sequence(sections: u32) -> ShapeRow {
+        ShapeRow {
+            id_order: SEQUENCE.to_owned(),
+            domain: i64::from(sections),
+            ..ShapeRow::periodic(String::new(), 0, 10, false)
+        }
+    }
+
     /// The shape row of a sequential biz whose counter restarts each period, as
     /// `spec` (`reset;zone;start;pattern`) says, its counter `width` digits of `base`;
     /// its key, block and restriction are filled in when the biz is added.
