@@ -482,11 +482,14 @@ impl Sequencer {
             if desired != self.address {
                 return Some(Action::Release);
             }
+            // Raised half a step once less than half a step is left: never more than
+            // a step above the highest number answered, which is all a takeover skips.
             let c = &o.counters;
-            let low = c.bound() - c.top() < biz.shape.step / 2;
+            let half = (biz.shape.step / 2).max(1);
+            let low = c.bound() - c.top() < half;
             let due = o.deadline.saturating_duration_since(now) < self.config.lease / 2;
             return match (low, due) {
-                (true, _) => Some(Action::Claim(biz.shape.step)),
+                (true, _) => Some(Action::Claim(half)),
                 (false, true) => Some(Action::Claim(0)),
                 (false, false) => None,
             };
