@@ -170,6 +170,18 @@ ensure_faketime() {
     fi
 }
 
+# Debian's redis-tools (redis-cli, redis-benchmark) and redis-server: the tests of the
+# Redis protocol drive segmint with them, and compare it with Redis.
+ensure_redis() {
+    if ! command -v redis-cli >/dev/null 2>&1 || ! command -v redis-benchmark >/dev/null 2>&1 ||
+        ! command -v redis-server >/dev/null 2>&1; then
+        say "redis-cli, redis-benchmark or redis-server not found; installing Debian's redis-tools and redis-server"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-tools redis-server
+        command -v redis-cli >/dev/null 2>&1 || die "redis-tools was installed but redis-cli is still missing"
+    fi
+}
+
 # Prints N free loopback TCP ports, distinct (all bound at once while they are chosen).
 free_ports() {
     python3 - "$1" <<'EOF'

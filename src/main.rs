@@ -444,6 +444,9 @@ type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
 fn serve(config: Config, mode: OpenMode) -> Result {
     exit_after_stop_limit()?;
     actix_web::rt::System::new().block_on(async move {
+        // Listening for the stop signal before anything answers: a SIGTERM sent as soon
+        // as the server answers is not lost.
+        let shutdown = segmint::server::shutdown_signal();
         let first_token = match config.all_embedded() {
             true => Store::open(&config, mode)?.first_start().await?,
             false => None,
@@ -461,7 +464,7 @@ fn serve(config: Config, mode: OpenMode) -> Result {
             println!("curl '{base}/tinyid/id/nextIdSimple?bizType=test&token={token}'");
             println!("curl -H 'Authorization: Bearer {token}' '{base}/v1/ids/test?count=3'");
         }
-        app.run_until(segmint::server::shutdown_signal()).await?;
+        app.run_until(shutdown).await?;
         tracing::info!("segmint stopped");
         Ok(())
     })
@@ -478,10 +481,15 @@ fn exit_after_stop_limit() -> Result {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
+    // Listening from now on, before the server is built.
+    let stop = {
+        let _runtime = runtime.enter();
+        segmint::server::shutdown_signal()
+    };
     std::thread::Builder::new()
         .name("stop-watchdog".into())
         .spawn(move || {
-            runtime.block_on(segmint::server::shutdown_signal());
+            runtime.block_on(stop);
             let limit = segmint::server::STOP_LIMIT;
             std::thread::sleep(limit);
             tracing::error!(?limit, "the stop did not finish in time; exiting");

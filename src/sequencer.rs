@@ -210,8 +210,9 @@ impl Sequencer {
                     },
                     _ => {
                         state.owned = None;
-                        if self.desired(biz, section) != self.address {
-                            return Err(Elsewhere::Owner(state.owner.clone()));
+                        let desired = self.desired(biz, section);
+                        if desired != self.address {
+                            return Err(Elsewhere::Owner(self.hint(&state, desired)));
                         }
                         None
                     }
@@ -242,8 +243,9 @@ impl Sequencer {
                     Some(o) if now < o.deadline => return Ok(o.counters.current(fragment)),
                     _ => {
                         state.owned = None;
-                        if self.desired(biz, section) != self.address {
-                            return Err(Elsewhere::Owner(state.owner.clone()));
+                        let desired = self.desired(biz, section);
+                        if desired != self.address {
+                            return Err(Elsewhere::Owner(self.hint(&state, desired)));
                         }
                     }
                 }
@@ -306,6 +308,15 @@ impl Sequencer {
     /// The live servers as last read, this one among them.
     pub fn servers(&self) -> Vec<String> {
         self.members.read().as_ref().clone()
+    }
+
+    /// Where to send a request for a section this server does not own: the owner last
+    /// seen, unless that is this server (it released the section), else `desired`.
+    fn hint(&self, state: &Section, desired: String) -> Option<String> {
+        match &state.owner {
+            Some(owner) if *owner != self.address => Some(owner.clone()),
+            _ => Some(desired).filter(|d| !d.is_empty()),
+        }
     }
 
     /// The server that should own `section` of `biz`, by [`assign`] over the live
@@ -496,7 +507,12 @@ impl Sequencer {
         }
         state.owned = None;
         let live = row.filter(|r| !r.lapsed(grace));
-        state.owner = Some(live.map_or(desired.clone(), |r| address_of(&r.holder).to_owned()));
+        // A row still held by this server (released, its grace running) names the
+        // server that takes it next.
+        let holder = live
+            .map(|r| address_of(&r.holder))
+            .filter(|&a| a != self.address);
+        state.owner = Some(holder.map_or(desired.clone(), str::to_owned));
         let free = live.is_none_or(|r| r.holder == self.holder);
         (desired == self.address && free).then_some(Action::Claim(biz.shape.step))
     }

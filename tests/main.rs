@@ -43,6 +43,7 @@ mod operator;
 mod periods;
 mod preload;
 mod quickstart;
+mod resp;
 mod sequence_servers;
 mod sequences;
 mod shapes;

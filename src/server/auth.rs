@@ -9,6 +9,25 @@ use crate::store::{BizEntry, Catalog, Store, StoreError, live_at};
 
 use super::error::ApiError;
 
+/// Whether `token` is a live token (known, neither revoked nor expired), whatever it is
+/// granted: what `AUTH` of the Redis protocol checks. Each command then checks the
+/// token against the biz its key names.
+pub async fn live_token(store: &Store, token: &str) -> bool {
+    if token.is_empty() {
+        return false;
+    }
+    let now = store.unix_now();
+    let digest = token_digest(token);
+    if store.with_catalog(|c| c.grant(&digest, now).is_some()) {
+        return true;
+    }
+    store
+        .look_up("", Some(&digest))
+        .await
+        .grant(&digest, now)
+        .is_some()
+}
+
 /// Checks that `token` may use `biz` and that the biz can be served.
 ///
 /// The catalog is in memory; on a miss (a token or biz created since the last

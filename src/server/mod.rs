@@ -10,6 +10,7 @@ mod observe;
 mod openapi;
 mod operator;
 mod params;
+mod resp;
 mod sequences;
 mod shaped;
 mod snowflake;
@@ -26,7 +27,7 @@ use actix_web::web;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer};
 use futures_util::future::{join, join_all};
 
-pub use auth::{authorize, authorize_for};
+pub use auth::{authorize, authorize_for, live_token};
 pub use error::ApiError;
 pub use handed_out::{ClientId, HANDED_OUT_CAPACITY, HandedOut};
 use observe::{InFlight, Observer};
@@ -168,6 +169,8 @@ pub struct Application {
     /// Keeps this server's presence and its sequence sections; stopped before they are
     /// released.
     sequencing: AbortOnDrop,
+    /// The Redis-protocol listener's port and task, when `[resp] bind` is set.
+    resp: Option<(u16, AbortOnDrop)>,
 }
 
 impl Application {
@@ -286,6 +289,29 @@ impl Application {
                 Some((local_port("leaf.bind", address, &listener)?, listener))
             }
         };
+        let resp = match config.resp.bind.as_deref() {
+            None => None,
+            Some(address) => {
+                let listener = bind("resp.bind", address)?;
+                let port = local_port("resp.bind", address, &listener)?;
+                let io = |source| StartupError::Bind {
+                    key: "resp.bind",
+                    bind: address.to_owned(),
+                    source,
+                };
+                listener.set_nonblocking(true).map_err(io)?;
+                let listener = tokio::net::TcpListener::from_std(listener).map_err(io)?;
+                let shared = Arc::new(resp::Shared {
+                    state: routes.state.clone(),
+                    config: config.resp.clone(),
+                    metrics: routes.state.store.metrics().resp().clone(),
+                });
+                Some((
+                    port,
+                    AbortOnDrop(tokio::spawn(resp::serve(listener, shared))),
+                ))
+            }
+        };
         let serves = match operator {
             None => Serves::Everything,
             Some(_) => Serves::Public,
@@ -311,6 +337,7 @@ impl Application {
             port,
             operator_port = operator.as_ref().map(|o| o.port),
             leaf_port = leaf.as_ref().map(|l| l.port),
+            resp_port = resp.as_ref().map(|r| r.0),
             leaf_routes = config.leaf.enabled,
             operator_token = config.operator_token.is_some(),
             databases = ?config.databases,
@@ -326,6 +353,7 @@ impl Application {
             _sampler: sampler,
             leaser,
             sequencing,
+            resp,
         })
     }
 
@@ -336,6 +364,11 @@ impl Application {
     /// The port of `operator_bind`, when the operator routes have their own address.
     pub fn operator_port(&self) -> Option<u16> {
         self.operator.as_ref().map(|o| o.port)
+    }
+
+    /// The port of `[resp] bind`, when the Redis protocol is served.
+    pub fn resp_port(&self) -> Option<u16> {
+        self.resp.as_ref().map(|r| r.0)
     }
 
     /// The port of `leaf.bind`, when Leaf's routes have their own address.
@@ -380,6 +413,7 @@ impl Application {
             _sampler,
             leaser,
             sequencing,
+            resp,
             ..
         } = self;
         let sides: Vec<Server> = operator.into_iter().chain(leaf).map(|s| s.server).collect();
@@ -435,6 +469,8 @@ impl Application {
             }
         };
         drop(stopper);
+        // Redis clients too are answered no more.
+        drop(resp);
         // Nothing is served any more: free the worker ID for the next holder, and
         // give the caches' unissued IDs back where safe.
         drop(leaser);
@@ -570,22 +606,28 @@ pub const STOP_LIMIT: Duration = Duration::from_secs(
         + 5,
 );
 
-/// Completes on the first SIGTERM or SIGINT (Ctrl-C).
-pub async fn shutdown_signal() {
+/// Completes on the first SIGTERM or SIGINT (Ctrl-C) received after this call. The
+/// listeners are registered at once, not when the future is first polled: a signal sent
+/// as soon as the server answers (before the stop task ran) must not be lost. Call it
+/// within a Tokio runtime, before the server starts answering.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    match (
+    let listeners = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
+    );
+    async move {
+        match listeners {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
             }
-        }
-        (Err(e), _) | (_, Err(e)) => {
-            tracing::error!(error = %e, "cannot listen for signals; stop with the server handle");
-            std::future::pending::<()>().await;
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "cannot listen for signals; stop with the server handle");
+                std::future::pending::<()>().await;
+            }
         }
     }
 }

@@ -198,32 +198,55 @@ fn number(key: &str, taken: Taken) -> serde_json::Value {
     json!({"key": key, "number": taken.last, "first": taken.first})
 }
 
-/// `GET|POST /v1/sequences/{biz}/next`: the next number (or `count` numbers) of one key
-/// or of each of many keys.
-async fn next(req: HttpRequest, body: Bytes) -> Result<HttpResponse, ApiError> {
-    let state = app_state(&req)?;
-    let asked = asked(&req, &body)?;
-    let biz = sequence_biz(state, &req).await?;
-    let forwarded = req.headers().contains_key(FORWARDED);
+/// The caller's credentials, passed on with a forwarded request: the `Authorization`
+/// header's value.
+pub(super) type Credentials<'a> = Option<&'a [u8]>;
+
+/// `count` numbers of each of `keys` (in order): taken here for the sections this
+/// server owns, forwarded once per other owner for the rest (unless `forwarded`: a
+/// request is forwarded once at most).
+///
+/// # Errors
+/// As the owners refuse: 503 while a section moves, 409 when one is exhausted.
+pub(super) async fn take(
+    state: &AppState,
+    biz: &SequenceBiz,
+    keys: &[String],
+    count: i64,
+    (forwarded, auth): (bool, Credentials<'_>),
+) -> Result<Vec<Taken>, ApiError> {
     let sequencer = &state.sequencer;
-    // Answered here where this server owns the section; the rest grouped by owner.
-    let mut answers: Vec<Option<serde_json::Value>> = vec![None; asked.keys.len()];
+    let mut answers: Vec<Option<Taken>> = vec![None; keys.len()];
     let mut remote: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, key) in asked.keys.iter().enumerate() {
-        match sequencer.next(&biz, key, asked.count).await {
-            Ok(taken) => answers[i] = Some(number(key, taken)),
+    for (i, key) in keys.iter().enumerate() {
+        match sequencer.next(biz, key, count).await {
+            Ok(taken) => answers[i] = Some(taken),
             Err(Elsewhere::Owner(Some(owner))) if !forwarded && owner != sequencer.address() => {
                 remote.entry(owner).or_default().push(i);
             }
-            Err(e) => return Err(refusal(&biz, e)),
+            Err(e) => return Err(refusal(biz, e)),
         }
     }
     for (owner, at) in remote {
-        let keys: Vec<&str> = at.iter().map(|&i| asked.keys[i].as_str()).collect();
-        let body = json!({"keys": keys, "count": asked.count});
-        state.sequencer.note_forwarded(&biz);
-        let answered = forward(state, &req, &owner, biz.name(), &body).await?;
-        let numbers = answered["numbers"].as_array().cloned().unwrap_or_default();
+        let asked: Vec<&str> = at.iter().map(|&i| keys[i].as_str()).collect();
+        let body = json!({"keys": asked, "count": count});
+        sequencer.note_forwarded(biz);
+        let url = format!("{owner}/v1/sequences/{}/next", biz.name());
+        let request = state.forward.post(url).json(&body);
+        let answered = forward(request, auth, &owner).await?;
+        let numbers: Vec<Taken> = answered["numbers"]
+            .as_array()
+            .map(|n| {
+                n.iter()
+                    .filter_map(|n| {
+                        Some(Taken {
+                            first: n["first"].as_i64()?,
+                            last: n["number"].as_i64()?,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         if numbers.len() != at.len() {
             return Err(StoreError::Unavailable(format!(
                 "the owner {owner} answered {} numbers for {} keys",
@@ -236,34 +259,74 @@ async fn next(req: HttpRequest, body: Bytes) -> Result<HttpResponse, ApiError> {
             answers[i] = Some(n);
         }
     }
-    let numbers: Vec<serde_json::Value> = answers.into_iter().flatten().collect();
+    Ok(answers.into_iter().flatten().collect())
+}
+
+/// The number `key` is at, read here or from its section's owner (once).
+///
+/// # Errors
+/// As [`take`].
+pub(super) async fn current_of(
+    state: &AppState,
+    biz: &SequenceBiz,
+    key: &str,
+    (forwarded, auth): (bool, Credentials<'_>),
+) -> Result<i64, ApiError> {
+    let sequencer = &state.sequencer;
+    match sequencer.current(biz, key).await {
+        Ok(n) => Ok(n),
+        Err(Elsewhere::Owner(Some(owner))) if !forwarded && owner != sequencer.address() => {
+            sequencer.note_forwarded(biz);
+            let url = format!("{owner}/v1/sequences/{}/current", biz.name());
+            let request = state.forward.get(url).query(&[("key", key)]);
+            let answer = forward(request, auth, &owner).await?;
+            answer["number"].as_i64().ok_or_else(|| {
+                StoreError::Unavailable(format!("the owner {owner} answered no number")).into()
+            })
+        }
+        Err(e) => Err(refusal(biz, e)),
+    }
+}
+
+/// `GET|POST /v1/sequences/{biz}/next`: the next number (or `count` numbers) of one key
+/// or of each of many keys.
+async fn next(req: HttpRequest, body: Bytes) -> Result<HttpResponse, ApiError> {
+    let state = app_state(&req)?;
+    let asked = asked(&req, &body)?;
+    let biz = sequence_biz(state, &req).await?;
+    let taken = take(state, &biz, &asked.keys, asked.count, credentials(&req)).await?;
+    let mut numbers = asked.keys.iter().zip(taken).map(|(k, t)| number(k, t));
     let name = biz.name();
     match asked.many {
-        true => Ok(HttpResponse::Ok().json(json!({"biz": name, "numbers": numbers}))),
+        true => {
+            let numbers: Vec<serde_json::Value> = numbers.collect();
+            Ok(HttpResponse::Ok().json(json!({"biz": name, "numbers": numbers})))
+        }
         false => {
-            let mut one = numbers.into_iter().next().unwrap_or_default();
+            let mut one = numbers.next().unwrap_or_default();
             one["biz"] = json!(name);
             Ok(HttpResponse::Ok().json(one))
         }
     }
 }
 
-/// Sends `body` to `owner`'s `…/next` with the caller's token, and returns its answer;
-/// an owner's refusal is passed on as it is.
+/// Whether the request was forwarded already, and its credentials.
+fn credentials(req: &HttpRequest) -> (bool, Credentials<'_>) {
+    let forwarded = req.headers().contains_key(FORWARDED);
+    let auth = req.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+    (forwarded, auth)
+}
+
+/// Sends `request` to `owner` as a forwarded request with the caller's credentials, and
+/// returns its answer; an owner's refusal is passed on as it is.
 async fn forward(
-    state: &AppState,
-    req: &HttpRequest,
+    request: reqwest::RequestBuilder,
+    auth: Credentials<'_>,
     owner: &str,
-    biz: &str,
-    body: &serde_json::Value,
 ) -> Result<serde_json::Value, ApiError> {
-    let mut request = state
-        .forward
-        .post(format!("{owner}/v1/sequences/{biz}/next"))
-        .header(FORWARDED, "1")
-        .json(body);
-    if let Some(auth) = req.headers().get(AUTHORIZATION) {
-        request = request.header(AUTHORIZATION.as_str(), auth.as_bytes());
+    let mut request = request.header(FORWARDED, "1");
+    if let Some(auth) = auth {
+        request = request.header(AUTHORIZATION.as_str(), auth);
     }
     let unreachable = |e: reqwest::Error| -> ApiError {
         ApiError::Elsewhere {
@@ -305,34 +368,8 @@ async fn current(req: HttpRequest) -> Result<HttpResponse, ApiError> {
             .to_owned(),
     )?;
     let biz = sequence_biz(state, &req).await?;
-    let forwarded = req.headers().contains_key(FORWARDED);
-    match state.sequencer.current(&biz, &key).await {
-        Ok(n) => Ok(HttpResponse::Ok().json(json!({"biz": biz.name(), "key": key, "number": n}))),
-        Err(Elsewhere::Owner(Some(owner))) if !forwarded && owner != state.sequencer.address() => {
-            let mut request = state
-                .forward
-                .get(format!("{owner}{}", req.uri()))
-                .header(FORWARDED, "1");
-            if let Some(auth) = req.headers().get(AUTHORIZATION) {
-                request = request.header(AUTHORIZATION.as_str(), auth.as_bytes());
-            }
-            state.sequencer.note_forwarded(&biz);
-            let failed = |e: reqwest::Error| ApiError::Elsewhere {
-                owner: Some(owner.clone()),
-                message: format!("the owner of the key's section did not answer: {e}"),
-            };
-            let response = request.send().await.map_err(failed)?;
-            let status = response.status().as_u16();
-            let body = response.bytes().await.map_err(failed)?;
-            Ok(HttpResponse::build(
-                actix_web::http::StatusCode::from_u16(status)
-                    .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY),
-            )
-            .content_type("application/json")
-            .body(body))
-        }
-        Err(e) => Err(refusal(&biz, e)),
-    }
+    let n = current_of(state, &biz, &key, credentials(&req)).await?;
+    Ok(HttpResponse::Ok().json(json!({"biz": biz.name(), "key": key, "number": n})))
 }
 
 /// `GET /v1/sequences/{biz}/routes`: each section's owner as this server last saw it,

@@ -9,6 +9,7 @@
 
 use std::ops::RangeInclusive;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use segmint_core::sequence::{check_key, key_hash, section_of};
@@ -38,9 +39,14 @@ struct Routes {
     owners: Vec<Option<String>>,
 }
 
-/// How many times a request is sent (to the owner, then after reading the routes
-/// again) before its last refusal is the answer.
-const ATTEMPTS: usize = 4;
+/// How long a request keeps being sent again (to the owner, then after reading the
+/// routes again to a configured server, and so on) while sections move or an owner is
+/// gone: longer than a failover with the servers' default settings (2.1 s).
+const MOVE_WAIT: Duration = Duration::from_secs(5);
+
+/// The first pause between two tries; it doubles up to [`MAX_PAUSE`].
+const FIRST_PAUSE: Duration = Duration::from_millis(25);
+const MAX_PAUSE: Duration = Duration::from_millis(400);
 
 impl Sequence {
     pub(super) fn new(biz: &str, servers: Arc<Servers>) -> Sequence {
@@ -129,8 +135,9 @@ impl Sequence {
         let key = query.first().map_or("", |(_, k)| k);
         self.check(key)?;
         let path = format!("/v1/sequences/{}/{what}", self.inner.biz);
-        let mut last = None;
-        for attempt in 0..ATTEMPTS {
+        let started = Instant::now();
+        let mut pause = FIRST_PAUSE;
+        for attempt in 0.. {
             if self.inner.routes.read().is_none() {
                 self.read_routes().await;
             }
@@ -140,14 +147,15 @@ impl Sequence {
             };
             match self.call(owner.as_deref(), &path, query, None).await {
                 Ok(answer) => return Ok(answer),
-                Err(e) if retried(&e) => {
+                Err(e) if retried(&e) && started.elapsed() < MOVE_WAIT => {
                     self.read_routes().await;
-                    last = Some(e);
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
                 }
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| self.unavailable("no attempt made".into())))
+        Err(self.unavailable("no attempt made".into()))
     }
 
     /// The owner of `key`'s section by the table held, if any.

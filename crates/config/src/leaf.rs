@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::biz::BizTag;
-use crate::server::{collide, socket_addr};
-use crate::{ConfigError, biz_list, invalid};
+use crate::server::own_address;
+use crate::{ConfigError, biz_list};
 
 /// `[leaf]` as written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -39,21 +39,12 @@ impl RawLeaf {
     pub(super) fn validate(self, others: &[(&str, &str)]) -> Result<LeafConfig, ConfigError> {
         let bizs = biz_list("leaf.bizs", &self.bizs)?;
         if let Some(bind) = &self.bind {
-            let address = socket_addr("leaf.bind", bind)?;
-            for (key, other) in others {
-                // The others are checked before: one that does not parse is not reached.
-                let Ok(other) = socket_addr(key, other) else {
-                    continue;
-                };
-                if collide(address, other) {
-                    return Err(invalid(
-                        "leaf.bind",
-                        format!(
-                            "`{bind}` is the address of `{key}`; name another port or interface, or leave leaf.bind unset to serve Leaf's routes on `bind`"
-                        ),
-                    ));
-                }
-            }
+            own_address(
+                "leaf.bind",
+                bind,
+                others,
+                "name another port or interface, or leave leaf.bind unset to serve Leaf's routes on `bind`",
+            )?;
         }
         Ok(LeafConfig {
             enabled: self.enabled,

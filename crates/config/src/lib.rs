@@ -5,7 +5,8 @@
 //! module holds the checks and tests of its own keys: `server.rs` (addresses, operator
 //! token, request limits), `cache.rs` (fetch timings, step, back-off), `database.rs`
 //! (the `[[databases]]` and their classes), `secret.rs` (passwords and secret files),
-//! and one module per table: `leaf.rs`, `snowflake.rs`, `sequences.rs`, `protocol.rs`.
+//! and one module per table: `leaf.rs`, `snowflake.rs`, `sequences.rs`, `resp.rs`,
+//! `protocol.rs`.
 
 // The core, under the names the configuration's modules use.
 use segmint_core::{biz, segment, step};
@@ -24,6 +25,7 @@ mod leaf;
 mod libpq;
 mod protocol;
 mod raw;
+mod resp;
 mod secret;
 mod sequences;
 mod server;
@@ -35,6 +37,7 @@ pub use database::{BizTables, DatabaseConfig, DatabaseKind, MyTarget, PgTarget};
 pub use leaf::LeafConfig;
 pub use libpq::{ClientCert, RootCert, SslMode, TlsSettings};
 pub use protocol::{BEATS_PER_SILENCE, Protocol};
+pub use resp::RespConfig;
 pub use sequences::SequencesConfig;
 pub use server::{OPERATOR_TOKEN_MIN_LEN, OperatorToken};
 pub use snowflake::SnowflakeConfig;
@@ -106,6 +109,8 @@ pub struct Config {
     pub snowflake: SnowflakeConfig,
     /// Sequence bizs: where other servers reach this one, the timing of section leases.
     pub sequences: SequencesConfig,
+    /// The Redis-protocol listener (off unless it has an address) and its key table.
+    pub resp: RespConfig,
     /// The timings of the cluster protocol, shared by every server and command.
     pub protocol: Protocol,
     /// The databases, with pairwise disjoint residue classes.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::database::RawDatabase;
 use crate::secret::Secret;
-use crate::{Config, ConfigError, database, invalid, leaf, protocol, sequences, snowflake};
+use crate::{Config, ConfigError, database, invalid, leaf, protocol, resp, sequences, snowflake};
 
 /// The settings as written in the file and the environment, before validation.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -50,6 +50,9 @@ pub(crate) struct RawSettings {
     /// Optional, as every key of `[sequences]` has its default.
     #[serde(default)]
     pub(crate) sequences: sequences::RawSequences,
+    /// Optional, as every key of `[resp]` has its default.
+    #[serde(default)]
+    pub(crate) resp: resp::RawResp,
     /// Optional, as every key of `[protocol]` has its default.
     #[serde(default)]
     pub(crate) protocol: protocol::RawProtocol,
@@ -82,6 +85,7 @@ impl Default for RawSettings {
             leaf: leaf::RawLeaf::default(),
             snowflake: snowflake::RawSnowflake::default(),
             sequences: sequences::RawSequences::default(),
+            resp: resp::RawResp::default(),
             protocol: protocol::RawProtocol::default(),
             databases: Vec::new(),
         }
@@ -119,6 +123,9 @@ impl RawSettings {
         let mut taken = vec![("bind", self.bind.as_str())];
         taken.extend(self.operator_bind.as_deref().map(|a| ("operator_bind", a)));
         let leaf = std::mem::take(&mut self.leaf).validate(&taken)?;
+        let leaf_bind = leaf.bind.clone().filter(|_| leaf.enabled);
+        taken.extend(leaf_bind.as_deref().map(|a| ("leaf.bind", a)));
+        let resp = std::mem::take(&mut self.resp).validate(&taken)?;
         let snowflake = std::mem::take(&mut self.snowflake).validate()?;
         let sequences = std::mem::take(&mut self.sequences).validate()?;
         let protocol = std::mem::take(&mut self.protocol).validate()?;
@@ -146,6 +153,7 @@ impl RawSettings {
             leaf,
             snowflake,
             sequences,
+            resp,
             protocol,
             pool_size: self.pool_size,
             workers: self.workers,

@@ -62,6 +62,30 @@ pub(crate) fn collide(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool 
     a.port() == b.port() && a.port() != 0 && shared_ip
 }
 
+/// The address `bind` of key `key`, checked to take no port of `others` (addresses
+/// already taken, with their keys); `hint` ends the message of a collision.
+pub(crate) fn own_address(
+    key: &str,
+    bind: &str,
+    others: &[(&str, &str)],
+    hint: &str,
+) -> Result<(), ConfigError> {
+    let address = socket_addr(key, bind)?;
+    for (other_key, other) in others {
+        // The others are checked before: one that does not parse is not reached.
+        let Ok(other) = socket_addr(other_key, other) else {
+            continue;
+        };
+        if collide(address, other) {
+            return Err(invalid(
+                key,
+                format!("`{bind}` is the address of `{other_key}`; {hint}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl RawSettings {
     /// Checks `bind` and `operator_bind`, then reads the operator token. They are
     /// checked before anything else: Leaf's address is checked against these two.

@@ -16,7 +16,8 @@
 //! Each subsystem registers its own metrics and keeps their handles, one file each:
 //! [`BizMetrics`] (IDs issued, segments handed out, steps, IDs given back, per-biz
 //! state), [`DatabasesMetrics`] (reservations and state per database),
-//! [`LayoutMetrics`], [`HttpMetrics`], [`SnowflakeMetrics`] and [`SequenceMetrics`].
+//! [`LayoutMetrics`], [`HttpMetrics`], [`SnowflakeMetrics`], [`SequenceMetrics`] and
+//! [`RespMetrics`].
 //! [`Metrics`] holds one
 //! of each on one registry, and renders them.
 
@@ -27,6 +28,7 @@ mod biz;
 mod database;
 mod http;
 mod layout;
+mod resp;
 mod sequence;
 mod snowflake;
 
@@ -36,6 +38,7 @@ pub use biz::{BizCounts, BizMetrics, BizStats, BizView, OTHER_BIZ, PeriodStats};
 pub use database::{DatabaseMetrics, DatabaseState, DatabasesMetrics, FetchOutcome};
 pub use http::HttpMetrics;
 pub use layout::LayoutMetrics;
+pub use resp::{RESP_COMMANDS, RespMetrics};
 pub use sequence::{SequenceCounters, SequenceHeld, SequenceMetrics};
 pub use snowflake::{LEASE_STATES, SnowflakeMetrics};
 
@@ -55,6 +58,8 @@ pub struct Metrics {
     snowflake: SnowflakeMetrics,
     /// Sequence bizs; cloned into the sequencer.
     sequence: SequenceMetrics,
+    /// The Redis-protocol listener.
+    resp: RespMetrics,
 }
 
 /// Registers `metric` with `registry`; every name here is static and distinct, so
@@ -95,6 +100,7 @@ impl Metrics {
             http: HttpMetrics::new(&r),
             snowflake: SnowflakeMetrics::new(&r),
             sequence: SequenceMetrics::new(&r),
+            resp: RespMetrics::new(&r),
             registry: r,
         }
     }
@@ -127,6 +133,11 @@ impl Metrics {
     /// The metrics of sequence bizs.
     pub fn sequence(&self) -> &SequenceMetrics {
         &self.sequence
+    }
+
+    /// The metrics of the Redis-protocol listener.
+    pub fn resp(&self) -> &RespMetrics {
+        &self.resp
     }
 
     /// Brings the biz series up to date with `bizs`, sets the state gauges and renders
@@ -482,6 +493,8 @@ mod tests {
         "segmint_layout_epoch gauge",
         "segmint_layout_members_unconfigured gauge",
         "segmint_layout_recorded gauge",
+        "segmint_resp_commands_total counter",
+        "segmint_resp_connections gauge",
         "segmint_segment_fetch_duration_seconds histogram",
         "segmint_segment_fetches_total counter",
         "segmint_segment_ids_total counter",

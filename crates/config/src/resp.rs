@@ -1,0 +1,89 @@
+//! The `[resp]` table: the Redis-protocol listener, off unless it has an address, and
+//! the table that maps Redis keys to bizs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::biz::BizTag;
+use crate::server::own_address;
+use crate::{ConfigError, invalid};
+
+/// `[resp]` as written.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawResp {
+    bind: Option<String>,
+    keys: BTreeMap<String, String>,
+}
+
+/// The Redis-protocol listener: where, and which keys name which bizs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RespConfig {
+    /// Where Redis clients connect; `None`: no listener (the default).
+    pub bind: Option<String>,
+    /// Keys and key prefixes (those ending in `:`) mapped to bizs, so that existing
+    /// keys (`order_id`, `msg_seq:{conversation}`) keep their names. A key not listed
+    /// names a biz itself: `order` is biz `order`, `chat:1041` key `1041` of biz `chat`.
+    pub keys: Vec<(String, BizTag)>,
+}
+
+impl RawResp {
+    /// Validates `[resp]`; `others` are the addresses already taken, with their keys.
+    pub(super) fn validate(self, others: &[(&str, &str)]) -> Result<RespConfig, ConfigError> {
+        if let Some(bind) = &self.bind {
+            own_address("resp.bind", bind, others, "name another port")?;
+        }
+        let mut keys = Vec::with_capacity(self.keys.len());
+        for (key, biz) in self.keys {
+            let name = format!("resp.keys.{key}");
+            if key.is_empty() || key.len() > 255 || key.chars().any(char::is_control) {
+                return Err(invalid(
+                    name,
+                    "a key or prefix is 1 to 255 bytes without control characters",
+                ));
+            }
+            let biz = BizTag::parse(&biz).map_err(|e| invalid(&name, e.to_string()))?;
+            keys.push((key, biz));
+        }
+        Ok(RespConfig {
+            bind: self.bind,
+            keys,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_name_bizs_and_the_address_is_its_own() {
+        let raw = |bind: Option<&str>, keys: &[(&str, &str)]| RawResp {
+            bind: bind.map(str::to_owned),
+            keys: keys
+                .iter()
+                .map(|(k, b)| (k.to_string(), b.to_string()))
+                .collect(),
+        };
+        let ok = raw(
+            Some("127.0.0.1:6380"),
+            &[("order_id", "order"), ("msg_seq:", "chat")],
+        )
+        .validate(&[("bind", "127.0.0.1:9999")])
+        .unwrap();
+        assert_eq!(ok.keys.len(), 2);
+        let key = |e: ConfigError| match e {
+            ConfigError::Invalid { key, .. } => key,
+            other => panic!("{other:?}"),
+        };
+        let taken = raw(Some("127.0.0.1:9999"), &[]).validate(&[("bind", "127.0.0.1:9999")]);
+        assert_eq!(key(taken.unwrap_err()), "resp.bind");
+        let bad = raw(None, &[("order_id", "no way")]).validate(&[]);
+        assert_eq!(key(bad.unwrap_err()), "resp.keys.order_id");
+        assert_eq!(
+            RawResp::default().validate(&[]).unwrap(),
+            RespConfig::default()
+        );
+    }
+}

@@ -1,0 +1,534 @@
+//! The commands of the Redis protocol, each parsed into a value and run against the
+//! server's state. Keys name bizs by the `[resp] keys` table, else by themselves
+//! ([`Session::place`]).
+
+use crate::biz::{BatchSize, BizTag};
+use crate::sequence::MAX_COUNT;
+
+use super::super::error::ApiError;
+use super::super::sequences::{current_of, take};
+use super::super::{AppState, authorize, live_token};
+use super::Shared;
+use super::codec::Reply;
+
+/// A command as the client sent it, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Command {
+    Ping(Option<Vec<u8>>),
+    Auth(Option<String>, String),
+    Hello {
+        protocol: Option<String>,
+        auth: Option<(String, String)>,
+        name: Option<String>,
+    },
+    Select(String),
+    Client(String, Vec<String>),
+    Quit,
+    Commands(Option<String>),
+    Config(Vec<String>),
+    Incr(String),
+    IncrBy(String, String),
+    Get(String),
+    Ids(String, String),
+}
+
+/// The commands a client may send before `AUTH`.
+fn before_auth(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Auth(..) | Command::Hello { .. } | Command::Quit
+    )
+}
+
+/// The name counted in `segmint_resp_commands_total`.
+fn label(command: &Command) -> &'static str {
+    match command {
+        Command::Ping(_) => "ping",
+        Command::Auth(..) => "auth",
+        Command::Hello { .. } => "hello",
+        Command::Select(_) => "select",
+        Command::Client(..) => "client",
+        Command::Quit => "quit",
+        Command::Commands(_) => "command",
+        Command::Config(_) => "config",
+        Command::Incr(_) => "incr",
+        Command::IncrBy(..) => "incrby",
+        Command::Get(_) => "get",
+        Command::Ids(..) => "ids",
+    }
+}
+
+fn text(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).into_owned()
+}
+
+/// Parses `args` (the command name first).
+///
+/// # Errors
+/// The reply for an unknown command or a wrong number of arguments.
+fn parse(args: Vec<Vec<u8>>) -> Result<Command, Reply> {
+    let name = text(&args[0]).to_ascii_lowercase();
+    let rest: Vec<String> = args[1..].iter().map(|a| text(a)).collect();
+    let arity = || {
+        Reply::error(
+            "ERR",
+            format!("wrong number of arguments for '{name}' command"),
+        )
+    };
+    let command = match (name.as_str(), rest.as_slice()) {
+        ("ping", []) => Command::Ping(None),
+        ("ping", [_]) => Command::Ping(Some(args[1].clone())),
+        ("auth", [token]) => Command::Auth(None, token.clone()),
+        ("auth", [user, token]) => Command::Auth(Some(user.clone()), token.clone()),
+        ("hello", _) => hello(&rest)?,
+        ("select", [db]) => Command::Select(db.clone()),
+        ("client", [sub, more @ ..]) => Command::Client(sub.to_ascii_lowercase(), more.to_vec()),
+        ("quit", _) => Command::Quit,
+        ("command", []) => Command::Commands(None),
+        ("command", [sub, ..]) => Command::Commands(Some(sub.to_ascii_lowercase())),
+        ("config", [sub, more @ ..]) if sub.eq_ignore_ascii_case("get") => {
+            Command::Config(more.to_vec())
+        }
+        ("incr", [key]) => Command::Incr(key.clone()),
+        ("incrby", [key, n]) => Command::IncrBy(key.clone(), n.clone()),
+        ("get", [key]) => Command::Get(key.clone()),
+        ("ids", [key, n]) => Command::Ids(key.clone(), n.clone()),
+        ("ping" | "auth" | "select" | "client" | "incr" | "incrby" | "get" | "ids", _) => {
+            return Err(arity());
+        }
+        _ => {
+            let shown: Vec<String> = rest.iter().take(8).map(|a| format!("'{a}' ")).collect();
+            return Err(Reply::error(
+                "ERR",
+                format!(
+                    "unknown command '{}', with args beginning with: {}",
+                    text(&args[0]),
+                    shown.concat()
+                ),
+            ));
+        }
+    };
+    Ok(command)
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+fn hello(rest: &[String]) -> Result<Command, Reply> {
+    let mut command = Command::Hello {
+        protocol: rest.first().cloned(),
+        auth: None,
+        name: None,
+    };
+    let Command::Hello { auth, name, .. } = &mut command else {
+        unreachable!("just made");
+    };
+    let mut at = 1;
+    while at < rest.len() {
+        match (rest[at].to_ascii_lowercase().as_str(), &rest[at + 1..]) {
+            ("auth", [user, pass, ..]) => {
+                *auth = Some((user.clone(), pass.clone()));
+                at += 3;
+            }
+            ("setname", [n, ..]) => {
+                *name = Some(n.clone());
+                at += 2;
+            }
+            (option, _) => {
+                return Err(Reply::error(
+                    "ERR",
+                    format!("Syntax error in HELLO option '{option}'"),
+                ));
+            }
+        }
+    }
+    Ok(command)
+}
+
+/// One connection's state.
+pub(super) struct Session<'a> {
+    shared: &'a Shared,
+    /// The token `AUTH` accepted.
+    token: Option<String>,
+    /// Whether replies are RESP3 (`HELLO 3`).
+    resp3: bool,
+    name: Option<String>,
+}
+
+impl<'a> Session<'a> {
+    pub(super) fn new(shared: &'a Shared) -> Session<'a> {
+        Session {
+            shared,
+            token: None,
+            resp3: false,
+            name: None,
+        }
+    }
+
+    pub(super) fn resp3(&self) -> bool {
+        self.resp3
+    }
+
+    fn state(&self) -> &AppState {
+        &self.shared.state
+    }
+
+    /// Runs one command; the reply, and whether the connection closes after it.
+    pub(super) async fn run(&mut self, args: Vec<Vec<u8>>) -> (Reply, bool) {
+        let command = match parse(args) {
+            Ok(command) => command,
+            Err(reply) => {
+                self.shared.metrics.command("other", false);
+                return (reply, false);
+            }
+        };
+        let name = label(&command);
+        let quit = command == Command::Quit;
+        let reply = match self.token.is_some() || before_auth(&command) {
+            true => self.execute(command).await,
+            false => Reply::error("NOAUTH", "Authentication required."),
+        };
+        self.shared
+            .metrics
+            .command(name, !matches!(reply, Reply::Error(_)));
+        (reply, quit)
+    }
+
+    async fn execute(&mut self, command: Command) -> Reply {
+        match command {
+            Command::Ping(None) => Reply::Simple("PONG"),
+            Command::Ping(Some(message)) => Reply::Bulk(message),
+            Command::Quit => Reply::Simple("OK"),
+            Command::Auth(user, token) => match self.authenticate(user.as_deref(), &token).await {
+                true => Reply::Simple("OK"),
+                false => wrong_pass(),
+            },
+            Command::Hello {
+                protocol,
+                auth,
+                name,
+            } => self.hello(protocol, auth, name).await,
+            Command::Select(db) => match db.as_str() {
+                "0" => Reply::Simple("OK"),
+                _ => Reply::error("ERR", "DB index is out of range"),
+            },
+            Command::Client(sub, args) => self.client(&sub, &args),
+            Command::Commands(sub) => match sub.as_deref() {
+                Some("count") => Reply::Integer(12),
+                Some("docs") | Some("info") | Some("list") | None => Reply::Array(Vec::new()),
+                Some(other) => Reply::error(
+                    "ERR",
+                    format!("unknown subcommand '{other}'. Try COMMAND HELP."),
+                ),
+            },
+            // No setting of Redis's applies; clients that read some (redis-benchmark
+            // reads `save` and `appendonly`) get none.
+            Command::Config(_) => Reply::Map(Vec::new()),
+            Command::Incr(key) => self.increment(&key, None).await,
+            Command::IncrBy(key, n) => self.increment(&key, Some(&n)).await,
+            Command::Get(key) => self.get(&key).await,
+            Command::Ids(key, n) => self.ids(&key, &n).await,
+        }
+    }
+
+    /// Whether `token` is a live token (`user`, if given, must be `default`).
+    async fn authenticate(&mut self, user: Option<&str>, token: &str) -> bool {
+        if user.is_some_and(|u| u != "default") {
+            return false;
+        }
+        let live = live_token(&self.state().store, token).await;
+        if live {
+            self.token = Some(token.to_owned());
+        }
+        live
+    }
+
+    async fn hello(
+        &mut self,
+        protocol: Option<String>,
+        auth: Option<(String, String)>,
+        name: Option<String>,
+    ) -> Reply {
+        let resp3 = match protocol.as_deref() {
+            None => self.resp3,
+            Some("2") => false,
+            Some("3") => true,
+            Some(_) => return Reply::error("NOPROTO", "unsupported protocol version"),
+        };
+        if let Some((user, pass)) = auth {
+            if !self.authenticate(Some(&user), &pass).await {
+                return wrong_pass();
+            }
+        } else if self.token.is_none() {
+            return Reply::error(
+                "NOAUTH",
+                "HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time",
+            );
+        }
+        self.resp3 = resp3;
+        if name.is_some() {
+            self.name = name;
+        }
+        let proto = if resp3 { 3 } else { 2 };
+        Reply::Map(vec![
+            (Reply::bulk("server"), Reply::bulk("segmint")),
+            (
+                Reply::bulk("version"),
+                Reply::bulk(env!("CARGO_PKG_VERSION")),
+            ),
+            (Reply::bulk("proto"), Reply::Integer(proto)),
+            (Reply::bulk("id"), Reply::Integer(1)),
+            (Reply::bulk("mode"), Reply::bulk("standalone")),
+            (Reply::bulk("role"), Reply::bulk("master")),
+            (Reply::bulk("modules"), Reply::Array(Vec::new())),
+        ])
+    }
+
+    fn client(&mut self, sub: &str, args: &[String]) -> Reply {
+        match (sub, args) {
+            ("setname", [name]) => {
+                self.name = Some(name.clone());
+                Reply::Simple("OK")
+            }
+            ("getname", []) => match &self.name {
+                Some(name) => Reply::bulk(name.clone()),
+                None => Reply::Null,
+            },
+            ("setinfo", [_, _]) => Reply::Simple("OK"),
+            ("id", []) => Reply::Integer(1),
+            _ => Reply::error(
+                "ERR",
+                format!(
+                    "unknown subcommand or wrong number of arguments for '{sub}'. Try CLIENT HELP."
+                ),
+            ),
+        }
+    }
+
+    /// The biz a key names, and the key within it for a sequence biz: an exact key of
+    /// `[resp] keys`; else the longest prefix of it (those ending in `:`), the rest the
+    /// key; else the key's part before its first `:` is the biz, the rest the key. A
+    /// key with nothing left is its own key within the biz.
+    fn place<'k>(&self, key: &'k str) -> Result<(BizTag, &'k str), Reply> {
+        let table = &self.shared.config.keys;
+        if let Some((_, biz)) = table.iter().find(|(k, _)| !k.ends_with(':') && k == key) {
+            return Ok((biz.clone(), key));
+        }
+        let prefix = table
+            .iter()
+            .filter(|(k, _)| k.ends_with(':') && key.starts_with(k.as_str()))
+            .max_by_key(|(k, _)| k.len());
+        let (biz, rest) = match prefix {
+            Some((k, biz)) => (biz.clone(), &key[k.len()..]),
+            None => {
+                let (name, rest) = key.split_once(':').unwrap_or((key, ""));
+                let biz = BizTag::parse(name)
+                    .map_err(|e| Reply::error("ERR", format!("key '{key}' names no biz: {e}")))?;
+                (biz, rest)
+            }
+        };
+        Ok((biz, if rest.is_empty() { key } else { rest }))
+    }
+
+    /// The biz of `key`, checked for this connection's token, and its sequence if it is
+    /// a sequence biz.
+    async fn biz_of<'k>(
+        &self,
+        key: &'k str,
+    ) -> Result<
+        (
+            BizTag,
+            &'k str,
+            Option<std::sync::Arc<crate::sequencer::SequenceBiz>>,
+        ),
+        Reply,
+    > {
+        let (biz, rest) = self.place(key)?;
+        let state = self.state();
+        authorize(&state.store, self.token.as_deref(), &biz)
+            .await
+            .map_err(refusal)?;
+        let shape = state.shape_of(&biz).await.map_err(refusal)?;
+        let sequence = shape
+            .and_then(|s| s.sequence)
+            .map(|shape| state.sequencer.biz(biz.as_str(), shape));
+        Ok((biz, rest, sequence))
+    }
+
+    /// `INCR key` (`count` None) and `INCRBY key count`.
+    async fn increment(&self, key: &str, count: Option<&str>) -> Reply {
+        let incrby = count.is_some();
+        let (biz, rest, sequence) = match self.biz_of(key).await {
+            Ok(placed) => placed,
+            Err(reply) => return reply,
+        };
+        let count = match count.map(str::parse::<i64>) {
+            None => 1,
+            Some(Ok(n)) if (1..=MAX_COUNT).contains(&n) => n,
+            Some(_) => {
+                return Reply::error(
+                    "ERR",
+                    format!("value is not an integer or out of range (1 to {MAX_COUNT})"),
+                );
+            }
+        };
+        let Some(sequence) = sequence else {
+            if incrby {
+                return Reply::error(
+                    "WRONGTYPE",
+                    format!(
+                        "INCRBY takes a run of numbers of a sequence key; '{key}' is biz '{biz}' of IDs, which are not consecutive: take them with INCR or IDS"
+                    ),
+                );
+            }
+            return self.ids_reply(&biz, 1, false).await;
+        };
+        if crate::sequence::check_key(rest).is_err() {
+            return Reply::error(
+                "ERR",
+                format!("key '{key}': a sequence key is 1 to 255 bytes"),
+            );
+        }
+        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or_default());
+        let keys = [rest.to_owned()];
+        match take(
+            self.state(),
+            &sequence,
+            &keys,
+            count,
+            (false, Some(auth.as_bytes())),
+        )
+        .await
+        {
+            Ok(taken) => Reply::Integer(taken.first().map_or(0, |t| t.last)),
+            Err(e) => refusal(e),
+        }
+    }
+
+    /// `GET key`: a sequence key's current number.
+    async fn get(&self, key: &str) -> Reply {
+        let (biz, rest, sequence) = match self.biz_of(key).await {
+            Ok(placed) => placed,
+            Err(reply) => return reply,
+        };
+        let Some(sequence) = sequence else {
+            return Reply::error(
+                "WRONGTYPE",
+                format!(
+                    "GET reads a sequence key's number; '{key}' is biz '{biz}' of IDs, which has none to read"
+                ),
+            );
+        };
+        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or_default());
+        match current_of(
+            self.state(),
+            &sequence,
+            rest,
+            (false, Some(auth.as_bytes())),
+        )
+        .await
+        {
+            Ok(n) => Reply::bulk(n.to_string()),
+            Err(e) => refusal(e),
+        }
+    }
+
+    /// `IDS key count`: `count` IDs of an ID biz, as an array.
+    async fn ids(&self, key: &str, count: &str) -> Reply {
+        let count = match BatchSize::parse("count", Some(count)) {
+            Ok(n) => n.get(),
+            Err(e) => return Reply::error("ERR", e),
+        };
+        let (biz, _, sequence) = match self.biz_of(key).await {
+            Ok(placed) => placed,
+            Err(reply) => return reply,
+        };
+        if sequence.is_some() {
+            return Reply::error(
+                "WRONGTYPE",
+                format!(
+                    "IDS takes IDs of an ID biz; '{key}' is a key of sequence biz '{biz}': take its numbers with INCR or INCRBY"
+                ),
+            );
+        }
+        self.ids_reply(&biz, count, true).await
+    }
+
+    /// `count` IDs of `biz`: an integer (or, for a formatted biz, a bulk string), or an
+    /// array of them when `array`.
+    async fn ids_reply(&self, biz: &BizTag, count: usize, array: bool) -> Reply {
+        let (ids, shape) = match self.state().ordered_ids(biz, count).await {
+            Ok(issued) => issued,
+            Err(e) => return refusal(e),
+        };
+        let format = shape.as_ref().map(|s| &s.format).filter(|f| !f.is_plain());
+        let one = |id: i64| match format {
+            Some(f) => f.encode(id).map(Reply::bulk).unwrap_or_else(|e| {
+                Reply::error("ERR", format!("id_space_exhausted: biz '{biz}': {e}"))
+            }),
+            None => Reply::Integer(id),
+        };
+        match array {
+            true => Reply::Array(ids.into_iter().map(one).collect()),
+            false => ids.first().map_or(Reply::Null, |&id| one(id)),
+        }
+    }
+}
+
+fn wrong_pass() -> Reply {
+    Reply::error(
+        "WRONGPASS",
+        "invalid username-password pair or user is disabled.",
+    )
+}
+
+/// A refusal of the HTTP layer as a Redis error: `NOAUTH` and `NOPERM` for the token,
+/// `WRONGTYPE` for a command on the other kind of biz, else `ERR` with the code.
+fn refusal(e: ApiError) -> Reply {
+    match &e {
+        ApiError::Unauthorized(_) => Reply::error("NOAUTH", &e),
+        ApiError::Forbidden(_) => Reply::error("NOPERM", &e),
+        ApiError::Conflict {
+            code: "sequence_biz" | "not_a_sequence",
+            ..
+        } => Reply::error("WRONGTYPE", &e),
+        _ => Reply::error("ERR", format!("{}: {e}", e.code())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Vec<u8>> {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn commands_parse_into_values() {
+        assert_eq!(
+            parse(args(&["incr", "order_id"])),
+            Ok(Command::Incr("order_id".into()))
+        );
+        assert_eq!(
+            parse(args(&[
+                "HELLO", "3", "AUTH", "default", "t", "SETNAME", "n"
+            ])),
+            Ok(Command::Hello {
+                protocol: Some("3".into()),
+                auth: Some(("default".into(), "t".into())),
+                name: Some("n".into()),
+            })
+        );
+        assert!(matches!(
+            parse(args(&["incr"])),
+            Err(Reply::Error(e)) if e == "ERR wrong number of arguments for 'incr' command"
+        ));
+        assert!(matches!(
+            parse(args(&["SET", "a", "1"])),
+            Err(Reply::Error(e)) if e.starts_with("ERR unknown command 'SET', with args beginning with: 'a' '1'")
+        ));
+        assert!(matches!(
+            parse(args(&["HELLO", "3", "BOGUS"])),
+            Err(Reply::Error(_))
+        ));
+    }
+}

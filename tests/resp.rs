@@ -1,0 +1,312 @@
+//! The Redis protocol on real processes: `segmint serve` with `[resp] bind`, driven by
+//! Debian's `redis-cli` and `redis-benchmark` and by raw sockets. Authentication, every
+//! command, the key table, pipelining, bad input, a connection cut mid-command; and no
+//! ID twice across Redis and HTTP clients of one biz on two servers while one is
+//! killed.
+
+use std::collections::HashSet;
+use std::process::Command;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::cli::{config_file, segmint_ok};
+use crate::common::http::{Remote, metric, try_v1_ids};
+use crate::common::*;
+
+/// Databases, bizs `order` (IDs), `chat` and `counter` (sequences) and `other` (IDs),
+/// a token for each, and the configuration of a server with a Redis listener.
+struct Setup {
+    _dbs: Databases,
+    _file: tempfile::NamedTempFile,
+    /// The configuration without the listener's address, which each server adds.
+    toml: String,
+    tokens: std::collections::HashMap<&'static str, String>,
+}
+
+impl Setup {
+    fn start() -> Setup {
+        let dbs = Databases::start(Kind::Postgres, 1);
+        let toml = config_toml_urls(&dbs.urls(), "");
+        let file = config_file(&toml);
+        let cli = |args: &[&str]| segmint_ok(file.path(), args, &[]);
+        cli(&["migrate"]);
+        cli(&["biz", "add", "order", "--step", "100"]);
+        cli(&["biz", "add", "other", "--step", "100"]);
+        cli(&["biz", "add", "chat", "--sequence", "--step", "100"]);
+        cli(&["biz", "add", "counter", "--sequence", "--step", "1000"]);
+        let tokens = ["order", "other", "chat", "counter"]
+            .into_iter()
+            .map(|biz| (biz, cli(&["token", "add", "--biz", biz]).trim().to_owned()))
+            .collect();
+        Setup {
+            _dbs: dbs,
+            _file: file,
+            toml,
+            tokens,
+        }
+    }
+
+    /// A server whose Redis listener is on a port of its own; the port.
+    async fn server(&self) -> (ServerProcess, u16) {
+        let port = free_port();
+        let resp = format!(
+            "resp = {{ bind = \"127.0.0.1:{port}\", keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }} }}\n"
+        );
+        (
+            ServerProcess::start(&format!("{resp}{}", self.toml)).await,
+            port,
+        )
+    }
+}
+
+/// `redis-cli -p PORT [-a TOKEN] ARGS…`'s output, trimmed.
+fn cli(port: u16, token: Option<&str>, args: &[&str]) -> String {
+    let mut cmd = Command::new("redis-cli");
+    cmd.args(["-p", &port.to_string()]);
+    if let Some(token) = token {
+        cmd.args(["-a", token, "--no-auth-warning"]);
+    }
+    let out = cmd
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian's redis-tools)");
+    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// Sends `request` on a new connection and reads until `replies` lines came back (or
+/// the server closed); the text read.
+async fn exchange(port: u16, request: &[u8], lines: usize) -> String {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65_536];
+    while got.iter().filter(|&&b| b == b'\n').count() < lines {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            other => panic!("read: {other:?} after {:?}", String::from_utf8_lossy(&got)),
+        }
+    }
+    String::from_utf8(got).unwrap()
+}
+
+/// A command as a client library sends it.
+fn command(args: &[&str]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
+    let setup = Setup::start();
+    let (server, port) = setup.server().await;
+    let (order, chat) = (
+        Some(setup.tokens["order"].as_str()),
+        Some(setup.tokens["chat"].as_str()),
+    );
+    assert_eq!(
+        cli(port, None, &["PING"]),
+        "NOAUTH Authentication required."
+    );
+    assert_eq!(cli(port, order, &["PING"]), "PONG");
+    let first: i64 = cli(port, order, &["INCR", "order_id"]).parse().unwrap();
+    let second: i64 = cli(port, order, &["INCR", "order"]).parse().unwrap();
+    assert!(second > first, "{first} then {second}");
+    let ids: Vec<i64> = cli(port, order, &["IDS", "order_id", "3"])
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert!(ids.iter().all(|&id| id > second));
+    // A sequence key, through the table's prefix and by the biz's own name.
+    assert_eq!(cli(port, chat, &["INCR", "msg_seq:c1"]), "1");
+    assert_eq!(cli(port, chat, &["INCRBY", "msg_seq:c1", "5"]), "6");
+    assert_eq!(cli(port, chat, &["GET", "msg_seq:c1"]), "6");
+    assert_eq!(cli(port, chat, &["INCR", "chat:c1"]), "7", "the same key");
+    assert_eq!(cli(port, chat, &["GET", "msg_seq:c2"]), "0");
+    // Refusals name the problem and take nothing.
+    for (token, args, says) in [
+        (order, &["INCRBY", "order_id", "2"][..], "WRONGTYPE"),
+        (order, &["GET", "order_id"], "WRONGTYPE"),
+        (chat, &["IDS", "msg_seq:c1", "2"], "WRONGTYPE"),
+        (chat, &["INCR", "order_id"], "NOPERM"),
+        (
+            chat,
+            &["INCRBY", "msg_seq:c1", "0"],
+            "ERR value is not an integer",
+        ),
+        (
+            chat,
+            &["INCRBY", "msg_seq:c1", "x"],
+            "ERR value is not an integer",
+        ),
+        (order, &["INCR", "nope:1"], "does not exist"),
+        (order, &["IDS", "order_id", "0"], "ERR"),
+        (order, &["SET", "a", "1"], "ERR unknown command 'SET'"),
+        (order, &["INCR"], "ERR wrong number of arguments for 'incr'"),
+        (order, &["SELECT", "1"], "ERR DB index is out of range"),
+    ] {
+        let got = cli(port, token, args);
+        assert!(got.contains(says), "{args:?}: {got}");
+    }
+    assert_eq!(
+        cli(port, chat, &["GET", "msg_seq:c1"]),
+        "7",
+        "nothing taken"
+    );
+    let next: i64 = cli(port, order, &["INCR", "order_id"]).parse().unwrap();
+    assert_eq!(next, ids[2] + 1, "the refusals took no ID");
+    assert!(cli(port, Some("wrong"), &["INCR", "order_id"]).contains("NOAUTH"));
+    assert_eq!(cli(port, order, &["SELECT", "0"]), "OK");
+    assert_eq!(cli(port, order, &["CLIENT", "SETNAME", "app"]), "OK");
+    let hello = cli(
+        port,
+        None,
+        &["HELLO", "3", "AUTH", "default", &setup.tokens["order"]],
+    );
+    assert!(hello.contains("segmint") && hello.contains('3'), "{hello}");
+    let remote = Remote::new(&server.base, Duration::from_secs(5));
+    let errors = metric(
+        &remote,
+        "segmint_resp_commands_total{command=\"incrby\",outcome=\"error\"}",
+    )
+    .await;
+    assert_eq!(errors, 3.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelined_commands_are_answered_in_order_and_bad_input_keeps_the_connection() {
+    let setup = Setup::start();
+    let (_server, port) = setup.server().await;
+    let token = &setup.tokens["chat"];
+    let mut request = command(&["AUTH", token]);
+    for _ in 0..1_000 {
+        request.extend(command(&["INCR", "msg_seq:p"]));
+    }
+    request.extend(command(&["GET", "msg_seq:p"]));
+    let got = exchange(port, &request, 1_002).await;
+    let lines: Vec<&str> = got.lines().collect();
+    assert_eq!(lines[0], "+OK");
+    let expected: Vec<String> = (1..=1_000).map(|n| format!(":{n}")).collect();
+    assert_eq!(&lines[1..1_001], &expected[..]);
+    assert_eq!(&lines[1_001..], &["$4", "1000"]);
+    // Inline commands (telnet), an unknown command, then a good one: one connection.
+    let got = exchange(
+        port,
+        format!("AUTH {token}\r\nFLUSHALL\r\nINCR msg_seq:p\r\n").as_bytes(),
+        3,
+    )
+    .await;
+    assert_eq!(
+        got,
+        "+OK\r\n-ERR unknown command 'FLUSHALL', with args beginning with: \r\n:1001\r\n"
+    );
+    // What cannot be framed closes the connection after an error.
+    let got = exchange(port, b"*1\r\n$x\r\nINCR msg_seq:p\r\n", 2).await;
+    assert!(got.starts_with("-ERR Protocol error"), "{got}");
+    // A connection cut in the middle of a command: the command never runs.
+    let mut cut = command(&["AUTH", token]);
+    cut.extend(b"*2\r\n$4\r\nINCR\r\n$9\r\nmsg_s");
+    exchange(port, &cut, 1).await;
+    assert_eq!(cli(port, Some(token), &["GET", "msg_seq:p"]), "1001");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_benchmark_runs_against_segmint() {
+    let setup = Setup::start();
+    let (server, port) = setup.server().await;
+    // Its INCR is of `counter:__rand_int__`: keys of the sequence biz `counter`.
+    for pipeline in ["1", "16"] {
+        let out = Command::new("redis-benchmark")
+            .args(["-p", &port.to_string(), "-a", &setup.tokens["counter"]])
+            .args([
+                "-t", "incr", "-n", "5000", "-r", "1000", "-c", "8", "-q", "-P", pipeline,
+            ])
+            .output()
+            .expect("redis-benchmark (Debian's redis-tools)");
+        assert!(out.status.success(), "{out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("INCR:") && text.contains("requests per second"),
+            "{text}"
+        );
+    }
+    let remote = Remote::new(&server.base, Duration::from_secs(5));
+    let ok = metric(
+        &remote,
+        "segmint_resp_commands_total{command=\"incr\",outcome=\"ok\"}",
+    )
+    .await;
+    let errors = metric(
+        &remote,
+        "segmint_resp_commands_total{command=\"incr\",outcome=\"error\"}",
+    )
+    .await;
+    // redis-benchmark sends a few INCRs of its own beside the 10,000 it times.
+    assert!(
+        (10_000.0..10_100.0).contains(&ok) && errors == 0.0,
+        "{ok} ok, {errors} errors"
+    );
+    let counted = metric(&remote, "segmint_sequence_numbers_total{biz=\"counter\"}").await;
+    assert_eq!(counted, ok, "each INCR took one number");
+}
+
+/// Redis and HTTP clients of one biz on two servers, one server killed midway: every ID
+/// unique.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_id_twice_across_redis_and_http_clients_with_a_server_killed() {
+    let setup = Setup::start();
+    let (mut a, port_a) = setup.server().await;
+    let (b, port_b) = setup.server().await;
+    let token = setup.tokens["order"].clone();
+    let mut tasks = Vec::new();
+    for (port, base) in [(port_a, a.base.clone()), (port_b, b.base.clone())] {
+        let token = token.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..40 {
+                let mut request = command(&["AUTH", &token]);
+                for _ in 0..25 {
+                    request.extend(command(&["INCR", "order_id"]));
+                }
+                request.extend(command(&["QUIT"]));
+                let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else {
+                    break;
+                };
+                if stream.write_all(&request).await.is_err() {
+                    break;
+                }
+                let mut got = String::new();
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut got))
+                        .await;
+                ids.extend(
+                    got.lines()
+                        .filter_map(|l| l.strip_prefix(':')?.parse::<i64>().ok()),
+                );
+                let http = Remote::new(&base, Duration::from_secs(5));
+                if let Ok(r) = try_v1_ids(&http, "order", &token, 25).await {
+                    ids.extend(r);
+                }
+            }
+            ids
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    a.child.kill9();
+    let mut all = HashSet::new();
+    let mut count = 0;
+    for task in tasks {
+        for id in task.await.unwrap() {
+            count += 1;
+            assert!(all.insert(id), "ID {id} issued twice");
+        }
+    }
+    assert!(count > 1_000, "{count} IDs");
+}
