@@ -548,15 +548,20 @@ async fn the_client_asks_each_keys_owner_directly() {
         servers.push(ServerProcess::start(&setup.toml).await);
     }
     let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
+    // Settled: every server's route table the same, over the three servers (an owner
+    // names itself only for the sections it owns).
     eventually(
         Duration::from_secs(15),
-        "sections on every server",
+        "the same routes on every server",
         async || {
-            let owners = owners(&bases[0], &setup.token).await;
-            let distinct: std::collections::BTreeSet<_> = owners.iter().flatten().collect();
-            match distinct.len() == 3 {
+            let mut tables = Vec::new();
+            for base in &bases {
+                tables.push(owners(base, &setup.token).await);
+            }
+            let distinct: std::collections::BTreeSet<_> = tables[0].iter().flatten().collect();
+            match distinct.len() == 3 && tables.iter().all(|t| *t == tables[0]) {
                 true => Ok(()),
-                false => Err(format!("owners {owners:?}")),
+                false => Err(format!("routes {tables:?}")),
             }
         },
     )
