@@ -120,10 +120,9 @@ impl Servers {
         self.protocol
     }
 
-    /// One segment of `biz` from the first server, in turn, that gives one, of about
-    /// `step` (the server bounds it) or of the row's step. Servers backing off are
-    /// tried last, so that a fetch still succeeds if they are back.
-    pub(super) async fn fetch(&self, biz: &str, step: Option<i64>) -> Result<Fetched, ClientError> {
+    /// The servers in the order to try them: from the next one in turn, those backing
+    /// off last.
+    fn in_turn(&self) -> Vec<usize> {
         let n = self.servers.len();
         let start = self.turn.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
@@ -131,8 +130,15 @@ impl Servers {
             .map(|k| (start + k) % n)
             .partition(|&i| self.servers[i].health.lock().is_over(now));
         order.extend(resting);
+        order
+    }
+
+    /// One segment of `biz` from the first server, in turn, that gives one, of about
+    /// `step` (the server bounds it) or of the row's step. Servers backing off are
+    /// tried last, so that a fetch still succeeds if they are back.
+    pub(super) async fn fetch(&self, biz: &str, step: Option<i64>) -> Result<Fetched, ClientError> {
         let mut reasons = Vec::new();
-        for i in order {
+        for i in self.in_turn() {
             let server = &self.servers[i];
             match self.ask(server, biz, step).await {
                 Answer::Segment(segment) => {
@@ -306,19 +312,11 @@ impl Servers {
     ) -> Result<serde_json::Value, Called> {
         let bases: Vec<(Option<usize>, &str)> = match base {
             Some(base) => vec![(None, base)],
-            None => {
-                let n = self.servers.len();
-                let start = self.turn.fetch_add(1, Ordering::Relaxed);
-                let now = Instant::now();
-                let (mut order, resting): (Vec<usize>, Vec<usize>) = (0..n)
-                    .map(|k| (start + k) % n)
-                    .partition(|&i| self.servers[i].health.lock().is_over(now));
-                order.extend(resting);
-                order
-                    .into_iter()
-                    .map(|i| (Some(i), self.servers[i].base.as_str()))
-                    .collect()
-            }
+            None => self
+                .in_turn()
+                .into_iter()
+                .map(|i| (Some(i), self.servers[i].base.as_str()))
+                .collect(),
         };
         let mut reasons = Vec::new();
         for (i, base) in bases {

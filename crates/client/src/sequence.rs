@@ -137,12 +137,15 @@ impl Sequence {
         let path = format!("/v1/sequences/{}/{what}", self.inner.biz);
         let started = Instant::now();
         let mut pause = FIRST_PAUSE;
-        for attempt in 0.. {
+        let mut attempt = 0usize;
+        loop {
+            attempt += 1;
             if self.inner.routes.read().is_none() {
                 self.read_routes().await;
             }
+            // The owner first, then a configured server, in turn.
             let owner = match attempt % 2 {
-                0 => self.owner_of(key),
+                1 => self.owner_of(key),
                 _ => None,
             };
             match self.call(owner.as_deref(), &path, query, None).await {
@@ -155,7 +158,6 @@ impl Sequence {
                 Err(e) => return Err(e),
             }
         }
-        Err(self.unavailable("no attempt made".into()))
     }
 
     /// The owner of `key`'s section by the table held, if any.
