@@ -19,7 +19,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::eventually_every;
 use common::*;
 
 /// Random seed of the run: the same requests every time.
@@ -36,105 +35,12 @@ const RUN_LIMIT: Duration = Duration::from_secs(300);
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
                       response_headers_conformance,response_schema_conformance";
 
-/// The repository's root.
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs a command to completion; panics with its output unless it succeeds.
-fn run(what: &str, cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}): {cmd:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Held while the virtualenv is being checked or installed, so that two test runs at
-/// once do not install into it together.
-struct InstallLock(PathBuf);
-
-impl InstallLock {
-    async fn acquire(path: PathBuf) -> InstallLock {
-        // Another run's install takes minutes: twice a second is often enough.
-        eventually_every(
-            Duration::from_millis(500),
-            Duration::from_secs(900),
-            &format!("{} released by another run", path.display()),
-            async || {
-                // A lock left by a run that was killed mid-install goes stale.
-                let stale = std::fs::metadata(&path)
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t.elapsed().unwrap_or_default() > Duration::from_secs(900));
-                if stale {
-                    let _ = std::fs::remove_file(&path);
-                }
-                match File::create_new(&path) {
-                    Ok(_) => Ok(InstallLock(path.clone())),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err("held".into()),
-                    Err(e) => panic!("create {}: {e}", path.display()),
-                }
-            },
-        )
-        .await
-    }
-}
-
-impl Drop for InstallLock {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// The `schemathesis` executable of `target/fuzz-venv`, created with `python3 -m venv`
-/// and filled from `scripts/fuzz-requirements.txt` unless it already holds exactly
-/// those requirements.
+/// The `schemathesis` executable of `target/fuzz-venv`, filled from
+/// `scripts/fuzz-requirements.txt`.
 async fn schemathesis() -> PathBuf {
-    let requirements = root().join("scripts/fuzz-requirements.txt");
-    let wanted = std::fs::read_to_string(&requirements)
-        .unwrap_or_else(|e| panic!("read {}: {e}", requirements.display()));
-    let target = root().join("target");
-    std::fs::create_dir_all(&target).unwrap();
-    let venv = target.join("fuzz-venv");
+    let venv = common::python::venv("fuzz", "scripts/fuzz-requirements.txt").await;
     let exe = venv.join("bin/schemathesis");
-    // What the virtualenv was last filled from.
-    let stamp = venv.join("segmint-requirements.txt");
-    let _lock = InstallLock::acquire(target.join("fuzz-venv.lock")).await;
-    let installed = |stamp: &Path| std::fs::read_to_string(stamp).is_ok_and(|s| s == wanted);
-    if !(exe.is_file() && installed(&stamp)) {
-        eprintln!(
-            "fuzz: installing {} into {}",
-            requirements.display(),
-            venv.display()
-        );
-        let _ = std::fs::remove_file(&stamp);
-        run(
-            "python3 -m venv (needs Python 3 with its venv module; on Debian: apt-get install python3-venv)",
-            Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        );
-        run(
-            "pip install -r scripts/fuzz-requirements.txt (needs PyPI)",
-            Command::new(venv.join("bin/python"))
-                .args([
-                    "-m",
-                    "pip",
-                    "install",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                    "-q",
-                    "-r",
-                ])
-                .arg(&requirements),
-        );
-        std::fs::write(&stamp, &wanted).unwrap();
-    }
-    let version = run(
+    let version = common::python::run(
         "schemathesis --version",
         Command::new(&exe).arg("--version"),
     );

@@ -19,6 +19,7 @@ pub mod memory;
 pub mod operator;
 pub mod pg;
 pub mod process;
+pub mod python;
 pub mod stop;
 pub mod tls;
 pub mod tokens;
