@@ -170,7 +170,7 @@ pub struct Application {
     /// released.
     sequencing: AbortOnDrop,
     /// The Redis-protocol listener's port and task, when `[resp] bind` is set.
-    resp: Option<(u16, AbortOnDrop)>,
+    resp: Option<(u16, resp::Threads)>,
 }
 
 impl Application {
@@ -300,16 +300,16 @@ impl Application {
                     source,
                 };
                 listener.set_nonblocking(true).map_err(io)?;
-                let listener = tokio::net::TcpListener::from_std(listener).map_err(io)?;
                 let shared = Arc::new(resp::Shared {
                     state: routes.state.clone(),
                     config: config.resp.clone(),
                     metrics: routes.state.store.metrics().resp().clone(),
                 });
-                Some((
-                    port,
-                    AbortOnDrop(tokio::spawn(resp::serve(listener, shared))),
-                ))
+                let threads = match config.resp.threads {
+                    0 => std::thread::available_parallelism().map_or(1, usize::from),
+                    n => n,
+                };
+                Some((port, resp::start(listener, shared, threads).map_err(io)?))
             }
         };
         let serves = match operator {

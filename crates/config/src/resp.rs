@@ -9,11 +9,15 @@ use crate::biz::BizTag;
 use crate::server::own_address;
 use crate::{ConfigError, invalid};
 
+/// The most threads `resp.threads` may ask for.
+const MAX_THREADS: usize = 256;
+
 /// `[resp]` as written.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawResp {
     bind: Option<String>,
+    threads: usize,
     keys: BTreeMap<String, String>,
 }
 
@@ -22,6 +26,9 @@ pub(super) struct RawResp {
 pub struct RespConfig {
     /// Where Redis clients connect; `None`: no listener (the default).
     pub bind: Option<String>,
+    /// Threads serving Redis clients, each its connections' whole life; `0`: one per
+    /// CPU core.
+    pub threads: usize,
     /// Keys and key prefixes (those ending in `:`) mapped to bizs, so that existing
     /// keys (`order_id`, `msg_seq:{conversation}`) keep their names. A key not listed
     /// names a biz itself: `order` is biz `order`, `chat:1041` key `1041` of biz `chat`.
@@ -33,6 +40,12 @@ impl RawResp {
     pub(super) fn validate(self, others: &[(&str, &str)]) -> Result<RespConfig, ConfigError> {
         if let Some(bind) = &self.bind {
             own_address("resp.bind", bind, others, "name another port")?;
+        }
+        if self.threads > MAX_THREADS {
+            return Err(invalid(
+                "resp.threads",
+                format!("at most {MAX_THREADS} (0: one per CPU core)"),
+            ));
         }
         let mut keys = Vec::with_capacity(self.keys.len());
         for (key, biz) in self.keys {
@@ -48,6 +61,7 @@ impl RawResp {
         }
         Ok(RespConfig {
             bind: self.bind,
+            threads: self.threads,
             keys,
         })
     }
@@ -61,6 +75,7 @@ mod tests {
     fn keys_name_bizs_and_the_address_is_its_own() {
         let raw = |bind: Option<&str>, keys: &[(&str, &str)]| RawResp {
             bind: bind.map(str::to_owned),
+            threads: 0,
             keys: keys
                 .iter()
                 .map(|(k, b)| (k.to_string(), b.to_string()))
@@ -81,6 +96,11 @@ mod tests {
         assert_eq!(key(taken.unwrap_err()), "resp.bind");
         let bad = raw(None, &[("order_id", "no way")]).validate(&[]);
         assert_eq!(key(bad.unwrap_err()), "resp.keys.order_id");
+        let many = RawResp {
+            threads: MAX_THREADS + 1,
+            ..RawResp::default()
+        };
+        assert_eq!(key(many.validate(&[]).unwrap_err()), "resp.threads");
         assert_eq!(
             RawResp::default().validate(&[]).unwrap(),
             RespConfig::default()

@@ -30,6 +30,9 @@ enum Command {
     IncrBy(String, String),
     Get(String),
     Ids(String, String),
+    Multi,
+    Exec,
+    Discard,
 }
 
 /// The commands a client may send before `AUTH`.
@@ -55,54 +58,73 @@ fn label(command: &Command) -> &'static str {
         Command::IncrBy(..) => "incrby",
         Command::Get(_) => "get",
         Command::Ids(..) => "ids",
+        Command::Multi => "multi",
+        Command::Exec => "exec",
+        Command::Discard => "discard",
     }
 }
 
-fn text(arg: &[u8]) -> String {
-    String::from_utf8_lossy(arg).into_owned()
+/// An argument as text (invalid UTF-8 replaced), its bytes reused when valid.
+fn text(arg: Vec<u8>) -> String {
+    String::from_utf8(arg).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
-/// Parses `args` (the command name first).
+/// The `i`th argument, moved out.
+fn moved(rest: &mut [String], i: usize) -> String {
+    std::mem::take(&mut rest[i])
+}
+
+/// Parses `args` (the command name first; at least one).
 ///
 /// # Errors
 /// The reply for an unknown command or a wrong number of arguments.
 fn parse(args: Vec<Vec<u8>>) -> Result<Command, Reply> {
-    let name = text(&args[0]).to_ascii_lowercase();
-    let rest: Vec<String> = args[1..].iter().map(|a| text(a)).collect();
-    let arity = || {
-        Reply::error(
-            "ERR",
-            format!("wrong number of arguments for '{name}' command"),
-        )
-    };
-    let command = match (name.as_str(), rest.as_slice()) {
-        ("ping", []) => Command::Ping(None),
-        ("ping", [_]) => Command::Ping(Some(args[1].clone())),
-        ("auth", [token]) => Command::Auth(None, token.clone()),
-        ("auth", [user, token]) => Command::Auth(Some(user.clone()), token.clone()),
+    let mut words = args.into_iter().map(text);
+    let given = words.next().unwrap_or_default();
+    let mut name = given.clone();
+    name.make_ascii_lowercase();
+    let mut rest: Vec<String> = words.collect();
+    let command = match (name.as_str(), rest.len()) {
+        ("incr", 1) => Command::Incr(moved(&mut rest, 0)),
+        ("incrby", 2) => Command::IncrBy(moved(&mut rest, 0), moved(&mut rest, 1)),
+        ("get", 1) => Command::Get(moved(&mut rest, 0)),
+        ("ids", 2) => Command::Ids(moved(&mut rest, 0), moved(&mut rest, 1)),
+        ("ping", 0) => Command::Ping(None),
+        ("ping", 1) => Command::Ping(Some(moved(&mut rest, 0).into_bytes())),
+        ("auth", 1) => Command::Auth(None, moved(&mut rest, 0)),
+        ("auth", 2) => Command::Auth(Some(moved(&mut rest, 0)), moved(&mut rest, 1)),
         ("hello", _) => hello(&rest)?,
-        ("select", [db]) => Command::Select(db.clone()),
-        ("client", [sub, more @ ..]) => Command::Client(sub.to_ascii_lowercase(), more.to_vec()),
-        ("quit", _) => Command::Quit,
-        ("command", []) => Command::Commands(None),
-        ("command", [sub, ..]) => Command::Commands(Some(sub.to_ascii_lowercase())),
-        ("config", [sub, more @ ..]) if sub.eq_ignore_ascii_case("get") => {
-            Command::Config(more.to_vec())
+        ("select", 1) => Command::Select(moved(&mut rest, 0)),
+        ("client", n) if n > 0 => {
+            let mut sub = moved(&mut rest, 0);
+            sub.make_ascii_lowercase();
+            Command::Client(sub, rest.split_off(1))
         }
-        ("incr", [key]) => Command::Incr(key.clone()),
-        ("incrby", [key, n]) => Command::IncrBy(key.clone(), n.clone()),
-        ("get", [key]) => Command::Get(key.clone()),
-        ("ids", [key, n]) => Command::Ids(key.clone(), n.clone()),
-        ("ping" | "auth" | "select" | "client" | "incr" | "incrby" | "get" | "ids", _) => {
-            return Err(arity());
+        ("quit", _) => Command::Quit,
+        ("command", 0) => Command::Commands(None),
+        ("command", _) => Command::Commands(Some(moved(&mut rest, 0).to_ascii_lowercase())),
+        ("config", n) if n > 0 && rest[0].eq_ignore_ascii_case("get") => {
+            Command::Config(rest.split_off(1))
+        }
+        ("multi", 0) => Command::Multi,
+        ("exec", 0) => Command::Exec,
+        ("discard", 0) => Command::Discard,
+        (
+            "ping" | "auth" | "select" | "client" | "incr" | "incrby" | "get" | "ids" | "multi"
+            | "exec" | "discard",
+            _,
+        ) => {
+            return Err(Reply::error(
+                "ERR",
+                format!("wrong number of arguments for '{name}' command"),
+            ));
         }
         _ => {
             let shown: Vec<String> = rest.iter().take(8).map(|a| format!("'{a}' ")).collect();
             return Err(Reply::error(
                 "ERR",
                 format!(
-                    "unknown command '{}', with args beginning with: {}",
-                    text(&args[0]),
+                    "unknown command '{given}', with args beginning with: {}",
                     shown.concat()
                 ),
             ));
@@ -151,6 +173,9 @@ pub(super) struct Session<'a> {
     /// Whether replies are RESP3 (`HELLO 3`).
     resp3: bool,
     name: Option<String>,
+    /// The commands queued since `MULTI`, and whether one of them was refused as it
+    /// was queued (then `EXEC` runs none).
+    queued: Option<(Vec<Command>, bool)>,
 }
 
 impl<'a> Session<'a> {
@@ -160,6 +185,7 @@ impl<'a> Session<'a> {
             token: None,
             resp3: false,
             name: None,
+            queued: None,
         }
     }
 
@@ -172,24 +198,80 @@ impl<'a> Session<'a> {
     }
 
     /// Runs one command; the reply, and whether the connection closes after it.
+    ///
+    /// Between `MULTI` and `EXEC` commands are queued (`+QUEUED`) and `EXEC` runs them
+    /// in order, answering an array of their replies. A transaction groups commands; it
+    /// isolates nothing, and need not: each number is the caller's alone either way.
     pub(super) async fn run(&mut self, args: Vec<Vec<u8>>) -> (Reply, bool) {
         let command = match parse(args) {
             Ok(command) => command,
             Err(reply) => {
                 self.shared.metrics.command("other", false);
+                if let Some((_, refused)) = &mut self.queued {
+                    *refused = true;
+                }
                 return (reply, false);
             }
         };
         let name = label(&command);
         let quit = command == Command::Quit;
         let reply = match self.token.is_some() || before_auth(&command) {
-            true => self.execute(command).await,
-            false => Reply::error("NOAUTH", "Authentication required."),
+            true => self.transact(command).await,
+            false => {
+                if let Some((_, refused)) = &mut self.queued {
+                    *refused = true;
+                }
+                Reply::error("NOAUTH", "Authentication required.")
+            }
         };
         self.shared
             .metrics
             .command(name, !matches!(reply, Reply::Error(_)));
         (reply, quit)
+    }
+
+    /// `command` queued inside a transaction, or run.
+    async fn transact(&mut self, command: Command) -> Reply {
+        match (command, &mut self.queued) {
+            (Command::Multi, Some(_)) => Reply::error("ERR", "MULTI calls can not be nested"),
+            (Command::Multi, None) => {
+                self.queued = Some((Vec::new(), false));
+                Reply::Simple("OK")
+            }
+            (Command::Exec, None) => Reply::error("ERR", "EXEC without MULTI"),
+            (Command::Discard, None) => Reply::error("ERR", "DISCARD without MULTI"),
+            (Command::Discard, Some(_)) => {
+                self.queued = None;
+                Reply::Simple("OK")
+            }
+            (Command::Exec, Some(_)) => {
+                let Some((commands, refused)) = self.queued.take() else {
+                    unreachable!("matched Some");
+                };
+                if refused {
+                    return Reply::error(
+                        "EXECABORT",
+                        "Transaction discarded because of previous errors.",
+                    );
+                }
+                let mut replies = Vec::with_capacity(commands.len());
+                for command in commands {
+                    let name = label(&command);
+                    let reply = self.execute(command).await;
+                    self.shared
+                        .metrics
+                        .command(name, !matches!(reply, Reply::Error(_)));
+                    replies.push(reply);
+                }
+                Reply::Array(replies)
+            }
+            (Command::Quit, _) => self.execute(Command::Quit).await,
+            (command, Some((queue, _))) => {
+                queue.push(command);
+                Reply::Simple("QUEUED")
+            }
+            (command, None) => self.execute(command).await,
+        }
     }
 
     async fn execute(&mut self, command: Command) -> Reply {
@@ -212,7 +294,7 @@ impl<'a> Session<'a> {
             },
             Command::Client(sub, args) => self.client(&sub, &args),
             Command::Commands(sub) => match sub.as_deref() {
-                Some("count") => Reply::Integer(12),
+                Some("count") => Reply::Integer(15),
                 Some("docs") | Some("info") | Some("list") | None => Reply::Array(Vec::new()),
                 Some(other) => Reply::error(
                     "ERR",
@@ -226,6 +308,10 @@ impl<'a> Session<'a> {
             Command::IncrBy(key, n) => self.increment(&key, Some(&n)).await,
             Command::Get(key) => self.get(&key).await,
             Command::Ids(key, n) => self.ids(&key, &n).await,
+            // Handled by `transact`.
+            Command::Multi | Command::Exec | Command::Discard => {
+                Reply::error("ERR", "MULTI, EXEC and DISCARD are not run inside MULTI")
+            }
         }
     }
 
