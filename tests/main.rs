@@ -43,6 +43,7 @@ mod operator;
 mod periods;
 mod preload;
 mod quickstart;
+mod redis_failover;
 mod resp;
 mod sequence_servers;
 mod sequences;

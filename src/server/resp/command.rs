@@ -457,7 +457,9 @@ impl<'a> Session<'a> {
             }
         };
         let Some(sequence) = sequence else {
-            if incrby {
+            // `INCRBY key 1` implies one number, which an ID is: client libraries send
+            // it for their `incr` (redis-py's `incr(key)` is `INCRBY key 1`).
+            if incrby && count != 1 {
                 return Reply::error(
                     "WRONGTYPE",
                     format!(
