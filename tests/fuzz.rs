@@ -105,7 +105,11 @@ fn run_schemathesis(exe: &Path, base: &str, token: &str) -> (Option<i32>, String
         .args(["--checks", CHECKS])
         .args(["--max-examples", max_examples()])
         .args(["--seed", SEED])
-        .args(["--workers", "2"])
+        // One worker thread: Python 3.11 counts the depth of its AST conversion per
+        // interpreter, not per thread, so two workers building generators at once
+        // sometimes crash it ("SystemError: AST constructor recursion depth mismatch",
+        // twice in a row on 2026-11-28 with two workers).
+        .args(["--workers", "1"])
         .args(["--request-timeout", "30"])
         // No example database: every run generates from the seed alone.
         .args(["--generation-database", "none"])

@@ -5,10 +5,10 @@
 //! other) hands out none twice, and the sequence key's numbers only go up.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+
 use std::time::Duration;
 
-use crate::common::python::{redis_python, root};
+use crate::common::python::{redis_python, run_script};
 use crate::common::*;
 
 /// The number before `after` in `text`: `handed out 12 numbers` → 12.
@@ -33,33 +33,19 @@ async fn redis_hands_out_numbers_again_after_a_failover_and_segmint_does_not() {
     let dbs = Databases::start(Kind::Postgres, 1);
     let out = tempfile::tempdir().unwrap();
     let report_dir = out.path().join("run");
-    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
-    let mut script = ChildGuard(
-        Command::new(&python)
-            .arg(root().join("scripts/redis-failover"))
-            .arg("--bin")
-            .arg(segmint_bin())
-            .args(["--database-url", &dbs.urls()[0], "--out"])
-            .arg(&report_dir)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .expect("run scripts/redis-failover"),
-    );
-    // About 10 s on an idle machine; killed (its servers with it) when dropped.
-    let status = eventually_every(
-        Duration::from_millis(100),
+    // About 10 s on an idle machine; killed (its servers with it) if the test ends first.
+    let report = run_script(
+        &python,
+        "scripts/redis-failover",
+        |c| {
+            c.arg("--bin")
+                .arg(segmint_bin())
+                .args(["--database-url", &dbs.urls()[0], "--out"])
+                .arg(&report_dir)
+        },
         Duration::from_secs(120),
-        "scripts/redis-failover done",
-        async || script.0.try_wait().unwrap().ok_or("running".to_string()),
     )
     .await;
-    let (report, log) = (read(&stdout), read(&stderr));
-    assert!(
-        status.success(),
-        "scripts/redis-failover failed ({status}):\n{report}\n{log}"
-    );
     // One row a run and key.
     for run in ["Redis: primary killed", "segmint: server A killed"] {
         for key in ["`order_id`", "`msg_seq:42`"] {

@@ -1,8 +1,9 @@
 //! The Redis protocol on real processes: `segmint serve` with `[resp] bind`, driven by
-//! Debian's `redis-cli` and `redis-benchmark` and by raw sockets. Authentication, every
-//! command, the key table, pipelining, bad input, a connection cut mid-command; and no
-//! ID twice across Redis and HTTP clients of one biz on two servers while one is
-//! killed.
+//! Debian's `redis-cli` and `redis-benchmark`, by raw sockets, and by redis-py 8.1.0
+//! unchanged (`tests/resp_client.py`, in `target/redis-venv`: RESP2 and RESP3, its
+//! pipelines and MULTI/EXEC, a pool shared by threads). Authentication, every command,
+//! the key table, pipelining, bad input, a connection cut mid-command; and no ID twice
+//! across Redis and HTTP clients of one biz on two servers while one is killed.
 
 use std::collections::HashSet;
 use std::process::Command;
@@ -13,6 +14,7 @@ use tokio::net::TcpStream;
 
 use crate::common::cli::{config_file, segmint_ok};
 use crate::common::http::{Remote, metric, try_v1_ids};
+use crate::common::python::{redis_python, run_script};
 use crate::common::*;
 
 /// Databases, bizs `order` (IDs), `chat` and `counter` (sequences) and `other` (IDs),
@@ -52,7 +54,7 @@ impl Setup {
     async fn server(&self) -> (ServerProcess, u16) {
         let port = free_port();
         let resp = format!(
-            "resp = {{ bind = \"127.0.0.1:{port}\", keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }} }}\n"
+            "resp = {{ bind = \"127.0.0.1:{port}\", threads = {RESP_THREADS}, keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }} }}\n"
         );
         (
             ServerProcess::start(&format!("{resp}{}", self.toml)).await,
@@ -60,6 +62,10 @@ impl Setup {
         )
     }
 }
+
+/// Threads of every test server's Redis listener: more than this machine's cores, so
+/// that connections are dealt to several.
+const RESP_THREADS: usize = 3;
 
 /// `redis-cli -p PORT [-a TOKEN] ARGS…`'s output, trimmed.
 fn cli(port: u16, token: Option<&str>, args: &[&str]) -> String {
@@ -124,6 +130,11 @@ async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
         .collect();
     assert_eq!(ids.len(), 3);
     assert!(ids.iter().all(|&id| id > second));
+    // `INCRBY key 1` (what client libraries send for `incr`) is an ID's worth.
+    let by_one: i64 = cli(port, order, &["INCRBY", "order_id", "1"])
+        .parse()
+        .unwrap();
+    assert_eq!(by_one, ids[2] + 1);
     // A sequence key, through the table's prefix and by the biz's own name.
     assert_eq!(cli(port, chat, &["INCR", "msg_seq:c1"]), "1");
     assert_eq!(cli(port, chat, &["INCRBY", "msg_seq:c1", "5"]), "6");
@@ -161,7 +172,7 @@ async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
         "nothing taken"
     );
     let next: i64 = cli(port, order, &["INCR", "order_id"]).parse().unwrap();
-    assert_eq!(next, ids[2] + 1, "the refusals took no ID");
+    assert_eq!(next, by_one + 1, "the refusals took no ID");
     assert!(cli(port, Some("wrong"), &["INCR", "order_id"]).contains("NOAUTH"));
     assert_eq!(cli(port, order, &["SELECT", "0"]), "OK");
     assert_eq!(cli(port, order, &["CLIENT", "SETNAME", "app"]), "OK");
@@ -178,6 +189,14 @@ async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
     )
     .await;
     assert_eq!(errors, 3.0);
+    // The listener's threads, each serving the connections dealt to it.
+    let pid = server.child.0.id();
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("segmint-resp-"))
+        .count();
+    assert_eq!(threads, RESP_THREADS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,6 +274,65 @@ async fn redis_benchmark_runs_against_segmint() {
     );
     let counted = metric(&remote, "segmint_sequence_numbers_total{biz=\"counter\"}").await;
     assert_eq!(counted, ok, "each INCR took one number");
+}
+
+/// redis-py, unchanged, runs `tests/resp_client.py` (see its doc): RESP2 and RESP3,
+/// authentication, every command, errors as its exceptions, pipelines, threads sharing
+/// a pool, `pipeline()`'s MULTI/EXEC. Then the server's own counts match what the
+/// script took, and the next ID is above all it saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_py_runs_unchanged_against_segmint() {
+    let python = redis_python().await;
+    let setup = Setup::start();
+    let (server, port) = setup.server().await;
+    // A few seconds on an idle machine.
+    let report = run_script(
+        &python,
+        "tests/resp_client.py",
+        |c| {
+            c.args(["--port", &port.to_string()])
+                .env("SEGMINT_ORDER_TOKEN", &setup.tokens["order"])
+                .env("SEGMINT_CHAT_TOKEN", &setup.tokens["chat"])
+        },
+        Duration::from_secs(180),
+    )
+    .await;
+    let summary: serde_json::Value = report
+        .lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .map(|s| serde_json::from_str(s).unwrap())
+        .unwrap_or_else(|| panic!("no summary line:\n{report}"));
+    let count = |field: &str| summary[field].as_u64().unwrap() as f64;
+    let remote = Remote::new(&server.base, Duration::from_secs(5));
+    // The server counted what the script took: each ID, each number, each INCR and
+    // INCRBY (redis-py's `incr(key)` sends `INCRBY key 1`).
+    for (series, field) in [
+        ("segmint_ids_issued_total{biz=\"order\"}", "ids"),
+        ("segmint_sequence_numbers_total{biz=\"chat\"}", "numbers"),
+    ] {
+        assert_eq!(metric(&remote, series).await, count(field), "{series}");
+    }
+    let ok = |command: &str| {
+        format!("segmint_resp_commands_total{{command=\"{command}\",outcome=\"ok\"}}")
+    };
+    let increments = metric(&remote, &ok("incr")).await + metric(&remote, &ok("incrby")).await;
+    // A command between MULTI and EXEC counts once, as it runs: not as it is queued
+    // (nor when DISCARD or EXECABORT drops it), as Redis's command statistics.
+    assert_eq!(
+        increments,
+        count("increments"),
+        "INCR and INCRBY answered ({} of them queued in MULTI)",
+        count("queued")
+    );
+    assert!(count("ids") > 5_000.0, "{summary}");
+    let next = try_v1_ids(&remote, "order", &setup.tokens["order"], 1)
+        .await
+        .unwrap()[0];
+    let max = summary["max_id"].as_i64().unwrap();
+    assert!(
+        next > max,
+        "HTTP's next ID {next} is not above the script's {max}"
+    );
 }
 
 /// Redis and HTTP clients of one biz on two servers, one server killed midway: every ID

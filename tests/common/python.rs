@@ -116,3 +116,41 @@ pub async fn redis_python() -> PathBuf {
         .await
         .join("bin/python")
 }
+
+/// Runs `python script` (a path from the repository's root), configured by `args`, to
+/// its end within `limit` (killed if the test ends first); its standard output. Panics
+/// with both outputs unless it succeeds.
+pub async fn run_script(
+    python: &Path,
+    script: &str,
+    args: impl FnOnce(&mut Command) -> &mut Command,
+    limit: Duration,
+) -> String {
+    let out = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = (out.path().join("stdout"), out.path().join("stderr"));
+    let mut command = Command::new(python);
+    command
+        .arg(root().join(script))
+        .stdin(std::process::Stdio::null())
+        .stdout(File::create(&stdout).unwrap())
+        .stderr(File::create(&stderr).unwrap());
+    let mut child = super::ChildGuard(
+        args(&mut command)
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {script}: {e}")),
+    );
+    let status = eventually_every(
+        Duration::from_millis(50),
+        limit,
+        &format!("{script} done"),
+        async || child.0.try_wait().unwrap().ok_or("running".to_string()),
+    )
+    .await;
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap();
+    let (report, log) = (read(&stdout), read(&stderr));
+    assert!(
+        status.success(),
+        "{script} failed ({status}):\n{report}\n{log}"
+    );
+    report
+}

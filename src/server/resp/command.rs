@@ -224,9 +224,13 @@ impl<'a> Session<'a> {
                 Reply::error("NOAUTH", "Authentication required.")
             }
         };
-        self.shared
-            .metrics
-            .command(name, !matches!(reply, Reply::Error(_)));
+        // A queued command counts when `EXEC` runs it, as Redis counts it, and not if
+        // it never runs.
+        if reply != Reply::Simple("QUEUED") {
+            self.shared
+                .metrics
+                .command(name, !matches!(reply, Reply::Error(_)));
+        }
         (reply, quit)
     }
 
@@ -379,6 +383,9 @@ impl<'a> Session<'a> {
                 None => Reply::Null,
             },
             ("setinfo", [_, _]) => Reply::Simple("OK"),
+            // Asked by clients (redis-py 8) at connect: segmint never moves a
+            // connection's endpoint, so there is nothing to notify and nothing to refuse.
+            ("maint_notifications", _) => Reply::Simple("OK"),
             ("id", []) => Reply::Integer(1),
             _ => Reply::error(
                 "ERR",
