@@ -54,6 +54,10 @@
 //! the biz; [`server`] a server's refreshes, reservations, heals and lease; [`trace`]
 //! prints counterexamples; [`scenarios`] the checked scenarios and their tests.
 
+// See crates/model/Cargo.toml: states are allocated and freed at every step.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod agreement;
 mod command;
 mod founding;
