@@ -6,7 +6,8 @@
 //! order (pipelining: many commands, one write), and waits for more. A command before
 //! `AUTH` (or `HELLO … AUTH`) is refused with `-NOAUTH`; an unknown command gets `-ERR`
 //! and the connection stays; a request that cannot be framed gets `-ERR Protocol error`
-//! and the connection is closed, as Redis does. See `docs/redis.md`.
+//! and the connection is closed, as Redis does. Connections are served by `[resp]
+//! threads` of their own, not by the HTTP workers ([`start`]). See `docs/redis.md`.
 
 mod codec;
 mod command;
