@@ -341,7 +341,10 @@ impl Sequencer {
     }
 
     /// Runs `action` on `section` as one claim, unless the section changed since the
-    /// caller looked (`seen`: the bound it saw, if owned).
+    /// caller looked (`seen`: the bound it saw, `None` if it was not owned here). A take
+    /// that finds the section taken meanwhile (a request's and the round's at once)
+    /// would raise the bound a second step above every number answered, all of which
+    /// a later takeover skips.
     async fn claim(
         &self,
         biz: &SequenceBiz,
@@ -359,7 +362,7 @@ impl Sequencer {
                 .as_ref()
                 .filter(|o| now < o.deadline)
                 .map(|o| o.counters.bound());
-            if action != Action::Release && seen.is_some() && bound != seen {
+            if action != Action::Release && bound != seen {
                 // Raised (or lost) meanwhile: the caller looks again.
                 return Ok(());
             }
@@ -471,27 +474,36 @@ impl Sequencer {
         let bizs: Vec<Arc<SequenceBiz>> = self.bizs.read().values().cloned().collect();
         for biz in bizs {
             let rows = self.store.section_rows(&biz.name).await;
-            let actions: Vec<(u32, Action)> = (0..biz.shape.sections)
-                .filter_map(|s| Some((s, self.decide(&biz, s, rows.get(&s))?)))
+            let actions: Vec<(u32, Option<i64>, Action)> = (0..biz.shape.sections)
+                .filter_map(|s| {
+                    let (seen, action) = self.decide(&biz, s, rows.get(&s))?;
+                    Some((s, seen, action))
+                })
                 .collect();
             join_all(
                 actions
                     .into_iter()
-                    .map(|(s, action)| self.claim(&biz, s, None, action)),
+                    .map(|(s, seen, action)| self.claim(&biz, s, seen, action)),
             )
             .await;
         }
     }
 
-    /// What this round does with `section`, its row as read (`row`).
-    fn decide(&self, biz: &SequenceBiz, section: u32, row: Option<&SectionRow>) -> Option<Action> {
+    /// What this round does with `section`, its row as read (`row`), and the bound it
+    /// saw (`None`: not owned here), for [`Sequencer::claim`] to find it unchanged.
+    fn decide(
+        &self,
+        biz: &SequenceBiz,
+        section: u32,
+        row: Option<&SectionRow>,
+    ) -> Option<(Option<i64>, Action)> {
         let desired = self.desired(biz, section);
         let grace = millis(self.config.grace);
         let mut state = biz.sections[section as usize].state.lock();
         let now = self.store.now();
         if let Some(o) = state.owned.as_ref().filter(|o| now < o.deadline) {
             if desired != self.address {
-                return Some(Action::Release);
+                return Some((None, Action::Release));
             }
             // Raised half a step once less than half a step is left: never more than
             // a step above the highest number answered, which is all a takeover skips.
@@ -499,9 +511,10 @@ impl Sequencer {
             let half = (biz.shape.step / 2).max(1);
             let low = c.bound() - c.top() < half;
             let due = o.deadline.saturating_duration_since(now) < self.config.lease / 2;
+            let seen = Some(c.bound());
             return match (low, due) {
-                (true, _) => Some(Action::Claim(half)),
-                (false, true) => Some(Action::Claim(0)),
+                (true, _) => Some((seen, Action::Claim(half))),
+                (false, true) => Some((seen, Action::Claim(0))),
                 (false, false) => None,
             };
         }
@@ -514,7 +527,7 @@ impl Sequencer {
             .filter(|&a| a != self.address);
         state.owner = Some(holder.map_or(desired.clone(), str::to_owned));
         let free = live.is_none_or(|r| r.holder == self.holder);
-        (desired == self.address && free).then_some(Action::Claim(biz.shape.step))
+        (desired == self.address && free).then_some((None, Action::Claim(biz.shape.step)))
     }
 
     /// Lists the sequence bizs anew when the catalog changed.
