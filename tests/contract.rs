@@ -1173,19 +1173,37 @@ async fn the_clock_reads_in_unix_milliseconds(kind: Kind) {
     assert!(second >= first, "{second} after {first}");
 }
 
+/// A section write of `biz` with a lease of 5 s.
+fn section_write(
+    biz: &str,
+    section: u32,
+    expected: Option<i64>,
+    holder: &str,
+    bound: i64,
+) -> SectionWrite {
+    SectionWrite {
+        biz: biz.into(),
+        section,
+        expected,
+        holder: holder.into(),
+        bound,
+        lease_ms: 5_000,
+    }
+}
+
+/// What a test compares of a section row: holder, version and bound.
+fn held(row: &SectionRow) -> (&str, i64, i64) {
+    (row.holder.as_str(), row.version, row.bound)
+}
+
 /// `section` and `write_section`: a section's row is absent until inserted once, then
 /// written only at the version read, one version up, its lease counted from the
 /// database's clock; of two writers from one version, one wins; other sections and
 /// bizs are apart.
 async fn sections_are_written_only_by_compare_and_set(kind: Kind) {
     let (_dbs, raw) = engine(kind).await;
-    let write = |section: u32, expected: Option<i64>, holder: &str, bound: i64| SectionWrite {
-        biz: "chat".into(),
-        section,
-        expected,
-        holder: holder.into(),
-        bound,
-        lease_ms: 5_000,
+    let write = |section: u32, expected: Option<i64>, holder: &str, bound: i64| {
+        section_write("chat", section, expected, holder, bound)
     };
     assert_eq!(raw.section("chat", 3).await.unwrap(), None);
     assert_eq!(
@@ -1264,9 +1282,202 @@ async fn sections_are_written_only_by_compare_and_set(kind: Kind) {
     assert_eq!(raw.sections("none").await.unwrap(), vec![]);
 }
 
+/// `all_sections` and `write_sections`: every biz's rows in one read, in biz then
+/// section order, with the database's clock; a batch of writes answered in its order,
+/// each write decided alone by compare-and-set (or insert if absent), versions one up,
+/// leases from the database's clock; a batch racing a single write on a row, one wins.
+async fn sections_are_read_and_written_in_batches(kind: Kind) {
+    let (_dbs, raw) = engine(kind).await;
+    let write = section_write;
+    assert_eq!(raw.all_sections().await.unwrap(), vec![]);
+    assert_eq!(
+        raw.write_sections(&[]).await.unwrap(),
+        vec![],
+        "empty batch"
+    );
+    for w in [
+        write("chat", 10, None, "a", 10),
+        write("order", 1, None, "b", 5),
+        write("#servers", 0, None, "s", 1),
+        write("chat", 2, None, "a", 10),
+        write("chat", 0, None, "a", 10),
+    ] {
+        raw.write_section(&w).await.unwrap().expect("inserted");
+    }
+    let before = raw.clock_ms().await.unwrap();
+    let all = raw.all_sections().await.unwrap();
+    let after = raw.clock_ms().await.unwrap();
+    let rows: Vec<(&str, u32)> = all.iter().map(|(b, s, _)| (b.as_str(), *s)).collect();
+    assert_eq!(
+        rows,
+        [
+            ("#servers", 0),
+            ("chat", 0),
+            ("chat", 2),
+            ("chat", 10),
+            ("order", 1)
+        ]
+    );
+    for (biz, section, row) in &all {
+        assert!(
+            (before..=after).contains(&row.db_now_ms),
+            "{row:?} read between {before} and {after}"
+        );
+        let one = raw.section(biz, *section).await.unwrap().expect("the row");
+        assert_eq!(
+            (held(row), row.expires_ms),
+            (held(&one), one.expires_ms),
+            "{biz} {section}"
+        );
+    }
+
+    // Two winners of each kind and two losers, answered in the order given.
+    let batch = [
+        write("order", 1, Some(1), "c", 50),
+        write("chat", 5, None, "c", 60),
+        write("chat", 0, None, "c", 70),
+        write("chat", 2, Some(7), "c", 80),
+        write("#servers", 0, Some(1), "c", 90),
+        write("chat", 3, None, "c", 100),
+    ];
+    let before = raw.clock_ms().await.unwrap();
+    let answers = raw.write_sections(&batch).await.unwrap();
+    let after = raw.clock_ms().await.unwrap();
+    let seen: Vec<Option<(&str, i64, i64)>> =
+        answers.iter().map(|a| a.as_ref().map(held)).collect();
+    assert_eq!(
+        seen,
+        [
+            Some(("c", 2, 50)),
+            Some(("c", 1, 60)),
+            None,
+            None,
+            Some(("c", 2, 90)),
+            Some(("c", 1, 100)),
+        ],
+        "inserted, stale and absent writes lose alone"
+    );
+    for row in answers.iter().flatten() {
+        assert_eq!(row.expires_ms - row.db_now_ms, 5_000, "{row:?}");
+        assert!((before..=after).contains(&row.db_now_ms), "{row:?}");
+    }
+    let now: Vec<(String, u32, (String, i64, i64))> = raw
+        .all_sections()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(b, s, r)| (b, s, (r.holder, r.version, r.bound)))
+        .collect();
+    let row =
+        |b: &str, s: u32, h: &str, v: i64, bound: i64| (b.to_owned(), s, (h.to_owned(), v, bound));
+    assert_eq!(
+        now,
+        [
+            row("#servers", 0, "c", 2, 90),
+            row("chat", 0, "a", 1, 10),
+            row("chat", 2, "a", 1, 10),
+            row("chat", 3, "c", 1, 100),
+            row("chat", 5, "c", 1, 60),
+            row("chat", 10, "a", 1, 10),
+            row("order", 1, "c", 2, 50),
+        ],
+        "only the winners changed"
+    );
+
+    // From the versions answered, one up again.
+    let again = raw
+        .write_sections(&[
+            write("chat", 5, Some(1), "d", 61),
+            write("order", 1, Some(2), "d", 51),
+        ])
+        .await
+        .unwrap();
+    let versions: Vec<Option<i64>> = again
+        .iter()
+        .map(|a| a.as_ref().map(|r| r.version))
+        .collect();
+    assert_eq!(versions, [Some(2), Some(3)]);
+
+    // A batch and a single write from one version of a row, at once: one wins, and the
+    // batch's other write is made whichever.
+    for round in 0..5 {
+        let version = 2 + round;
+        let batch = [
+            write("chat", 5, Some(version), "x", 1),
+            write("chat", 10, Some(1 + round), "x", 1),
+        ];
+        let single = write("chat", 5, Some(version), "y", 2);
+        let (b, s) = tokio::join!(raw.write_sections(&batch), raw.write_section(&single));
+        let (b, s) = (b.unwrap(), s.unwrap());
+        assert_eq!(
+            usize::from(b[0].is_some()) + usize::from(s.is_some()),
+            1,
+            "round {round}: {b:?} {s:?}"
+        );
+        assert_eq!(b[1].as_ref().map(|r| r.version), Some(2 + round));
+        let row = raw.section("chat", 5).await.unwrap().expect("the row");
+        assert_eq!(row.version, version + 1);
+    }
+
+    // Two batches writing the same rows at once, given in opposite orders: neither
+    // deadlocks (each takes the rows in their order), and each row is written once.
+    let shared: Vec<SectionWrite> = (100..300).map(|s| write("chat", s, None, "i", 0)).collect();
+    raw.write_sections(&shared).await.unwrap();
+    for version in 1..=5 {
+        let batch = |holder: &str| -> Vec<SectionWrite> {
+            let to = |w: &SectionWrite| write("chat", w.section, Some(version), holder, 0);
+            shared.iter().map(to).collect()
+        };
+        let (a, mut b) = (batch("a"), batch("b"));
+        b.reverse();
+        let (a, b) = tokio::join!(raw.write_sections(&a), raw.write_sections(&b));
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.iter().chain(&b).flatten().count(), shared.len());
+        let all = raw.all_sections().await.unwrap();
+        let shared_rows = all.iter().filter(|(b, s, _)| b == "chat" && *s >= 100);
+        assert!(
+            shared_rows
+                .clone()
+                .all(|(_, _, r)| r.version == version + 1)
+        );
+        assert_eq!(shared_rows.count(), shared.len());
+    }
+
+    // More rows than one statement of some engines names: each answered in its place.
+    let many: Vec<SectionWrite> = (0..1_200).map(|s| write("many", s, None, "m", 1)).collect();
+    let inserted = raw.write_sections(&many).await.unwrap();
+    assert!(
+        inserted
+            .iter()
+            .all(|a| a.as_ref().is_some_and(|r| r.version == 1))
+    );
+    let cas: Vec<SectionWrite> = (0..1_200)
+        .rev()
+        .map(|s| {
+            write(
+                "many",
+                s,
+                Some(if s % 3 == 0 { 1 } else { 2 }),
+                "n",
+                i64::from(s),
+            )
+        })
+        .collect();
+    let answers = raw.write_sections(&cas).await.unwrap();
+    for (w, a) in cas.iter().zip(&answers) {
+        let want = (w.section % 3 == 0).then(|| ("n", 2, i64::from(w.section)));
+        assert_eq!(a.as_ref().map(held), want, "section {}", w.section);
+    }
+    let many = raw.all_sections().await.unwrap();
+    let many: Vec<_> = many.iter().filter(|(b, _, _)| b == "many").collect();
+    assert_eq!(many.len(), 1_200);
+    assert!(many.windows(2).all(|p| p[0].1 < p[1].1), "in section order");
+}
+
 by_kind!(
     the_clock_reads_in_unix_milliseconds,
     sections_are_written_only_by_compare_and_set,
+    sections_are_read_and_written_in_batches,
     the_snowflake_spec_is_recorded_once,
     the_catalog_feed_returns_the_rows_written_since,
     one_biz_is_read_alone,

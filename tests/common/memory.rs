@@ -5,7 +5,7 @@
 //! A test double for timing only, never a stand-in for a database: what a store must do
 //! (transactions, migrations, tokens) is tested against PostgreSQL and SQLite.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -171,6 +171,26 @@ impl MemoryStore {
                 row.max_id = new_max_id;
                 row.clone()
             })
+    }
+}
+
+impl Inner {
+    /// Writes a section's row if it is still at the version read (inserts it if still
+    /// absent), its lease from `now`.
+    fn write_section(&mut self, w: &SectionWrite, now: i64) -> Option<SectionRow> {
+        let key = (w.biz.clone(), w.section);
+        if self.sections.get(&key).map(|r| r.version) != w.expected {
+            return None;
+        }
+        let row = SectionRow {
+            holder: w.holder.clone(),
+            version: w.expected.unwrap_or(0) + 1,
+            bound: w.bound,
+            expires_ms: now.saturating_add(w.lease_ms),
+            db_now_ms: now,
+        };
+        self.sections.insert(key, row.clone());
+        Some(row)
     }
 }
 
@@ -402,21 +422,43 @@ impl SegmentStore for MemoryStore {
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         self.enter("write_section").await?;
         let now = self.clock_ms().await?;
-        let mut inner = self.inner.lock();
-        let key = (w.biz.clone(), w.section);
-        let at = inner.sections.get(&key).map(|r| r.version);
-        if at != w.expected {
-            return Ok(None);
+        Ok(self.inner.lock().write_section(w, now))
+    }
+
+    async fn all_sections(&self) -> Result<Vec<(String, u32, SectionRow)>, DbError> {
+        self.enter("all_sections").await?;
+        let now = self.clock_ms().await?;
+        let inner = self.inner.lock();
+        let mut rows: Vec<_> = inner
+            .sections
+            .iter()
+            .map(|((biz, section), r)| {
+                let row = SectionRow {
+                    db_now_ms: now,
+                    ..r.clone()
+                };
+                (biz.clone(), *section, row)
+            })
+            .collect();
+        rows.sort_by(|(a, i, _), (b, j, _)| (a, i).cmp(&(b, j)));
+        Ok(rows)
+    }
+
+    /// All at once under the lock, as one transaction: a failure injected fails the
+    /// whole batch before any write.
+    async fn write_sections(
+        &self,
+        writes: &[SectionWrite],
+    ) -> Result<Vec<Option<SectionRow>>, DbError> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
         }
-        let row = SectionRow {
-            holder: w.holder.clone(),
-            version: w.expected.unwrap_or(0) + 1,
-            bound: w.bound,
-            expires_ms: now.saturating_add(w.lease_ms),
-            db_now_ms: now,
-        };
-        inner.sections.insert(key, row.clone());
-        Ok(Some(row))
+        let rows: HashSet<(&str, u32)> = writes.iter().map(|w| (&*w.biz, w.section)).collect();
+        assert_eq!(rows.len(), writes.len(), "a batch names each row once");
+        self.enter("write_sections").await?;
+        let now = self.clock_ms().await?;
+        let mut inner = self.inner.lock();
+        Ok(writes.iter().map(|w| inner.write_section(w, now)).collect())
     }
 
     async fn renew_lease(&self, _renewal: &LeaseRenewal) -> Result<Option<LeaseRow>, DbError> {

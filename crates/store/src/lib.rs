@@ -39,6 +39,8 @@
 //! | `take_lease`, `renew_lease` | one statement each, by the database's clock; take only past expiry plus grace, renew at holder and version (release at holder) |
 //! | `section`, `sections` | plain reads with the database's clock |
 //! | `write_section` | one compare-and-set on `version` (an insert if absent), the expiry by the database's clock |
+//! | `all_sections` | one plain read of every section row, with the database's clock, in biz (as bytes) then section order |
+//! | `write_sections` | each write as `write_section` makes it, all in one transaction; a write lost leaves the others, and a failed or unknown commit is an error for all |
 //! | `witness`, `put_shape`, `describe`, `insert_token`, `revoke_tokens`, `expire_token`, `touch_tokens` | one statement or transaction each; witnesses join as `Mark::join` does, token times move one way |
 //!
 //! Some decisions stay in each engine's SQL, since moving them out would change the
@@ -51,10 +53,13 @@
 //! `migrate` holds a named lock (`GET_LOCK`) and every statement can run again after a
 //! run cut off midway (`IF NOT EXISTS`); with no `RETURNING` and no conditional upsert,
 //! `write_row`, `write_layout`, `take_lease` and `renew_lease` are each one transaction
-//! that locks the row, decides, writes and reads the row back before `COMMIT`;
-//! `insert_bizs` reads the layouts above with `LOCK IN SHARE MODE`, which a claim's
-//! insert waits for. It has no change feed yet: `catalog` is the trait's default, which
-//! reads every row.
+//! that locks the row, decides, writes and reads the row back before `COMMIT`, and
+//! `write_sections` one such transaction for a whole batch (one locking read of the
+//! compare-and-sets' rows, one statement writing those still at the version read, one
+//! inserting the absent rows, one at a time only after a duplicate key, and one reading
+//! the rows back); `insert_bizs` reads the layouts above with `LOCK IN SHARE MODE`,
+//! which a claim's insert waits for. It has no change feed yet: `catalog` is the
+//! trait's default, which reads every row.
 
 pub(crate) mod catalog;
 mod clock;
@@ -423,6 +428,26 @@ pub trait SegmentStore: Send + Sync + 'static {
     /// an expiry `lease_ms` after the database's clock. Returns the row as written, or
     /// `None` when it was not at that version (written or inserted since).
     async fn write_section(&self, write: &SectionWrite) -> Result<Option<SectionRow>, DbError>;
+    /// Every section row this database holds, of every sequence biz (the servers' own
+    /// pseudo-biz among them), each with its biz, its number and the database's clock
+    /// now as [`sections`](Self::sections) gives it, in biz then section order (names
+    /// compared as bytes, as Rust compares them), in one statement: a server's round
+    /// of reads costs one per database whatever the number of bizs and sections.
+    async fn all_sections(&self) -> Result<Vec<(String, u32, SectionRow)>, DbError>;
+    /// Each of `writes` as [`write_section`](Self::write_section) makes it (the
+    /// compare-and-set on the version read, or the insert of an absent row), all in one
+    /// transaction; answers in the order given: the row as written, or `None` for a
+    /// write that found its row not at the version read (written or inserted since).
+    /// One write lost leaves the others. An error (the transaction failed, or its
+    /// commit is unknown) leaves every outcome unknown: the caller counts none as
+    /// written. An empty batch answers at once, sending nothing.
+    ///
+    /// # Panics
+    /// When two writes name the same row (biz and section).
+    async fn write_sections(
+        &self,
+        writes: &[SectionWrite],
+    ) -> Result<Vec<Option<SectionRow>>, DbError>;
     /// The snowflake spec recorded in this database and whether it is confirmed, if
     /// any ([`agreement`](crate::snowflake::agreement)).
     async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError>;

@@ -33,6 +33,49 @@ const TOKENS: &str = "SELECT id, token, biz_type, remark,
         floor(extract(epoch FROM last_used_time))::bigint
     FROM tiny_id_token";
 
+/// The writes of [`SegmentStore::write_sections`] in one statement. Its parameters
+/// are arrays, one value a write: biz, section, the version read (NULL: absent),
+/// holder, bound, lease and the write's position in the batch. Each row written comes
+/// back with its position.
+///
+/// A compare-and-set finds its row by the primary key, one lookup a write (a lateral
+/// subquery the planner cannot flatten: joined to the arrays, it hashes the whole table
+/// instead once it knows their length), and updates it by its address. A row updated
+/// by another transaction since is rechecked at its new version, whose address and
+/// version differ: that write is lost, as `write_section`'s would be. The inserts are
+/// of the rows still absent. The clock is read once, for every expiry (a CTE that calls
+/// a volatile function is evaluated once).
+fn write_sections_sql() -> String {
+    format!(
+        "WITH clock AS (SELECT {NOW_MS} AS ms),
+         w AS (SELECT * FROM unnest($1::text[], $2::integer[], $3::bigint[], $4::text[],
+                                    $5::bigint[], $6::bigint[], $7::integer[])
+                   AS w(biz, num, expected, new_holder, new_bound, lease_ms, at)),
+         found AS (
+             SELECT hit.address, w.* FROM w CROSS JOIN LATERAL (
+                 SELECT ctid AS address FROM segmint_sequence_section
+                 WHERE biz_type = w.biz AND section = w.num AND version = w.expected
+                 OFFSET 0) hit),
+         updated AS (
+             UPDATE segmint_sequence_section s SET holder = found.new_holder,
+                 version = s.version + 1, bound = found.new_bound,
+                 expires_ms = clock.ms + found.lease_ms, update_time = now()
+             FROM found, clock
+             WHERE s.ctid = found.address AND s.version = found.expected
+             RETURNING {SECTION_COLUMNS}, clock.ms, found.at),
+         inserted AS (
+             INSERT INTO segmint_sequence_section (biz_type, section, {SECTION_COLUMNS})
+             SELECT w.biz, w.num, w.new_holder, 1, w.new_bound, clock.ms + w.lease_ms
+             FROM w, clock WHERE w.expected IS NULL
+             ON CONFLICT (biz_type, section) DO NOTHING
+             RETURNING biz_type, section, {SECTION_COLUMNS})
+         SELECT * FROM updated
+         UNION ALL
+         SELECT {SECTION_COLUMNS}, clock.ms, w.at FROM inserted
+             JOIN w ON inserted.biz_type = w.biz AND inserted.section = w.num, clock"
+    )
+}
+
 /// Serialises concurrent `segmint migrate` runs on one database.
 const MIGRATION_LOCK: i64 = 0x0005_e91d;
 
@@ -1002,6 +1045,81 @@ impl SegmentStore for PgStore {
         }
         .map_err(db_error)?;
         read_opt(row, rules::section_row)
+    }
+
+    async fn all_sections(&self) -> Result<Vec<(String, u32, SectionRow)>, DbError> {
+        let client = self.client().await?;
+        // Names in byte order ("C"), as the other engines' columns compare them,
+        // whatever the database's collation.
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT biz_type, section, {SECTION_COLUMNS}, {NOW_MS}
+                     FROM segmint_sequence_section ORDER BY biz_type COLLATE \"C\", section"
+                ),
+                &[],
+            )
+            .await
+            .map_err(db_error)?;
+        read_all(&rows, rules::named_section_row)
+    }
+
+    async fn write_sections(
+        &self,
+        writes: &[SectionWrite],
+    ) -> Result<Vec<Option<SectionRow>>, DbError> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Sent in the rows' order, which the lookups follow: two batches lock the rows
+        // they share in the same order. A deadlock PostgreSQL finds all the same fails
+        // the batch as a whole (an error: no write counts).
+        let order = rules::in_row_order(writes);
+        let column = |f: fn(&SectionWrite) -> i64| -> Vec<i64> {
+            order.iter().map(|&i| f(&writes[i])).collect()
+        };
+        let bizs: Vec<&str> = order.iter().map(|&i| writes[i].biz.as_str()).collect();
+        let sections: Vec<i32> = order
+            .iter()
+            .map(|&i| rules::section_number(writes[i].section))
+            .collect();
+        let expected: Vec<Option<i64>> = order.iter().map(|&i| writes[i].expected).collect();
+        let holders: Vec<&str> = order.iter().map(|&i| writes[i].holder.as_str()).collect();
+        let at: Vec<i32> = order
+            .iter()
+            .map(|&i| i32::try_from(i).expect("a batch of fewer than 2^31 writes"))
+            .collect();
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(&write_sections_sql())
+            .await
+            .map_err(db_error)?;
+        // One statement, committed at Sync before ReadyForQuery (see `write_row`): a
+        // failed or unknown commit is an error.
+        let rows = client
+            .query(
+                &stmt,
+                &[
+                    &bizs,
+                    &sections,
+                    &expected,
+                    &holders,
+                    &column(|w| w.bound),
+                    &column(|w| w.lease_ms),
+                    &at,
+                ],
+            )
+            .await
+            .map_err(db_error)?;
+        let mut written = vec![None; writes.len()];
+        for row in &rows {
+            let at = usize::try_from(row.int32(5).map_err(db_error)?).ok();
+            let slot = at.and_then(|at| written.get_mut(at));
+            let slot = slot.expect("a row written answers a write of the batch");
+            assert!(slot.is_none(), "a write of the batch is answered once");
+            *slot = Some(rules::section_row(row).map_err(db_error)?);
+        }
+        Ok(written)
     }
 
     async fn snowflake_spec(&self) -> Result<Option<(String, bool)>, DbError> {

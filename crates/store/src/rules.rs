@@ -12,7 +12,7 @@ use crate::layout::LayoutState;
 use crate::name::Name;
 use crate::{
     BizRow, DbError, FeedPosition, Inserted, LayoutRow, LeaseRow, LeaseSet, Mark, Reclass,
-    RowClass, RowWrite, SectionRow, SegmentStore, ShapeRow, TokenRow, Witness,
+    RowClass, RowWrite, SectionRow, SectionWrite, SegmentStore, ShapeRow, TokenRow, Witness,
 };
 
 /// One schema migration: its number, its name, and its statements in one dialect.
@@ -222,27 +222,56 @@ pub(crate) fn section_number(section: u32) -> i32 {
 
 /// A section row read with [`SECTION_COLUMNS`] and the database's clock.
 pub(crate) fn section_row<C: Cells>(r: &C) -> Result<SectionRow, C::Error> {
-    Ok(SectionRow {
-        holder: r.text(0)?,
-        version: r.int(1)?,
-        bound: r.int(2)?,
-        expires_ms: r.int(3)?,
-        db_now_ms: r.int(4)?,
-    })
+    section_row_from(r, 0)
 }
 
 /// A section's number and row, read with `section, ` [`SECTION_COLUMNS`] and the
 /// database's clock.
 pub(crate) fn numbered_section_row<C: Cells>(r: &C) -> Result<(u32, SectionRow), C::Error> {
-    let section = r.int32(0)?;
-    let row = SectionRow {
-        holder: r.text(1)?,
-        version: r.int(2)?,
-        bound: r.int(3)?,
-        expires_ms: r.int(4)?,
-        db_now_ms: r.int(5)?,
-    };
-    Ok((u32::try_from(section).unwrap_or(u32::MAX), row))
+    Ok((section_of(r, 0)?, section_row_from(r, 1)?))
+}
+
+/// A section's biz, number and row, read with `biz_type, section, `
+/// [`SECTION_COLUMNS`] and the database's clock.
+pub(crate) fn named_section_row<C: Cells>(r: &C) -> Result<(String, u32, SectionRow), C::Error> {
+    Ok((r.text(0)?, section_of(r, 1)?, section_row_from(r, 2)?))
+}
+
+/// The section number in cell `i`; a negative one (the column's CHECK forbids it) reads
+/// as a section no biz has.
+fn section_of<C: Cells>(r: &C, i: usize) -> Result<u32, C::Error> {
+    Ok(u32::try_from(r.int32(i)?).unwrap_or(u32::MAX))
+}
+
+/// A section row read with [`SECTION_COLUMNS`] from cell `first` on, the database's
+/// clock after them.
+fn section_row_from<C: Cells>(r: &C, first: usize) -> Result<SectionRow, C::Error> {
+    Ok(SectionRow {
+        holder: r.text(first)?,
+        version: r.int(first + 1)?,
+        bound: r.int(first + 2)?,
+        expires_ms: r.int(first + 3)?,
+        db_now_ms: r.int(first + 4)?,
+    })
+}
+
+/// The positions of `writes` in the order of the rows they name, biz then section:
+/// the order a batch of section writes takes its rows' locks in, so that two batches
+/// locking some of the same rows wait on each other at the first of them instead of
+/// each holding one the other waits for.
+///
+/// # Panics
+/// When two writes name the same row: a batch answers once per row, and one statement
+/// cannot compare-and-set a row twice.
+pub(crate) fn in_row_order(writes: &[SectionWrite]) -> Vec<usize> {
+    let row = |i: usize| (writes[i].biz.as_str(), writes[i].section);
+    let mut order: Vec<usize> = (0..writes.len()).collect();
+    order.sort_unstable_by_key(|&i| row(i));
+    assert!(
+        order.windows(2).all(|p| row(p[0]) != row(p[1])),
+        "a batch of section writes names each row once"
+    );
+    order
 }
 
 /// A layout row read with [`LAYOUT_COLUMNS`].
@@ -416,5 +445,34 @@ impl dyn SegmentStore {
     ) -> Result<Option<Vec<LeaseRow>>, DbError> {
         self.set_leases_while(epoch, LayoutState::Moving.as_str(), rows)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(biz: &str, section: u32) -> SectionWrite {
+        SectionWrite {
+            biz: biz.into(),
+            section,
+            expected: None,
+            holder: "h".into(),
+            bound: 0,
+            lease_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_batch_is_taken_in_the_rows_order() {
+        let writes = [write("b", 1), write("a", 10), write("a", 2), write("#s", 0)];
+        assert_eq!(in_row_order(&writes), [3, 2, 1, 0]);
+        assert_eq!(in_row_order(&[]), Vec::<usize>::new());
+    }
+
+    #[test]
+    #[should_panic(expected = "names each row once")]
+    fn a_batch_naming_a_row_twice_is_refused() {
+        in_row_order(&[write("a", 1), write("b", 1), write("a", 1)]);
     }
 }

@@ -242,6 +242,40 @@ fn write<T>(
     Ok(out)
 }
 
+/// Writes a section's row in transaction `tx` if it is still at the version read (an
+/// insert if still absent). As on PostgreSQL, `expires_ms - lease_ms` is the
+/// database's clock, fixed for the statement.
+fn write_section_in(tx: &Transaction, w: &SectionWrite) -> rusqlite::Result<Option<SectionRow>> {
+    let section = rules::section_number(w.section);
+    match w.expected {
+        Some(version) => tx
+            .prepare_cached(&format!(
+                "UPDATE segmint_sequence_section SET holder = ?3,
+                     version = version + 1, bound = ?4,
+                     expires_ms = {NOW_MS} + ?5, update_time = CURRENT_TIMESTAMP
+                 WHERE biz_type = ?1 AND section = ?2 AND version = ?6
+                 RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
+            ))?
+            .query_row(
+                params![w.biz, section, w.holder, w.bound, w.lease_ms, version],
+                |r| rules::section_row(r),
+            )
+            .optional(),
+        None => tx
+            .prepare_cached(&format!(
+                "INSERT INTO segmint_sequence_section (biz_type, section, {SECTION_COLUMNS})
+                 VALUES (?1, ?2, ?3, 1, ?4, {NOW_MS} + ?5)
+                 ON CONFLICT (biz_type, section) DO NOTHING
+                 RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
+            ))?
+            .query_row(
+                params![w.biz, section, w.holder, w.bound, w.lease_ms],
+                |r| rules::section_row(r),
+            )
+            .optional(),
+    }
+}
+
 fn migrate(conn: &mut Connection) -> Result<Vec<String>, DbError> {
     write(conn, |tx| {
         tx.execute_batch(
@@ -842,35 +876,37 @@ impl SegmentStore for SqliteStore {
 
     async fn write_section(&self, w: &SectionWrite) -> Result<Option<SectionRow>, DbError> {
         let w = w.clone();
-        // As on PostgreSQL: `expires_ms - lease_ms` is the database's clock.
+        self.with(move |c| write(c, |tx| write_section_in(tx, &w)))
+            .await
+    }
+
+    async fn all_sections(&self) -> Result<Vec<(String, u32, SectionRow)>, DbError> {
         self.with(move |c| {
-            let section = rules::section_number(w.section);
-            write(c, |tx| match w.expected {
-                Some(version) => tx
-                    .prepare_cached(&format!(
-                        "UPDATE segmint_sequence_section SET holder = ?3,
-                             version = version + 1, bound = ?4,
-                             expires_ms = {NOW_MS} + ?5, update_time = CURRENT_TIMESTAMP
-                         WHERE biz_type = ?1 AND section = ?2 AND version = ?6
-                         RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
-                    ))?
-                    .query_row(
-                        params![w.biz, section, w.holder, w.bound, w.lease_ms, version],
-                        |r| rules::section_row(r),
-                    )
-                    .optional(),
-                None => tx
-                    .prepare_cached(&format!(
-                        "INSERT INTO segmint_sequence_section (biz_type, section, {SECTION_COLUMNS})
-                         VALUES (?1, ?2, ?3, 1, ?4, {NOW_MS} + ?5)
-                         ON CONFLICT (biz_type, section) DO NOTHING
-                         RETURNING {SECTION_COLUMNS}, expires_ms - ?5"
-                    ))?
-                    .query_row(
-                        params![w.biz, section, w.holder, w.bound, w.lease_ms],
-                        |r| rules::section_row(r),
-                    )
-                    .optional(),
+            c.prepare_cached(&format!(
+                "SELECT biz_type, section, {SECTION_COLUMNS}, {NOW_MS}
+                 FROM segmint_sequence_section ORDER BY biz_type, section"
+            ))?
+            .query_map([], |r| rules::named_section_row(r))?
+            .collect()
+        })
+        .await
+    }
+
+    /// One write transaction holds the file's write lock throughout: the writes are
+    /// made one after the other, in the order given (no other writer waits on a row).
+    async fn write_sections(
+        &self,
+        writes: &[SectionWrite],
+    ) -> Result<Vec<Option<SectionRow>>, DbError> {
+        if writes.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Only the check that no row is named twice.
+        rules::in_row_order(writes);
+        let writes = writes.to_vec();
+        self.with(move |c| {
+            write(c, |tx| {
+                writes.iter().map(|w| write_section_in(tx, w)).collect()
             })
         })
         .await
