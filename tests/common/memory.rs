@@ -14,8 +14,8 @@ use parking_lot::Mutex;
 use segmint::segment::Residue;
 use segmint::step::StepPolicy;
 use segmint::store::{
-    BizRow, CatalogRows, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, RowWrite,
-    SectionRow, SectionWrite, SegmentStore, ShapeRow, Store, Timing, TokenRow, Witness,
+    BizRow, CatalogRows, DbError, Inserted, LayoutRow, LeaseRenewal, LeaseRow, LeaseSet, Mark,
+    RowWrite, SectionRow, SectionWrite, SegmentStore, ShapeRow, Store, Timing, TokenRow, Witness,
 };
 
 /// How an injected failure fails.
@@ -116,6 +116,21 @@ impl MemoryStore {
     /// The row of `biz`, as it is now.
     pub fn row(&self, biz: &str) -> BizRow {
         self.inner.lock().rows[biz].clone()
+    }
+
+    /// Sets the row of `biz` back to `version` and `max_id`, as a restore from a backup
+    /// taken then would.
+    pub fn set_back(&self, biz: &str, version: i64, max_id: i64) {
+        let mut inner = self.inner.lock();
+        let row = inner.rows.get_mut(biz).expect("a row to set back");
+        row.version = version;
+        row.max_id = max_id;
+    }
+
+    /// The mark this database's witness row holds of the row of `biz` on `database`.
+    pub fn witnessed(&self, database: &str, biz: &str) -> Option<Mark> {
+        let key = (database.to_owned(), biz.to_owned());
+        self.inner.lock().witnesses.get(&key).map(|w| w.mark)
     }
 
     /// Counts the call, waits the latency, then fails if failures are injected.

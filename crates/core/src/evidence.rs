@@ -351,6 +351,19 @@ impl Evidence {
     pub fn unsettle(&mut self, db: usize) {
         self.settled.remove(&db);
     }
+
+    /// Whether database `witness` holds every mark known here of database `db`'s rows:
+    /// it was brought up to date ([`Evidence::lacking`]) and no mark of `db` learnt
+    /// since, or left then, waits to be written there. Call it while no look for
+    /// `witness` is under way: a look counts the database up to date before its writes
+    /// are done.
+    pub fn witnessed_by(&self, db: usize, witness: usize) -> bool {
+        db != witness
+            && self
+                .settled
+                .get(&witness)
+                .is_some_and(|pending| pending.iter().all(|&(of, _)| of != db))
+    }
 }
 
 #[cfg(test)]
@@ -490,6 +503,32 @@ mod tests {
             [held("c", 8, 80)]
         );
         assert!(ev.take_lacking(1, &names, holding(vec![]), 1).is_empty());
+    }
+
+    /// A database holds another's marks once brought up to date, until a mark of that
+    /// one is learnt or left over; marks of a third database do not count.
+    #[test]
+    fn a_database_witnesses_another_once_up_to_date_and_until_a_mark_of_it_waits() {
+        let names = ["a".to_string(), "b".to_string(), "c".to_string()];
+        let none = |_: &str, _: &str| None;
+        let mut ev = Evidence::default();
+        observe(&mut ev, 0, &row(5, 50)).unwrap();
+        assert!(!ev.witnessed_by(0, 1), "never brought up to date");
+        assert_eq!(ev.take_lacking(1, &names, none, 10).len(), 1);
+        assert!(ev.witnessed_by(0, 1));
+        assert!(!ev.witnessed_by(0, 0), "no database witnesses itself");
+        observe(&mut ev, 2, &row(7, 70)).unwrap();
+        assert!(ev.witnessed_by(0, 1), "a mark of c waits, none of a");
+        observe(&mut ev, 0, &row(6, 60)).unwrap();
+        assert!(!ev.witnessed_by(0, 1));
+        let mut order = Evidence::default();
+        for n in 0..3 {
+            order.learn(0, format!("biz{n}"), Mark::of(&row(n, n * 10)));
+        }
+        assert_eq!(order.take_lacking(1, &names, none, 2).len(), 2);
+        assert!(!order.witnessed_by(0, 1), "one mark left for the next look");
+        assert_eq!(order.take_lacking(1, &names, none, 2).len(), 1);
+        assert!(order.witnessed_by(0, 1));
     }
 
     /// A look taken in chunks, with the evidence let go between them, finds what one

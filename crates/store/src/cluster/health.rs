@@ -89,8 +89,30 @@ impl Store {
         let mut health = db.health.lock();
         if health.fenced.is_none() {
             tracing::error!(database = %db.name, %reason, "database went back in time; fenced until `segmint db fence` raises its rows");
+            health.unrecorded = true;
         }
         health.fenced = Some(reason);
+    }
+
+    /// Records in the other databases the evidence of every fence this process alone
+    /// knows of: the marks a fenced database's rows lie behind may have missed their
+    /// witnesses (the other databases slow or backed off), and a server started after
+    /// this one stops knows only what the databases hold. Copies what each reachable
+    /// database lacks ([`Store::copy_witnesses`]); a fence stays unrecorded, for the
+    /// next call, until another database holds every mark of the fenced one.
+    pub(super) async fn record_fences(&self) {
+        let unrecorded: Vec<usize> = (0..self.dbs.list.len())
+            .filter(|&i| {
+                let health = self.dbs.list[i].health.lock();
+                health.fenced.is_some() && health.unrecorded
+            })
+            .collect();
+        if unrecorded.is_empty() {
+            return;
+        }
+        for i in self.copy_witnesses(&unrecorded).await {
+            self.dbs.list[i].health.lock().unrecorded = false;
+        }
     }
 
     /// Lifts the fence of database `i`, if any: its rows are at or above every mark.

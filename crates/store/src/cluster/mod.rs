@@ -35,7 +35,9 @@
 //!
 //! - `view.refreshed` → `view.evidence`, `health`, `view.snapshots`, `layout.view`,
 //!   `view.classes_seen`, `view.unbuilt`, `uses.pending`: `Store::refresh_since` takes
-//!   each while holding it, and awaits database calls under it, `Store::heal` included.
+//!   each while holding it, and awaits database calls under it, `Store::heal` included;
+//!   `Store::copy_witnesses` (a fence recorded) takes `health`, `view.evidence` and
+//!   `view.snapshots` under it and awaits the witness writes.
 //! - per (database, biz) queue → `view.evidence`, `health`: `Store::attempt_on` holds the
 //!   queue while `Store::attempt` takes `view.evidence`, and `Store::call` or
 //!   `Store::fence` take `health`, one at a time. `reserving` is released before the
@@ -65,8 +67,9 @@
 //! One long hold is worth knowing: `view.refreshed` is held for a whole refresh. While a
 //! cut-off change is being healed, that is every frozen biz's `Store::move_biz` (each
 //! step bounded by the protocol's `step_timeout`). Callers of `Store::refresh_since`
-//! wait meanwhile with no bound of their own: a reservation that met a frozen row, and a
-//! request whose token or biz missed the catalog.
+//! wait meanwhile with no bound of their own: a reservation that met a frozen row, one
+//! that records a fence (`Store::record_fences`), and a request whose token or biz
+//! missed the catalog.
 
 pub(super) mod admin;
 mod agreement;
@@ -154,6 +157,10 @@ struct Health {
     /// Set while a row of the database is behind the evidence: it is not used until
     /// its rows are at or above every mark again (`segmint db fence` raises them).
     fenced: Option<String>,
+    /// Set with a fence until another database holds every mark of this one known here
+    /// (`Store::record_fences`): until then only this process could tell that the
+    /// database went back, and a server started after it stops would use it.
+    unrecorded: bool,
     /// Its clock as last read (at a catalog refresh).
     clock: Option<crate::shape::clocks::Reading>,
 }

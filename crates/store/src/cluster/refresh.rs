@@ -111,7 +111,7 @@ impl CatalogView {
     ) -> Vec<(usize, Vec<Witness>)> {
         let mut all = Vec::new();
         for &(k, lost) in read {
-            // Only a refresh changes the snapshots, and this one holds its turn.
+            // Only a refresh changes the snapshots, and the caller holds a refresh's turn.
             if self.snapshots.lock()[k].is_none() {
                 continue;
             }
@@ -487,13 +487,46 @@ impl Store {
         }
         self.write_uses();
         if witnesses {
-            let (view, names) = (self.view.clone(), self.dbs.names.clone());
-            let (turn, lacking) =
-                off_thread(turn, move || view.lacking_witnesses(&names, &read)).await?;
-            self.write_witnesses(&lacking).await;
-            drop(turn);
+            drop(self.write_lacking(turn, read).await?);
         }
         Some(catalog)
+    }
+
+    /// Writes into each database of `read` (with whether a witness it held went missing
+    /// or back) the marks it lacks, by the witnesses it held at its last read, holding
+    /// the refresh's `turn` throughout. `None` when the runtime is shutting down.
+    async fn write_lacking(&self, turn: Turn, read: Vec<(usize, bool)>) -> Option<Turn> {
+        let (view, names) = (self.view.clone(), self.dbs.names.clone());
+        let (turn, lacking) =
+            off_thread(turn, move || view.lacking_witnesses(&names, &read)).await?;
+        self.write_witnesses(&lacking).await;
+        Some(turn)
+    }
+
+    /// Copies into every reachable database the marks it lacks, as a refresh does after
+    /// its reads, without reading again (a database's witnesses only grow, so what it
+    /// held at its last read it holds still). Returns those of the databases `of` whose
+    /// every mark known here another database now holds. Waits for a refresh under way.
+    pub(super) async fn copy_witnesses(&self, of: &[usize]) -> Vec<usize> {
+        let turn = self.view.refreshed.clone().lock_owned().await;
+        let reachable = (0..self.dbs.list.len())
+            .filter(|&k| self.is_reachable(k))
+            .map(|k| (k, false))
+            .collect();
+        let Some(turn) = self.write_lacking(turn, reachable).await else {
+            return Vec::new();
+        };
+        // Judged with the turn still held: no other look is under way.
+        let witnessed = {
+            let evidence = self.view.evidence.lock();
+            let others = 0..self.dbs.list.len();
+            of.iter()
+                .copied()
+                .filter(|&i| others.clone().any(|k| evidence.witnessed_by(i, k)))
+                .collect()
+        };
+        drop(turn);
+        witnessed
     }
 
     /// Checks every row just `read` against the evidence known before the reads

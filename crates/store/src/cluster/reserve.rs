@@ -204,6 +204,9 @@ impl Store {
                 result => break result?,
             }
         };
+        // A database found gone back in time (by this reservation or another) is
+        // recorded as such before another segment is used.
+        self.record_fences().await;
         let bound = self
             .hedge_delay(runway)
             .unwrap_or(self.dbs.timing.fetch_timeout);
