@@ -6,13 +6,11 @@
 //!   the lease row before the holder issues up to it; the holder never issues a
 //!   timestamp above the bound it recorded, and a later holder never issues one at or
 //!   below the row's bound.
-//! - **Deadline.** A holder stops issuing `lease` after it sent its last successful
-//!   renewal (less a margin), by its monotonic clock, checked after the ID's timestamp
-//!   was read: a process frozen by SIGSTOP past its lease issues nothing after SIGCONT.
-//! - **Waiting out.** Another process can take the worker ID only a grace period after
-//!   the lease ran out by the database's clock, and then issues its first ID only
-//!   `lease` after taking it: by then every earlier holder has stopped, even one whose
-//!   database was restored from a backup (its renewals fail from then on).
+//! - **Deadline** and **waiting out**: the core's holder machine
+//!   (`segmint_core::snowflake::holder`), which decides when the lease loop takes and
+//!   renews and whether an ID may be issued; this module carries it out. The deadline
+//!   is checked after the ID's timestamp was read: a process frozen by SIGSTOP past its
+//!   lease issues nothing after SIGCONT.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +22,7 @@ use prometheus::IntCounter;
 use crate::biz::BizTag;
 use crate::config::SnowflakeConfig;
 use crate::metrics::SnowflakeMetrics;
+use crate::snowflake::holder::{Held, Holder, NotIssuing, Renewal, Renewed, Step};
 use crate::snowflake::{Clock, Generator, Layout, Pause, SnowflakeError, SystemClock, SystemPause};
 use crate::store::{Lease, Store};
 
@@ -86,14 +85,10 @@ impl Pause for Counting {
     }
 }
 
-/// A lease this server issues with.
+/// What this server issues with while its lease is active.
 struct Active {
-    lease: Lease,
     generator: Generator<SystemClock>,
     pause: Counting,
-    /// Nothing is issued once the monotonic clock reaches this: the lease may have
-    /// run out.
-    deadline: Instant,
     /// The bound recorded in the lease row: nothing is issued above it.
     bound_ms: i64,
     /// Whether the clock being behind was logged, so that a stretch of refusals logs
@@ -101,19 +96,7 @@ struct Active {
     behind_logged: bool,
 }
 
-enum State {
-    /// No worker ID: none leased yet, or the lease was lost or lapsed.
-    Idle,
-    /// Leased; waiting out earlier holders until `until` before the first ID.
-    Waiting {
-        lease: Lease,
-        until: Instant,
-        deadline: Instant,
-    },
-    Active(Box<Active>),
-    /// Released at shutdown: nothing more is issued.
-    Stopped,
-}
+type State = Holder<Lease, Box<Active>>;
 
 /// What the renewal loop needs to know of the state, read under the lock.
 enum Phase {
@@ -128,6 +111,8 @@ pub struct Worker {
     config: SnowflakeConfig,
     /// This process, as written in the lease rows.
     holder: String,
+    /// The origin of the holder machine's clock: the store's monotonic clock less this.
+    origin: Instant,
     /// Plain mutex: held to issue a batch (up to a used-up tick: the wait for the next
     /// is outside it) or update the state, never across an await.
     state: Mutex<State>,
@@ -157,11 +142,13 @@ impl Worker {
             std::process::id(),
             rand::random::<u32>()
         );
+        let timing = crate::lease::Timing::new(config.lease, config.grace);
         Worker {
+            origin: store.now(),
+            state: Mutex::new(Holder::new(timing, config.renew)),
             store,
             config,
             holder,
-            state: Mutex::new(State::Idle),
             refused: Mutex::new(None),
             metrics,
             issued,
@@ -185,10 +172,15 @@ impl Worker {
 
     /// The worker ID this server issues with, if it does.
     pub fn worker_id(&self) -> Option<u16> {
-        match &*self.state.lock() {
-            State::Active(a) => Some(a.lease.worker_id),
+        match self.state.lock().held() {
+            Held::Active { lease, .. } => Some(lease.worker_id),
             _ => None,
         }
+    }
+
+    /// The holder machine's clock: monotonic, since this worker was made.
+    fn now(&self) -> Duration {
+        self.store.now().saturating_duration_since(self.origin)
     }
 
     /// `n` snowflake IDs of `biz`, increasing, and the worker ID they carry.
@@ -235,16 +227,15 @@ impl Worker {
         worker_id: &mut Option<u16>,
     ) -> Result<Option<i64>, IssueError> {
         let mut state = self.state.lock();
-        let active = match &mut *state {
-            State::Active(a) => a,
-            State::Waiting { until, .. } => {
-                let left = until.saturating_duration_since(self.store.now());
+        let (lease, active, deadline) = match state.issuing(self.now()) {
+            Ok(issuing) => issuing,
+            Err(NotIssuing::Waiting(left)) => {
                 return Err(IssueError::NoWorkerId(format!(
                     "worker ID leased, waiting {} ms more for earlier holders to stop",
                     left.as_millis()
                 )));
             }
-            State::Idle => {
+            Err(NotIssuing::Idle) => {
                 return Err(IssueError::NoWorkerId(
                     self.refused.lock().clone().map_or_else(
                         || "no database has leased one to this server".into(),
@@ -252,9 +243,12 @@ impl Worker {
                     ),
                 ));
             }
-            State::Stopped => return Err(IssueError::NoWorkerId("the server is stopping".into())),
+            Err(NotIssuing::Stopped) => {
+                return Err(IssueError::NoWorkerId("the server is stopping".into()));
+            }
         };
-        if *worker_id.get_or_insert(active.lease.worker_id) != active.lease.worker_id {
+        let lease_worker = lease.worker_id;
+        if *worker_id.get_or_insert(lease_worker) != lease_worker {
             return Err(IssueError::NoWorkerId(
                 "the worker ID changed while the batch waited for a tick".into(),
             ));
@@ -262,7 +256,7 @@ impl Worker {
         let mut next_tick = None;
         let issued = (ids.len()..n).try_for_each(|_| {
             if next_tick.is_none() {
-                match active.next_id(|| self.store.now())? {
+                match active.next_id(|| self.now(), deadline)? {
                     Issued::Id(id) => ids.push(id),
                     Issued::NextTickAt(ms) => next_tick = Some(ms),
                 }
@@ -284,7 +278,7 @@ impl Worker {
                     if !std::mem::replace(&mut active.behind_logged, true) {
                         tracing::error!(
                             by_ms = by,
-                            worker_id = active.lease.worker_id,
+                            worker_id = lease_worker,
                             "the clock went back; no snowflake ID until it has caught up"
                         );
                     }
@@ -304,17 +298,20 @@ impl Worker {
 
     /// One round of the lease loop; returns how long to wait before the next.
     async fn step(&self) -> Duration {
-        let phase = match &*self.state.lock() {
-            State::Idle => Phase::Idle,
-            State::Stopped => Phase::Stopped,
-            State::Waiting { lease, .. } => Phase::Holding {
-                lease: lease.clone(),
-                last_ms: lease.floor_ms,
-            },
-            State::Active(a) => Phase::Holding {
-                lease: a.lease.clone(),
-                last_ms: a.generator.last_ms(),
-            },
+        let phase = {
+            let state = self.state.lock();
+            match (state.step(), state.held()) {
+                (Step::Take, _) => Phase::Idle,
+                (Step::Rest, _) => Phase::Stopped,
+                (Step::Renew(lease), Held::Active { issuing, .. }) => Phase::Holding {
+                    lease: lease.clone(),
+                    last_ms: issuing.generator.last_ms(),
+                },
+                (Step::Renew(lease), _) => Phase::Holding {
+                    lease: lease.clone(),
+                    last_ms: lease.floor_ms,
+                },
+            }
         };
         match phase {
             Phase::Stopped => Duration::from_secs(3600),
@@ -328,15 +325,8 @@ impl Worker {
         i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
     }
 
-    /// When a lease renewed (or taken) at `sent` must stop being used: before it can
-    /// have run out by the database's clock, with a tenth of it to spare for clocks
-    /// that run at slightly different rates.
-    fn deadline(&self, sent: Instant) -> Instant {
-        sent + self.config.lease - self.config.lease / 10
-    }
-
     async fn take(&self) -> Duration {
-        let sent = self.store.now();
+        let sent = self.now();
         match self
             .store
             .take_lease(&self.holder, self.config.lease, self.config.grace)
@@ -353,15 +343,7 @@ impl Worker {
                     "leased a snowflake worker ID; waiting out earlier holders before the first ID"
                 );
                 self.metrics.set_lease(Some(lease.worker_id), "waiting");
-                let mut state = self.state.lock();
-                if matches!(*state, State::Idle) {
-                    *state = State::Waiting {
-                        lease,
-                        until: sent + self.config.lease,
-                        deadline: self.deadline(sent),
-                    };
-                }
-                self.config.renew.min(self.config.lease)
+                self.state.lock().taken(lease, sent)
             }
             Err(e) => {
                 self.metrics.acquisition("failed");
@@ -373,111 +355,101 @@ impl Worker {
     }
 
     async fn renew(&self, lease: &Lease, last_ms: i64) -> Duration {
-        let sent = self.store.now();
+        let sent = self.now();
         let bound_ms = SystemClock.now_ms().saturating_add(self.lease_ms());
         let renewed = self
             .store
             .renew_lease(lease, self.lease_ms(), last_ms, bound_ms)
             .await;
-        let mut state = self.state.lock();
+        let failed = renewed.as_ref().err().map(ToString::to_string);
+        let answer = match renewed {
+            Ok(Some(renewed)) => Renewal::Renewed(renewed),
+            Ok(None) => Renewal::Lost,
+            Err(_) => Renewal::Failed,
+        };
         // The state may have moved on while the renewal ran (stopped, or lapsed).
         let same = |l: &Lease| l.worker_id == lease.worker_id && l.version == lease.version;
-        let current_deadline = match &*state {
-            State::Waiting {
-                lease: l, deadline, ..
-            } if same(l) => *deadline,
-            State::Active(a) if same(&a.lease) => a.deadline,
-            _ => return self.config.renew,
-        };
-        match renewed {
-            Ok(Some(renewed)) => {
-                self.metrics.renewal("ok");
-                let deadline = self.deadline(sent);
-                let next = match std::mem::replace(&mut *state, State::Idle) {
-                    State::Waiting { until, .. } if self.store.now() < until => {
-                        *state = State::Waiting {
-                            lease: renewed,
-                            until,
-                            deadline,
-                        };
-                        until.saturating_duration_since(self.store.now())
-                    }
-                    State::Waiting { .. } => {
-                        let layout = self.config.layout;
-                        match Generator::new(
-                            SystemClock,
-                            self.config.epoch_ms,
-                            layout,
-                            u32::from(renewed.worker_id),
-                            renewed.floor_ms,
-                        ) {
-                            Ok(generator) => {
-                                tracing::info!(
-                                    worker_id = renewed.worker_id,
-                                    layout = %layout,
-                                    ids_below = format!("2^{}", layout.total_bits()),
-                                    js_safe = layout.js_safe(),
-                                    "issuing snowflake IDs"
-                                );
-                                self.metrics.set_lease(Some(renewed.worker_id), "active");
-                                *state = State::Active(Box::new(Active {
-                                    lease: renewed,
-                                    generator,
-                                    pause: Counting {
-                                        inner: SystemPause::default(),
-                                        waited: 0,
-                                    },
-                                    deadline,
-                                    bound_ms,
-                                    behind_logged: false,
-                                }));
-                            }
-                            Err(e) => {
-                                tracing::error!(error = %e, "cannot issue with the leased worker ID");
-                            }
-                        }
-                        Duration::ZERO
-                    }
-                    State::Active(mut a) => {
-                        a.lease = renewed;
-                        a.deadline = deadline;
-                        a.bound_ms = a.bound_ms.max(bound_ms);
-                        *state = State::Active(a);
-                        // The next renewal a `renew` from now: the deadline stays a
-                        // lease minus a tenth from this one. (This was ZERO: an
-                        // active holder renewed every millisecond, a write and, with
-                        // the spec check, reads each time.)
-                        self.config.renew
-                    }
-                    other => {
-                        *state = other;
-                        Duration::ZERO
-                    }
-                };
-                next.min(self.config.renew).max(Duration::from_millis(1))
+        let mut state = self.state.lock();
+        let (outcome, next) = state.renewed(same, answer, (sent, self.now()), |renewed| {
+            self.activate(renewed, bound_ms)
+        });
+        if let Ok((_, active, _)) = state.issuing(self.now()) {
+            active.bound_ms = active.bound_ms.max(bound_ms);
+        }
+        drop(state);
+        self.note_renewal(outcome, lease.worker_id, failed);
+        next
+    }
+
+    /// What this server issues with once its wait is over, from the lease renewed
+    /// (`None`, logged, when the layout cannot take the worker ID).
+    fn activate(&self, renewed: &Lease, bound_ms: i64) -> Option<Box<Active>> {
+        let layout = self.config.layout;
+        match Generator::new(
+            SystemClock,
+            self.config.epoch_ms,
+            layout,
+            u32::from(renewed.worker_id),
+            renewed.floor_ms,
+        ) {
+            Ok(generator) => {
+                tracing::info!(
+                    worker_id = renewed.worker_id,
+                    layout = %layout,
+                    ids_below = format!("2^{}", layout.total_bits()),
+                    js_safe = layout.js_safe(),
+                    "issuing snowflake IDs"
+                );
+                self.metrics.set_lease(Some(renewed.worker_id), "active");
+                Some(Box::new(Active {
+                    generator,
+                    pause: Counting {
+                        inner: SystemPause::default(),
+                        waited: 0,
+                    },
+                    bound_ms,
+                    behind_logged: false,
+                }))
             }
-            Ok(None) => {
+            Err(e) => {
+                tracing::error!(error = %e, "cannot issue with the leased worker ID");
+                None
+            }
+        }
+    }
+
+    /// Counts and logs what a renewal of `worker_id`'s lease came to (`failed`: why
+    /// it failed, if it did).
+    fn note_renewal(&self, outcome: Renewed, worker_id: u16, failed: Option<String>) {
+        match outcome {
+            Renewed::Stale => {}
+            Renewed::Waiting | Renewed::Activated | Renewed::Kept | Renewed::NotActivated => {
+                self.metrics.renewal("ok")
+            }
+            Renewed::Lost => {
                 self.metrics.renewal("lost");
                 self.metrics.set_lease(None, "none");
                 tracing::error!(
-                    worker_id = lease.worker_id,
+                    worker_id,
                     "the snowflake worker ID's lease is no longer this server's (taken over, or its database went back in time); stopped issuing with it"
                 );
-                *state = State::Idle;
-                Duration::ZERO
             }
-            Err(e) => {
+            Renewed::Lapsed => {
                 self.metrics.renewal("failed");
-                if self.store.now() >= current_deadline {
-                    self.metrics.set_lease(None, "none");
-                    tracing::error!(worker_id = lease.worker_id, error = %e, "could not renew the snowflake worker ID's lease in time; stopped issuing with it");
-                    *state = State::Idle;
-                    Duration::ZERO
-                } else {
-                    tracing::warn!(worker_id = lease.worker_id, error = %e, "could not renew the snowflake worker ID's lease; trying again");
-                    // Retried sooner than the usual renewal: the deadline approaches.
-                    self.config.renew / 4
-                }
+                self.metrics.set_lease(None, "none");
+                tracing::error!(
+                    worker_id,
+                    error = failed.unwrap_or_default(),
+                    "could not renew the snowflake worker ID's lease in time; stopped issuing with it"
+                );
+            }
+            Renewed::Retry => {
+                self.metrics.renewal("failed");
+                tracing::warn!(
+                    worker_id,
+                    error = failed.unwrap_or_default(),
+                    "could not renew the snowflake worker ID's lease; trying again"
+                );
             }
         }
     }
@@ -485,10 +457,15 @@ impl Worker {
     /// Stops issuing and releases the lease, recording the last timestamp issued, so
     /// that the worker ID is free at once. Bounded by the store's fetch timeout.
     pub async fn release(&self) {
-        let held = match std::mem::replace(&mut *self.state.lock(), State::Stopped) {
-            State::Active(a) => Some((a.lease.clone(), a.generator.last_ms(), a.bound_ms)),
-            State::Waiting { lease, .. } => Some((lease.clone(), lease.floor_ms, lease.floor_ms)),
-            State::Idle | State::Stopped => None,
+        let held = match self.state.lock().stop() {
+            Held::Active { lease, issuing, .. } => {
+                Some((lease, issuing.generator.last_ms(), issuing.bound_ms))
+            }
+            Held::Waiting { lease, .. } => {
+                let floor = lease.floor_ms;
+                Some((lease, floor, floor))
+            }
+            Held::Idle | Held::Stopped => None,
         };
         self.metrics.set_lease(None, "none");
         let Some((lease, last_ms, bound_ms)) = held else {
@@ -528,9 +505,13 @@ enum Issued {
 }
 
 impl Active {
-    /// One ID, checked against the lease after its timestamp was read; `now` reads the
-    /// store's monotonic clock.
-    fn next_id(&mut self, now: impl Fn() -> Instant) -> Result<Issued, IssueError> {
+    /// One ID, checked against the lease's `deadline` after its timestamp was read;
+    /// `now` reads the holder machine's clock.
+    fn next_id(
+        &mut self,
+        now: impl Fn() -> Duration,
+        deadline: Duration,
+    ) -> Result<Issued, IssueError> {
         let id = match self.generator.next_id(&mut self.pause) {
             Ok(id) => id,
             Err(SnowflakeError::TickUsedUp { next_tick_ms }) => {
@@ -541,7 +522,7 @@ impl Active {
             }
             Err(e) => return Err(IssueError::Clock(e)),
         };
-        if now() >= self.deadline {
+        if now() >= deadline {
             return Err(IssueError::NoWorkerId(
                 "the worker ID's lease was not renewed in time".into(),
             ));

@@ -45,6 +45,7 @@ mod preload;
 mod quickstart;
 mod redis_failover;
 mod resp;
+mod sequence_layout;
 mod sequence_servers;
 mod sequences;
 mod shapes;

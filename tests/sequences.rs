@@ -1,21 +1,25 @@
-//! Sequence sections on real databases: `Store::claim_section` carries out the claim
+//! Sequence sections on real databases: `Store::run_claims` carries out claims
 //! (`segmint_core::sequence::claim`) on three PostgreSQL databases (and, for the
 //! engines' statements under contention, on MariaDB and an embedded file): a section
 //! is owned by one store at a time; a raise starts above the bound; a database down
 //! leaves a majority; a row set back (a restore) is not counted by the store that wrote
-//! it; another store takes the section only once the lease ran out, above everything
-//! the first could answer.
+//! it, and is written again up to the bound; another store takes the section only once
+//! it has seen its row unchanged for the lease and grace, above everything the first
+//! could answer.
 
 use std::time::Duration;
 
 use crate::by_kind;
 use crate::common::*;
-use segmint::sequence::claim::Outcome;
-use segmint::store::Store;
+use segmint::lease::{Seen, Timing};
+use segmint::sequence::claim::{Ask, Claim, Known, Outcome, Read, Safeguards};
+use segmint::store::{SectionClaim, Store};
 
-/// Long enough that a loaded machine does not let a lease run out between two claims
-/// the test expects it to hold across; the takeover waits it out.
-const LEASE: (Duration, Duration) = (Duration::from_secs(3), Duration::from_secs(1));
+const TIMING: Timing = Timing {
+    lease: Duration::from_secs(3),
+    grace: Duration::from_secs(1),
+    margin: true,
+};
 
 async fn migrated(config: &segmint::config::Config) -> Store {
     let store = Store::connect(config).unwrap();
@@ -23,6 +27,71 @@ async fn migrated(config: &segmint::config::Config) -> Store {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     store
+}
+
+/// One store's claims, as a holder machine would make them: what it wrote and saw.
+struct Claimer<'a> {
+    store: &'a Store,
+    holder: &'static str,
+    known: Vec<Option<i64>>,
+    seen: Vec<Option<Seen>>,
+    /// This claimer's clock: moved on by the test, never slept for.
+    now: Duration,
+    safeguards: Safeguards,
+}
+
+impl<'a> Claimer<'a> {
+    fn new(store: &'a Store, holder: &'static str) -> Claimer<'a> {
+        let members = store.in_force().expect("a layout done").names.len();
+        Claimer {
+            store,
+            holder,
+            known: vec![None; members],
+            seen: vec![None; members],
+            now: Duration::ZERO,
+            safeguards: Safeguards::ALL,
+        }
+    }
+
+    /// A claim of `section` of `biz`, `step` above the highest bound read.
+    async fn claim(&mut self, (biz, section): (&str, u32), step: i64) -> Outcome {
+        let layout = self.store.in_force().expect("a layout done");
+        let known = Known {
+            versions: self.known.clone(),
+            seen: self.seen.clone(),
+            now: self.now,
+            timing: TIMING,
+        };
+        let ask = Ask::hold(self.holder, step, layout.epoch);
+        let mut claims = [SectionClaim {
+            biz: biz.into(),
+            section,
+            claim: Claim::new(ask, known, self.safeguards),
+        }];
+        self.store.run_claims(&layout, &mut claims, 3_000).await;
+        let [done] = claims;
+        for (m, read) in done.claim.reads() {
+            if let Read::Row(r) = read {
+                self.seen[m] = Some(Seen::update(
+                    self.seen[m].take(),
+                    &r.holder,
+                    r.version,
+                    self.now,
+                ));
+            }
+        }
+        let segmint::sequence::claim::Need::Done(outcome) = done.claim.need() else {
+            panic!("a claim run to its end");
+        };
+        if let Outcome::Owned { versions, .. } = &outcome {
+            for (k, w) in self.known.iter_mut().zip(versions) {
+                if w.is_some() {
+                    *k = *w;
+                }
+            }
+        }
+        outcome
+    }
 }
 
 /// The floor, bound and versions of an owned claim; panics on any other outcome.
@@ -38,114 +107,87 @@ fn owned(outcome: &Outcome) -> (i64, i64, Vec<Option<i64>>) {
     }
 }
 
-/// `known` with the versions just written over it.
-fn merge(known: &mut Vec<Option<i64>>, written: &[Option<i64>]) {
-    known.resize(written.len(), None);
-    for (k, w) in known.iter_mut().zip(written) {
-        if w.is_some() {
-            *k = *w;
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_section_is_owned_once_raised_and_taken_over_above_its_bound() {
     let dbs = Databases::start(Kind::Postgres, 3);
     let config = dbs.config("");
-    let (a, b) = (migrated(&config).await, migrated(&config).await);
-    assert_eq!(a.section_members(), 3);
+    let (sa, sb) = (migrated(&config).await, migrated(&config).await);
+    sa.refresh_since(std::time::Instant::now()).await;
+    sb.refresh_since(std::time::Instant::now()).await;
+    let (mut a, mut b) = (Claimer::new(&sa, "a"), Claimer::new(&sb, "b"));
+    let chat = ("chat", 7);
 
-    let first = a
-        .claim_section("chat", 7, "a", 100, LEASE, &[])
-        .await
-        .unwrap();
-    let (floor, bound, versions) = owned(&first.outcome);
+    let (floor, bound, versions) = owned(&a.claim(chat, 100).await);
     assert_eq!((floor, bound), (0, 100));
     assert_eq!(versions, vec![Some(1); 3]);
-    let mut known = versions;
-    // Another store is refused while the lease is live.
-    let held = b
-        .claim_section("chat", 7, "b", 100, LEASE, &[])
-        .await
-        .unwrap();
-    assert_eq!(held.outcome, Outcome::Held { by: "a".into() });
+    // Another store is refused while it has not seen the row unchanged long enough.
+    assert_eq!(b.claim(chat, 100).await, Outcome::Held { by: "a".into() });
+    b.now += TIMING.wait() - Duration::from_millis(1);
+    assert_eq!(b.claim(chat, 100).await, Outcome::Held { by: "a".into() });
     // A raise: a step above the bound.
-    let raised = a
-        .claim_section("chat", 7, "a", 100, LEASE, &known)
-        .await
-        .unwrap();
-    let (floor, bound, versions) = owned(&raised.outcome);
+    let (floor, bound, _) = owned(&a.claim(chat, 100).await);
     assert_eq!((floor, bound), (100, 200));
-    merge(&mut known, &versions);
 
     // One database down: a majority of three still raises.
     dbs.stop(2);
-    let raised = a
-        .claim_section("chat", 7, "a", 100, LEASE, &known)
-        .await
-        .unwrap();
-    let (_, bound, versions) = owned(&raised.outcome);
+    let (_, bound, versions) = owned(&a.claim(chat, 100).await);
     assert_eq!(bound, 300);
     assert_eq!(versions[2], None, "{versions:?}");
-    merge(&mut known, &versions);
     dbs.start_again(2);
 
     // Database 0's row set back to before (a restore from a backup): the store that
-    // wrote it does not count it, and the other two still hold the bound.
+    // wrote it does not count it, and writes it up to the bound.
     dbs.sql(
         0,
         "UPDATE segmint_sequence_section SET version = 1, bound = 100 WHERE biz_type = 'chat'",
     );
-    let raised = eventually_owned(&a, "a", &known).await;
-    let (floor, bound, versions) = owned(&raised.outcome);
+    let raised = eventually_owned(&mut a).await;
+    let (floor, bound, versions) = owned(&raised);
     assert_eq!((floor, bound), (300, 400), "{raised:?}");
-    match &raised.outcome {
+    match &raised {
         Outcome::Owned { fenced, .. } => assert_eq!(fenced, &vec![0]),
         _ => unreachable!(),
     }
-    merge(&mut known, &versions);
+    assert_eq!(versions[0], Some(2), "the restored row written again");
+    assert_eq!(
+        dbs.sql(
+            0,
+            "SELECT bound FROM segmint_sequence_section WHERE biz_type = 'chat'"
+        )
+        .trim(),
+        "400"
+    );
+    let (_, _, versions) = owned(&a.claim(chat, 0).await);
+    assert!(
+        versions.iter().all(Option::is_some),
+        "counted again: {versions:?}"
+    );
 
-    // Store a stops renewing; store b takes the section once a's lease and the grace
-    // ran out by the databases' clocks, above every number a could have answered.
-    let took = eventually_owned(&b, "b", &[]).await;
-    let (floor, bound, _) = owned(&took.outcome);
+    // Store a stops claiming; store b takes the section once it has seen the rows
+    // unchanged for the lease and the grace by its own clock, above every number a
+    // could have answered.
+    assert_eq!(b.claim(chat, 100).await, Outcome::Held { by: "a".into() });
+    b.now += TIMING.wait();
+    let (floor, bound, _) = owned(&b.claim(chat, 100).await);
     assert!(floor >= 400, "b starts at {floor}, below a's bound 400");
     assert_eq!(bound, floor + 100);
-    let lost = a
-        .claim_section("chat", 7, "a", 100, LEASE, &known)
-        .await
-        .unwrap();
-    assert_eq!(lost.outcome, Outcome::Held { by: "b".into() });
-    // Sections and bizs are apart.
-    let other = b
-        .claim_section("chat", 8, "b", 5, LEASE, &[])
-        .await
-        .unwrap();
-    assert_eq!(owned(&other.outcome).1, 5);
+    assert_eq!(a.claim(chat, 100).await, Outcome::Held { by: "b".into() });
+    // Sections are apart (what a claimer knows is of one section).
+    let mut other = Claimer::new(&sb, "b");
+    assert_eq!(owned(&other.claim(("chat", 8), 5).await).1, 5);
 }
 
-/// Claims until the section is owned, for at most 30 s (a lease and its grace to run
-/// out, a database to answer again after its restart).
-async fn eventually_owned(
-    store: &Store,
-    holder: &str,
-    known: &[Option<i64>],
-) -> segmint::store::SectionClaim {
-    eventually(
-        Duration::from_secs(30),
-        &format!("{holder} owns the section"),
-        async || {
-            let claim = store
-                .claim_section("chat", 7, holder, 100, LEASE, known)
-                .await
-                .map_err(|e| e.to_string())?;
-            match claim.outcome {
-                Outcome::Owned { .. } => Ok(claim),
-                ref other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
+/// Claims until the section is owned, for at most 30 s (a database to answer again
+/// after its restart).
+async fn eventually_owned(claimer: &mut Claimer<'_>) -> Outcome {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let outcome = claimer.claim(("chat", 7), 100).await;
+        if matches!(outcome, Outcome::Owned { .. }) || std::time::Instant::now() > deadline {
+            return outcome;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Two stores claiming one section at once, many times over, on each engine: never both
@@ -154,16 +196,21 @@ async fn concurrent_claims_never_both_own(kind: Kind) {
     let dbs = Databases::start(kind, 1);
     let config = dbs.config("");
     let stores = [migrated(&config).await, migrated(&config).await];
-    let no_lease = (Duration::ZERO, Duration::ZERO);
+    for store in &stores {
+        store.refresh_since(std::time::Instant::now()).await;
+    }
+    let mut claimers = [Claimer::new(&stores[0], "x"), Claimer::new(&stores[1], "y")];
+    // No lease to wait out: each takes the other's row at once.
+    for c in &mut claimers {
+        c.safeguards.lease = false;
+    }
+    let [x, y] = &mut claimers;
     let mut last = 0;
     for round in 0..20 {
-        let (x, y) = tokio::join!(
-            stores[0].claim_section("race", 0, "x", 10, no_lease, &[]),
-            stores[1].claim_section("race", 0, "y", 10, no_lease, &[])
-        );
-        // Both may own in one round only one after the other (no lease to wait out):
-        // the later one above the earlier one's bound.
-        let mut owned: Vec<(i64, i64)> = [x.unwrap().outcome, y.unwrap().outcome]
+        let (x, y) = tokio::join!(x.claim(("race", 0), 10), y.claim(("race", 0), 10));
+        // Both may own in one round only one after the other: the later one above
+        // the earlier one's bound.
+        let mut owned: Vec<(i64, i64)> = [x, y]
             .iter()
             .filter_map(|o| match o {
                 Outcome::Owned { floor, bound, .. } => Some((*floor, *bound)),

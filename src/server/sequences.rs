@@ -183,7 +183,18 @@ fn refusal(biz: &SequenceBiz, elsewhere: Elsewhere) -> ApiError {
             ),
             owner,
         },
-        Elsewhere::Unavailable(why) => StoreError::Unavailable(why).into(),
+        Elsewhere::Moving(epoch) => ApiError::Elsewhere {
+            message: format!(
+                "a layout change to epoch {epoch} is carrying the key's section of `{}` to the new databases; try again",
+                biz.name()
+            ),
+            owner: None,
+        },
+        Elsewhere::Unavailable { answered } => StoreError::Unavailable(format!(
+            "no section of `{}` could be claimed: {answered} database(s) answered, fewer than a majority; try again",
+            biz.name()
+        ))
+        .into(),
         Elsewhere::Exhausted => ApiError::Conflict {
             code: "sequence_exhausted",
             message: format!(
@@ -202,9 +213,11 @@ fn number(key: &str, taken: Taken) -> serde_json::Value {
 /// header's value.
 pub(super) type Credentials<'a> = Option<&'a [u8]>;
 
-/// `count` numbers of each of `keys` (in order): taken here for the sections this
-/// server owns, forwarded once per other owner for the rest (unless `forwarded`: a
-/// request is forwarded once at most).
+/// `count` numbers of each of `keys` (in order): forwarded once per other owner (as
+/// this server last saw the owners; unless `forwarded`: a request is forwarded once at
+/// most), then taken here for the rest. A refused forward refuses the request before
+/// anything is taken here; numbers the owners that answered before it took are
+/// skipped (their keys' next numbers lie above them).
 ///
 /// # Errors
 /// As the owners refuse: 503 while a section moves, 409 when one is exhausted.
@@ -218,13 +231,13 @@ pub(super) async fn take(
     let sequencer = &state.sequencer;
     let mut answers: Vec<Option<Taken>> = vec![None; keys.len()];
     let mut remote: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut local = Vec::with_capacity(keys.len());
     for (i, key) in keys.iter().enumerate() {
-        match sequencer.next(biz, key, count).await {
-            Ok(taken) => answers[i] = Some(taken),
-            Err(Elsewhere::Owner(Some(owner))) if !forwarded && owner != sequencer.address() => {
-                remote.entry(owner).or_default().push(i);
+        match sequencer.owner(biz, key) {
+            Some(owner) if !forwarded && owner != sequencer.address() => {
+                remote.entry(owner).or_default().push(i)
             }
-            Err(e) => return Err(refusal(biz, e)),
+            _ => local.push(i),
         }
     }
     for (owner, at) in remote {
@@ -258,6 +271,10 @@ pub(super) async fn take(
         for (i, n) in at.into_iter().zip(numbers) {
             answers[i] = Some(n);
         }
+    }
+    for i in local {
+        let taken = sequencer.next(biz, &keys[i], count).await;
+        answers[i] = Some(taken.map_err(|e| refusal(biz, e))?);
     }
     Ok(answers.into_iter().flatten().collect())
 }
@@ -350,7 +367,11 @@ async fn forward(
             message,
         },
         409 => ApiError::Conflict {
-            code: "sequence_exhausted",
+            // The owner's code, as the owner would have answered it here.
+            code: match answer["error"]["code"].as_str() {
+                Some("not_a_sequence") => "not_a_sequence",
+                _ => "sequence_exhausted",
+            },
             message,
         },
         _ => StoreError::Unavailable(format!("the owner {owner} refused: {message}")).into(),

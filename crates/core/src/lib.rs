@@ -6,8 +6,11 @@
 //! - [`step`] and [`rate`]: issue rates and the step sized from them.
 //! - [`layout`]: database layouts and the rules of a layout change.
 //! - [`rows`]: the database rows those rules read.
+//! - [`lease`]: when a lease's holder stops and another may take it over.
 //! - [`evidence`]: how far every row has advanced, and what a row behind it means.
-//! - [`sequence`]: sequences that only go up: keys, sections, and claiming a section.
+//! - [`sequence`]: sequences that only go up: keys, sections, claiming a section, the
+//!   holders of sections and presence slots, and carrying sections through a layout
+//!   change.
 //! - [`shape`]: a biz's ID order (sequential, shuffled, opaque) and format.
 //! - [`snowflake`]: snowflake bit layouts (Leaf's, JavaScript-safe), decoding, the clock
 //!   guard, and the spec a cluster agrees on.
@@ -21,6 +24,7 @@ pub mod biz;
 pub mod evidence;
 pub mod import;
 pub mod layout;
+pub mod lease;
 pub mod name;
 pub mod rate;
 pub mod rows;

@@ -7,6 +7,7 @@
 //! widths are a [`Layout`] ([`Layout::LEAF`]: 1 ms, 41/10/12 bits, Leaf's own).
 
 pub mod agreement;
+pub mod holder;
 mod layout;
 pub mod lease;
 

@@ -92,9 +92,9 @@ pub use catalog::{
 pub use clock::{Clock, RuntimeClock};
 pub use cluster::admin::Migration;
 pub use cluster::import::ImportReport;
-pub use cluster::layout::{LayoutReport, Membership};
+pub use cluster::layout::{InForce, LayoutReport, Membership};
 pub use cluster::lease::{Lease, WORKER_IDS};
-pub use cluster::sequence::SectionClaim;
+pub use cluster::sequence::{SectionClaim, SectionRows};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
 pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};

@@ -13,6 +13,7 @@
 //!   read the lease rows of every part
 //!   block the worker IDs leaving each part   ┐ fenced by the epoch: a change
 //!   free the worker IDs arriving on each part ┘ superseded meanwhile writes none ──▶ Stopped
+//!   read the sequence bizs, carry each section ([`Carry`]) ──unavailable──▶ Stopped
 //!   put the layout done on every part ──▶ Done
 //! ```
 //!
@@ -24,7 +25,9 @@ use std::collections::BTreeMap;
 
 use super::moving::{Outcome as MoveOutcome, Safeguards as MoveSafeguards, Stop as MoveStop};
 use super::{Frame, Layout, LayoutState, Move, claim_order};
+use crate::lease::Timing;
 use crate::rows::{LeaseRow, LeaseSet, MOVED_HOLDER};
+use crate::sequence::carry::{Carry, Carrying, Need as CarryNeed, Outcome as CarryOutcome};
 
 /// What a change was decided to do, over its databases (`parts`, by name).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -52,6 +55,8 @@ pub struct Safeguards {
     pub lease_fence: bool,
     /// A biz's move's.
     pub moves: MoveSafeguards,
+    /// The sections' carry's.
+    pub carry: Carrying,
 }
 
 impl Safeguards {
@@ -59,6 +64,7 @@ impl Safeguards {
         claim: true,
         lease_fence: true,
         moves: MoveSafeguards::ALL,
+        carry: Carrying::ALL,
     };
 }
 
@@ -105,6 +111,18 @@ pub enum Need {
         rows: Vec<LeaseSet>,
         fenced: bool,
     },
+    /// Read the sequence bizs (name and sections) the parts know; answer with
+    /// [`Change::sequences`].
+    Sequences,
+    /// Carry out the steps of the carries of every section of `biz`
+    /// ([`Change::carries`]), on the parts of the layout moved from (`from`, `None`
+    /// for a member that is not a part) and moved to (`to`); answer with
+    /// [`Change::carried`].
+    Carry {
+        biz: String,
+        from: Vec<Option<usize>>,
+        to: Vec<Option<usize>>,
+    },
     Done(Outcome),
 }
 
@@ -112,13 +130,15 @@ pub enum Need {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// The layout is done: every biz moved (`moved` of `bizs`), `blocked` worker IDs
-    /// blocked where they left and `freed` freed where they arrived.
+    /// blocked where they left and `freed` freed where they arrived, `carried`
+    /// sequence sections carried.
     Done {
         layout: Layout,
         bizs: usize,
         moved: usize,
         blocked: usize,
         freed: usize,
+        carried: usize,
     },
     Stopped(Stop),
 }
@@ -133,6 +153,12 @@ pub enum Stop {
     Superseded { part: usize },
     /// The move of `biz` stopped.
     Move { biz: String, stop: MoveStop },
+    /// A section of sequence biz `biz` could not be carried.
+    Carry {
+        biz: String,
+        section: u32,
+        outcome: CarryOutcome,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -147,6 +173,8 @@ enum Phase {
     Leases,
     Block { k: usize },
     Free { k: usize },
+    Sequences,
+    Carry { k: usize, carries: Vec<Carry> },
     Done { k: usize },
     Ended(Outcome),
 }
@@ -163,6 +191,8 @@ pub struct Change {
     worker_ids: u16,
     /// Rounds of each biz's move.
     rounds: u32,
+    /// The servers' leases of sequence sections, which a carry waits out.
+    leases_of_sections: Timing,
     safeguards: Safeguards,
     /// The bizs to move, with what witnesses recorded of their rows:
     /// `(max_id, version)`.
@@ -174,13 +204,17 @@ pub struct Change {
     floors: Vec<(i64, i64)>,
     blocked: usize,
     freed: usize,
+    /// The sequence bizs and their sections.
+    sequences: Vec<(String, u32)>,
+    carried: usize,
     phase: Phase,
 }
 
 impl Change {
     /// The change `decision` (a [`Plan::Change`](super::Plan::Change) and its
-    /// databases), with `worker_ids` worker IDs and `rounds` rounds per biz.
-    pub fn new(decision: Decision, worker_ids: u16, rounds: u32) -> Change {
+    /// databases), with `worker_ids` worker IDs and `rounds` rounds per biz, carrying
+    /// sequence sections past the servers' leases of `sequences`.
+    pub fn new(decision: Decision, (worker_ids, rounds): (u16, u32), sequences: Timing) -> Change {
         let prev = decision.layouts.last().unwrap_or(&decision.from);
         let order = claim_order(prev, &decision.parts)
             .iter()
@@ -205,6 +239,7 @@ impl Change {
             epochs,
             worker_ids,
             rounds,
+            leases_of_sections: sequences,
             safeguards: Safeguards::ALL,
             bizs: BTreeMap::new(),
             moved: 0,
@@ -212,6 +247,8 @@ impl Change {
             floors: vec![(0, 0); usize::from(worker_ids)],
             blocked: 0,
             freed: 0,
+            sequences: Vec::new(),
+            carried: 0,
             phase,
         }
     }
@@ -282,6 +319,20 @@ impl Change {
                 rows: self.free(*k),
                 fenced: self.safeguards.lease_fence,
             },
+            Phase::Sequences => Need::Sequences,
+            Phase::Carry { k, .. } => {
+                let parts = |l: &Layout| {
+                    l.members
+                        .iter()
+                        .map(|m| d.parts.iter().position(|p| *p == m.name))
+                        .collect()
+                };
+                Need::Carry {
+                    biz: self.sequences[*k].0.clone(),
+                    from: parts(&d.from),
+                    to: parts(&d.to),
+                }
+            }
             Phase::Done { k } => Need::Put {
                 part: *k,
                 layout: Layout {
@@ -329,6 +380,7 @@ impl Change {
                 moved: self.moved,
                 blocked: self.blocked,
                 freed: self.freed,
+                carried: self.carried,
             }),
             ref other => panic!("a put answered in {other:?}"),
         };
@@ -420,6 +472,76 @@ impl Change {
         self.phase = self.next_leases(k + 1, block);
     }
 
+    /// The answer to [`Need::Sequences`]: every sequence biz and its sections.
+    pub fn sequences(&mut self, mut bizs: Vec<(String, u32)>) {
+        assert_eq!(
+            self.phase,
+            Phase::Sequences,
+            "sequences answered out of turn"
+        );
+        bizs.sort();
+        bizs.dedup_by(|a, b| a.0 == b.0);
+        self.sequences = bizs;
+        self.phase = self.next_carry(0);
+    }
+
+    /// The carries of [`Need::Carry`]'s biz, one per section, whose steps the caller
+    /// carries out.
+    pub fn carries(&mut self) -> &mut [Carry] {
+        match &mut self.phase {
+            Phase::Carry { carries, .. } => carries,
+            other => panic!("no carry in {other:?}"),
+        }
+    }
+
+    /// The answer to [`Need::Carry`]: every carry of the biz is done.
+    pub fn carried(&mut self) {
+        let Phase::Carry { k, carries } = &self.phase else {
+            panic!("a carry answered out of turn");
+        };
+        let k = *k;
+        let stopped = carries
+            .iter()
+            .enumerate()
+            .find_map(|(s, c)| match c.need() {
+                CarryNeed::Done(CarryOutcome::Carried { .. } | CarryOutcome::Skipped) => None,
+                CarryNeed::Done(outcome) => Some((s, outcome)),
+                _ => panic!("a carry answered before it was done"),
+            });
+        self.phase = match stopped {
+            Some((section, outcome)) => Phase::Ended(Outcome::Stopped(Stop::Carry {
+                biz: self.sequences[k].0.clone(),
+                section: section as u32,
+                outcome,
+            })),
+            None => {
+                self.carried += carries.len();
+                self.next_carry(k + 1)
+            }
+        };
+    }
+
+    /// The carries of the `k`-th sequence biz, or done when none is left.
+    fn next_carry(&self, k: usize) -> Phase {
+        let d = &self.decision;
+        match self.sequences.get(k) {
+            Some((_, sections)) => Phase::Carry {
+                k,
+                carries: (0..*sections)
+                    .map(|_| {
+                        Carry::new(
+                            d.to.epoch,
+                            (d.from.members.len(), d.to.members.len()),
+                            self.leases_of_sections,
+                            self.safeguards.carry,
+                        )
+                    })
+                    .collect(),
+            },
+            None => Phase::Done { k: 0 },
+        }
+    }
+
     fn biz(&self, k: usize) -> &str {
         self.bizs.keys().nth(k).map_or("", String::as_str)
     }
@@ -437,7 +559,7 @@ impl Change {
                     mover: Box::new(mover),
                 }
             }
-            None if self.worker_ids == 0 => Phase::Done { k: 0 },
+            None if self.worker_ids == 0 => Phase::Sequences,
             None => Phase::Leases,
         }
     }
@@ -454,7 +576,7 @@ impl Change {
             (Some(k), true) => Phase::Block { k },
             (Some(k), false) => Phase::Free { k },
             (None, true) => self.next_leases(0, false),
-            (None, false) => Phase::Done { k: 0 },
+            (None, false) => Phase::Sequences,
         }
     }
 
@@ -551,8 +673,8 @@ mod tests {
                 supersede: None,
                 finishing: false,
             },
-            4,
-            3,
+            (4, 3),
+            SEQUENCES,
         )
     }
 
@@ -623,6 +745,18 @@ mod tests {
             }]
         );
         c.set(Some(Vec::new()));
+        // A sequence biz's two sections, carried from both parts to pg0.
+        assert_eq!(c.need(), Need::Sequences);
+        c.sequences(vec![("chat".into(), 2)]);
+        let Need::Carry { biz, from, to } = c.need() else {
+            panic!("carries: {:?}", c.need());
+        };
+        assert_eq!(biz, "chat");
+        assert_eq!((from, to), (vec![Some(0), Some(1)], vec![Some(0)]));
+        for carry in c.carries() {
+            carry_on_absent_rows(carry);
+        }
+        c.carried();
         for part in [0, 1] {
             let Need::Put { part: p, layout } = c.need() else {
                 panic!("done: {:?}", c.need());
@@ -635,11 +769,40 @@ mod tests {
             moved: 0,
             blocked: 4,
             freed: 1,
+            carried: 2,
             ..
         }) = c.need()
         else {
             panic!("done: {:?}", c.need());
         };
+    }
+
+    const SEQUENCES: Timing = Timing {
+        lease: std::time::Duration::from_millis(1_500),
+        grace: std::time::Duration::from_millis(250),
+        margin: true,
+    };
+
+    /// Carries a section whose rows are absent everywhere, every write succeeding.
+    fn carry_on_absent_rows(carry: &mut Carry) {
+        use crate::sequence::carry::Need as C;
+        use crate::sequence::claim::{Read, Written};
+        let now = std::time::Duration::ZERO;
+        loop {
+            match carry.need() {
+                C::Read(_, ds) => ds
+                    .into_iter()
+                    .for_each(|d| carry.read(d, Read::Absent, now)),
+                C::Write(_, ws) => ws.into_iter().for_each(|(d, w)| {
+                    carry.written(d, Written::At(w.expected.unwrap_or(0) + 1), now)
+                }),
+                C::Wait(until) => carry.waited(until),
+                C::Done(outcome) => {
+                    assert_eq!(outcome, CarryOutcome::Carried { bound: 0 });
+                    return;
+                }
+            }
+        }
     }
 
     #[test]
@@ -679,7 +842,7 @@ mod tests {
             finishing,
             layouts: vec![from.clone(), cut.clone()],
         };
-        let mut c = Change::new(decide(Some(cut.clone()), false), 0, 3);
+        let mut c = Change::new(decide(Some(cut.clone()), false), (0, 3), SEQUENCES);
         c.claimed(true);
         c.claimed(true);
         for part in [0, 1] {
@@ -694,7 +857,7 @@ mod tests {
         }
         assert_eq!(c.need(), Need::CopyCatalog);
 
-        let c = Change::new(decide(None, true), 0, 3);
+        let c = Change::new(decide(None, true), (0, 3), SEQUENCES);
         let Need::Put { part: 0, layout } = c.need() else {
             panic!("finishes: {:?}", c.need());
         };

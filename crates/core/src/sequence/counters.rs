@@ -46,7 +46,37 @@ pub struct Counters {
     recent: HashMap<u32, u32, foldhash::fast::RandomState>,
 }
 
+/// Equal when they hold the same numbers, however the keys are stored (the model
+/// checker compares states).
+impl PartialEq for Counters {
+    fn eq(&self, other: &Counters) -> bool {
+        (self.base, self.bound, self.top) == (other.base, other.bound, other.top)
+            && self.entries() == other.entries()
+    }
+}
+
+impl Eq for Counters {}
+
+impl std::hash::Hash for Counters {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        (self.base, self.bound, self.top).hash(state);
+        self.entries().hash(state);
+    }
+}
+
 impl Counters {
+    /// Every key held, `fragment << 32 | offset`, sorted.
+    fn entries(&self) -> Vec<u64> {
+        let mut all: Vec<u64> = self
+            .recent
+            .iter()
+            .map(|(&f, &o)| (u64::from(f) << 32) | u64::from(o))
+            .chain(self.sorted.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
     /// A section whose keys all start at `base`, answering up to `bound`.
     ///
     /// # Panics

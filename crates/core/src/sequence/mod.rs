@@ -10,9 +10,18 @@
 //! it back by compare-and-set on each, and count a majority. The store carries out its
 //! reads and writes on the engines; the model checker carries them out on simulated
 //! databases, crashes, pauses and restores.
+//!
+//! Around the claim, machines that say when to claim, each taking the time as input:
+//! [`holder::Section`] (a server's part in one section: answering from memory, taking,
+//! raising, renewing, releasing), [`presence::Presence`] (which servers take part, and
+//! [`presence::assign`]ment of sections over them), and [`carry::Carry`] (a layout
+//! change carrying a section's bound to the new members).
 
+pub mod carry;
 pub mod claim;
 pub mod counters;
+pub mod holder;
+pub mod presence;
 
 /// The longest key, in bytes of UTF-8.
 pub const MAX_KEY_BYTES: usize = 255;

@@ -339,6 +339,12 @@ impl Store {
                 frozen: false,
             });
         }
+        if shape
+            .as_ref()
+            .is_some_and(|s| s.id_order == crate::store::SEQUENCE)
+        {
+            self.refuse_leftover_sections(biz, &members).await?;
+        }
         let mut report = Vec::with_capacity(rows.len());
         let mut changed = Vec::with_capacity(rows.len());
         if let Some(shape) = &shape {
@@ -445,6 +451,36 @@ impl Store {
         }
         audit("biz add", biz.as_str(), "", &changed);
         Ok(report)
+    }
+
+    /// Refuses a sequence biz `biz` while section rows of an earlier biz of that name
+    /// remain on a member (its rows deleted by hand): their bounds would count for
+    /// keys that now fall in other sections, and numbers would go back.
+    async fn refuse_leftover_sections(
+        &self,
+        biz: &BizTag,
+        members: &[(usize, Residue)],
+    ) -> Result<(), StoreError> {
+        for &(i, _) in members {
+            let db = &self.dbs.list[i];
+            let rows = self
+                .call(i, db.store.sections(biz.as_str()))
+                .await
+                .map_err(|e| unreachable(&db.name, &e))?;
+            if !rows.is_empty() {
+                return Err(Refusal::new(
+                    Reason::BizExists,
+                    format!(
+                        "sequence biz `{biz}`: database \"{}\" still holds {} section rows of an earlier biz of that name; a biz added again over them could answer numbers below earlier ones; nothing changed",
+                        db.name,
+                        rows.len()
+                    ),
+                )
+                .hint("choose another name (or delete those rows only once no key of the earlier biz will be asked for again)")
+                .into());
+            }
+        }
+        Ok(())
     }
 
     /// Brings database `name` back after it went back in time (a restore from backup, a

@@ -62,7 +62,7 @@ impl Store {
     /// (this server never leases), [`Disagreement::Undecided`] saying which member did
     /// not answer or lacks the record when none can be decided yet.
     pub(super) async fn agree_snowflake(&self) -> Result<(), Disagreement> {
-        let members = self.members_in_force();
+        let members = self.in_force().map_or_else(Vec::new, |l| l.index);
         let own = self.snowflake.record();
         let mut agreement = Try::new(own.clone(), members.iter().map(Option::is_some).collect());
         loop {

@@ -211,6 +211,9 @@ pub struct Store {
     /// The snowflake epoch and bit layout: agreed with the cluster before a worker ID is
     /// leased, and bounding the worker IDs leased.
     snowflake: Spec,
+    /// The servers' leases of sequence sections: a layout change carrying the sections
+    /// waits them out.
+    sequences: segmint_core::lease::Timing,
 }
 
 impl Store {
@@ -279,7 +282,11 @@ impl Store {
             Arc::new(Metrics::new(config.metrics_max_bizs)),
         )
         .with_protocol(config.protocol)
-        .with_snowflake(config.snowflake.spec()))
+        .with_snowflake(config.snowflake.spec())
+        .with_sequences(segmint_core::lease::Timing::new(
+            config.sequences.lease,
+            config.sequences.grace,
+        )))
     }
 
     /// A store over `dbs`: `(name, location, residue class, database)`, with the
@@ -313,7 +320,18 @@ impl Store {
             policy,
             metrics,
             snowflake: Spec::default(),
+            sequences: {
+                let defaults = crate::config::SequencesConfig::default();
+                segmint_core::lease::Timing::new(defaults.lease, defaults.grace)
+            },
         }
+    }
+
+    /// This store with the servers' leases of sequence sections `timing`.
+    #[must_use]
+    pub fn with_sequences(mut self, timing: segmint_core::lease::Timing) -> Store {
+        self.sequences = timing;
+        self
     }
 
     /// This store with the protocol timings `protocol` (validated where they were

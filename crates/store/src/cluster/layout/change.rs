@@ -100,7 +100,7 @@ impl Store {
             finishing,
             layouts,
         };
-        let mut change = Change::new(decision, WORKER_IDS, MOVE_ATTEMPTS);
+        let mut change = Change::new(decision, (WORKER_IDS, MOVE_ATTEMPTS), self.sequences);
         // The claims, before the heartbeat: the row is this command's only once
         // claimed.
         let now = self.unix_ms();
@@ -393,6 +393,36 @@ impl Store {
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.set(written);
                 }
+                ChangeNeed::Sequences => {
+                    let bizs = self.sequence_bizs(parts).await?;
+                    change.sequences(bizs);
+                }
+                ChangeNeed::Carry { biz, from, to } => {
+                    let at = |m: &[Option<usize>]| -> Vec<Option<usize>> {
+                        m.iter().map(|p| p.map(|p| parts[p])).collect()
+                    };
+                    let (from, to) = (at(&from), at(&to));
+                    self.run_carries(&biz, change.carries(), (&from, &to)).await;
+                    change.carried();
+                    if let ChangeNeed::Done(ChangeOutcome::Stopped(ChangeStop::Carry {
+                        biz,
+                        section,
+                        outcome,
+                    })) = change.need()
+                    {
+                        return Err(Refusal::new(
+                            Reason::DatabaseUnanswered,
+                            format!(
+                                "section {section} of sequence biz `{biz}` could not be carried to layout epoch {epoch} ({outcome:?}); its sections stay held by the change, answered 503 until it is done"
+                            ),
+                        )
+                        .hint("run the command again once the databases answer")
+                        .into());
+                    }
+                    say(format!(
+                        "sequence biz `{biz}`: sections carried to epoch {epoch}"
+                    ));
+                }
                 ChangeNeed::Put { part, layout } => {
                     if part == 0 {
                         let (blocked, freed) = change.worker_ids();
@@ -621,6 +651,17 @@ impl Store {
             .zip(parts)
             .map(|(r, &i)| r.map_err(|e| self.stopped(i, &e, then)))
             .collect()
+    }
+
+    /// Every sequence biz the parts know, with its sections: their shape rows.
+    async fn sequence_bizs(&self, parts: &[usize]) -> Result<Vec<(String, u32)>, StoreError> {
+        let shapes = self.all_parts(parts, |db| db.shapes(), "stopped").await?;
+        Ok(shapes
+            .into_iter()
+            .flatten()
+            .filter(|r| r.id_order == crate::store::SEQUENCE)
+            .filter_map(|r| Some((r.biz_type, u32::try_from(r.domain).ok()?)))
+            .collect())
     }
 
     /// The refusal of a change stopped by database `i`'s error; `then` says what that

@@ -235,16 +235,20 @@ impl Store {
         self.layout.view.lock().classes[i]
     }
 
-    /// The databases the layout in force names, each as its index here, `None` for one
-    /// not configured here (it counts as not answering); empty before a layout done is
-    /// read.
-    pub(in crate::cluster) fn members_in_force(&self) -> Vec<Option<usize>> {
+    /// The layout done in force, whose members hold the sequence sections and the
+    /// snowflake spec; `None` before one was read (the cluster's membership is recorded
+    /// by `segmint migrate`).
+    pub fn in_force(&self) -> Option<InForce> {
         let view = self.layout.view.lock();
-        layout::current(&view.layouts).0.map_or_else(Vec::new, |l| {
-            l.members
+        let done = layout::current(&view.layouts).0?;
+        Some(InForce {
+            epoch: done.epoch,
+            names: done.names(),
+            index: done
+                .members
                 .iter()
                 .map(|m| self.dbs.names.iter().position(|n| *n == m.name))
-                .collect()
+                .collect(),
         })
     }
 
@@ -397,6 +401,16 @@ fn witnessed(witnesses: impl Iterator<Item = crate::store::Witness>) -> Witnesse
             .push((w.mark.high_id.max(w.mark.max_id), w.mark.version));
     }
     out
+}
+
+/// The layout done in force, as this server reaches its members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InForce {
+    pub epoch: i64,
+    /// The members' names, in the layout's order.
+    pub names: Vec<String>,
+    /// Each member's index among this server's databases (`None`: not configured).
+    pub(in crate::cluster) index: Vec<Option<usize>>,
 }
 
 #[cfg(test)]
