@@ -419,6 +419,7 @@ async fn bad_sequence_requests_are_refused_and_change_nothing() {
     dbs.sql(0, "DELETE FROM segmint_biz_shape WHERE biz_type = 'chat'");
     let file = config_file(&setup.toml);
     let again = [
+        "--json",
         "biz",
         "add",
         "chat",
@@ -428,13 +429,10 @@ async fn bad_sequence_requests_are_refused_and_change_nothing() {
         "--sections",
         "4",
     ];
-    let refused = crate::common::cli::segmint_cli(file.path(), &again, &[]);
-    assert!(!refused.ok(), "{refused:?}");
-    let why = refused.failure().to_string();
-    assert!(
-        why.contains("still holds") && why.contains("section rows"),
-        "{why}"
-    );
+    let why = crate::common::cli::segmint_cli(file.path(), &again, &[]).failure();
+    assert_eq!(why["reason"], "biz_exists", "{why}");
+    let message = why["message"].as_str().unwrap_or_default();
+    assert!(message.contains("1 section rows"), "{why}");
     assert_eq!(
         dbs.sql(
             0,

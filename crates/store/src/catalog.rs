@@ -371,7 +371,13 @@ impl BizEntry {
         if entry.refused.is_none() {
             entry.refused = conflict(biz, names, &entry.classes).map(Box::new);
         }
-        match merged_shape(biz, names, snapshots, &entry.classes) {
+        // The shape of a biz whose rows are all frozen (a layout change moving it) is
+        // read from those rows' databases: the biz is still the same biz.
+        let holding: Vec<usize> = match entry.classes.is_empty() {
+            true => rows().map(|(db, _)| db).collect(),
+            false => entry.classes.iter().map(|&(db, _)| db).collect(),
+        };
+        match merged_shape(biz, names, snapshots, &holding) {
             Ok(shape) => entry.shape = shape,
             Err(e) => {
                 entry.refused.get_or_insert(Box::new(e));
@@ -970,15 +976,15 @@ pub(crate) fn overlap(
     }
 }
 
-/// The shape of `biz` from the databases holding its rows: every one must hold the same
-/// shape row, or none. A biz whose databases disagree (a row edited or lost by hand)
-/// is refused: serving it with either shape could issue an ID another server issues
-/// under the other.
+/// The shape of `biz` from the databases `holding` its rows: every one must hold the
+/// same shape row, or none. A biz whose databases disagree (a row edited or lost by
+/// hand) is refused: serving it with either shape could issue an ID another server
+/// issues under the other.
 fn merged_shape(
     biz: &str,
     names: &[String],
     snapshots: &[Option<Snapshot>],
-    classes: &[(usize, Residue)],
+    holding: &[usize],
 ) -> Result<Option<Arc<BizShape>>, StoreError> {
     let invalid = |db: usize, reason: String| StoreError::InvalidRow {
         biz: biz.to_owned(),
@@ -987,7 +993,7 @@ fn merged_shape(
     };
     let mut found: Option<(usize, &ShapeRow)> = None;
     let mut missing = None;
-    for &(db, _) in classes {
+    for &db in holding {
         let Some(snap) = &snapshots[db] else { continue };
         match snap.shapes.get(biz) {
             None => missing = missing.or(Some(db)),

@@ -316,7 +316,10 @@ impl Section {
             self.owned = None;
         }
         let held_by = self.live_holder(s, now, epoch);
-        self.owner = held_by.clone();
+        // A server's address, never a change's: requests are not sent to a change.
+        self.owner = held_by
+            .clone()
+            .filter(|h| !matches!(holder_of(h), Holder::Change(_)));
         (assigned == Assigned::Me && held_by.is_none()).then_some(Plan {
             action: Action::Hold { step: 0 },
             seen: None,

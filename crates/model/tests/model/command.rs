@@ -17,6 +17,8 @@
 
 use std::collections::BTreeMap;
 
+use std::time::Duration;
+
 use segmint_core::layout::changing::{Need, Safeguards};
 use segmint_core::layout::moving::Safeguards as MoveSafeguards;
 use segmint_core::layout::{self, Change, Decision, Layout, LayoutState, Member, Plan};
@@ -96,6 +98,9 @@ impl Cmd {
                                 "the epoch is no longer moving: superseded"
                             }
                             layout::changing::Stop::Move { .. } => "a biz's move stopped",
+                            layout::changing::Stop::Carry { .. } => {
+                                unreachable!("no sequence biz in this model")
+                            }
                         })
                     }
                     _ => Phase::Run(change),
@@ -232,9 +237,15 @@ impl Cmd {
                 fresh_witnesses: fixes.fresh_witnesses,
                 claimed_by: fixes.claimed_by_stamp,
             },
+            carry: segmint_core::sequence::carry::Carrying::ALL,
         };
-        let change = Change::new(decision, sys.spec.workers, u32::from(sys.spec.attempts))
-            .with_safeguards(safeguards);
+        let change = Change::new(
+            decision,
+            (sys.spec.workers, u32::from(sys.spec.attempts)),
+            // No sequence biz in this model: never waited for.
+            segmint_core::lease::Timing::new(Duration::ZERO, Duration::ZERO),
+        )
+        .with_safeguards(safeguards);
         Phase::Run(Box::new(change))
     }
 }
@@ -277,6 +288,12 @@ fn carry_out(sys: &Sys, change: &mut Change, st: &mut State) {
             change.copied();
             carry_out(sys, change, st);
         }
+        // Sequence bizs and their carries are model P's (crates/model/tests/model/sequence.rs).
+        Need::Sequences => {
+            change.sequences(Vec::new());
+            carry_out(sys, change, st);
+        }
+        Need::Carry { .. } => unreachable!("no sequence biz in this model"),
         Need::Gather => {
             // One biz, named by any row of it; the witnesses of the databases of the
             // change.

@@ -45,8 +45,9 @@
 //! Beside it, [`agreement`] is a small model of its own: servers of different snowflake
 //! specs agreeing on one through the databases (scenarios K and L); and [`founding`]
 //! another: two `segmint migrate`s of different configurations recording the
-//! membership at once (scenario M); and [`sequence`] another: servers claiming a
-//! sequence section's bound and lease (scenario P).
+//! membership at once (scenario M); and [`sequence`] another: servers running the
+//! holders of a sequence section and of presence slots, with time and clocks, and a
+//! layout change carrying the section (scenario P).
 //!
 //! Layout: [`model`] holds the state, the actions and the properties; [`command`] a
 //! layout-change command (its decision, then `Change`'s steps); [`mover`] carries out

@@ -122,6 +122,8 @@ impl Sys {
                 rows.len(),
                 on(part)
             ),
+            ChangeNeed::Sequences => "reads the sequence bizs (none here)".into(),
+            ChangeNeed::Carry { biz, .. } => format!("carries the sections of {biz}"),
             ChangeNeed::Done(o) => format!("{o:?}"),
         }
     }
