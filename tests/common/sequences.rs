@@ -130,10 +130,11 @@ pub async fn until_every_key_answers(
     let start = Instant::now();
     let mut waiting: Vec<usize> = (0..KEYS).collect();
     let mut ops = Vec::new();
+    let mut last = String::new();
     while !waiting.is_empty() {
         assert!(
             start.elapsed() < limit,
-            "keys {waiting:?} unanswered after {limit:?}"
+            "keys {waiting:?} unanswered after {limit:?}; the last answer: {last}"
         );
         let mut still = Vec::new();
         for key in waiting {
@@ -147,9 +148,13 @@ pub async fn until_every_key_answers(
                 }),
                 Ok(r) => {
                     assert_eq!(r.status, 503, "{r:?}");
+                    last = format!("{r:?}");
                     still.push(key);
                 }
-                Err(_) => still.push(key),
+                Err(e) => {
+                    last = e.to_string();
+                    still.push(key);
+                }
             }
         }
         waiting = still;
