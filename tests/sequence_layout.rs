@@ -12,12 +12,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::common::layout::{cli_ok, kill_midway, toml_for};
-use crate::common::sequences::{Op, assert_linearizable, clients, next, until_every_key_answers};
+use crate::common::sequences::{Op, assert_linearizable, clients_of, next, until_keys_answer};
 use crate::common::*;
 
 /// Time for every key to be answered after a change: the change's last step, the
 /// servers' next catalog refresh and round.
 const SETTLE: Duration = Duration::from_secs(20);
+
+/// The keys the clients send, spread over the biz's 8 sections.
+const KEYS: usize = 200;
 
 async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
     let dbs = Databases::start(kind, 5);
@@ -48,8 +51,8 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
     }
     let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let load = clients(bases.clone(), token.clone(), stop.clone());
-    let mut ops: Vec<Op> = until_every_key_answers(&bases[0], &token, SETTLE).await.1;
+    let load = clients_of(KEYS, bases.clone(), token.clone(), stop.clone());
+    let mut ops: Vec<Op> = until_keys_answer(KEYS, &bases[0], &token, SETTLE).await.1;
 
     // `db add` and `db remove` within a second, under load.
     let four = config(&[0, 1, 2, 3]);
@@ -59,7 +62,7 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
         "{out}"
     );
     cli_ok(&four, &["db", "remove", "pg0"]);
-    ops.extend(until_every_key_answers(&bases[1], &token, SETTLE).await.1);
+    ops.extend(until_keys_answer(KEYS, &bases[1], &token, SETTLE).await.1);
 
     // A change killed once it carried the sections: they stay held by it, refused
     // with 503 and Retry-After, until the next command finishes it.
@@ -69,7 +72,7 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
     eprintln!("while the change was cut off: {held}");
     let out = cli_ok(&five, &["db", "add", "pg4"]);
     assert!(out.contains("layout epoch 3 is done"), "{out}");
-    ops.extend(until_every_key_answers(&bases[2], &token, SETTLE).await.1);
+    ops.extend(until_keys_answer(KEYS, &bases[2], &token, SETTLE).await.1);
 
     // Every member replaced with the servers stopped: pg0 back, the other four out.
     servers.clear();
@@ -81,20 +84,21 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
     for &port in &ports {
         servers.push(ServerProcess::start_on(&serving, port, &[]).await);
     }
-    ops.extend(until_every_key_answers(&bases[0], &token, SETTLE).await.1);
+    ops.extend(until_keys_answer(KEYS, &bases[0], &token, SETTLE).await.1);
 
     // A server restarted on a configuration without the removed databases.
     // Stopped first: started beside it, the new one may find the port taken and exit
     // while the old one still answers its health check.
     servers[1].child.kill9();
     servers[1] = ServerProcess::start_on(&config(&[0]), ports[1], &[]).await;
-    ops.extend(until_every_key_answers(&bases[1], &token, SETTLE).await.1);
+    ops.extend(until_keys_answer(KEYS, &bases[1], &token, SETTLE).await.1);
 
     stop.store(true, Ordering::Relaxed);
     for task in load {
         ops.extend(task.await.unwrap());
     }
-    assert!(ops.len() > 500, "{} answers", ops.len());
+    // Five passes over every key, and the clients' answers beside them.
+    assert!(ops.len() > 5 * KEYS + 500, "{} answers", ops.len());
     assert_linearizable(&ops);
 }
 
@@ -102,7 +106,7 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
 /// 503 `not_owner`, `Retry-After` and a message naming the change. Its body.
 async fn refused_while_held(base: &str, token: &str) -> String {
     let http = reqwest::Client::new();
-    for key in 0..crate::common::sequences::KEYS {
+    for key in 0..KEYS {
         let r = next(&http, base, token, key).await.expect("an answer");
         if r.status == 200 {
             continue;

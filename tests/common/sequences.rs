@@ -42,6 +42,16 @@ pub fn clients(
     token: String,
     stop: Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<Vec<Op>>> {
+    clients_of(KEYS, bases, token, stop)
+}
+
+/// [`clients`] of the keys `0..keys`.
+pub fn clients_of(
+    keys: usize,
+    bases: Vec<String>,
+    token: String,
+    stop: Arc<AtomicBool>,
+) -> Vec<tokio::task::JoinHandle<Vec<Op>>> {
     (0..6)
         .map(|c| {
             let (bases, token, stop) = (bases.clone(), token.clone(), stop.clone());
@@ -56,7 +66,7 @@ pub fn clients(
                     n = n
                         .wrapping_mul(6364136223846793005)
                         .wrapping_add(1442695040888963407);
-                    let (key, server) = ((n >> 33) % KEYS, (n >> 20) % bases.len());
+                    let (key, server) = ((n >> 33) % keys, (n >> 20) % bases.len());
                     let sent = Instant::now();
                     match next(&http, &bases[server], &token, key).await {
                         Ok(r) if r.status == 200 => ops.push(Op {
@@ -123,12 +133,22 @@ pub async fn until_every_key_answers(
     token: &str,
     limit: Duration,
 ) -> (Duration, Vec<Op>) {
+    until_keys_answer(KEYS, base, token, limit).await
+}
+
+/// [`until_every_key_answers`] of the keys `0..keys`.
+pub async fn until_keys_answer(
+    keys: usize,
+    base: &str,
+    token: &str,
+    limit: Duration,
+) -> (Duration, Vec<Op>) {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .build()
         .unwrap();
     let start = Instant::now();
-    let mut waiting: Vec<usize> = (0..KEYS).collect();
+    let mut waiting: Vec<usize> = (0..keys).collect();
     let mut ops = Vec::new();
     let mut last = String::new();
     while !waiting.is_empty() {
