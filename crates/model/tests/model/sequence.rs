@@ -890,16 +890,24 @@ fn lean(mut m: Sections) -> Sections {
     m
 }
 
+/// `m` on three databases, for the databases' faults: coarse ticks, lean, and one tick
+/// of time (two in the deep run): three databases' writes interleave past what a
+/// check of seconds explores otherwise. A take (which needs a tick of the rows seen
+/// unchanged) still races every claim of the owner.
+fn three(m: Sections) -> Sections {
+    lean(coarse(m, if crate::deep() { 2 } else { 1 }))
+}
+
 #[test]
 fn p_three_databases_one_down() {
     let m = Sections::new("P: sections, three databases, one down", 2, 3);
-    check(lean(coarse(faults(m, (1, 0, 0)), 2)), BACK, false);
+    check(three(faults(m, (1, 0, 0))), BACK, false);
 }
 
 #[test]
 fn p_three_databases_one_restored() {
     let m = Sections::new("P: sections, three databases, one restored", 2, 3);
-    check(lean(coarse(faults(m, (0, 1, 0)), 2)), BACK, false);
+    check(three(faults(m, (0, 1, 0))), BACK, false);
 }
 
 #[test]
@@ -1043,7 +1051,7 @@ fn p_a_bare_majority_undone_by_a_restore_gives_no_number_back() {
     let mut m = Sections::new("P counting a bare majority of the rows read", 2, 3);
     m.safeguards.claim.all_written = false;
     m.restores = 1;
-    check(lean(coarse(m, 2)), BACK, false);
+    check(three(m), BACK, false);
 }
 
 #[test]
