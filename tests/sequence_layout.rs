@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::common::layout::{cli_ok, kill_midway, toml_for};
-use crate::common::sequences::{Op, assert_linearizable, clients_of, next, until_keys_answer};
+use crate::common::sequences::{
+    ADD_CHAT, Op, assert_linearizable, clients_of, next, until_keys_answer,
+};
 use crate::common::*;
 
 /// Time for every key to be answered after a change: the change's last step, the
@@ -27,17 +29,7 @@ async fn every_key_goes_up_through_every_layout_change(kind: Kind) {
     let config = |members: &[usize]| toml_for(&dbs, members);
     let first = config(&[0, 1, 2]);
     cli_ok(&first, &["migrate"]);
-    let add = [
-        "biz",
-        "add",
-        "chat",
-        "--sequence",
-        "--step",
-        "50",
-        "--sections",
-        "8",
-    ];
-    cli_ok(&first, &add);
+    cli_ok(&first, &ADD_CHAT);
     let token = cli_ok(&first, &["token", "add", "--biz", "chat"])
         .trim()
         .to_owned();

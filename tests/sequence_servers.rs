@@ -17,7 +17,7 @@ use crate::common::cli::{config_file, segmint_ok};
 use crate::common::http::{Remote, metric, send};
 use crate::common::process::send_signal;
 use crate::common::sequences::{
-    KEYS, Op, assert_linearizable, clients, next, until_every_key_answers,
+    ADD_CHAT, KEYS, Op, assert_linearizable, clients, next, until_every_key_answers,
 };
 use crate::common::wait::eventually;
 use crate::common::*;
@@ -38,17 +38,7 @@ impl Setup {
         let toml = config_toml_urls(&dbs.urls(), "");
         let file = config_file(&toml);
         segmint_ok(file.path(), &["migrate"], &[]);
-        let add = [
-            "biz",
-            "add",
-            "chat",
-            "--sequence",
-            "--step",
-            "50",
-            "--sections",
-            "8",
-        ];
-        segmint_ok(file.path(), &add, &[]);
+        segmint_ok(file.path(), &ADD_CHAT, &[]);
         segmint_ok(file.path(), &["biz", "add", "ids", "--step", "100"], &[]);
         let token = |biz: &str| {
             segmint_ok(file.path(), &["token", "add", "--biz", biz], &[])
@@ -586,12 +576,7 @@ async fn refusals_for(bases: &[String], token: &str, long: Duration) -> (Vec<Op>
         let sent = std::time::Instant::now();
         let r = next(&http, base, token, key).await.expect("an answer");
         match r.status {
-            200 => ops.push(Op {
-                key,
-                sent,
-                received: std::time::Instant::now(),
-                number: r.json()["number"].as_i64().unwrap(),
-            }),
+            200 => ops.push(Op::answered(key, sent, &r)),
             503 => refused += 1,
             _ => panic!("{r:?}"),
         }

@@ -12,6 +12,19 @@ use super::http::{Resp, try_send};
 /// Keys the clients send, spread over the sections.
 pub const KEYS: usize = 40;
 
+/// `segmint biz add` of the sequence biz `chat` these tests serve: a step of 50 and 8
+/// sections, so that a few keys cover every section and bounds move often.
+pub const ADD_CHAT: [&str; 8] = [
+    "biz",
+    "add",
+    "chat",
+    "--sequence",
+    "--step",
+    "50",
+    "--sections",
+    "8",
+];
+
 /// One answered request.
 #[derive(Debug, Clone)]
 pub struct Op {
@@ -19,6 +32,18 @@ pub struct Op {
     pub sent: Instant,
     pub received: Instant,
     pub number: i64,
+}
+
+impl Op {
+    /// The answer `r` (a 200) to a request for `key` sent at `sent`, received now.
+    pub fn answered(key: usize, sent: Instant, r: &Resp) -> Op {
+        Op {
+            key,
+            sent,
+            received: Instant::now(),
+            number: r.json()["number"].as_i64().unwrap(),
+        }
+    }
 }
 
 /// `GET /v1/sequences/chat/next?key=k{key}` on `base`.
@@ -69,12 +94,7 @@ pub fn clients_of(
                     let (key, server) = ((n >> 33) % keys, (n >> 20) % bases.len());
                     let sent = Instant::now();
                     match next(&http, &bases[server], &token, key).await {
-                        Ok(r) if r.status == 200 => ops.push(Op {
-                            key,
-                            sent,
-                            received: Instant::now(),
-                            number: r.json()["number"].as_i64().unwrap(),
-                        }),
+                        Ok(r) if r.status == 200 => ops.push(Op::answered(key, sent, &r)),
                         Ok(r) => {
                             assert_eq!(r.status, 503, "{r:?}");
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -160,12 +180,7 @@ pub async fn until_keys_answer(
         for key in waiting {
             let sent = Instant::now();
             match next(&http, base, token, key).await {
-                Ok(r) if r.status == 200 => ops.push(Op {
-                    key,
-                    sent,
-                    received: Instant::now(),
-                    number: r.json()["number"].as_i64().unwrap(),
-                }),
+                Ok(r) if r.status == 200 => ops.push(Op::answered(key, sent, &r)),
                 Ok(r) => {
                     assert_eq!(r.status, 503, "{r:?}");
                     last = format!("{r:?}");

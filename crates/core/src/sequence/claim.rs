@@ -500,25 +500,39 @@ impl Claim {
     }
 }
 
+/// What the tests of the sequence machines share.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
-    const TIMING: Timing = Timing {
+    /// A lease of 1 s and a grace of 200 ms.
+    pub const TIMING: Timing = Timing {
         lease: Duration::from_millis(1_000),
         grace: Duration::from_millis(200),
         margin: true,
     };
 
-    fn row(holder: &str, version: i64, bound: i64) -> Read {
-        Read::Row(SectionRow {
+    /// A row held by `holder` at `version`, up to `bound`.
+    pub fn section_row(holder: &str, version: i64, bound: i64) -> SectionRow {
+        SectionRow {
             holder: holder.into(),
             version,
             bound,
             expires_ms: 0,
             db_now_ms: 0,
-        })
+        }
     }
+
+    /// That row, as a read answers it.
+    pub fn row(holder: &str, version: i64, bound: i64) -> Read {
+        Read::Row(section_row(holder, version, bound))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{TIMING, row};
+    use super::*;
 
     fn at(ms: u64) -> Duration {
         Duration::from_millis(ms)

@@ -512,6 +512,7 @@ impl Section {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sequence::claim::testing::section_row as row;
     use crate::sequence::claim::{Need, Written};
 
     fn ms(n: u64) -> Duration {
@@ -523,16 +524,6 @@ mod tests {
             holder: "http://a:1#01".into(),
             timing: Timing::new(ms(1_000), ms(200)),
             safeguards: Safeguards::ALL,
-        }
-    }
-
-    fn row(holder: &str, version: i64, bound: i64) -> SectionRow {
-        SectionRow {
-            holder: holder.into(),
-            version,
-            bound,
-            expires_ms: 0,
-            db_now_ms: 0,
         }
     }
 
@@ -672,9 +663,7 @@ mod tests {
             ms(0),
         );
         assert_eq!(sec.decide(&s, ms(100), 10, 0, Assigned::Me), None);
-        for _ in 0..1 {
-            serve(&mut sec, &s, &mut db, ms(100), (1, 1));
-        }
+        serve(&mut sec, &s, &mut db, ms(100), (1, 1));
         let raise = sec.decide(&s, ms(100), 10, 0, Assigned::Me);
         assert_eq!(raise.map(|p| p.action), Some(Action::Hold { step: 5 }));
         claim_for(

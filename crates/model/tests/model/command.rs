@@ -16,15 +16,14 @@
 //! woke up afterwards. Safety must hold either way.
 
 use std::collections::BTreeMap;
-
 use std::time::Duration;
 
 use segmint_core::layout::changing::{Need, Safeguards};
 use segmint_core::layout::moving::Safeguards as MoveSafeguards;
 use segmint_core::layout::{self, Change, Decision, Layout, LayoutState, Member, Plan};
-use segmint_core::rows::MOVED_HOLDER;
+use segmint_core::rows::{LeaseSet, MOVED_HOLDER};
 
-use crate::model::{Db, Holder, LeaseRow, State, Sys};
+use crate::model::{Db, DbState, Holder, LeaseRow, State, Sys};
 use crate::mover;
 
 /// Where a command is.
@@ -334,27 +333,32 @@ fn carry_out(sys: &Sys, change: &mut Change, st: &mut State) {
                 change.set(None);
                 return;
             }
-            for set in rows {
-                let row = &mut db.leases[usize::from(set.worker_id)];
-                match set.holder.as_str() {
-                    MOVED_HOLDER => {
-                        *row = LeaseRow {
-                            holder: Holder::Moved,
-                            expired: false,
-                        };
-                    }
-                    "" => {
-                        *row = LeaseRow {
-                            holder: Holder::Free,
-                            expired: true,
-                        };
-                    }
-                    // Bounds raised only: the model keeps none.
-                    _ => {}
-                }
-            }
+            set_leases(db, &rows);
             change.set(Some(Vec::new()));
         }
         Need::Done(_) => unreachable!("a change that ended is not stepped"),
+    }
+}
+
+/// A change's lease rows written on `db`: blocked where a worker ID left, freed where
+/// it arrived (bounds raised only: the model keeps none).
+fn set_leases(db: &mut DbState, rows: &[LeaseSet]) {
+    for set in rows {
+        let row = &mut db.leases[usize::from(set.worker_id)];
+        match set.holder.as_str() {
+            MOVED_HOLDER => {
+                *row = LeaseRow {
+                    holder: Holder::Moved,
+                    expired: false,
+                };
+            }
+            "" => {
+                *row = LeaseRow {
+                    holder: Holder::Free,
+                    expired: true,
+                };
+            }
+            _ => {}
+        }
     }
 }

@@ -437,6 +437,105 @@ impl Sections {
         }
     }
 
+    /// A request for the key's next number at server `s`: answered from memory, or a
+    /// claim begun (or left for a later step when requests are split); `None` when it
+    /// can do neither.
+    fn request(&self, st: &mut SeqState, s: usize) -> Option<()> {
+        let assigned = self.assigned(st, s);
+        let settings = self.settings(s, &st.servers[s]);
+        let server = &mut st.servers[s];
+        match server
+            .section
+            .next(&settings, server.clock, (7, 1), self.step, assigned)
+        {
+            Answer::Ready(taken) => self.answer(st, s, taken.last),
+            Answer::Claim(plan) if !self.split => self.begin(st, s, plan),
+            Answer::Claim(plan) if server.pending.is_none() => server.pending = Some(plan),
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Real time moves on a tick, and every server's clock with it but the one slow
+    /// now (`slow`); then every server looks at its rows.
+    fn tick(&self, st: &mut SeqState, slow: Option<usize>) {
+        st.t += 1;
+        if slow.is_some() {
+            st.slow -= 1;
+        }
+        for (s, server) in st.servers.iter_mut().enumerate() {
+            if slow != Some(s) {
+                server.clock += self.tick;
+            }
+        }
+        for s in 0..self.servers {
+            self.observe(st, s);
+        }
+    }
+
+    /// Server `s` stops gracefully: it stops answering; its claims in flight are cut
+    /// off (their writes may have landed), and it releases its slot and section, which
+    /// run on while it takes part no more.
+    fn stop(&self, st: &mut SeqState, s: usize) {
+        st.stops -= 1;
+        let settings = self.settings(s, &st.servers[s]);
+        let server = &mut st.servers[s];
+        server.up = false;
+        server.pending = None;
+        server.flights.clear();
+        let names = self.names(server.epoch);
+        let (epoch, now) = (server.epoch, server.clock);
+        if let Some(leave) = server.presence.leave()
+            && let Some(c) = server.presence.begin(&settings, leave, now, &names, epoch)
+        {
+            server.flights.push((1 + leave.0 as usize, epoch, c));
+        }
+        server.section.abort();
+        if let Some(plan) =
+            server
+                .section
+                .decide(&settings, now, self.step, epoch, Assigned::Nobody)
+            && let Some(c) = server.section.begin(&settings, plan, now, &names, epoch)
+        {
+            server.flights.push((SECTION, epoch, c));
+        }
+    }
+
+    /// The change's carry reads every row it asks for.
+    fn change_read(&self, st: &mut SeqState) -> Option<()> {
+        let now = self.change_clock(st);
+        let to = self.to.clone().unwrap_or_default();
+        let Change::Carrying(carry) = &mut st.change else {
+            return None;
+        };
+        let CarryNeed::Read(side, ms) = carry.need() else {
+            return None;
+        };
+        for m in ms {
+            let d = side_db(side, &self.from, &to, m);
+            carry.read(m, Self::read_of(&st.dbs[d], SECTION), now);
+        }
+        Some(())
+    }
+
+    /// The change's carry writes its row on database `d`, if it asks for one there.
+    fn change_write(&self, st: &mut SeqState, d: usize) -> Option<()> {
+        let now = self.change_clock(st);
+        let to = self.to.clone().unwrap_or_default();
+        let Change::Carrying(carry) = &mut st.change else {
+            return None;
+        };
+        let CarryNeed::Write(side, ws) = carry.need() else {
+            return None;
+        };
+        let (m, w) = ws
+            .into_iter()
+            .find(|(m, _)| side_db(side, &self.from, &to, *m) == d)?;
+        let answer = Self::write(&mut st.dbs[d], SECTION, &w);
+        carry.written(m, answer, now);
+        Some(())
+    }
+
     fn crash(&self, st: &mut SeqState, s: usize) {
         let server = &mut st.servers[s];
         server.life += 1;
@@ -579,20 +678,7 @@ impl Model for Sections {
     fn next_state(&self, last: &SeqState, action: Action) -> Option<SeqState> {
         let mut st = last.clone();
         match action {
-            Action::Request(s) => {
-                let assigned = self.assigned(&st, s);
-                let settings = self.settings(s, &st.servers[s]);
-                let server = &mut st.servers[s];
-                match server
-                    .section
-                    .next(&settings, server.clock, (7, 1), self.step, assigned)
-                {
-                    Answer::Ready(taken) => self.answer(&mut st, s, taken.last),
-                    Answer::Claim(plan) if !self.split => self.begin(&mut st, s, plan),
-                    Answer::Claim(plan) if server.pending.is_none() => server.pending = Some(plan),
-                    _ => return None,
-                }
-            }
+            Action::Request(s) => self.request(&mut st, s)?,
             Action::Begin(s) => {
                 let plan = st.servers[s].pending.take()?;
                 self.begin(&mut st, s, plan);
@@ -623,51 +709,12 @@ impl Model for Sections {
                 self.settle(&mut st, s, k);
             }
             Action::Reassign(s) => st.servers[s].mine = !st.servers[s].mine,
-            Action::Tick(slow) => {
-                st.t += 1;
-                if slow.is_some() {
-                    st.slow -= 1;
-                }
-                for (s, server) in st.servers.iter_mut().enumerate() {
-                    if slow != Some(s) {
-                        server.clock += self.tick;
-                    }
-                }
-                for s in 0..self.servers {
-                    self.observe(&mut st, s);
-                }
-            }
+            Action::Tick(slow) => self.tick(&mut st, slow),
             Action::Crash(s) => {
                 st.crashes -= 1;
                 self.crash(&mut st, s);
             }
-            Action::Stop(s) => {
-                // It stops answering; its claims in flight are cut off (their writes
-                // may have landed), and it releases its slot and section, which run
-                // on while it takes part no more.
-                st.stops -= 1;
-                let settings = self.settings(s, &st.servers[s]);
-                let server = &mut st.servers[s];
-                server.up = false;
-                server.pending = None;
-                server.flights.clear();
-                let names = self.names(server.epoch);
-                let (epoch, now) = (server.epoch, server.clock);
-                if let Some(leave) = server.presence.leave()
-                    && let Some(c) = server.presence.begin(&settings, leave, now, &names, epoch)
-                {
-                    server.flights.push((1 + leave.0 as usize, epoch, c));
-                }
-                server.section.abort();
-                if let Some(plan) =
-                    server
-                        .section
-                        .decide(&settings, now, self.step, epoch, Assigned::Nobody)
-                    && let Some(c) = server.section.begin(&settings, plan, now, &names, epoch)
-                {
-                    server.flights.push((SECTION, epoch, c));
-                }
-            }
+            Action::Stop(s) => self.stop(&mut st, s),
             Action::Join(s) => {
                 // A new process.
                 self.crash(&mut st, s);
@@ -689,37 +736,8 @@ impl Model for Sections {
                 };
                 carry.waited(now);
             }
-            Action::ChangeRead => {
-                let now = self.change_clock(&st);
-                let to = self.to.clone().unwrap_or_default();
-                let Change::Carrying(carry) = &mut st.change else {
-                    return None;
-                };
-                let CarryNeed::Read(side, ms) = carry.need() else {
-                    return None;
-                };
-                for m in ms {
-                    let d = side_db(side, &self.from, &to, m);
-                    carry.read(m, Self::read_of(&st.dbs[d], SECTION), now);
-                }
-            }
-            Action::ChangeWrite(d) => {
-                let now = self.change_clock(&st);
-                let to = self.to.clone().unwrap_or_default();
-                let Change::Carrying(carry) = &mut st.change else {
-                    return None;
-                };
-                match (carry.need(), action) {
-                    (CarryNeed::Write(side, ws), Action::ChangeWrite(_)) => {
-                        let (m, w) = ws
-                            .into_iter()
-                            .find(|(m, _)| side_db(side, &self.from, &to, *m) == d)?;
-                        let answer = Self::write(&mut st.dbs[d], SECTION, &w);
-                        carry.written(m, answer, now);
-                    }
-                    _ => return None,
-                }
-            }
+            Action::ChangeRead => self.change_read(&mut st)?,
+            Action::ChangeWrite(d) => self.change_write(&mut st, d)?,
             Action::ChangeDone => st.change = Change::Done,
             Action::Learn(s) => {
                 let server = &mut st.servers[s];

@@ -398,27 +398,8 @@ impl Store {
                     change.sequences(bizs);
                 }
                 ChangeNeed::Carry { biz, from, to } => {
-                    let at = |m: &[Option<usize>]| -> Vec<Option<usize>> {
-                        m.iter().map(|p| p.map(|p| parts[p])).collect()
-                    };
-                    let (from, to) = (at(&from), at(&to));
-                    self.run_carries(&biz, change.carries(), (&from, &to)).await;
-                    change.carried();
-                    if let ChangeNeed::Done(ChangeOutcome::Stopped(ChangeStop::Carry {
-                        biz,
-                        section,
-                        outcome,
-                    })) = change.need()
-                    {
-                        return Err(Refusal::new(
-                            Reason::DatabaseUnanswered,
-                            format!(
-                                "section {section} of sequence biz `{biz}` could not be carried to layout epoch {epoch} ({outcome:?}); its sections stay held by the change, answered 503 until it is done"
-                            ),
-                        )
-                        .hint("run the command again once the databases answer")
-                        .into());
-                    }
+                    self.carry_sections(&mut change, parts, &biz, (&from, &to))
+                        .await?;
                     say(format!(
                         "sequence biz `{biz}`: sections carried to epoch {epoch}"
                     ));
@@ -464,6 +445,41 @@ impl Store {
                     unreachable!("claimed before the change runs")
                 }
             }
+        }
+    }
+
+    /// Carries the sections of sequence biz `biz` (the members `from` and `to` by their
+    /// position in `parts`) as `change`'s carry asks, and tells it; a section that could
+    /// not be carried stops the change, its sections held by it until the command runs
+    /// again.
+    async fn carry_sections(
+        &self,
+        change: &mut Change,
+        parts: &[usize],
+        biz: &str,
+        (from, to): (&[Option<usize>], &[Option<usize>]),
+    ) -> Result<(), StoreError> {
+        let at = |m: &[Option<usize>]| -> Vec<Option<usize>> {
+            m.iter().map(|p| p.map(|p| parts[p])).collect()
+        };
+        let (from, to) = (at(from), at(to));
+        self.run_carries(biz, change.carries(), (&from, &to)).await;
+        change.carried();
+        let epoch = change.decision().to.epoch;
+        match change.need() {
+            ChangeNeed::Done(ChangeOutcome::Stopped(ChangeStop::Carry {
+                biz,
+                section,
+                outcome,
+            })) => Err(Refusal::new(
+                Reason::DatabaseUnanswered,
+                format!(
+                    "section {section} of sequence biz `{biz}` could not be carried to layout epoch {epoch} ({outcome:?}); its sections stay held by the change, answered 503 until it is done"
+                ),
+            )
+            .hint("run the command again once the databases answer")
+            .into()),
+            _ => Ok(()),
         }
     }
 
