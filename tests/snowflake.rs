@@ -1099,3 +1099,89 @@ async fn a_snowflake_biz_needs_no_row_for_its_token() {
         .await;
     assert_eq!(ids.len(), 5);
 }
+
+/// Every table of database `i` copied aside (`backup_*`): a backup taken now.
+fn back_up(dbs: &Databases, i: usize) -> Vec<String> {
+    let tables: Vec<String> = dbs
+        .sql(
+            i,
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename",
+        )
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    for t in &tables {
+        dbs.sql(i, &format!("CREATE TABLE backup_{t} AS TABLE {t}"));
+    }
+    tables
+}
+
+/// Database `i`'s `tables` as [`back_up`] copied them: the whole database restored.
+fn restore_whole(dbs: &Databases, i: usize, tables: &[String]) {
+    let sql: String = tables
+        .iter()
+        .map(|t| format!("DELETE FROM {t}; INSERT INTO {t} SELECT * FROM backup_{t};"))
+        .collect();
+    dbs.sql(i, &format!("BEGIN; {sql} COMMIT;"));
+}
+
+/// A database restored from a backup taken before `db add` forgets the change: the
+/// worker IDs it had blocked (those that moved to the new member) are free there again,
+/// and a server configured with that database alone reads only its layout from before
+/// the change. Here every even worker ID is held on pg0 by another process, so server
+/// B (configured with both) leases worker ID 1 on pg1; after pg0's restore, server C
+/// (configured with pg0 alone) leases worker ID 1 there. B reads the other members'
+/// lease rows at each renewal and gives worker ID 1 up before C's wait is over: no
+/// worker ID used by both at overlapping times, no duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_restored_from_before_an_add_never_shares_a_moved_worker_id() {
+    let setup = Setup::naming(2, 1, FAST_LEASES);
+    let dbs = &setup.dbs;
+    dbs.sql(
+        0,
+        "INSERT INTO segmint_worker_lease (worker_id, holder, version, expires_ms, last_ms, bound_ms) \
+         SELECT w, 'another-process', 1, 9000000000000000, 0, 0 FROM generate_series(0, 1022, 2) AS w",
+    );
+    let tables = back_up(dbs, 0);
+    segmint_ok(
+        setup.file.path(),
+        &["db", "add", "pg1", &dbs.urls()[1]],
+        &[],
+    );
+    let b_process = ServerProcess::start(&config_toml_urls(&dbs.urls(), FAST_LEASES)).await;
+    let b_remote = b_process.remote(Duration::from_secs(5));
+    let mut b = first_snowflakes(&b_remote, &setup.token).await;
+    assert_eq!(worker_of(b[0]), 1, "the lowest odd worker ID, on pg1");
+
+    restore_whole(dbs, 0, &tables);
+    let c_process = setup.server().await;
+    let c_remote = c_process.remote(Duration::from_secs(5));
+    let mut c = Vec::new();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(4) {
+        if let Ok(ids) = try_snowflakes(&b_remote, &setup.token, 50).await {
+            b.extend(ids);
+        }
+        if let Ok(ids) = try_snowflakes(&c_remote, &setup.token, 50).await {
+            c.extend(ids);
+        }
+    }
+    assert!(!c.is_empty(), "C issues");
+    assert_eq!(
+        worker_of(c[0]),
+        1,
+        "C leased the worker ID the restore freed on pg0"
+    );
+    assert_no_worker_id_shared(&b, &c);
+    assert!(
+        b_process
+            .log_text()
+            .contains("another configured database leases this worker ID"),
+        "{}",
+        b_process.log_text()
+    );
+    let moved = worker_of(*b.last().expect("B issued"));
+    assert_ne!(moved, 1, "B issues again with another worker ID");
+    b.extend(c);
+    assert_unique(&b);
+}

@@ -62,6 +62,10 @@ pub struct Fixes {
     /// A server begins a period only once a database's clock has reached it
     /// (`clocks::may_begin`); else its own clock alone decides.
     pub period_begun: bool,
+    /// A lease holder reads the other configured members' lease rows at each take and
+    /// renewal and gives up a worker ID held live on one of them
+    /// (`lease::held_elsewhere`); else only its own database's.
+    pub elsewhere: bool,
 }
 
 impl Fixes {
@@ -79,6 +83,7 @@ impl Fixes {
         look_witnesses: true,
         window_above_row: true,
         period_begun: true,
+        elsewhere: true,
     };
 }
 
@@ -367,7 +372,7 @@ impl LeaseRow {
             holder: match self.holder {
                 Holder::Free => String::new(),
                 Holder::Moved => segmint_core::rows::MOVED_HOLDER.to_owned(),
-                Holder::Server(s) => format!("server {s}"),
+                Holder::Server(s) => holder_name(s),
             },
             version: 0,
             expires_ms: if self.takeable() { -1 } else { 1 },
@@ -376,6 +381,11 @@ impl LeaseRow {
             db_now_ms: 0,
         }
     }
+}
+
+/// Server `s`'s holder name in lease rows.
+pub fn holder_name(s: usize) -> String {
+    format!("server {s}")
 }
 
 /// One database.

@@ -379,13 +379,23 @@ fn e_worker_ids_across_a_remove_are_never_held_twice() {
 
 #[test]
 fn e_without_required_a_worker_id_is_held_twice() {
+    // Servers configured with one database each: a server reaching both would see the
+    // worker ID held live on pg1 and give it up (`Fixes::elsewhere`), so `required`
+    // is what keeps servers that reach one member apart.
     finds(
-        leases(Fixes {
+        one_database_each(leases(Fixes {
             required: false,
             ..Fixes::ALL
-        }),
+        })),
         TWO_HOLDERS,
     );
+}
+
+/// `sys` with two leasing servers configured with one database each (pg0, pg1).
+fn one_database_each(mut sys: Sys) -> Sys {
+    sys.spec.servers = vec![two_server(&[0], false, true), two_server(&[1], false, true)];
+    sys.init.servers = sys.spec.servers.iter().map(Server::new).collect();
+    sys
 }
 
 /// E2: worker ID 1 moving from q0 to q1 with `db add q1` onto {q0} (epoch 0 stored on
@@ -440,18 +450,15 @@ fn leases_restored(fixes: Fixes, add: bool) -> Sys {
         true => "N worker IDs across an add and a restore",
         false => "N worker IDs across a remove and a restore",
     };
-    // Every server configured with both databases: a server configured with the
-    // restored database alone reads only its layout from before the change, and can
-    // take a worker ID the change had blocked there (a hole this scenario found with
-    // E2's servers, 2026-11-28; see RELIABILITY.md).
-    if add {
-        let both = server(&[0, 1], &[class(2, 0), class(2, 1)], false, true);
-        sys.spec.servers = vec![both.clone(), both];
-    } else {
+    // E2's servers for the add: one configured with q0 alone, which after the restore
+    // reads only q0's layout from before the change and can take a worker ID the change
+    // had blocked there; the other, configured with both, sees that lease on q0 and gives
+    // the worker ID up before the new holder's wait is over.
+    if !add {
         let both = two_server(&[0, 1], false, true);
         sys.spec.servers = vec![both.clone(), both];
+        sys.init.servers = sys.spec.servers.iter().map(Server::new).collect();
     }
-    sys.init.servers = sys.spec.servers.iter().map(Server::new).collect();
     sys.spec.restores = 1;
     sys.init.restores = 1;
     sys.spec.whole_restores = true;
@@ -476,15 +483,30 @@ fn n_worker_ids_across_a_change_and_a_restore_are_never_held_twice() {
 }
 
 #[test]
-fn n_without_required_a_restore_and_a_change_hold_a_worker_id_twice() {
+fn n_without_reading_the_other_members_a_restore_holds_a_worker_id_twice() {
     finds(
         leases_restored(
+            Fixes {
+                elsewhere: false,
+                ..Fixes::ALL
+            },
+            true,
+        ),
+        TWO_HOLDERS,
+    );
+}
+
+#[test]
+fn n_without_required_a_restore_and_a_change_hold_a_worker_id_twice() {
+    // As E's: servers that reach one database each.
+    finds(
+        one_database_each(leases_restored(
             Fixes {
                 required: false,
                 ..Fixes::ALL
             },
             false,
-        ),
+        )),
         TWO_HOLDERS,
     );
 }

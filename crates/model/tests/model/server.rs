@@ -14,7 +14,9 @@
 use segmint_core::layout::{self, Layout, LayoutState, Member, Standing};
 use segmint_core::segment::Residue;
 
-use crate::model::{Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, learn, to_mark};
+use crate::model::{
+    Answer, Db, Holder, Lay, MarkT, Row, ServerSpec, State, Sys, holder_name, learn, to_mark,
+};
 use crate::mover::{Moved, Mover};
 use segmint_core::evidence::Mark;
 use segmint_core::segment::judge;
@@ -458,18 +460,11 @@ impl Sys {
             .filter(|_| !st.servers[s].fenced[p]);
         let mut ids = lease::worker_ids(class, true, self.spec.workers);
         ids.retain(|&x| x == w);
-        let mut take = lease::Take::new(ids, 0, 1);
+        let mut take = lease::Take::new(ids, &holder_name(s), 0, 1);
         let w = loop {
             match take.need() {
-                TakeNeed::Read => {
-                    let rows: Vec<_> = st.dbs[d]
-                        .leases
-                        .iter()
-                        .enumerate()
-                        .map(|(w, r)| r.read(w))
-                        .collect();
-                    take.read(&rows);
-                }
+                TakeNeed::Read => take.read(&lease_rows(st, &[d])),
+                TakeNeed::Elsewhere => take.elsewhere(&self.leases_elsewhere(st, s, d)),
                 TakeNeed::Take(w) => {
                     let row = &mut st.dbs[d].leases[usize::from(w)];
                     let taken = row.takeable().then(|| {
@@ -524,10 +519,11 @@ impl Sys {
     pub fn renew(&self, st: &mut State, s: usize) -> bool {
         let held = st.servers[s].lease.expect("a lease");
         let ids = lease::worker_ids(self.worker_class(st, s, held.pos), true, self.spec.workers);
-        let mut renew = lease::Renew::new(held.w, &ids);
+        let mut renew = lease::Renew::new(held.w, &holder_name(s), &ids);
         loop {
             match renew.need() {
                 RenewNeed::Agree => renew.agreed(Agreed::Keep),
+                RenewNeed::Elsewhere => renew.elsewhere(&self.leases_elsewhere(st, s, held.db)),
                 RenewNeed::Renew => {
                     let row = st.dbs[held.db].leases[usize::from(held.w)];
                     renew.renewed(
@@ -546,6 +542,21 @@ impl Sys {
         }
     }
 
+    /// The lease rows of server `s`'s configured databases but `d`
+    /// (`Store::leases_elsewhere`); none without `fixes.elsewhere`.
+    fn leases_elsewhere(&self, st: &State, s: usize, d: Db) -> Vec<segmint_core::rows::LeaseRow> {
+        if !self.spec.fixes.elsewhere {
+            return Vec::new();
+        }
+        let others: Vec<Db> = self.spec.servers[s]
+            .config
+            .iter()
+            .copied()
+            .filter(|&j| j != d)
+            .collect();
+        lease_rows(st, &others)
+    }
+
     /// A lease row runs out by its database's clock: its holder stopped before.
     pub fn expire(&self, st: &mut State, d: Db, w: u16) {
         let row = &mut st.dbs[d].leases[usize::from(w)];
@@ -556,6 +567,13 @@ impl Sys {
             drop_lease(st, t);
         }
     }
+}
+
+/// The lease rows of databases `dbs`.
+fn lease_rows(st: &State, dbs: &[Db]) -> Vec<segmint_core::rows::LeaseRow> {
+    dbs.iter()
+        .flat_map(|&d| st.dbs[d].leases.iter().enumerate().map(|(w, r)| r.read(w)))
+        .collect()
 }
 
 /// Server `t` stops using its worker ID.

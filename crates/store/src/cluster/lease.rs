@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use rand::seq::SliceRandom;
 
 use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
@@ -136,10 +137,12 @@ impl Store {
         grace_ms: i64,
     ) -> Result<Option<Lease>, DbError> {
         let db = &self.dbs.list[i];
-        let mut take = lease::Take::new(self.worker_ids_of(i), grace_ms, TAKES_PER_DATABASE);
+        let mut take =
+            lease::Take::new(self.worker_ids_of(i), holder, grace_ms, TAKES_PER_DATABASE);
         loop {
             match take.need() {
                 TakeNeed::Read => take.read(&self.call(i, db.store.leases()).await?),
+                TakeNeed::Elsewhere => take.elsewhere(&self.leases_elsewhere(i).await),
                 TakeNeed::Take(w) => take.taken(
                     self.call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
                         .await?,
@@ -174,7 +177,7 @@ impl Store {
         };
         let i = lease.database;
         let mut renew = match lease_for_ms >= 0 {
-            true => lease::Renew::new(lease.worker_id, &self.worker_ids_of(i)),
+            true => lease::Renew::new(lease.worker_id, &lease.holder, &self.worker_ids_of(i)),
             false => lease::Renew::release(),
         };
         loop {
@@ -189,6 +192,7 @@ impl Store {
                     Err(super::agreement::Disagreement::Differs(why)) => Agreed::Differs(why),
                     _ => Agreed::Keep,
                 }),
+                RenewNeed::Elsewhere => renew.elsewhere(&self.leases_elsewhere(i).await),
                 RenewNeed::Renew => renew.renewed(
                     self.call(i, self.dbs.list[i].store.renew_lease(&renewal))
                         .await?,
@@ -207,12 +211,31 @@ impl Store {
                     tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
                     return Ok(None);
                 }
+                RenewNeed::Done(Renewed::HeldElsewhere(row)) => {
+                    tracing::error!(worker_id = lease.worker_id, database = %self.dbs.names[i], other_holder = %row.holder, "another configured database leases this worker ID to a live holder (restored from a backup taken before a layout change?); giving it up");
+                    return Ok(None);
+                }
                 RenewNeed::Done(Renewed::Differs(why)) => {
                     tracing::error!(worker_id = lease.worker_id, %why, "a database records another snowflake spec; giving up the worker ID");
                     return Ok(None);
                 }
             }
         }
+    }
+
+    /// The lease rows of every live configured database but `i` that answers
+    /// ([`lease::held_elsewhere`] reads them): one that fails is backed off and left
+    /// out.
+    async fn leases_elsewhere(&self, i: usize) -> Vec<LeaseRow> {
+        let reads = (0..self.dbs.list.len())
+            .filter(|&j| j != i && self.is_live(j))
+            .map(|j| self.call(j, self.dbs.list[j].store.leases()));
+        join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect()
     }
 
     /// Every lease row of every database, for status pages and tests.
