@@ -223,12 +223,13 @@ impl Store {
         }
     }
 
-    /// The lease rows of every live configured database but `i` that answers
-    /// ([`lease::held_elsewhere`] reads them): one that fails is backed off and left
-    /// out.
+    /// The lease rows of every configured database but `i` that answers
+    /// ([`lease::held_elsewhere`] reads them): one backed off or failing is left out,
+    /// but not one fenced or whose layout is behind: a database restored from a backup
+    /// is both, and its rows are the ones to see.
     async fn leases_elsewhere(&self, i: usize) -> Vec<LeaseRow> {
         let reads = (0..self.dbs.list.len())
-            .filter(|&j| j != i && self.is_live(j))
+            .filter(|&j| j != i && self.is_reachable(j))
             .map(|j| self.call(j, self.dbs.list[j].store.leases()));
         join_all(reads)
             .await
