@@ -14,8 +14,9 @@
 //! - this crate: [`cache`] (per-biz double buffers fed by background fetches),
 //!   [`listing`] (the bizs a page at a time, for `/v1/bizs` and `/status`),
 //!   [`worker`] (this server's snowflake worker ID), [`sequencer`] (the sections of
-//!   sequence bizs this server owns), [`server`] (the actix-web
-//!   application), [`telemetry`], and the `segmint` binary with its admin CLI.
+//!   sequence bizs this server owns), [`service`] (what a caller may ask, with no
+//!   transport), [`server`] (its doors: the actix-web application and the Redis
+//!   protocol), [`telemetry`], and the `segmint` binary with its admin CLI.
 //!
 //! Every layer is re-exported here under the name its modules use, so that
 //! `segmint::store::Store` and `segmint::segment::Residue` name the same items as the
@@ -34,5 +35,6 @@ pub mod cache;
 pub mod listing;
 pub mod sequencer;
 pub mod server;
+pub mod service;
 pub mod telemetry;
 pub mod worker;

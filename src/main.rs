@@ -10,6 +10,8 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+#[path = "cli/admin.rs"]
+mod admin;
 #[path = "cli/changes.rs"]
 mod changes;
 #[path = "cli/lists.rs"]
@@ -17,12 +19,9 @@ mod lists;
 #[path = "cli/reports.rs"]
 mod reports;
 
-use segmint::biz::BizTag;
 use segmint::config::Config;
-use segmint::import::Source;
-use segmint::segment::Residue;
 use segmint::server::Application;
-use segmint::store::{OpenMode, Reason, Refusal, ShapeRow, Store, StoreError};
+use segmint::store::{OpenMode, ShapeRow, Store};
 
 #[derive(Parser)]
 #[command(
@@ -421,7 +420,7 @@ fn main() -> ExitCode {
                 false => OpenMode::FirstStart,
             },
         ),
-        Command::Admin(command) => admin(config, command, out),
+        Command::Admin(command) => admin::run(config, command, out),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -497,170 +496,4 @@ fn exit_after_stop_limit() -> Result {
             std::process::exit(1);
         })?;
     Ok(())
-}
-
-fn admin(config: Config, command: AdminCommand, out: reports::Output) -> Result {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    if let AdminCommand::Db(change @ (DbCommand::Add { .. } | DbCommand::Remove { .. })) = command {
-        return runtime.block_on(changes::change_layout(config, change, out));
-    }
-    runtime.block_on(async move {
-        // Only `migrate` initialises a store: the other commands on a missing embedded
-        // file would create a new, empty store where the real one was expected.
-        let mode = match command {
-            AdminCommand::Migrate => OpenMode::Create,
-            _ => OpenMode::Existing,
-        };
-        let store = Store::open_for_commands(&config, mode)?;
-        match command {
-            AdminCommand::Migrate => changes::migrate(&store, out).await,
-            AdminCommand::Biz(BizCommand::Add(add)) => {
-                let within = match (add.odd, add.even) {
-                    (true, _) => Some(Residue::new(2, 1)?),
-                    (_, true) => Some(Residue::new(2, 0)?),
-                    _ => None,
-                };
-                let biz = BizTag::parse(&add.name).map_err(StoreError::from)?;
-                let shape = add.shape().map_err(|e| {
-                    StoreError::from(Refusal::new(
-                        Reason::InvalidShape,
-                        format!("{e}; nothing changed"),
-                    ))
-                })?;
-                let notes = store
-                    .add_shaped_biz(
-                        &biz,
-                        add.step,
-                        add.start,
-                        within,
-                        &add.description,
-                        shape.clone(),
-                    )
-                    .await?;
-                let report = reports::BizAdded::new(
-                    biz.as_str(),
-                    (add.step, add.start),
-                    within,
-                    &add.description,
-                    shape.as_ref(),
-                    notes,
-                );
-                out.emit(&report, |r| r.notes.clone())
-            }
-            AdminCommand::Biz(BizCommand::List) => lists::list_bizs(&store, out.json).await,
-            AdminCommand::Biz(BizCommand::Recover { name, above }) => {
-                let biz = BizTag::parse(&name).map_err(StoreError::from)?;
-                let above = match above {
-                    Some(id) => Some(store.decode_id(&biz, &id).await?.number),
-                    None => None,
-                };
-                let notes = store.recover_period(&biz, above).await?;
-                let report = reports::Changed {
-                    command: "biz recover",
-                    target: name,
-                    notes,
-                };
-                out.emit(&report, |r| r.notes.clone())
-            }
-            AdminCommand::Token(TokenCommand::Add {
-                biz,
-                remark,
-                expires_in,
-            }) => {
-                let tag = BizTag::parse(&biz).map_err(StoreError::from)?;
-                // A biz of snowflake IDs alone needs no row, only a token.
-                let needs_row = !config.snowflake.bizs.contains(&tag);
-                let (token, notes) = store
-                    .add_token_for(&tag, &remark, expires_in, needs_row)
-                    .await?;
-                let report = reports::TokenIssued {
-                    token,
-                    biz: Some(biz),
-                    rotated: None,
-                    expires_in_seconds: expires_in.map(|d| d.as_secs()),
-                    grace_seconds: None,
-                    failed: Vec::new(),
-                    notes,
-                };
-                // The steps on stderr, the token alone on stdout: `$(segmint token add …)`.
-                out.emit(&report, |r| {
-                    r.notes.iter().for_each(|line| eprintln!("{line}"));
-                    vec![r.token.clone()]
-                })
-            }
-            AdminCommand::Token(TokenCommand::Revoke { prefix }) => {
-                let notes = store.revoke_token(&prefix).await?;
-                let report = reports::Changed {
-                    command: "token revoke",
-                    target: prefix,
-                    notes,
-                };
-                out.emit(&report, |r| r.notes.clone())
-            }
-            AdminCommand::Token(TokenCommand::Rotate {
-                prefix,
-                grace,
-                expires_in,
-            }) => {
-                let rotation = store.rotate_token(&prefix, grace, expires_in).await?;
-                let report = reports::TokenIssued {
-                    token: rotation.token,
-                    biz: None,
-                    rotated: Some(prefix),
-                    expires_in_seconds: expires_in.map(|d| d.as_secs()),
-                    grace_seconds: Some(grace.as_secs()),
-                    failed: rotation.failed,
-                    notes: rotation.report,
-                };
-                out.emit(&report, |r| {
-                    r.notes.iter().for_each(|line| eprintln!("{line}"));
-                    vec![r.token.clone()]
-                })?;
-                match report.failed.is_empty() {
-                    true => Ok(()),
-                    false => Err(StoreError::from(
-                        Refusal::new(
-                            Reason::WriteFailed,
-                            format!(
-                                "the new token works, but the old one keeps working on {} until its expiry is lowered there",
-                                report.failed.join(", ")
-                            ),
-                        )
-                        .hint("run `segmint token rotate` again with the old prefix"),
-                    )
-                    .into()),
-                }
-            }
-            AdminCommand::Token(TokenCommand::List) => {
-                lists::list_tokens(&store, out.json).await
-            }
-            AdminCommand::Import(ImportCommand::Tinyid(file)) => {
-                lists::import(&store, Source::Tinyid, &file, out.json).await
-            }
-            AdminCommand::Import(ImportCommand::Leaf(file)) => {
-                lists::import(&store, Source::Leaf, &file, out.json).await
-            }
-            AdminCommand::Id(IdCommand::Decode { biz, id }) => {
-                let biz = BizTag::parse(&biz).map_err(StoreError::from)?;
-                let decoded = store.decode_id(&biz, &id).await?;
-                out.emit(&reports::decoded_json(&decoded), |_| {
-                    vec![decoded.to_string()]
-                })
-            }
-            // Run by `change_layout` before the store is opened.
-            AdminCommand::Db(DbCommand::Add { .. } | DbCommand::Remove { .. }) => Ok(()),
-            AdminCommand::Db(DbCommand::List) => lists::list_layout(&store, out.json).await,
-            AdminCommand::Db(DbCommand::Fence { name, above }) => {
-                let notes = store.raise_database(&name, above).await?;
-                let report = reports::Changed {
-                    command: "db fence",
-                    target: name,
-                    notes,
-                };
-                out.emit(&report, |r| r.notes.clone())
-            }
-        }
-    })
 }

@@ -52,6 +52,7 @@ mod shapes;
 mod smoke;
 mod snowflake;
 mod step;
+mod tidy;
 mod timing;
 mod tls;
 mod tokens;

@@ -7,10 +7,12 @@ use actix_web::web::{self, Bytes};
 use actix_web::{HttpRequest, HttpResponse};
 use serde::Serialize;
 
-use super::error::ApiError;
+use super::Params;
+use super::base::{AppState, app_state};
 use super::observe::Observer;
-use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
+use crate::service::Error;
+use crate::service::authorize;
 use crate::store::Reservation;
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
@@ -75,7 +77,7 @@ async fn handle(route: Route, req: HttpRequest, body: Bytes) -> HttpResponse {
 
 /// Tinyid's error shapes: HTTP 200 with `code`/`message` for the JSON routes, an
 /// empty body for the simple ones (the reason travels in `X-Segmint-Error`).
-fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
+fn tinyid_error(route: Route, e: &Error) -> HttpResponse {
     match route {
         Route::Ids | Route::Segment => HttpResponse::Ok().json(Envelope::<()> {
             data: None,
@@ -101,15 +103,11 @@ fn tinyid_error(route: Route, e: &ApiError) -> HttpResponse {
     }
 }
 
-async fn serve(
-    route: Route,
-    state: &AppState,
-    params: &Params<'_>,
-) -> Result<HttpResponse, ApiError> {
+async fn serve(route: Route, state: &AppState, params: &Params<'_>) -> Result<HttpResponse, Error> {
     let biz = BizTag::parse(
         params
             .get("bizType")
-            .ok_or_else(|| ApiError::BadRequest("bizType is required".into()))?,
+            .ok_or_else(|| Error::BadRequest("bizType is required".into()))?,
     )?;
     let batch = match route {
         Route::Ids | Route::IdsSimple => BatchSize::parse("batchSize", params.get("batchSize"))?,

@@ -1,5 +1,5 @@
-//! HTTP errors: one enum, mapped to a status and a JSON body for the v1 API and to
-//! Tinyid's `code`/`message` shape for the compatible routes.
+//! The service's refusals over HTTP: the one table of statuses, the JSON body of the v1
+//! API, and Tinyid's `code`/`message` shape for the compatible routes.
 
 use std::time::Duration;
 
@@ -8,8 +8,7 @@ use actix_web::http::header::RETRY_AFTER;
 use actix_web::{HttpResponse, ResponseError};
 use serde_json::json;
 
-use crate::biz::InputError;
-use crate::listing::BadParam;
+use crate::service::Error;
 use crate::store::StoreError;
 use crate::worker::IssueError;
 
@@ -18,80 +17,11 @@ pub(super) fn retry_after_secs(wait: Duration) -> String {
     wait.as_secs_f64().ceil().max(1.0).to_string()
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{0}")]
-    Unauthorized(&'static str),
-    #[error("token is not granted biz `{0}`")]
-    Forbidden(String),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Snowflake(#[from] IssueError),
-    /// The request cannot be served for this biz as it is (409): `code` says why.
-    #[error("{message}")]
-    Conflict { code: &'static str, message: String },
-    /// A sequence key's section is owned by another server, or by none yet (503): its
-    /// address, when known, is in the body's `owner`.
-    #[error("{message}")]
-    Elsewhere {
-        owner: Option<String>,
-        message: String,
-    },
-}
-
-impl From<InputError> for ApiError {
-    fn from(e: InputError) -> Self {
-        ApiError::BadRequest(e.to_string())
-    }
-}
-
-impl From<BadParam> for ApiError {
-    fn from(e: BadParam) -> Self {
-        ApiError::BadRequest(e.to_string())
-    }
-}
-
-impl ApiError {
-    /// Stable machine-readable code for the v1 error body.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ApiError::BadRequest(_) => "bad_request",
-            ApiError::Unauthorized(_) => "unauthorized",
-            ApiError::Forbidden(_) => "forbidden",
-            ApiError::Store(e) => match e {
-                StoreError::NotFound(_) => "not_found",
-                StoreError::Overflow { .. } => "id_space_exhausted",
-                StoreError::ResidueConflict { .. } | StoreError::InvalidRow { .. } => {
-                    "biz_misconfigured"
-                }
-                StoreError::Contention(_) => "contention",
-                StoreError::Moving(_) => "layout_change",
-                StoreError::Unavailable(_) => "unavailable",
-                StoreError::Refused(_) => "bad_request",
-                StoreError::PeriodFull { .. } => "period_exhausted",
-                StoreError::PeriodPassed(_) => "period_passed",
-                StoreError::Clock { fault, .. } => fault.as_str(),
-                StoreError::Periodic(_) => "segments_unavailable",
-            },
-            ApiError::Conflict { code, .. } => code,
-            ApiError::Elsewhere { .. } => "not_owner",
-            ApiError::Snowflake(e) => match e {
-                IssueError::NotServed(_) => "not_found",
-                IssueError::NoWorkerId(_) => "no_worker_id",
-                IssueError::ClockBehind { .. } => "clock_behind",
-                IssueError::Clock(_) => "clock_out_of_range",
-                IssueError::BatchTooLarge { .. } => "bad_request",
-            },
-        }
-    }
-
+impl Error {
     /// Tinyid's error code: 5 for a token problem, 6 for everything else.
     pub fn tinyid_code(&self) -> u32 {
         match self {
-            ApiError::Unauthorized(_) | ApiError::Forbidden(_) => 5,
+            Error::Unauthorized(_) | Error::Forbidden(_) => 5,
             _ => 6,
         }
     }
@@ -105,14 +35,14 @@ impl ApiError {
     }
 }
 
-impl ResponseError for ApiError {
+impl ResponseError for Error {
     fn status_code(&self) -> StatusCode {
         // Exhaustive, so that a new variant has to be given its status here.
         match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::Store(e) => match e {
+            Error::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::Store(e) => match e {
                 StoreError::NotFound(_) => StatusCode::NOT_FOUND,
                 StoreError::Overflow { .. } => StatusCode::CONFLICT,
                 StoreError::ResidueConflict { .. } | StoreError::InvalidRow { .. } => {
@@ -127,9 +57,9 @@ impl ResponseError for ApiError {
                     StatusCode::SERVICE_UNAVAILABLE
                 }
             },
-            ApiError::Conflict { .. } => StatusCode::CONFLICT,
-            ApiError::Elsewhere { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Snowflake(e) => match e {
+            Error::Conflict { .. } => StatusCode::CONFLICT,
+            Error::Elsewhere { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Snowflake(e) => match e {
                 IssueError::NotServed(_) => StatusCode::NOT_FOUND,
                 IssueError::NoWorkerId(_) | IssueError::ClockBehind { .. } => {
                     StatusCode::SERVICE_UNAVAILABLE
@@ -142,15 +72,15 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        if let ApiError::Unauthorized(_) = self {
+        if let Error::Unauthorized(_) = self {
             response.insert_header(("WWW-Authenticate", "Bearer"));
         }
-        if let ApiError::Snowflake(e) = self
+        if let Error::Snowflake(e) = self
             && let Some(wait) = e.retry_after()
         {
             response.insert_header((RETRY_AFTER, retry_after_secs(wait)));
         }
-        if let ApiError::Elsewhere { owner, .. } = self {
+        if let Error::Elsewhere { owner, .. } = self {
             response.insert_header((RETRY_AFTER, "1"));
             return response.json(json!({"error": {
                 "code": self.code(), "message": self.to_string(), "owner": owner,
@@ -168,9 +98,9 @@ mod tests {
     fn each_variant_has_its_status_and_code() {
         let s = String::new;
         let cases = [
-            (ApiError::BadRequest(s()), 400, "bad_request"),
-            (ApiError::Unauthorized("no token"), 401, "unauthorized"),
-            (ApiError::Forbidden(s()), 403, "forbidden"),
+            (Error::BadRequest(s()), 400, "bad_request"),
+            (Error::Unauthorized("no token"), 401, "unauthorized"),
+            (Error::Forbidden(s()), 403, "forbidden"),
             (StoreError::NotFound(s()).into(), 404, "not_found"),
             (
                 StoreError::Overflow {
@@ -232,7 +162,7 @@ mod tests {
                 "bad_request",
             ),
             (
-                ApiError::Conflict {
+                Error::Conflict {
                     code: "segments_unavailable",
                     message: s(),
                 },
@@ -240,7 +170,7 @@ mod tests {
                 "segments_unavailable",
             ),
             (
-                ApiError::Elsewhere {
+                Error::Elsewhere {
                     owner: None,
                     message: s(),
                 },

@@ -3,19 +3,19 @@
 //! Leaf sends no token, so these are served only when `[leaf] enabled`, and the ID
 //! routes only for `[leaf] bizs` (snowflake IDs also only for `[snowflake] bizs`).
 
-use std::time::{Duration, UNIX_EPOCH};
-
 use actix_web::http::StatusCode;
 use actix_web::http::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use actix_web::{HttpRequest, HttpResponse, ResponseError, web};
 use serde_json::json;
 
 use super::AppState;
-use super::error::{ApiError, retry_after_secs};
+use super::Params;
+use super::base::app_state;
+use super::error::retry_after_secs;
 use super::observe::Observer;
-use super::{Params, app_state};
 use crate::biz::BizTag;
-use crate::snowflake::{self, Decoded, Layout};
+use crate::service::Error;
+use crate::service::{leaf_time, parse_and_decode};
 use crate::store::StoreError;
 
 /// Leaf's routes. Leaf maps them for every method (`@RequestMapping` without one).
@@ -56,7 +56,7 @@ async fn segment(req: HttpRequest) -> HttpResponse {
         Err(refused) => return *refused,
     };
     match state.ordered_ids(&biz, 1).await {
-        Err(ApiError::Store(StoreError::NotFound(_))) => not_served(&biz),
+        Err(Error::Store(StoreError::NotFound(_))) => not_served(&biz),
         ids => answer(&biz, ids.map(|(ids, _)| ids)),
     }
 }
@@ -79,7 +79,7 @@ async fn snowflake_id(req: HttpRequest) -> HttpResponse {
             .next_ids(&biz, 1)
             .await
             .map(|(_, ids)| ids)
-            .map_err(ApiError::from),
+            .map_err(Error::from),
     )
 }
 
@@ -100,7 +100,7 @@ fn served_key(req: &HttpRequest) -> Result<(&AppState, BizTag), Box<HttpResponse
 }
 
 /// The one ID as Leaf's plain body, or the error as a short plain body.
-fn answer(biz: &BizTag, ids: Result<Vec<i64>, ApiError>) -> HttpResponse {
+fn answer(biz: &BizTag, ids: Result<Vec<i64>, Error>) -> HttpResponse {
     match ids {
         Ok(ids) => match ids.first() {
             Some(id) => plain(StatusCode::OK, id.to_string()),
@@ -111,7 +111,7 @@ fn answer(biz: &BizTag, ids: Result<Vec<i64>, ApiError>) -> HttpResponse {
         },
         Err(e) => {
             let mut response = plain(e.status_code(), e.to_string());
-            if let ApiError::Snowflake(issue) = &e
+            if let Error::Snowflake(issue) = &e
                 && let Some(wait) = issue.retry_after()
                 && let Ok(value) = HeaderValue::from_str(&retry_after_secs(wait))
             {
@@ -153,56 +153,5 @@ async fn decode_leaf(req: HttpRequest) -> HttpResponse {
             "sequenceId": d.sequence.to_string(),
         })),
         Err(message) => HttpResponse::BadRequest().json(json!({ "errorMsg": message })),
-    }
-}
-
-/// Parses `value` as a snowflake ID (a non-negative decimal `i64` within the layout's
-/// bits) and decodes it in `layout`.
-pub(super) fn parse_and_decode(
-    value: &str,
-    epoch_ms: i64,
-    layout: &Layout,
-) -> Result<Decoded, String> {
-    let shown: String = value.chars().take(32).collect();
-    let id = value
-        .parse::<i64>()
-        .map_err(|_| format!("snowflakeId must be a decimal integer, got `{shown}`"))?;
-    snowflake::decode(id, epoch_ms, layout).map_err(|e| format!("snowflakeId `{shown}`: {e}"))
-}
-
-/// `ms` as Leaf's `yyyy-MM-dd HH:mm:ss.SSS`, in UTC. Decoded timestamps are at or
-/// after a non-negative epoch; a wide layout's may lie past the year 9999, which the
-/// formatter does not hold: those are shown as its last millisecond.
-pub(super) fn leaf_time(ms: i64) -> String {
-    /// 9999-12-31 23:59:59.999 UTC.
-    const LAST_MS: u64 = 253_402_300_799_999;
-    let since = Duration::from_millis(u64::try_from(ms).unwrap_or(0).min(LAST_MS));
-    humantime::format_rfc3339_millis(UNIX_EPOCH + since)
-        .to_string()
-        .replacen('T', " ", 1)
-        .trim_end_matches('Z')
-        .to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_are_shown_as_leaf_shows_them() {
-        // Leaf's own example, 1567733700834, shown at UTC+8 as 2019-09-06 09:35:00.834.
-        assert_eq!(leaf_time(1_567_733_700_834), "2019-09-06 01:35:00.834");
-        assert_eq!(leaf_time(0), "1970-01-01 00:00:00.000");
-    }
-
-    #[test]
-    fn malformed_values_are_refused_clearly() {
-        for bad in ["", "abc", "1.5", "-1", "99999999999999999999"] {
-            let e = parse_and_decode(bad, snowflake::LEAF_EPOCH_MS, &Layout::LEAF).unwrap_err();
-            assert!(e.contains("snowflakeId"), "{bad}: {e}");
-        }
-        let e = parse_and_decode("9007199254740992", 0, &Layout::JS).unwrap_err();
-        assert!(e.contains("53 bits"), "{e}");
-        assert_eq!(leaf_time(i64::MAX), "9999-12-31 23:59:59.999");
     }
 }

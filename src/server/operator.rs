@@ -7,10 +7,10 @@ use actix_web::dev::{HttpServiceFactory, ServiceRequest};
 use actix_web::middleware::{Next, from_fn};
 use actix_web::{HttpRequest, Route, web};
 
-use super::error::ApiError;
+use super::base::bearer;
 use super::observe::Observer;
-use super::v1::bearer;
 use crate::config::OperatorToken;
+use crate::service::Error;
 
 /// The operator route at `path`, observed under that template (refusals included) and
 /// answered with 401 unless the request carries `token`, when one is configured.
@@ -30,7 +30,7 @@ pub(super) fn route(
                 next.call(req).await
             } else {
                 // One answer for a missing, malformed or wrong token: nothing to probe.
-                Ok(req.error_response(ApiError::Unauthorized(
+                Ok(req.error_response(Error::Unauthorized(
                     "this route needs the operator token: `Authorization: Bearer <operator_token>`",
                 )))
             }

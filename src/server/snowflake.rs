@@ -5,12 +5,14 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde_json::json;
 
-use super::error::ApiError;
-use super::leaf::{leaf_time, parse_and_decode};
+use super::Params;
+use super::base::bearer;
+use super::base::{AppState, app_state};
 use super::observe::Observer;
-use super::v1::bearer;
-use super::{AppState, Params, app_state, authorize_for};
 use crate::biz::{BatchSize, BizTag};
+use crate::service::Error;
+use crate::service::authorize_for;
+use crate::service::{leaf_time, parse_and_decode};
 
 pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     cfg.service(
@@ -28,7 +30,7 @@ pub(super) fn v1_routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
 
 /// `/v1/snowflake/{biz}?count=N`: `count` (default 1, at most the v1 batch limit)
 /// snowflake IDs, increasing, with the worker ID that issued them.
-async fn issue(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn issue(req: HttpRequest) -> Result<HttpResponse, Error> {
     let state = app_state(&req)?;
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
@@ -48,7 +50,7 @@ async fn authorize_snowflake(
     state: &AppState,
     req: &HttpRequest,
     biz: &BizTag,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let needs_row = !state.snowflake.serves(biz);
     authorize_for(&state.store, bearer(req)?, biz, needs_row).await
 }
@@ -63,13 +65,13 @@ struct SnowflakeIds<'a> {
 
 /// `GET /v1/snowflake/{biz}/decode/{id}`: the parts of `id` as JSON numbers, in this
 /// server's layout, which is shown beside them (`total_bits` at most 53: `js_safe`).
-async fn decode(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn decode(req: HttpRequest) -> Result<HttpResponse, Error> {
     let state = app_state(&req)?;
     let biz = BizTag::parse(req.match_info().get("biz").unwrap_or_default())?;
     let value = req.match_info().get("id").unwrap_or_default();
     let layout = state.snowflake.layout();
-    let d = parse_and_decode(value, state.snowflake.epoch_ms(), &layout)
-        .map_err(ApiError::BadRequest)?;
+    let d =
+        parse_and_decode(value, state.snowflake.epoch_ms(), &layout).map_err(Error::BadRequest)?;
     authorize_snowflake(state, &req, &biz).await?;
     Ok(HttpResponse::Ok().json(json!({
         "id": value.parse::<i64>().unwrap_or_default(),

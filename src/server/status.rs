@@ -9,12 +9,14 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use serde_json::json;
 
+use super::base::AppState;
 use super::observe::Observer;
 use super::status_page::{self, STATUS_LIMIT};
-use super::{ApiError, AppState, Params, operator};
+use super::{Params, operator};
 use crate::config::OperatorToken;
 use crate::listing::{self, DEFAULT_LIMIT, Query};
 use crate::metrics::{BizStats, BizView};
+use crate::service::Error;
 use crate::store::{DatabaseStatus, Membership};
 
 /// The operator routes, each behind `token` when one is configured.
@@ -201,13 +203,13 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         .body(text)
 }
 
-async fn bizs(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+async fn bizs(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, Error> {
     let params = Params::from_query(&req);
     let query = Query::parse(|name| params.get(name), DEFAULT_LIMIT)?;
     Ok(HttpResponse::Ok().json(report(&state, &query).await))
 }
 
-async fn status(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+async fn status(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResponse, Error> {
     let params = Params::from_query(&req);
     let query = Query::parse(|name| params.get(name), STATUS_LIMIT)?;
     let report = report(&state, &query).await;

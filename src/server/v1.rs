@@ -5,18 +5,21 @@ use std::future::Future;
 
 use actix_web::dev::HttpServiceFactory;
 use actix_web::http::Method;
-use actix_web::http::header::{self, AUTHORIZATION};
+use actix_web::http::header;
 use actix_web::web::Bytes;
 use actix_web::{HttpRequest, HttpResponse, guard, web};
 use serde_json::json;
 
+use super::Params;
+use super::base::{AppState, app_state};
+use super::base::{bearer, visible_ascii};
 use super::clients::GiveBackRequest;
-use super::error::ApiError;
 use super::handed_out::ClientId;
 use super::observe::Observer;
-use super::{AppState, Params, app_state, authorize};
 use crate::biz::{BatchSize, BizTag};
 use crate::segment::SegmentRange;
+use crate::service::Error;
+use crate::service::authorize;
 
 pub(super) fn routes(cfg: &mut web::ServiceConfig, observer: &Observer) {
     cfg.service(per_biz(observer, "/v1/ids", "/v1/ids/{biz}", ids))
@@ -59,7 +62,7 @@ fn per_biz<F, Fut>(
 ) -> impl HttpServiceFactory + use<F, Fut>
 where
     F: Fn(HttpRequest) -> Fut + Clone + 'static,
-    Fut: Future<Output = Result<HttpResponse, ApiError>> + 'static,
+    Fut: Future<Output = Result<HttpResponse, Error>> + 'static,
 {
     let slashes = prefix.matches('/').count() + 1;
     let one_more_segment = move |ctx: &guard::GuardContext<'_>| {
@@ -91,43 +94,17 @@ fn biz_segment(req: &HttpRequest) -> &str {
     rest.strip_prefix('/').unwrap_or(rest)
 }
 
-/// The bearer token, if the header is present.
-///
-/// # Errors
-/// 401 when the header is not of the form `Bearer <token>`.
-pub(super) fn bearer(req: &HttpRequest) -> Result<Option<&str>, ApiError> {
-    let Some(value) = req.headers().get(AUTHORIZATION) else {
-        return Ok(None);
-    };
-    visible_ascii(value.as_bytes())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| Some(token.trim()))
-        .ok_or(ApiError::Unauthorized(
-            "the Authorization header must be `Bearer <token>`",
-        ))
-}
-
-/// The header value as text if it is visible ASCII and tabs, as `HeaderValue::to_str`
-/// accepts it, checked without a branch per byte (this runs on every request).
-fn visible_ascii(bytes: &[u8]) -> Option<&str> {
-    let visible = bytes.iter().fold(true, |ok, &b| {
-        ok & ((b' '..=b'~').contains(&b) | (b == b'\t'))
-    });
-    visible.then(|| std::str::from_utf8(bytes).ok()).flatten()
-}
-
 /// Parses the biz of the path and checks the caller may use it. The segment is taken
 /// as the router matched it, without an owned copy: the router has already decoded the
 /// characters a biz name may hold (`%65` is `e`), and what is still encoded fails
 /// `BizTag::parse` as its decoded form would.
-async fn authorized(state: &AppState, req: &HttpRequest) -> Result<BizTag, ApiError> {
+async fn authorized(state: &AppState, req: &HttpRequest) -> Result<BizTag, Error> {
     let biz = BizTag::parse(biz_segment(req))?;
     authorize(&state.store, bearer(req)?, &biz).await?;
     Ok(biz)
 }
 
-async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn ids(req: HttpRequest) -> Result<HttpResponse, Error> {
     let state = app_state(&req)?;
     let params = Params::from_query(&req);
     let count = BatchSize::parse("count", params.get("count"))?;
@@ -136,7 +113,7 @@ async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
         Some("string") => Some(true),
         Some("number") => Some(false),
         Some(other) => {
-            return Err(ApiError::BadRequest(format!(
+            return Err(Error::BadRequest(format!(
                 "`as` must be `string` or `number`, got `{}`",
                 other.chars().take(32).collect::<String>()
             )));
@@ -150,7 +127,7 @@ async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
             .await?
             .is_some_and(|s| !s.format.is_plain())
     {
-        return Err(ApiError::BadRequest(format!(
+        return Err(Error::BadRequest(format!(
             "biz `{biz}` has a format: its IDs are strings, `as=number` cannot be served"
         )));
     }
@@ -171,7 +148,7 @@ async fn ids(req: HttpRequest) -> Result<HttpResponse, ApiError> {
             None => Ok(id.to_string()),
         })
         .collect::<Result<Vec<String>, _>>()
-        .map_err(|e| ApiError::Conflict {
+        .map_err(|e| Error::Conflict {
             code: "id_space_exhausted",
             message: format!("biz `{biz}`: {e}"),
         })?;
@@ -190,7 +167,7 @@ struct Ids<'a> {
 ///
 /// # Errors
 /// 400 naming `step` for anything else.
-fn asked_step(value: Option<&str>) -> Result<Option<i64>, ApiError> {
+fn asked_step(value: Option<&str>) -> Result<Option<i64>, Error> {
     let Some(value) = value else {
         return Ok(None);
     };
@@ -202,7 +179,7 @@ fn asked_step(value: Option<&str>) -> Result<Option<i64>, ApiError> {
         .filter(|&n| n > 0)
         .map(Some)
         .ok_or_else(|| {
-            ApiError::BadRequest(format!(
+            Error::BadRequest(format!(
                 "`step` must be a positive whole number of at most {}, got `{}`",
                 i64::MAX,
                 value.chars().take(32).collect::<String>()
@@ -214,17 +191,17 @@ fn asked_step(value: Option<&str>) -> Result<Option<i64>, ApiError> {
 ///
 /// # Errors
 /// 400 naming the header when it is not a valid id.
-fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, ApiError> {
+fn client_id(req: &HttpRequest) -> Result<Option<ClientId>, Error> {
     let Some(value) = req.headers().get(CLIENT_HEADER) else {
         return Ok(None);
     };
-    let bad = |why: String| ApiError::BadRequest(format!("`X-Segmint-Client`: {why}"));
+    let bad = |why: String| Error::BadRequest(format!("`X-Segmint-Client`: {why}"));
     let value = visible_ascii(value.as_bytes())
         .ok_or_else(|| bad("the header must be visible ASCII".into()))?;
     ClientId::parse(value).map(Some).map_err(bad)
 }
 
-async fn segment(req: HttpRequest) -> Result<HttpResponse, ApiError> {
+async fn segment(req: HttpRequest) -> Result<HttpResponse, Error> {
     let state = app_state(&req)?;
     let asked = asked_step(Params::from_query(&req).get("step"))?;
     let client = client_id(&req)?;
@@ -262,17 +239,17 @@ fn segment_answer(biz: &BizTag, range: &SegmentRange, preload_percent: u8) -> se
 }
 
 /// `POST /v1/segments/{biz}/return`: a client gives back the segments it holds.
-async fn give_back(req: HttpRequest, body: Bytes) -> Result<HttpResponse, ApiError> {
+async fn give_back(req: HttpRequest, body: Bytes) -> Result<HttpResponse, Error> {
     let state = app_state(&req)?;
     let request: GiveBackRequest = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::BadRequest(format!(
+        Error::BadRequest(format!(
             "the body must be {{\"client\": …, \"segments\": [{{\"database\", \"version\", \"last_issued\"}}]}}: {e}"
         ))
     })?;
     let client = ClientId::parse(&request.client)
-        .map_err(|why| ApiError::BadRequest(format!("`client`: {why}")))?;
+        .map_err(|why| Error::BadRequest(format!("`client`: {why}")))?;
     if client_id(&req)?.is_some_and(|header| header != client) {
-        return Err(ApiError::BadRequest(
+        return Err(Error::BadRequest(
             "`X-Segmint-Client` and the body's `client` differ".into(),
         ));
     }

@@ -5,11 +5,9 @@
 use crate::biz::{BatchSize, BizTag};
 use crate::sequence::MAX_COUNT;
 
-use super::super::error::ApiError;
-use super::super::sequences::{current_of, take};
-use super::super::{AppState, authorize, live_token};
 use super::Shared;
 use super::codec::Reply;
+use crate::service::{Caller, Error, Service, live_token};
 
 /// A command as the client sent it, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,8 +191,14 @@ impl<'a> Session<'a> {
         self.resp3
     }
 
-    fn state(&self) -> &AppState {
-        &self.shared.state
+    fn service(&self) -> &Service {
+        &self.shared.service
+    }
+
+    /// The caller this connection is: its token, and never forwarded (a Redis
+    /// connection reaches this server directly).
+    fn caller(&self) -> Caller<'_> {
+        Caller::direct(self.token.as_deref())
     }
 
     /// Runs one command; the reply, and whether the connection closes after it.
@@ -324,7 +328,7 @@ impl<'a> Session<'a> {
         if user.is_some_and(|u| u != "default") {
             return false;
         }
-        let live = live_token(&self.state().store, token).await;
+        let live = live_token(&self.service().store, token).await;
         if live {
             self.token = Some(token.to_owned());
         }
@@ -435,14 +439,11 @@ impl<'a> Session<'a> {
         Reply,
     > {
         let (biz, rest) = self.place(key)?;
-        let state = self.state();
-        authorize(&state.store, self.token.as_deref(), &biz)
+        let sequence = self
+            .service()
+            .biz_for(&biz, self.token.as_deref())
             .await
             .map_err(refusal)?;
-        let shape = state.shape_of(&biz).await.map_err(refusal)?;
-        let sequence = shape
-            .and_then(|s| s.sequence)
-            .map(|shape| state.sequencer.biz(biz.as_str(), shape));
         Ok((biz, rest, sequence))
     }
 
@@ -482,16 +483,11 @@ impl<'a> Session<'a> {
                 format!("key '{key}': a sequence key is 1 to 255 bytes"),
             );
         }
-        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or_default());
         let keys = [rest.to_owned()];
-        match take(
-            self.state(),
-            &sequence,
-            &keys,
-            count,
-            (false, Some(auth.as_bytes())),
-        )
-        .await
+        match self
+            .service()
+            .take(&sequence, &keys, count, self.caller())
+            .await
         {
             Ok(taken) => Reply::Integer(taken.first().map_or(0, |t| t.last)),
             Err(e) => refusal(e),
@@ -512,15 +508,7 @@ impl<'a> Session<'a> {
                 ),
             );
         };
-        let auth = format!("Bearer {}", self.token.as_deref().unwrap_or_default());
-        match current_of(
-            self.state(),
-            &sequence,
-            rest,
-            (false, Some(auth.as_bytes())),
-        )
-        .await
-        {
+        match self.service().current(&sequence, rest, self.caller()).await {
             Ok(n) => Reply::bulk(n.to_string()),
             Err(e) => refusal(e),
         }
@@ -550,7 +538,7 @@ impl<'a> Session<'a> {
     /// `count` IDs of `biz`: an integer (or, for a formatted biz, a bulk string), or an
     /// array of them when `array`.
     async fn ids_reply(&self, biz: &BizTag, count: usize, array: bool) -> Reply {
-        let (ids, shape) = match self.state().ordered_ids(biz, count).await {
+        let (ids, shape) = match self.service().ordered_ids(biz, count).await {
             Ok(issued) => issued,
             Err(e) => return refusal(e),
         };
@@ -575,13 +563,14 @@ fn wrong_pass() -> Reply {
     )
 }
 
-/// A refusal of the HTTP layer as a Redis error: `NOAUTH` and `NOPERM` for the token,
-/// `WRONGTYPE` for a command on the other kind of biz, else `ERR` with the code.
-fn refusal(e: ApiError) -> Reply {
+/// The service's refusal as a Redis error, the one table of them: `NOAUTH` and
+/// `NOPERM` for the token, `WRONGTYPE` for a command on the other kind of biz, else
+/// `ERR` with the code.
+fn refusal(e: Error) -> Reply {
     match &e {
-        ApiError::Unauthorized(_) => Reply::error("NOAUTH", &e),
-        ApiError::Forbidden(_) => Reply::error("NOPERM", &e),
-        ApiError::Conflict {
+        Error::Unauthorized(_) => Reply::error("NOAUTH", &e),
+        Error::Forbidden(_) => Reply::error("NOPERM", &e),
+        Error::Conflict {
             code: "sequence_biz" | "not_a_sequence",
             ..
         } => Reply::error("WRONGTYPE", &e),

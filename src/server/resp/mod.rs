@@ -14,21 +14,20 @@ mod command;
 
 use std::sync::Arc;
 
-use actix_web::web;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::AppState;
 use crate::config::RespConfig;
 use crate::metrics::RespMetrics;
+use crate::service::Service;
 pub use codec::Reply;
 use command::Session;
 
 /// What every connection shares.
 pub(super) struct Shared {
-    pub state: web::Data<AppState>,
+    pub service: Arc<Service>,
     pub config: RespConfig,
     pub metrics: RespMetrics,
 }

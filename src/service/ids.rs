@@ -4,20 +4,19 @@
 
 use std::sync::Arc;
 
-use super::AppState;
-use super::error::ApiError;
+use super::{Error, Service};
 use crate::biz::BizTag;
 use crate::shape::{BizShape, IdOrder, order_name};
 use crate::store::StoreError;
 
-impl AppState {
+impl Service {
     /// How the IDs of `biz` look (`None`: sequential and plain). A biz the catalog does
     /// not know yet (added since the last refresh) is looked up again first: its IDs
     /// are never issued without their shape.
     ///
     /// # Errors
     /// 404 when no database knows the biz.
-    pub async fn shape_of(&self, biz: &BizTag) -> Result<Option<Arc<BizShape>>, ApiError> {
+    pub async fn shape_of(&self, biz: &BizTag) -> Result<Option<Arc<BizShape>>, Error> {
         if let Some(shape) = self.store.with_catalog(|c| c.shape_of(biz.as_str())) {
             return Ok(shape);
         }
@@ -37,7 +36,7 @@ impl AppState {
         &self,
         biz: &BizTag,
         n: usize,
-    ) -> Result<(Vec<i64>, Option<Arc<BizShape>>), ApiError> {
+    ) -> Result<(Vec<i64>, Option<Arc<BizShape>>), Error> {
         let shape = self.shape_of(biz).await?;
         refuse_sequence(biz, shape.as_deref())?;
         let mut ids = match shape.as_ref().and_then(|s| s.period.as_ref()) {
@@ -45,7 +44,7 @@ impl AppState {
             None => self.cache.next_ids(biz, n).await?,
         };
         if let Some(shape) = &shape {
-            shape.order_ids(&mut ids).map_err(|e| ApiError::Conflict {
+            shape.order_ids(&mut ids).map_err(|e| Error::Conflict {
                 code: "id_space_exhausted",
                 message: format!("biz `{biz}`: {e}"),
             })?;
@@ -61,22 +60,20 @@ impl AppState {
     /// 409 `segments_unavailable` for a shuffled or opaque biz, and for one whose
     /// counter restarts each period (the v1 route carves its segments before this
     /// check; Tinyid's answer cannot say when the period ends).
-    pub async fn check_segments(&self, biz: &BizTag) -> Result<(), ApiError> {
+    pub async fn check_segments(&self, biz: &BizTag) -> Result<(), Error> {
         let shape = self.shape_of(biz).await?;
         refuse_sequence(biz, shape.as_deref())?;
         match shape {
             Some(shape) if shape.period.is_some() => {
                 Err(StoreError::Periodic(biz.to_string()).into())
             }
-            Some(shape) if shape.ordering.order() != IdOrder::Sequential => {
-                Err(ApiError::Conflict {
-                    code: "segments_unavailable",
-                    message: format!(
-                        "biz `{biz}` issues its IDs in a {} order, which only the server applies: take IDs from nextId or /v1/ids/{biz}",
-                        order_name(shape.ordering.order())
-                    ),
-                })
-            }
+            Some(shape) if shape.ordering.order() != IdOrder::Sequential => Err(Error::Conflict {
+                code: "segments_unavailable",
+                message: format!(
+                    "biz `{biz}` issues its IDs in a {} order, which only the server applies: take IDs from nextId or /v1/ids/{biz}",
+                    order_name(shape.ordering.order())
+                ),
+            }),
             _ => Ok(()),
         }
     }
@@ -86,10 +83,10 @@ impl AppState {
 ///
 /// # Errors
 /// As said, when `shape` is a sequence's.
-pub(super) fn refuse_sequence(biz: &BizTag, shape: Option<&BizShape>) -> Result<(), ApiError> {
+pub fn refuse_sequence(biz: &BizTag, shape: Option<&BizShape>) -> Result<(), Error> {
     match shape.and_then(|s| s.sequence) {
         None => Ok(()),
-        Some(_) => Err(ApiError::Conflict {
+        Some(_) => Err(Error::Conflict {
             code: "sequence_biz",
             message: format!(
                 "biz `{biz}` is a sequence: it issues per-key numbers, not IDs; take them from /v1/sequences/{biz}/next"

@@ -7,7 +7,7 @@ use subtle::ConstantTimeEq;
 use crate::biz::{BizTag, TokenDigest, token_digest};
 use crate::store::{BizEntry, Catalog, Store, StoreError, live_at};
 
-use super::error::ApiError;
+use super::Error;
 
 /// Whether `token` is a live token (known, neither revoked nor expired), whatever it is
 /// granted: what `AUTH` of the Redis protocol checks. Each command then checks the
@@ -37,7 +37,7 @@ pub async fn live_token(store: &Store, token: &str) -> bool {
 /// 401 for a missing token, and alike for an unknown, revoked or expired one; 404 for
 /// an unknown biz, 403 for a token not granted the biz, the biz's refusal when its rows
 /// overlap; 503 (unavailable) while no database has been read since the start.
-pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Result<(), ApiError> {
+pub async fn authorize(store: &Store, token: Option<&str>, biz: &BizTag) -> Result<(), Error> {
     authorize_for(store, token, biz, true).await
 }
 
@@ -48,10 +48,10 @@ pub async fn authorize_for(
     token: Option<&str>,
     biz: &BizTag,
     needs_row: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     let token = token
         .filter(|t| !t.is_empty())
-        .ok_or(ApiError::Unauthorized("missing token"))?;
+        .ok_or(Error::Unauthorized("missing token"))?;
     // Expiry is judged by the clock at the request, not at the last refresh. (The clock
     // read is a vDSO call, no system call.)
     let now = store.unix_now();
@@ -213,7 +213,7 @@ fn decide(
     biz: &BizTag,
     now: i64,
     needs_row: bool,
-) -> Result<(), ApiError> {
+) -> Result<(), Error> {
     if !catalog.is_read() {
         return Err(StoreError::Unavailable(
             "no database has answered since this server started: tokens and bizs are not known yet"
@@ -223,7 +223,7 @@ fn decide(
     }
     let granted = catalog
         .grant(digest, now)
-        .ok_or(ApiError::Unauthorized("invalid token"))?
+        .ok_or(Error::Unauthorized("invalid token"))?
         .allows(biz.as_str());
     let entry = match needs_row {
         true => Some(
@@ -234,13 +234,13 @@ fn decide(
         false => None,
     };
     if !granted {
-        return Err(ApiError::Forbidden(biz.to_string()));
+        return Err(Error::Forbidden(biz.to_string()));
     }
     entry.map_or(Ok(()), servable)
 }
 
 /// The biz's refusal when its rows overlap or are invalid.
-fn servable(entry: &BizEntry) -> Result<(), ApiError> {
+fn servable(entry: &BizEntry) -> Result<(), Error> {
     match &entry.refused {
         Some(e) => Err(StoreError::clone(e).into()),
         None => Ok(()),
