@@ -25,8 +25,8 @@
 pub use segmint_client as client;
 pub use segmint_config as config;
 pub use segmint_core::{
-    backoff, biz, evidence, import, layout, lease, rate, rows, segment, sequence, shape, snowflake,
-    step,
+    backoff, biz, biz_add, evidence, import, layout, lease, rate, rows, segment, sequence, shape,
+    snowflake, step,
 };
 pub use segmint_metrics as metrics;
 pub use segmint_store as store;

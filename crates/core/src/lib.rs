@@ -21,6 +21,7 @@
 
 pub mod backoff;
 pub mod biz;
+pub mod biz_add;
 pub mod evidence;
 pub mod import;
 pub mod layout;

@@ -5,6 +5,7 @@ use futures_util::future::join_all;
 
 use super::Store;
 use crate::biz::BizTag;
+use crate::biz_add;
 use crate::segment::Residue;
 use crate::store::evidence::{self, Evidence, Mark, Witness};
 use crate::store::{
@@ -223,195 +224,84 @@ impl Store {
         description: &str,
         shape: Option<ShapeRow>,
     ) -> Result<Vec<String>, StoreError> {
-        let refuse = |why: String| {
-            StoreError::from(Refusal::new(
-                Reason::InvalidShape,
-                format!("{why}; nothing changed"),
-            ))
+        let add = biz_add::BizAdd {
+            biz,
+            step,
+            start,
+            within,
+            description,
         };
-        let shape = match shape {
-            None => None,
-            Some(mut row) => {
-                let restriction = within.unwrap_or(Residue::ALL);
-                row.biz_type = biz.to_string();
-                row.within_delta = restriction.delta();
-                row.within_remainder = restriction.remainder();
-                row.block = (step / restriction.delta()).max(1);
-                row.key = format!("{:032x}", rand::random::<u128>());
-                let look = crate::store::catalog::biz_shape(&row).map_err(&refuse)?;
-                let last_of_first_segment = start.saturating_sub(1).saturating_add(step);
-                if let crate::shape::IdOrder::Opaque { domain } = look.ordering.order()
-                    && u64::try_from(last_of_first_segment).unwrap_or(u64::MAX) >= domain
-                {
-                    return Err(refuse(format!(
-                        "the first segment (up to {last_of_first_segment}) does not fit the opaque domain (IDs below {domain})"
-                    )));
-                }
-                let widest = match look.ordering.order() {
-                    crate::shape::IdOrder::Opaque { domain } => {
-                        i64::try_from(domain - 1).unwrap_or(i64::MAX)
-                    }
-                    _ => last_of_first_segment,
-                };
-                // A periodic counter's room was checked with its period (below the
-                // modulus, the last period's IDs within 63 bits).
-                if look.period.is_none() {
-                    look.format.encode(widest).map_err(|e| {
-                        refuse(format!("--width is too small for the biz's IDs: {e}"))
-                    })?;
-                }
-                Some(row)
-            }
-        };
-        let invalid = |what: String| StoreError::from(Refusal::new(Reason::InvalidArgument, what));
-        if step < 1 {
-            return Err(invalid(format!("step must be at least 1, got {step}")));
-        }
-        if start < 1 {
-            return Err(invalid(format!("start must be at least 1, got {start}")));
-        }
+        let shape = shape.map(|row| checked_shape(&add, row)).transpose()?;
+        biz_add::check(&add).map_err(|e| refused(biz, e))?;
         let epoch = self.layout_for_writes().await?;
         // The databases of the layout in force, each with its class there.
         let members: Vec<(usize, Residue)> = (0..self.dbs.list.len())
             .filter_map(|i| Some((i, self.class_of(i)?)))
             .collect();
         let existing = self.biz_everywhere(biz).await?;
-        let (have, lack): (Vec<_>, Vec<_>) = self
-            .dbs
-            .names
+        let read: Vec<biz_add::Member> = members
             .iter()
-            .zip(&existing)
-            .enumerate()
-            .filter(|(i, _)| members.iter().any(|m| m.0 == *i))
-            .map(|(_, pair)| pair)
-            .partition(|(_, row)| row.is_some());
-        let list = |v: &[(&String, &Option<BizRow>)]| {
-            v.iter()
-                .map(|(n, _)| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if lack.is_empty() {
-            return Err(Refusal::new(
-                Reason::BizExists,
-                format!("biz `{biz}` already exists on every database; nothing changed"),
-            )
-            .into());
-        }
-        if !have.is_empty() {
-            return Err(Refusal::new(
-                Reason::BizPartial,
-                format!(
-                    "biz `{biz}` exists on {} but not on {}; nothing changed",
-                    list(&have),
-                    list(&lack)
-                ),
-            )
-            .hint("fix the rows by hand (they must have disjoint residue classes)")
-            .into());
-        }
-        let mut rows = Vec::with_capacity(members.len());
-        for &(i, residue) in &members {
-            let db = &self.dbs.list[i];
-            let class = match within {
-                Some(w) => residue.restrict(w),
-                None => Ok(residue),
-            }
-            .map_err(|e| invalid(format!("database \"{}\": {e}", db.name)))?;
-            if step < class.delta() {
-                return Err(invalid(format!(
-                    "step {step} is smaller than the biz's delta {} on database \"{}\": a segment could hold no ID; nothing changed",
-                    class.delta(),
-                    db.name
-                )));
-            }
-            rows.push(BizRow {
-                biz_type: biz.as_str().into(),
-                begin_id: start - 1,
-                max_id: start - 1,
-                step,
-                delta: class.delta(),
-                remainder: class.remainder(),
-                version: 0,
-                description: description.into(),
-                claimed_by: 0,
-                epoch,
-                frozen: false,
-            });
-        }
-        if shape
-            .as_ref()
-            .is_some_and(|s| s.id_order == crate::store::SEQUENCE)
-        {
-            self.refuse_leftover_sections(biz, &members).await?;
-        }
-        let mut report = Vec::with_capacity(rows.len());
-        let mut changed = Vec::with_capacity(rows.len());
-        if let Some(shape) = &shape {
-            for db in members.iter().map(|&(i, _)| &self.dbs.list[i]) {
-                // No database holds a row of the biz (checked above): a shape row
-                // there is left from an interrupted `biz add`, and is replaced.
-                if let Err(e) = db.store.put_shape(shape).await {
-                    return Err(Refusal::new(
-                        Reason::WriteFailed,
-                        format!(
-                            "database \"{}\": FAILED writing the shape: {e}; no biz row was written, and shape rows without a biz are ignored",
-                            db.name
-                        ),
-                    )
-                    .hint("run the command again: it replaces a shape row left without a biz")
-                    .into());
-                }
-            }
-            if shape.id_order == crate::store::SEQUENCE {
-                report.push(format!(
-                    "biz `{biz}`: a sequence of per-key numbers over {} sections, each raised {step} at a time (no IDs)",
-                    shape.domain
-                ));
-            } else {
-                report.push(format!(
-                "biz `{biz}`: {} IDs, written {}",
-                shape.id_order,
-                if let Some((reset, zone, start, pattern)) = crate::store::catalog::period_parts(&shape.period) {
-                    format!(
-                        "as {pattern} in base {}{}, the counter restarting {reset} at {start} ({zone})",
-                        shape.base,
-                        if shape.check_char {
-                            " with a check character"
-                        } else {
-                            ""
-                        }
-                    )
-                } else if shape.prefix.is_empty()
-                    && shape.width == 0
-                    && shape.base == 10
-                    && !shape.check_char
-                {
-                    "as plain numbers".to_owned()
-                } else {
-                    format!(
-                        "as {}{} in base {}{}",
-                        shape.prefix,
-                        if shape.width > 0 {
-                            format!("<{} digits>", shape.width)
-                        } else {
-                            "<digits>".into()
-                        },
-                        shape.base,
-                        if shape.check_char {
-                            " with a check character"
-                        } else {
-                            ""
-                        }
-                    )
-                }
-            ));
-            }
-        }
+            .map(|&(i, class)| biz_add::Member {
+                name: &self.dbs.names[i],
+                class,
+                has_biz: existing[i].is_some(),
+            })
+            .collect();
+        let rows = biz_add::plan(&add, &read, epoch).map_err(|e| refused(biz, e))?;
         let sequence = shape
             .as_ref()
             .is_some_and(|s| s.id_order == crate::store::SEQUENCE);
-        for (db, row) in members.iter().map(|&(i, _)| &self.dbs.list[i]).zip(&rows) {
+        if sequence {
+            self.refuse_leftover_sections(biz, &members).await?;
+        }
+        let mut report = Vec::with_capacity(rows.len() + 1);
+        if let Some(shape) = &shape {
+            self.put_shapes(shape, &members).await?;
+            report.push(shape_line(biz, step, shape));
+        }
+        let dbs: Vec<usize> = members.iter().map(|&(i, _)| i).collect();
+        self.insert_biz_rows(&add, sequence, &dbs, &rows, report)
+            .await
+    }
+
+    /// Writes the shape row of a new biz to each member: no database holds a row of
+    /// the biz (checked before), so a shape row there is left from an interrupted
+    /// `biz add`, and is replaced.
+    async fn put_shapes(
+        &self,
+        shape: &ShapeRow,
+        members: &[(usize, Residue)],
+    ) -> Result<(), StoreError> {
+        for db in members.iter().map(|&(i, _)| &self.dbs.list[i]) {
+            if let Err(e) = db.store.put_shape(shape).await {
+                return Err(Refusal::new(
+                    Reason::WriteFailed,
+                    format!(
+                        "database \"{}\": FAILED writing the shape: {e}; no biz row was written, and shape rows without a biz are ignored",
+                        db.name
+                    ),
+                )
+                .hint("run the command again: it replaces a shape row left without a biz")
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Inserts the planned `rows` of a new biz, one on each of `dbs` in order, after
+    /// the lines of `report`; stops at the first database that fails or whose layout
+    /// moved on, with the lines so far.
+    async fn insert_biz_rows(
+        &self,
+        add: &biz_add::BizAdd<'_>,
+        sequence: bool,
+        dbs: &[usize],
+        rows: &[BizRow],
+        mut report: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        let (biz, start, step) = (add.biz, add.start, add.step);
+        let mut changed = Vec::with_capacity(rows.len());
+        for (db, row) in dbs.iter().map(|&i| &self.dbs.list[i]).zip(rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(Inserted::Yes) => {
                     changed.push(db.name.as_str());
@@ -660,4 +550,106 @@ fn audit_fence(name: &str, raised: &[Witness]) {
     let bizs: Vec<&str> = raised.iter().map(|w| w.biz.as_str()).collect();
     let changed: &[&str] = if raised.is_empty() { &[] } else { &[name] };
     audit("db fence", &bizs.join(","), "", changed);
+}
+
+/// A new biz's shape row, filled in (its biz, restriction, block and a new random key)
+/// and checked: the first segment fits an opaque domain and the format's width holds
+/// the biz's IDs.
+fn checked_shape(add: &biz_add::BizAdd<'_>, mut row: ShapeRow) -> Result<ShapeRow, StoreError> {
+    let refuse = |why: String| {
+        StoreError::from(Refusal::new(
+            Reason::InvalidShape,
+            format!("{why}; nothing changed"),
+        ))
+    };
+    let (step, start) = (add.step, add.start);
+    let restriction = add.within.unwrap_or(Residue::ALL);
+    row.biz_type = add.biz.to_string();
+    row.within_delta = restriction.delta();
+    row.within_remainder = restriction.remainder();
+    row.block = (step / restriction.delta()).max(1);
+    row.key = format!("{:032x}", rand::random::<u128>());
+    let look = crate::store::catalog::biz_shape(&row).map_err(&refuse)?;
+    let last_of_first_segment = start.saturating_sub(1).saturating_add(step);
+    if let crate::shape::IdOrder::Opaque { domain } = look.ordering.order()
+        && u64::try_from(last_of_first_segment).unwrap_or(u64::MAX) >= domain
+    {
+        return Err(refuse(format!(
+            "the first segment (up to {last_of_first_segment}) does not fit the opaque domain (IDs below {domain})"
+        )));
+    }
+    let widest = match look.ordering.order() {
+        crate::shape::IdOrder::Opaque { domain } => i64::try_from(domain - 1).unwrap_or(i64::MAX),
+        _ => last_of_first_segment,
+    };
+    // A periodic counter's room was checked with its period (below the modulus, the
+    // last period's IDs within 63 bits).
+    if look.period.is_none() {
+        look.format
+            .encode(widest)
+            .map_err(|e| refuse(format!("--width is too small for the biz's IDs: {e}")))?;
+    }
+    Ok(row)
+}
+
+/// The plan's refusal of `biz add` as the store's.
+fn refused(biz: &BizTag, refused: biz_add::Refused) -> StoreError {
+    let list = |names: &[String]| {
+        names
+            .iter()
+            .map(|n| format!("\"{n}\""))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match refused {
+        biz_add::Refused::Invalid(what) => Refusal::new(Reason::InvalidArgument, what).into(),
+        biz_add::Refused::Exists => Refusal::new(
+            Reason::BizExists,
+            format!("biz `{biz}` already exists on every database; nothing changed"),
+        )
+        .into(),
+        biz_add::Refused::Partial { have, lack } => Refusal::new(
+            Reason::BizPartial,
+            format!(
+                "biz `{biz}` exists on {} but not on {}; nothing changed",
+                list(&have),
+                list(&lack)
+            ),
+        )
+        .hint("fix the rows by hand (they must have disjoint residue classes)")
+        .into(),
+    }
+}
+
+/// The report's line for a new biz's shape.
+fn shape_line(biz: &BizTag, step: i64, shape: &ShapeRow) -> String {
+    if shape.id_order == crate::store::SEQUENCE {
+        return format!(
+            "biz `{biz}`: a sequence of per-key numbers over {} sections, each raised {step} at a time (no IDs)",
+            shape.domain
+        );
+    }
+    let check = if shape.check_char {
+        " with a check character"
+    } else {
+        ""
+    };
+    let written = if let Some((reset, zone, start, pattern)) =
+        crate::store::catalog::period_parts(&shape.period)
+    {
+        format!(
+            "as {pattern} in base {}{check}, the counter restarting {reset} at {start} ({zone})",
+            shape.base
+        )
+    } else if shape.prefix.is_empty() && shape.width == 0 && shape.base == 10 && !shape.check_char {
+        "as plain numbers".to_owned()
+    } else {
+        let digits = if shape.width > 0 {
+            format!("<{} digits>", shape.width)
+        } else {
+            "<digits>".into()
+        };
+        format!("as {}{digits} in base {}{check}", shape.prefix, shape.base)
+    };
+    format!("biz `{biz}`: {} IDs, written {written}", shape.id_order)
 }
