@@ -22,6 +22,7 @@
 pub mod backoff;
 pub mod biz;
 pub mod biz_add;
+pub mod db_fence;
 pub mod evidence;
 pub mod import;
 pub mod layout;

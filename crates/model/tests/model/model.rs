@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use segmint_core::db_fence;
 use segmint_core::layout::{Layout, LayoutState, Member};
 use segmint_core::segment::Residue;
 use segmint_store::{BizRow, LayoutRow, Mark, Reclass};
@@ -544,11 +545,6 @@ impl State {
     }
 }
 
-/// The version step of `db fence` (`FENCE_EPOCH` in crates/store/src/cluster/admin.rs, 2^40
-/// there): small here, to keep versions small; what matters is that it lies above
-/// every version known.
-const FENCE_EPOCH: i64 = 8;
-
 /// A set of positions in a configuration, a bit each: the databases that answer a read.
 pub type Answer = u8;
 
@@ -622,9 +618,9 @@ impl Sys {
         &self.spec.names
     }
 
-    /// `Store::raise_database` on database `d`: its row raised to the next multiple of
-    /// [`FENCE_EPOCH`] above every version known, its `max_id` to the highest witnessed,
-    /// when the row is behind the witnesses of it on the other databases.
+    /// `Store::raise_database` on database `d`: the core's plan for its row
+    /// (`db_fence::plan_row`) from the witnesses of it on the other databases and the
+    /// layouts read, carried out by compare-and-set.
     fn fence(&self, st: &mut State, d: Db) -> bool {
         let mut mark: Option<MarkT> = None;
         for (j, db) in st.dbs.iter().enumerate() {
@@ -635,19 +631,7 @@ impl Sys {
         let Some(row) = st.dbs[d].row else {
             return false;
         };
-        let floor = mark.map_or(row.max_id, |m| m.2);
-        let behind = mark.is_some_and(|m| to_mark(m).is_ahead_of(&row.biz_row(0)));
-        if !behind && row.max_id >= floor {
-            return false;
-        }
-        let newest = mark.map_or(row.version, |m| m.0.max(row.version));
-        let mut raised = Row {
-            version: (newest / FENCE_EPOCH + 1) * FENCE_EPOCH,
-            max_id: row.max_id.max(floor),
-            ..row
-        };
-        // A change under way (`load_layout`, then `layouts`): the row raised is frozen
-        // for it.
+        // `load_layout`, then `layouts`: a change under way, and the layout in force.
         let names = self.names();
         let per_db: Vec<_> = st
             .dbs
@@ -655,19 +639,35 @@ impl Sys {
             .enumerate()
             .map(|(j, db)| (names[j].clone(), db.layout_rows(names)))
             .collect();
-        // A row of an epoch below the layout in force (a restore undid its move) is
-        // raised frozen too.
         let reading = segmint_core::layout::read(&[], &per_db).ok();
-        if let Some(reading) = reading.filter(|_| self.spec.fixes.fence_freezes) {
-            match segmint_core::layout::current(&reading.layouts) {
-                (_, Some(change)) => {
-                    raised.frozen = true;
-                    raised.claimed_by = row.claimed_by.max(change.epoch);
+        let layouts = match reading.filter(|_| self.spec.fixes.fence_freezes) {
+            Some(reading) => {
+                let (done, change) = segmint_core::layout::current(&reading.layouts);
+                db_fence::Layouts {
+                    done: done.map(|l| l.epoch),
+                    pending: change.map(|l| l.epoch),
                 }
-                (Some(done), None) if row.epoch < done.epoch => raised.frozen = true,
-                _ => {}
             }
-        }
+            None => db_fence::Layouts {
+                done: None,
+                pending: None,
+            },
+        };
+        let raised = match db_fence::plan_row(&row.biz_row(0), mark.map(to_mark), None, layouts) {
+            db_fence::RowPlan::Keep | db_fence::RowPlan::NoVersionLeft => return false,
+            db_fence::RowPlan::Raise { version, max_id } => Row {
+                version,
+                max_id,
+                ..row
+            },
+            db_fence::RowPlan::RaiseFrozen(to) => Row {
+                version: to.version,
+                max_id: to.max_id,
+                frozen: to.frozen,
+                claimed_by: to.claimed_by,
+                ..row
+            },
+        };
         st.dbs[d].cas(row.version, row.max_id, raised);
         st.fences -= 1;
         true

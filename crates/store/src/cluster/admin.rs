@@ -5,12 +5,12 @@ use futures_util::future::join_all;
 
 use super::Store;
 use crate::biz::BizTag;
-use crate::biz_add;
 use crate::segment::Residue;
-use crate::store::evidence::{self, Evidence, Mark, Witness};
+use crate::store::evidence::{Evidence, Mark, Witness};
 use crate::store::{
-    BizRow, DbError, Inserted, Reason, Reclass, Refusal, SegmentStore, ShapeRow, StoreError,
+    BizRow, DbError, Inserted, Reason, Refusal, SegmentStore, ShapeRow, StoreError,
 };
+use crate::{biz_add, db_fence};
 
 /// What `segmint migrate` did: per database, the migrations applied (or its error),
 /// and the membership recorded (`Ok(None)`: recorded before).
@@ -64,11 +64,6 @@ pub(super) fn unreachable(name: &str, e: &DbError) -> StoreError {
     )
     .into()
 }
-
-/// `segmint db fence` raises a row's version to the next multiple of this: far above
-/// every version reached by reservations since the last fence (one per reservation),
-/// with room for millions of fences.
-const FENCE_EPOCH: i64 = 1 << 40;
 
 impl Store {
     /// Runs `op` on every database at once, each an admin step (bounded by
@@ -418,15 +413,12 @@ impl Store {
                 }
             }
         }
-        // A change under way: a row raised now is frozen for it (stamped with its
-        // epoch), never put back into service in a class the change may be taking
-        // away; the change, run again, or the servers healing it, move it on. A row of
-        // an epoch below the layout in force (a restore undid its move) is raised
-        // frozen too: its class may belong to another database now; the next change
-        // moves it.
         self.load_layout().await;
         let (done, pending) = self.layouts();
-        let stale = |row: &BizRow| done.as_ref().is_some_and(|d| row.epoch < d.epoch);
+        let layouts = db_fence::Layouts {
+            done: done.map(|d| d.epoch),
+            pending: pending.map(|p| p.epoch),
+        };
         let rows = self
             .call(t, self.dbs.list[t].store.bizs())
             .await
@@ -434,62 +426,16 @@ impl Store {
         let mut report = Vec::with_capacity(rows.len());
         let mut raised = Vec::new();
         for row in rows {
-            let biz = &row.biz_type;
-            let mark = evidence.mark(t, biz);
-            let floor = mark
-                .map_or(row.max_id, |m| m.high_id)
-                .max(above.unwrap_or(i64::MIN));
-            if evidence::behind(mark, &row).is_ok() && row.max_id >= floor {
-                report.push(format!(
-                    "\"{name}\": biz `{biz}` at version {} (max_id {}) is not behind any evidence; left as it is",
-                    row.version, row.max_id
-                ));
-                continue;
-            }
-            let newest = mark.map_or(row.version, |m| m.version.max(row.version));
-            // The next multiple of FENCE_EPOCH: above any version a running server can
-            // have seen without a witness recording it (one with a single database).
-            let Some(version) = (newest / FENCE_EPOCH)
-                .checked_add(1)
-                .and_then(|e| e.checked_mul(FENCE_EPOCH))
-            else {
-                report.push(format!(
-                    "\"{name}\": biz `{biz}` has no version left to raise to; left as it is"
-                ));
-                continue;
-            };
-            let max_id = row.max_id.max(floor);
-            let freeze_by = match &pending {
-                Some(change) => Some(change.epoch),
-                None if stale(&row) => Some(row.claimed_by),
-                None => None,
-            };
-            let write = async {
-                match freeze_by {
-                    None => {
-                        self.dbs.list[t]
-                            .store
-                            .raise(biz, row.version, row.max_id, version, max_id)
-                            .await
-                    }
-                    Some(by) => {
-                        let to = Reclass {
-                            version,
-                            max_id,
-                            ..Reclass::freezing(&row, true, row.claimed_by.max(by))
-                        };
-                        self.dbs.list[t]
-                            .store
-                            .reclass(biz, row.version, row.max_id, &to)
-                            .await
-                    }
+            let plan = db_fence::plan_row(&row, evidence.mark(t, &row.biz_type), above, layouts);
+            match self.fence_row(t, &row, plan).await {
+                Ok((line, witness)) => {
+                    report.push(line);
+                    raised.extend(witness);
                 }
-            };
-            let done = match self.call(t, write).await {
-                Ok(done) => done,
                 // Rows raised before stay raised (that is safe); say which they were.
                 Err(e) => {
                     audit_fence(name, &raised);
+                    let biz = &row.biz_type;
                     report.push(format!("\"{name}\": biz `{biz}` FAILED: {e}"));
                     return Err(Refusal::new(
                         Reason::WriteFailed,
@@ -501,26 +447,6 @@ impl Store {
                     .notes(report)
                     .into());
                 }
-            };
-            match done {
-                Some(_) => {
-                    report.push(format!(
-                        "\"{name}\": biz `{biz}` raised from version {} (max_id {}) to version {version} (max_id {max_id})",
-                        row.version, row.max_id
-                    ));
-                    raised.push(Witness {
-                        database: name.to_string(),
-                        biz: biz.to_string(),
-                        mark: Mark {
-                            version,
-                            max_id,
-                            high_id: max_id,
-                        },
-                    });
-                }
-                None => report.push(format!(
-                    "\"{name}\": biz `{biz}` changed while being raised; left as it is: run the command again"
-                )),
             }
         }
         audit_fence(name, &raised);
@@ -528,6 +454,67 @@ impl Store {
         let others = (0..self.dbs.list.len()).filter(|&k| k != t);
         join_all(others.map(|k| self.call(k, self.dbs.list[k].store.witness(raised)))).await;
         Ok(report)
+    }
+
+    /// Carries out the fence's plan for `row` of database `t`: the report's line, and
+    /// the witness of the new mark when the row was raised.
+    async fn fence_row(
+        &self,
+        t: usize,
+        row: &BizRow,
+        plan: db_fence::RowPlan,
+    ) -> Result<(String, Option<Witness>), DbError> {
+        let (name, biz) = (&self.dbs.names[t], &row.biz_type);
+        let store = &self.dbs.list[t].store;
+        let (version, max_id, done) = match plan {
+            db_fence::RowPlan::Keep => {
+                return Ok((
+                    format!(
+                        "\"{name}\": biz `{biz}` at version {} (max_id {}) is not behind any evidence; left as it is",
+                        row.version, row.max_id
+                    ),
+                    None,
+                ));
+            }
+            db_fence::RowPlan::NoVersionLeft => {
+                return Ok((
+                    format!(
+                        "\"{name}\": biz `{biz}` has no version left to raise to; left as it is"
+                    ),
+                    None,
+                ));
+            }
+            db_fence::RowPlan::Raise { version, max_id } => {
+                let write = store.raise(biz, row.version, row.max_id, version, max_id);
+                (version, max_id, self.call(t, write).await?.is_some())
+            }
+            db_fence::RowPlan::RaiseFrozen(to) => {
+                let write = store.reclass(biz, row.version, row.max_id, &to);
+                (to.version, to.max_id, self.call(t, write).await?.is_some())
+            }
+        };
+        if !done {
+            return Ok((
+                format!(
+                    "\"{name}\": biz `{biz}` changed while being raised; left as it is: run the command again"
+                ),
+                None,
+            ));
+        }
+        let line = format!(
+            "\"{name}\": biz `{biz}` raised from version {} (max_id {}) to version {version} (max_id {max_id})",
+            row.version, row.max_id
+        );
+        let witness = Witness {
+            database: name.to_string(),
+            biz: biz.to_string(),
+            mark: Mark {
+                version,
+                max_id,
+                high_id: max_id,
+            },
+        };
+        Ok((line, Some(witness)))
     }
 }
 
