@@ -183,49 +183,9 @@ impl Application {
         mode: OpenMode,
     ) -> Result<Application, StartupError> {
         let port = local_port("bind", &config.bind, &listener)?;
-        let store = Arc::new(Store::open(&config, mode)?);
-        // The first catalog read runs in the background (seconds over a million
-        // bizs): requests are served meanwhile (see `Store::look_up`).
-        let cache = Arc::new(Cache::new(
-            store.clone(),
-            config.preload_percent,
-            config.wait_timeout,
-        ));
-        let names = Arc::new(Names::default());
-        let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
-            store.clone(),
-            cache.clone(),
-            names.clone(),
-            config.catalog_refresh,
-        )));
-        let sampler = AbortOnDrop(tokio::spawn(sample_periodically(cache.clone())));
-        let worker = Arc::new(Worker::new(store.clone(), config.snowflake.clone()));
-        // Only a server that issues snowflake IDs leases a worker ID.
-        let leaser = config
-            .snowflake
-            .enabled
-            .then(|| AbortOnDrop(tokio::spawn(worker.clone().run())));
-        let sequencer = Arc::new(Sequencer::new(
-            store.clone(),
-            config.sequences.clone(),
-            advertised(&config, port),
-        ));
-        let sequencing = AbortOnDrop(tokio::spawn(sequencer.clone().run()));
-        let forward = reqwest::Client::builder()
-            .timeout(config.fetch_timeout)
-            .build()
-            .map_err(|e| {
-                StoreError::Unavailable(format!("cannot build the forwarding client: {e}"))
-            })?;
+        let (service, tasks) = service(&config, port, mode)?;
         let state = web::Data::new(AppState {
-            service: Arc::new(Service {
-                store,
-                cache,
-                snowflake: worker,
-                names,
-                sequencer,
-                forward: Arc::new(HttpForward { client: forward }),
-            }),
+            service: Arc::new(service),
             preload_percent: config.preload_percent,
             handed_out: parking_lot::Mutex::new(HandedOut::new(HANDED_OUT_CAPACITY)),
             leaf: config.leaf.clone(),
@@ -254,29 +214,7 @@ impl Application {
                 Some((local_port("leaf.bind", address, &listener)?, listener))
             }
         };
-        let resp = match config.resp.bind.as_deref() {
-            None => None,
-            Some(address) => {
-                let listener = bind("resp.bind", address)?;
-                let port = local_port("resp.bind", address, &listener)?;
-                let io = |source| StartupError::Bind {
-                    key: "resp.bind",
-                    bind: address.to_owned(),
-                    source,
-                };
-                listener.set_nonblocking(true).map_err(io)?;
-                let shared = Arc::new(resp::Shared {
-                    service: routes.state.service.clone(),
-                    config: config.resp.clone(),
-                    metrics: routes.state.store.metrics().resp().clone(),
-                });
-                let threads = match config.resp.threads {
-                    0 => std::thread::available_parallelism().map_or(1, usize::from),
-                    n => n,
-                };
-                Some((port, resp::start(listener, shared, threads).map_err(io)?))
-            }
-        };
+        let resp = resp_listener(&config, &routes.state.service)?;
         let serves = match operator {
             None => Serves::Everything,
             Some(_) => Serves::Public,
@@ -314,10 +252,10 @@ impl Application {
             operator,
             leaf,
             routes,
-            _refresher: refresher,
-            _sampler: sampler,
-            leaser,
-            sequencing,
+            _refresher: tasks.refresher,
+            _sampler: tasks.sampler,
+            leaser: tasks.leaser,
+            sequencing: tasks.sequencing,
             resp,
         })
     }
@@ -451,6 +389,103 @@ impl Application {
         tracing::info!(given_back = given, wasted, "stopped");
         result
     }
+}
+
+/// The tasks that run beside the server's listeners.
+struct Tasks {
+    refresher: AbortOnDrop,
+    sampler: AbortOnDrop,
+    leaser: Option<AbortOnDrop>,
+    sequencing: AbortOnDrop,
+}
+
+/// The service of a server listening on `port`, and its background tasks: the catalog
+/// refresh, the rate sampling, the snowflake worker ID's lease (only where snowflake
+/// IDs are enabled) and the sequence sections' rounds.
+///
+/// # Errors
+/// [`StartupError`] when the store or the forwarding client cannot be built.
+fn service(config: &Config, port: u16, mode: OpenMode) -> Result<(Service, Tasks), StartupError> {
+    let store = Arc::new(Store::open(config, mode)?);
+    // The first catalog read runs in the background (seconds over a million bizs):
+    // requests are served meanwhile (see `Store::look_up`).
+    let cache = Arc::new(Cache::new(
+        store.clone(),
+        config.preload_percent,
+        config.wait_timeout,
+    ));
+    let names = Arc::new(Names::default());
+    let refresher = AbortOnDrop(tokio::spawn(refresh_periodically(
+        store.clone(),
+        cache.clone(),
+        names.clone(),
+        config.catalog_refresh,
+    )));
+    let sampler = AbortOnDrop(tokio::spawn(sample_periodically(cache.clone())));
+    let worker = Arc::new(Worker::new(store.clone(), config.snowflake.clone()));
+    let leaser = config
+        .snowflake
+        .enabled
+        .then(|| AbortOnDrop(tokio::spawn(worker.clone().run())));
+    let sequencer = Arc::new(Sequencer::new(
+        store.clone(),
+        config.sequences.clone(),
+        advertised(config, port),
+    ));
+    let sequencing = AbortOnDrop(tokio::spawn(sequencer.clone().run()));
+    let forward = reqwest::Client::builder()
+        .timeout(config.fetch_timeout)
+        .build()
+        .map_err(|e| StoreError::Unavailable(format!("cannot build the forwarding client: {e}")))?;
+    let service = Service {
+        store,
+        cache,
+        snowflake: worker,
+        names,
+        sequencer,
+        forward: Arc::new(HttpForward { client: forward }),
+    };
+    let tasks = Tasks {
+        refresher,
+        sampler,
+        leaser,
+        sequencing,
+    };
+    Ok((service, tasks))
+}
+
+/// The Redis-protocol listener of `resp.bind`, when it is set: its port and threads.
+///
+/// # Errors
+/// [`StartupError::Bind`] when the address cannot be bound or the threads started.
+fn resp_listener(
+    config: &Config,
+    service: &Arc<Service>,
+) -> Result<Option<(u16, resp::Threads)>, StartupError> {
+    let Some(address) = config.resp.bind.as_deref() else {
+        return Ok(None);
+    };
+    let listener = bind("resp.bind", address)?;
+    let port = local_port("resp.bind", address, &listener)?;
+    let io = |source| StartupError::Bind {
+        key: "resp.bind",
+        bind: address.to_owned(),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(io)?;
+    let shared = Arc::new(resp::Shared {
+        service: service.clone(),
+        config: config.resp.clone(),
+        metrics: service.store.metrics().resp().clone(),
+    });
+    let threads = match config.resp.threads {
+        0 => std::thread::available_parallelism().map_or(1, usize::from),
+        n => n,
+    };
+    Ok(Some((
+        port,
+        resp::start(listener, shared, threads).map_err(io)?,
+    )))
 }
 
 /// Where other servers reach this one: `sequences.advertise`, else `http://` and the

@@ -136,7 +136,8 @@ fn navigation(report: &Report, query: &Query, counts: Counts) -> String {
     out
 }
 
-pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
+/// The bizs' table rows.
+fn biz_rows(report: &Report) -> String {
     let mut bizs = String::new();
     for b in &report.bizs {
         let s = &b.stats;
@@ -158,6 +159,11 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
             escape(b.refused.as_deref().unwrap_or("")),
         ));
     }
+    bizs
+}
+
+/// The databases' table rows.
+fn database_rows(report: &Report) -> String {
     let mut dbs = String::new();
     for d in &report.databases {
         dbs.push_str(&format!(
@@ -193,8 +199,13 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
             ),
         ));
     }
+    dbs
+}
+
+/// What the page says of the cluster's membership.
+fn membership_paragraph(report: &Report) -> String {
     let m = &report.membership;
-    let membership = match m.epoch {
+    match m.epoch {
         None => "<p class=\"warn\">No layout done was read from the databases: no database is used. The cluster's membership is recorded by <code>segmint migrate</code>, with every configured database answering.</p>".to_owned(),
         Some(epoch) => {
             let mut p = format!("<p>Members: layout epoch {epoch}.");
@@ -213,7 +224,14 @@ pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
             p.push_str("</p>");
             p
         }
-    };
+    }
+}
+
+/// The whole page: the bizs of this page, the databases and membership, the sequences.
+pub(super) fn render(report: &Report, query: &Query, counts: Counts) -> String {
+    let bizs = biz_rows(report);
+    let dbs = database_rows(report);
+    let membership = membership_paragraph(report);
     let sequences = sequences_section(report);
     let p = &report.step_policy;
     format!(
