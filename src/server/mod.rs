@@ -1,7 +1,7 @@
 //! segmint's doors: the actix-web application (Tinyid-compatible routes, the v1 JSON
-//! API, Leaf's routes, health and status) and the Redis protocol ([`resp`]), each an
+//! API, Leaf's routes, health and status) and the Redis protocol (`resp`), each an
 //! adapter that parses a request, calls the [`service`](crate::service) and renders
-//! its answer. [`base`] is what every route imports; [`app`] assembles them.
+//! its answer. `base` is what every route imports; `app` assembles them.
 
 mod app;
 mod base;

@@ -97,13 +97,36 @@ pub fn check(what: &str, out: std::io::Result<Output>) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// A free loopback port (bound and released; good enough for tests).
+/// The ports [`free_port`] hands out: below Linux's ephemeral range (32768 and up), so
+/// that no connection's source port and no `bind` to port 0 takes one while a database
+/// of a test is restarting on it.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A loopback port no other test process of this machine holds: each is reserved by a
+/// lock on a file named after it (held until this process exits, so that a database
+/// stopped and started again finds its port free) and checked free by binding it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let dir = std::env::temp_dir().join("segmint-test-ports");
+    std::fs::create_dir_all(&dir).expect("the ports' lock directory");
+    let span = TEST_PORTS.end - TEST_PORTS.start;
+    let first = rand::random::<u16>() % span;
+    for k in 0..span {
+        let port = TEST_PORTS.start + (first + k) % span;
+        let Ok(file) = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(port.to_string()))
+        else {
+            continue;
+        };
+        if file.try_lock().is_ok() && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            HELD.lock().unwrap_or_else(|e| e.into_inner()).push(file);
+            return port;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?}");
 }
 
 /// A temporary directory the cluster's user may write in (the log, the socket, a
