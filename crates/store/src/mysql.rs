@@ -733,6 +733,10 @@ fn step(statement: &str) -> Step {
 /// A transaction for a write whose result is read back before the commit: the
 /// session's REPEATABLE READ (set once per connection, so that a transaction costs no
 /// statement of its own to set it).
+/// How long, in seconds, the database waits for the next statement of a sequence batch
+/// before it closes the connection and rolls the batch back (see `write_sections`).
+const IN_BATCH_WAIT_S: u32 = 2;
+
 fn write_tx() -> TxOpts {
     TxOpts::default()
 }
@@ -1503,12 +1507,23 @@ impl SegmentStore for MyStore {
             .partition(|&i| writes[i].expected.is_some());
         let writes = writes.to_vec();
         self.run(move |mut conn| async move {
+            // The batch takes several round trips in one transaction, holding the rows'
+            // locks: a server paused between them (SIGSTOP, a VM pause) would keep
+            // every other server from claiming those sections until it resumed. The
+            // database closes the connection (rolling the batch back) once it has waited
+            // `IN_BATCH_WAIT_S` for the next statement; the usual wait is restored after.
+            conn.query_drop(format!("SET SESSION wait_timeout = {IN_BATCH_WAIT_S}"))
+                .await
+                .map_err(db_error)?;
             let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
             let now = db_now(&mut tx).await?;
             let mut made = update_sections(&mut tx, &writes, &updates, now).await?;
             made.extend(insert_sections(&mut tx, &writes, &inserts, now).await?);
             let written = sections_as_written(&mut tx, &writes, &made, now).await?;
             tx.commit().await.map_err(db_error)?;
+            conn.query_drop("SET SESSION wait_timeout = @@GLOBAL.wait_timeout")
+                .await
+                .map_err(db_error)?;
             Ok(written)
         })
         .await
