@@ -3,10 +3,25 @@
 //! one row per line, fields separated by tabs, `NULL` for a null, and `\\`, `\t`, `\n`,
 //! `\r`, `\0` escaping the characters that would break the format. Pure: no IO, so the
 //! whole file is checked before anything is written.
+//!
+//! The import takes the form the layout change has: [`parse`] checks the file, the
+//! store reads every database's rows, [`plan`] decides what each database does with
+//! each biz, and the store carries the plans out (inserting, raising, describing).
+//!
+//! ```text
+//!   parse the file ─malformed─▶ ParseError, before any read
+//!   read: each database's rows and its class in the layout in force
+//!   plan, per biz: any database refuses ──▶ the biz is refused everywhere
+//!                  else per database: missing ──▶ Create (the old max_id, the class
+//!                  narrowed to the biz's), below ──▶ Raise, at or above ──▶ Unchanged
+//!   write: the rows to create, one statement per database a chunk; then raises and
+//!          descriptions one by one
+//! ```
 
 use std::collections::HashMap;
 
 use crate::biz::BizTag;
+use crate::rows::BizRow;
 use crate::segment::Residue;
 
 /// Which system's table the file holds.
@@ -327,6 +342,115 @@ fn split(line: usize, text: &str) -> Result<Vec<Option<String>>, ParseError> {
             Ok(Some(out))
         })
         .collect()
+}
+
+/// One database's part of importing one biz.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// The biz is missing here: insert this row.
+    Create(BizRow),
+    /// The row is below the old system's `max_id`: raise it there.
+    Raise(BizRow),
+    /// The row is already where the import would put it, or above.
+    Unchanged(BizRow),
+}
+
+/// One database as read for the import.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    pub name: &'a str,
+    /// Its class in the layout in force; `None` when it is not a member of it.
+    pub class: Option<Residue>,
+    /// Its row of the biz, if it has one.
+    pub row: Option<&'a BizRow>,
+}
+
+/// What importing `import` means for each of `members`, in order, at layout `epoch`
+/// (a row created now belongs to it).
+///
+/// # Errors
+/// When any database refuses the biz, each database's line: why it refuses, or that
+/// another database does. The biz is then imported nowhere.
+pub fn plan(import: &Import, members: &[Member<'_>], epoch: i64) -> Result<Vec<Plan>, Vec<String>> {
+    let plans: Vec<Result<Plan, String>> = members
+        .iter()
+        .map(|m| match m.class {
+            Some(class) => plan_one(import, class, m.row).map(|p| match p {
+                Plan::Create(row) => Plan::Create(BizRow { epoch, ..row }),
+                other => other,
+            }),
+            None => Err("the database is not in the layout in force: take it out of the configuration first".into()),
+        })
+        .collect();
+    if !plans.iter().any(Result::is_err) {
+        return Ok(plans.into_iter().flatten().collect());
+    }
+    Err(members
+        .iter()
+        .zip(plans)
+        .map(|(m, plan)| {
+            let why = plan
+                .err()
+                .unwrap_or_else(|| "another database refuses it".into());
+            format!(
+                "\"{}\": biz `{}`: refused: {why}",
+                m.name,
+                import.biz.as_str()
+            )
+        })
+        .collect())
+}
+
+/// What importing `import` means for one database of class `residue` holding `row`.
+fn plan_one(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan, String> {
+    let class = match import.within {
+        Some(within) => residue.restrict(within),
+        None => Ok(residue),
+    }
+    .map_err(|e| e.to_string())?;
+    if import.step < class.delta() {
+        return Err(format!(
+            "step {} is smaller than the biz's delta {} here: a segment could hold no ID",
+            import.step,
+            class.delta()
+        ));
+    }
+    if import.max_id.checked_add(import.step).is_none() {
+        return Err(format!(
+            "max_id {} + step {} exceeds {}: the biz could not reserve a segment (IDs never wrap)",
+            import.max_id,
+            import.step,
+            i64::MAX
+        ));
+    }
+    let Some(row) = row else {
+        return Ok(Plan::Create(BizRow {
+            biz_type: import.biz.as_str().into(),
+            begin_id: import.max_id,
+            max_id: import.max_id,
+            step: import.step,
+            delta: class.delta(),
+            remainder: class.remainder(),
+            version: 0,
+            description: import.description.as_str().into(),
+            epoch: 0,
+            frozen: false,
+            claimed_by: 0,
+        }));
+    };
+    if (row.delta, row.remainder) != (class.delta(), class.remainder()) {
+        return Err(format!(
+            "its row has IDs ≡ {} mod {}, the import needs {class}",
+            row.remainder, row.delta
+        ));
+    }
+    // A row at or above the file's max_id issues none of the IDs the old system issued
+    // (it was imported, then served; or the file is older): it is left as it is, so that
+    // a migration script can be run again.
+    match row.max_id >= import.max_id {
+        true => Ok(Plan::Unchanged(row.clone())),
+        false => Ok(Plan::Raise(row.clone())),
+    }
 }
 
 #[cfg(test)]

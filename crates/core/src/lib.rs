@@ -17,7 +17,9 @@
 //! - [`backoff`]: the back-off after failures.
 //! - [`biz`]: biz names, batch sizes, tokens and their digests.
 //! - [`name`]: biz names held once in the process, each a number.
-//! - [`import`]: parsing Tinyid's and Leaf's table exports.
+//! - [`import`]: parsing Tinyid's and Leaf's table exports, and planning the import.
+//! - Operator commands planned here and carried out by the store: [`biz_add`],
+//!   [`recover`] (a periodic biz whose rows went ahead of the clocks), [`db_fence`].
 
 pub mod backoff;
 pub mod biz;
@@ -29,6 +31,7 @@ pub mod layout;
 pub mod lease;
 pub mod name;
 pub mod rate;
+pub mod recover;
 pub mod rows;
 pub mod segment;
 pub mod sequence;

@@ -77,8 +77,8 @@ use crate as store;
 pub(crate) use segmint_config as config;
 pub use segmint_config::tls;
 pub(crate) use segmint_core::{
-    backoff, biz, biz_add, db_fence, evidence, import, layout, name, segment, shape, snowflake,
-    step,
+    backoff, biz, biz_add, db_fence, evidence, import, layout, name, recover, segment, shape,
+    snowflake, step,
 };
 pub(crate) use segmint_metrics as metrics;
 

@@ -5,8 +5,7 @@ use std::collections::HashMap;
 
 use super::Store;
 use super::admin::{audit, change_began, layout_began, unreachable};
-use crate::import::Import;
-use crate::segment::Residue;
+use crate::import::{self, Import, Member, Plan};
 use crate::store::{BizRow, DbError, Inserted, Reason, Refusal, StoreError};
 
 /// What an import did (or, in a dry run, would do): one line per biz and database.
@@ -23,26 +22,6 @@ pub struct ImportReport {
 /// Bizs imported per transaction on each database: a chunk is planned, its rows
 /// created in one statement per database, then raised and described one by one.
 const IMPORT_BATCH: usize = 2_000;
-
-/// One database's part of importing one biz.
-enum Plan {
-    /// The biz is missing here: insert this row.
-    Create(BizRow),
-    /// The row is below the old system's `max_id`: raise it there.
-    Raise(BizRow),
-    /// The row is already where the import would put it, or above.
-    Unchanged(BizRow),
-}
-
-impl Plan {
-    /// A row created now belongs to the layout in force.
-    fn in_epoch(self, epoch: i64) -> Plan {
-        match self {
-            Plan::Create(row) => Plan::Create(BizRow { epoch, ..row }),
-            other => other,
-        }
-    }
-}
 
 impl Store {
     /// Imports `imports` (see [`crate::import::parse`]) into every database: a missing
@@ -86,8 +65,9 @@ impl Store {
         Ok(report)
     }
 
-    /// The plans of the bizs of `chunk` on every database; a biz refused by any
-    /// database is reported and left out.
+    /// The plans of the bizs of `chunk` on every database
+    /// ([`import::plan`](crate::import::plan)); a biz refused by any database is
+    /// reported and left out.
     fn plan_chunk<'a>(
         &self,
         chunk: &'a [Import],
@@ -98,27 +78,21 @@ impl Store {
         let mut planned = Vec::with_capacity(chunk.len());
         for import in chunk {
             let biz = import.biz.as_str();
-            let plans: Vec<Result<Plan, String>> = (0..self.dbs.list.len())
+            let members: Vec<Member> = (0..self.dbs.list.len())
                 .zip(existing)
-                .map(|(i, rows)| match self.class_of(i) {
-                    Some(class) => plan(import, class, rows.get(biz)).map(|p| p.in_epoch(epoch)),
-                    None => Err("the database is not in the layout in force: take it out of the configuration first".into()),
+                .map(|(i, rows)| Member {
+                    name: &self.dbs.names[i],
+                    class: self.class_of(i),
+                    row: rows.get(biz),
                 })
                 .collect();
-            if plans.iter().any(Result::is_err) {
-                for (name, plan) in self.dbs.names.iter().zip(&plans) {
-                    let why = match plan {
-                        Err(why) => why.clone(),
-                        Ok(_) => "another database refuses it".into(),
-                    };
-                    report
-                        .lines
-                        .push(format!("\"{name}\": biz `{biz}`: refused: {why}"));
+            match import::plan(import, &members, epoch) {
+                Ok(plans) => planned.push((import, plans)),
+                Err(lines) => {
+                    report.lines.extend(lines);
+                    report.refused.push(biz.to_string());
                 }
-                report.refused.push(biz.to_string());
-                continue;
             }
-            planned.push((import, plans.into_iter().flatten().collect()));
         }
         planned
     }
@@ -322,56 +296,4 @@ fn failed_midway(report: &mut ImportReport, name: &str, biz: &str, e: DbError) -
     .hint("run the import again")
     .notes(report.lines.clone())
     .into()
-}
-
-/// What importing `import` means for one database of class `residue` holding `row`.
-fn plan(import: &Import, residue: Residue, row: Option<&BizRow>) -> Result<Plan, String> {
-    let class = match import.within {
-        Some(within) => residue.restrict(within),
-        None => Ok(residue),
-    }
-    .map_err(|e| e.to_string())?;
-    if import.step < class.delta() {
-        return Err(format!(
-            "step {} is smaller than the biz's delta {} here: a segment could hold no ID",
-            import.step,
-            class.delta()
-        ));
-    }
-    if import.max_id.checked_add(import.step).is_none() {
-        return Err(format!(
-            "max_id {} + step {} exceeds {}: the biz could not reserve a segment (IDs never wrap)",
-            import.max_id,
-            import.step,
-            i64::MAX
-        ));
-    }
-    let Some(row) = row else {
-        return Ok(Plan::Create(BizRow {
-            biz_type: import.biz.as_str().into(),
-            begin_id: import.max_id,
-            max_id: import.max_id,
-            step: import.step,
-            delta: class.delta(),
-            remainder: class.remainder(),
-            version: 0,
-            description: import.description.as_str().into(),
-            epoch: 0,
-            frozen: false,
-            claimed_by: 0,
-        }));
-    };
-    if (row.delta, row.remainder) != (class.delta(), class.remainder()) {
-        return Err(format!(
-            "its row has IDs ≡ {} mod {}, the import needs {class}",
-            row.remainder, row.delta
-        ));
-    }
-    // A row at or above the file's max_id issues none of the IDs the old system issued
-    // (it was imported, then served; or the file is older): it is left as it is, so that
-    // a migration script can be run again.
-    match row.max_id >= import.max_id {
-        true => Ok(Plan::Unchanged(row.clone())),
-        false => Ok(Plan::Raise(row.clone())),
-    }
 }
