@@ -315,10 +315,12 @@ impl Cache {
 
     /// A portion of `biz`'s buffer for the period this server's clock is in, or for the
     /// next ones while the databases say they have begun; never of a period that no
-    /// database's clock has begun ([`Store::may_begin`]). A server whose clock is
-    /// behind every database's by more than the tolerance (stepped back, or a restart
-    /// with a wrong clock) takes the period by their clocks instead
-    /// ([`Store::follow_ms`]): its numbers never go back to a period they have left.
+    /// database's clock has begun
+    /// ([`Cluster::may_begin`](segmint_store::Cluster::may_begin)). A server whose clock
+    /// is behind every database's by more than the tolerance (stepped back, or a
+    /// restart with a wrong clock) takes the period by their clocks instead
+    /// ([`Cluster::follow_ms`](segmint_store::Cluster::follow_ms)): its numbers never go
+    /// back to a period they have left.
     async fn take_in<P: Portion>(
         &self,
         biz: &BizTag,
@@ -326,7 +328,7 @@ impl Cache {
         portion: impl Fn() -> P,
     ) -> Result<P, StoreError> {
         let now = unix_ms();
-        let own = period.code_at(now.saturating_add(self.store.follow_ms()));
+        let own = period.code_at(now.saturating_add(self.store.cluster().follow_ms()));
         let mut code = own;
         let mut result = self.take_begun(biz, period, own, code, portion()).await;
         for _ in 0..2 {
@@ -365,9 +367,9 @@ impl Cache {
             .is_some_and(|b| b.window.is_some_and(|w| w.floor >= window.floor));
         if !begun
             && let Some(begins_ms) = period.begins_ms(code)
-            && let Err(not) = self.store.may_begin(begins_ms)
+            && let Err(not) = self.store.cluster().may_begin(begins_ms)
         {
-            let tolerance = human_ms(self.store.clock_tolerance_ms());
+            let tolerance = human_ms(self.store.cluster().clock_tolerance_ms());
             return Err(match code == own {
                 true => StoreError::Clock {
                     biz: biz.to_string(),

@@ -3,8 +3,9 @@
 //! `presence` for the servers taking part) and keeps each key's number in memory.
 //!
 //! Every change of a section's ownership or bound is one claim, carried out by the
-//! store ([`Store::run_claims`]): a takeover, a raise, a renewal (a step of 0) and a
-//! release. The rules that make every key's numbers go up across owners (a bound
+//! store's handle on the cluster
+//! ([`Cluster::run_claims`](segmint_store::Cluster::run_claims)): a takeover, a raise,
+//! a renewal (a step of 0) and a release. The rules that make every key's numbers go up across owners (a bound
 //! written before it is answered, a deadline by this server's clock, a row taken only
 //! once seen unchanged for the lease and the grace, one claim of a section at a time)
 //! are the machines', in the core, where the model checker runs them too. This module
@@ -274,6 +275,7 @@ impl Sequencer {
             claim,
         }];
         self.store
+            .cluster()
             .run_claims(&layout, &mut claims, self.lease_ms())
             .await;
         let [done] = claims;
@@ -313,6 +315,7 @@ impl Sequencer {
         {
             for m in fenced {
                 self.store
+                    .cluster()
                     .note_fenced_section(&layout.names[m], &done.biz, done.section);
             }
         }
@@ -416,7 +419,7 @@ impl Sequencer {
         };
         // Claims begun this round count their leases from before the read.
         let started = self.now();
-        let rows = self.store.read_sections(&layout).await;
+        let rows = self.store.cluster().read_sections(&layout).await;
         let now = self.now();
         self.list_bizs();
         let bizs: Vec<Arc<SequenceBiz>> = self.bizs.read().values().cloned().collect();
@@ -460,6 +463,7 @@ impl Sequencer {
             }
         }
         self.store
+            .cluster()
             .run_claims(&layout, &mut claims, self.lease_ms())
             .await;
         let mut claims = claims.into_iter();
@@ -576,7 +580,10 @@ impl Sequencer {
                 }
             }
         }
-        self.store.run_claims(&layout, &mut claims, 0).await;
+        self.store
+            .cluster()
+            .run_claims(&layout, &mut claims, 0)
+            .await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! Sequence sections on real databases: `Store::run_claims` carries out claims
+//! Sequence sections on real databases: `Cluster::run_claims` carries out claims
 //! (`segmint_core::sequence::claim`) on three PostgreSQL databases (and, for the
 //! engines' statements under contention, on MariaDB and an embedded file): a section
 //! is owned by one store at a time; a raise starts above the bound; a database down
@@ -68,7 +68,10 @@ impl<'a> Claimer<'a> {
             section,
             claim: Claim::new(ask, known, self.safeguards),
         }];
-        self.store.run_claims(&layout, &mut claims, 3_000).await;
+        self.store
+            .cluster()
+            .run_claims(&layout, &mut claims, 3_000)
+            .await;
         let [done] = claims;
         for (m, read) in done.claim.reads() {
             if let Read::Row(r) = read {

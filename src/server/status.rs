@@ -237,12 +237,12 @@ async fn readyz(state: web::Data<AppState>) -> HttpResponse {
     }
 }
 
-/// This server's clock against the databases' (see `Store::may_begin`): how far ahead
+/// This server's clock against the databases' (see `Cluster::may_begin`): how far ahead
 /// of the latest database clock read (negative: behind), and whether that is within
 /// the tolerance a period is begun with.
 fn clock(store: &crate::store::Store) -> serde_json::Value {
-    let tolerance_ms = store.clock_tolerance_ms();
-    match store.clock_ahead_ms() {
+    let tolerance_ms = store.cluster().clock_tolerance_ms();
+    match store.cluster().clock_ahead_ms() {
         Some(ahead_ms) => json!({
             "ahead_ms": ahead_ms,
             "tolerance_ms": tolerance_ms,

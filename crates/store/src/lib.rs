@@ -97,7 +97,7 @@ pub use cluster::layout::{InForce, LayoutReport, Membership};
 pub use cluster::lease::{Lease, WORKER_IDS};
 pub use cluster::sequence::{SectionClaim, SectionRows};
 pub use cluster::tokens::{HASH_PREFIX, Rotation, TokenList};
-pub use cluster::{DatabaseStatus, Decoded, Reservation, Store, Timing};
+pub use cluster::{Cluster, DatabaseStatus, Decoded, Reservation, Store, Timing};
 pub use error::{Cause, DbError, Verdict};
 pub use refusal::{Reason, Refusal};
 pub use segmint_core::evidence::{Mark, Witness};

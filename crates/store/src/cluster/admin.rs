@@ -66,21 +66,6 @@ pub(super) fn unreachable(name: &str, e: &DbError) -> StoreError {
 }
 
 impl Store {
-    /// Runs `op` on every database at once, each an admin step (bounded by
-    /// [`Store::step`]'s bound: reading a million bizs takes seconds).
-    pub(super) async fn on_all<'a, T, F>(
-        &'a self,
-        op: impl Fn(&'a dyn SegmentStore) -> F,
-    ) -> Vec<Result<T, DbError>>
-    where
-        F: Future<Output = Result<T, DbError>> + 'a,
-    {
-        join_all(
-            (0..self.dbs.list.len()).map(|i| self.step(i, op(self.dbs.list[i].store.as_ref()))),
-        )
-        .await
-    }
-
     /// Applies pending migrations to every database, then records the cluster's
     /// membership if none is ([`Store::record_membership`]; only once every database
     /// migrated).
@@ -103,13 +88,13 @@ impl Store {
 
     /// Applies pending migrations to every database; one line per database.
     pub async fn migrate_schema(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
-        let results = self.on_all(|db| db.migrate()).await;
+        let results = self.dbs.on_all(|db| db.migrate()).await;
         self.dbs.names.iter().cloned().zip(results).collect()
     }
 
     /// Every biz row of every database.
     pub async fn list_bizs(&self) -> Vec<(String, Result<Vec<BizRow>, DbError>)> {
-        let results = self.on_all(|db| db.bizs()).await;
+        let results = self.dbs.on_all(|db| db.bizs()).await;
         self.dbs.names.iter().cloned().zip(results).collect()
     }
 
@@ -160,7 +145,8 @@ impl Store {
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        self.on_all(op)
+        self.dbs
+            .on_all(op)
             .await
             .into_iter()
             .zip(&self.dbs.names)
@@ -349,6 +335,7 @@ impl Store {
         for &(i, _) in members {
             let db = &self.dbs.list[i];
             let rows = self
+                .dbs
                 .call(i, db.store.sections(biz.as_str()))
                 .await
                 .map_err(|e| unreachable(&db.name, &e))?;
@@ -399,6 +386,7 @@ impl Store {
             })?;
         let mut evidence = Evidence::default();
         for (k, read) in self
+            .dbs
             .on_all(|db| db.witnesses())
             .await
             .into_iter()
@@ -420,6 +408,7 @@ impl Store {
             pending: pending.map(|p| p.epoch),
         };
         let rows = self
+            .dbs
             .call(t, self.dbs.list[t].store.bizs())
             .await
             .map_err(|e| unreachable(name, &e))?;
@@ -452,7 +441,7 @@ impl Store {
         audit_fence(name, &raised);
         let raised = &raised;
         let others = (0..self.dbs.list.len()).filter(|&k| k != t);
-        join_all(others.map(|k| self.call(k, self.dbs.list[k].store.witness(raised)))).await;
+        join_all(others.map(|k| self.dbs.call(k, self.dbs.list[k].store.witness(raised)))).await;
         Ok(report)
     }
 
@@ -486,11 +475,15 @@ impl Store {
             }
             db_fence::RowPlan::Raise { version, max_id } => {
                 let write = store.raise(biz, row.version, row.max_id, version, max_id);
-                (version, max_id, self.call(t, write).await?.is_some())
+                (version, max_id, self.dbs.call(t, write).await?.is_some())
             }
             db_fence::RowPlan::RaiseFrozen(to) => {
                 let write = store.reclass(biz, row.version, row.max_id, &to);
-                (to.version, to.max_id, self.call(t, write).await?.is_some())
+                (
+                    to.version,
+                    to.max_id,
+                    self.dbs.call(t, write).await?.is_some(),
+                )
             }
         };
         if !done {

@@ -44,7 +44,7 @@ impl Store {
     /// The snowflake spec recorded in each database, by name (`None`: no record),
     /// for status pages and tests.
     pub async fn snowflake_specs(&self) -> Vec<(String, Result<Option<(String, bool)>, String>)> {
-        let results = self.on_all(|db| db.snowflake_spec()).await;
+        let results = self.dbs.on_all(|db| db.snowflake_spec()).await;
         self.dbs
             .names
             .iter()
@@ -84,13 +84,13 @@ impl Store {
                     let db = &self.dbs.list[i].store;
                     let name = &self.dbs.names[i];
                     let record = match step {
-                        Step::Read(_) => match self.call(i, db.snowflake_spec()).await {
+                        Step::Read(_) => match self.dbs.call(i, db.snowflake_spec()).await {
                             Ok(None) => Record::Empty,
                             Ok(Some((spec, confirmed))) => Record::Holds(spec, confirmed),
                             Err(_) => Record::Down,
                         },
                         Step::Insert(_) => {
-                            match self.call(i, db.record_snowflake_spec(own)).await {
+                            match self.dbs.call(i, db.record_snowflake_spec(own)).await {
                                 Ok(true) => tracing::info!(database = %name, spec = %own, "recorded the snowflake spec"),
                                 Ok(false) => {}
                                 // The read that follows finds what became of it.
@@ -99,7 +99,7 @@ impl Store {
                             Record::Down
                         }
                         Step::Confirm(_) => {
-                            if let Err(e) = self.call(i, db.confirm_snowflake_spec(own)).await {
+                            if let Err(e) = self.dbs.call(i, db.confirm_snowflake_spec(own)).await {
                                 // A later read confirms it.
                                 tracing::warn!(database = %name, error = %e, "could not confirm the snowflake spec");
                             }

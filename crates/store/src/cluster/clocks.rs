@@ -6,16 +6,16 @@
 
 use std::time::Duration;
 
-use super::Store;
+use super::Cluster;
 use crate::shape::clocks::{self, NotBegun, Reading};
 
-impl Store {
+impl Cluster {
     /// Reads database `i`'s clock against this server's, and keeps the reading. A
     /// database that does not answer keeps its last reading.
     pub(super) async fn read_clock(&self, i: usize) {
-        let db = &self.dbs.list[i];
+        let db = &self.list[i];
         let sent = self.clock.unix_ms();
-        let answer = tokio::time::timeout(self.dbs.timing.fetch_timeout, db.store.clock_ms()).await;
+        let answer = tokio::time::timeout(self.timing.fetch_timeout, db.store.clock_ms()).await;
         let received = self.clock.unix_ms();
         match answer {
             Ok(Ok(database_ms)) => {
@@ -32,7 +32,7 @@ impl Store {
 
     /// Database `i`'s clock as last read, if it was.
     pub(super) fn clock_reading(&self, i: usize) -> Option<Reading> {
-        self.dbs.list[i].health.lock().clock
+        self.list[i].health.lock().clock
     }
 
     /// Whether this server may issue in the period that begins at `begins_ms`: its
@@ -43,7 +43,7 @@ impl Store {
     /// [`NotBegun`], with how far this server's clock is ahead of the latest database
     /// clock.
     pub fn may_begin(&self, begins_ms: i64) -> Result<(), NotBegun> {
-        let readings: Vec<Reading> = (0..self.dbs.list.len())
+        let readings: Vec<Reading> = (0..self.list.len())
             .filter_map(|i| self.clock_reading(i))
             .collect();
         let tolerance = duration_ms(self.protocol.clock_tolerance);
@@ -53,7 +53,7 @@ impl Store {
     /// How far this server's clock is ahead of the latest database clock read
     /// (negative: behind); `None` before any was read.
     pub fn clock_ahead_ms(&self) -> Option<i64> {
-        (0..self.dbs.list.len())
+        (0..self.list.len())
             .filter_map(|i| self.clock_reading(i))
             .map(|r| r.server_ahead_ms())
             .min()
@@ -62,13 +62,13 @@ impl Store {
     /// How far ahead of its own clock this server takes a period
     /// ([`clocks::follow_ms`]): by as much as it is behind every database's clock.
     pub fn follow_ms(&self) -> i64 {
-        let readings: Vec<Reading> = (0..self.dbs.list.len())
+        let readings: Vec<Reading> = (0..self.list.len())
             .filter_map(|i| self.clock_reading(i))
             .collect();
         clocks::follow_ms(&readings, duration_ms(self.protocol.clock_tolerance))
     }
 
-    /// The tolerance of [`Store::may_begin`], in milliseconds.
+    /// The tolerance of [`Cluster::may_begin`], in milliseconds.
     pub fn clock_tolerance_ms(&self) -> i64 {
         duration_ms(self.protocol.clock_tolerance)
     }

@@ -127,7 +127,7 @@ impl Store {
     async fn read_biz(&self, biz: &str, digest: Option<&TokenDigest>) -> Option<Catalog> {
         let count = self.dbs.list.len();
         let hash = digest.map(hex::encode);
-        let live: Vec<usize> = (0..count).filter(|&i| self.is_reachable(i)).collect();
+        let live: Vec<usize> = (0..count).filter(|&i| self.dbs.is_reachable(i)).collect();
         // Each row is judged by the marks known before it was read: a mark learnt
         // meanwhile (a reservation elsewhere) may be newer than the row.
         let before: Vec<Option<Mark>> = {
@@ -136,7 +136,8 @@ impl Store {
         };
         let reads = join_all(live.iter().map(|&i| {
             let store = &self.dbs.list[i].store;
-            self.timed(store.catalog_of(biz, hash.as_deref(), &self.dbs.names))
+            self.dbs
+                .timed(store.catalog_of(biz, hash.as_deref(), &self.dbs.names))
         }))
         .await;
         let mut read: Vec<(usize, CatalogRows)> = Vec::with_capacity(live.len());

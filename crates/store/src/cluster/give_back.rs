@@ -64,6 +64,7 @@ impl Store {
         debug_assert!(plan.new_max_id <= plan.max_id);
         let i = plan.database;
         let updated = self
+            .dbs
             .call(
                 i,
                 self.dbs.list[i].store.advance(

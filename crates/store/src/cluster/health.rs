@@ -1,61 +1,11 @@
-//! Database health: back-off after failures, fencing of databases that went back in
-//! time, readiness and status.
-
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+//! Database health as the store judges it: fencing of databases that went back in
+//! time, readiness and status. Back-off after failures is recorded by the
+//! [`Cluster`](super::Cluster) handle, which carries out every step.
 
 use futures_util::future::join_all;
 
-use super::{Database, Store, Timing};
-use crate::backoff::Failures;
+use super::Store;
 use crate::store::evidence::Regression;
-use crate::store::{DbError, Verdict};
-
-/// The configured databases and what is known of their health.
-///
-/// # Lock order
-/// Each [`Database`]'s `health` is a plain (`parking_lot`) mutex held for a few field
-/// reads or updates, never across an await; it may be taken while holding
-/// `CatalogView.evidence` or a per-biz queue, and may hold `Layouts.view` (the only
-/// lock taken under it). A database's `reserving` is held only to clone one per-biz
-/// queue and is released before that queue is awaited; the queue (an async lock) is
-/// taken before `CatalogView.evidence` and `health`. `usual_fetch_us` is an atomic.
-pub(super) struct Databases {
-    /// Every database, in configuration order; indexes are database numbers.
-    pub(super) list: Vec<Database>,
-    /// Database names by index, for catalog messages.
-    pub(super) names: Vec<String>,
-    pub(super) timing: Timing,
-    /// Moving average of successful reservation times, in microseconds.
-    usual_fetch_us: AtomicU64,
-}
-
-impl Databases {
-    pub(super) fn new(list: Vec<Database>, timing: Timing) -> Databases {
-        Databases {
-            names: list.iter().map(|d| d.name.clone()).collect(),
-            list,
-            timing,
-            usual_fetch_us: AtomicU64::new(0),
-        }
-    }
-
-    /// The moving average of successful reservation times.
-    pub(super) fn usual_fetch(&self) -> Duration {
-        Duration::from_micros(self.usual_fetch_us.load(Ordering::Relaxed))
-    }
-
-    /// Counts a successful reservation that took `took` into the moving average, over
-    /// about eight reservations.
-    pub(super) fn note_fetch(&self, took: Duration) {
-        let took = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let _ = self
-            .usual_fetch_us
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |avg| {
-                Some(if avg == 0 { took } else { (avg * 7 + took) / 8 })
-            });
-    }
-}
 
 /// How a database looks from here, for `/readyz` and status pages.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -123,108 +73,6 @@ impl Store {
         }
     }
 
-    /// Runs `op` on database `i` within the fetch timeout, recording the outcome in the
-    /// database's health by the failure's [`Verdict`]: a database down is backed off
-    /// (doubling), one unusable as it is for the longest back-off, a transient failure
-    /// (a lost transaction) not at all; a success clears the back-off.
-    pub(super) async fn call<T>(
-        &self,
-        i: usize,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        self.call_within(i, self.dbs.timing.fetch_timeout, op).await
-    }
-
-    /// [`Store::call`] within `limit`: an admin step that writes many rows in one
-    /// transaction (a layout change's worker IDs) is not judged by a request's timeout.
-    pub(super) async fn call_within<T>(
-        &self,
-        i: usize,
-        limit: Duration,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        let result = self.timed_within(limit, op).await;
-        let db = &self.dbs.list[i];
-        let mut health = db.health.lock();
-        match &result {
-            Ok(_) => {
-                health.failures = Failures::default();
-            }
-            Err(e) => {
-                drop(health);
-                match e.verdict() {
-                    Verdict::Down => self.failed(i, &e.to_string()),
-                    Verdict::Unusable => self.unusable(i, &e.to_string()),
-                    Verdict::Transient => {
-                        tracing::debug!(database = %self.dbs.list[i].name, error = %e, "transient failure; retried, not backed off");
-                    }
-                }
-            }
-        }
-        result
-    }
-
-    /// One step of an admin command on database `i` (a layout change's read, freeze or
-    /// lease batch, a batch of imported rows), within
-    /// [`Protocol::step_timeout`](crate::config::Protocol::step_timeout) (or the fetch
-    /// timeout, when longer).
-    pub(super) async fn step<T>(
-        &self,
-        i: usize,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        self.call_within(
-            i,
-            self.protocol
-                .step_timeout
-                .max(self.dbs.timing.fetch_timeout),
-            op,
-        )
-        .await
-    }
-
-    /// Records that database `i` answered but may not be used as it is: it is skipped
-    /// for the longest back-off at once.
-    pub(super) fn unusable(&self, i: usize, error: &str) {
-        let db = &self.dbs.list[i];
-        let mut health = db.health.lock();
-        let backoff = self.dbs.timing.backoff();
-        let wait = health.failures.fail_for(backoff.max, self.clock.now());
-        health.last_error = Some(error.to_string());
-        tracing::warn!(database = %db.name, %error, backoff = ?wait, "database unusable as it is; backing off for the longest back-off");
-    }
-
-    /// Runs `op` within the fetch timeout.
-    pub(super) async fn timed<T>(
-        &self,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        self.timed_within(self.dbs.timing.fetch_timeout, op).await
-    }
-
-    pub(super) async fn timed_within<T>(
-        &self,
-        limit: Duration,
-        op: impl Future<Output = Result<T, DbError>>,
-    ) -> Result<T, DbError> {
-        match tokio::time::timeout(limit, op).await {
-            Ok(r) => r,
-            Err(_) => Err(DbError::Timeout { after: limit }),
-        }
-    }
-
-    /// Records a failure of database `i`: it is skipped for a back-off that doubles
-    /// with each consecutive failure.
-    pub(super) fn failed(&self, i: usize, error: &str) {
-        let db = &self.dbs.list[i];
-        let mut health = db.health.lock();
-        let backoff = health
-            .failures
-            .fail(self.dbs.timing.backoff(), self.clock.now());
-        health.last_error = Some(error.to_string());
-        tracing::warn!(database = %db.name, %error, ?backoff, "database failed; backing off");
-    }
-
     /// Whether database `i` may be used: not backed off after a failure (a call sent
     /// there now would most likely only wait for its timeout), not fenced.
     /// Also false for a database the layout in force does not name (removed, or not
@@ -232,15 +80,6 @@ impl Store {
     pub fn is_live(&self, i: usize) -> bool {
         let up = self.dbs.list[i].health.lock().up(self.clock.now());
         up && self.class_of(i).is_some()
-    }
-
-    /// Whether database `i` may be read: not backed off (it may be fenced).
-    pub(super) fn is_reachable(&self, i: usize) -> bool {
-        self.dbs.list[i]
-            .health
-            .lock()
-            .failures
-            .is_over(self.clock.now())
     }
 
     pub(super) fn last_errors(&self) -> String {
@@ -264,7 +103,7 @@ impl Store {
             .collect();
         join_all(
             live.into_iter()
-                .map(|i| self.call(i, self.dbs.list[i].store.ping())),
+                .map(|i| self.dbs.call(i, self.dbs.list[i].store.ping())),
         )
         .await
         .iter()

@@ -43,6 +43,7 @@ impl Store {
         let epoch = self.layout_for_writes().await?;
         let mut existing: Vec<HashMap<String, BizRow>> = Vec::with_capacity(self.dbs.list.len());
         for (result, name) in self
+            .dbs
             .on_all(|db| db.bizs())
             .await
             .into_iter()
@@ -124,6 +125,7 @@ impl Store {
                 (false, Some(first)) => {
                     let first = first.biz_type;
                     match self
+                        .dbs
                         .step(i, self.dbs.list[i].store.insert_bizs(&rows))
                         .await
                     {
@@ -225,6 +227,7 @@ impl Store {
                         let written = match dry_run {
                             true => true,
                             false => self
+                                .dbs
                                 .call(
                                     i,
                                     self.dbs.list[i].store.raise(
@@ -256,7 +259,8 @@ impl Store {
                 if let Some(old) = describe {
                     report.changes += 1;
                     if !dry_run {
-                        self.call(i, self.dbs.list[i].store.describe(biz, &import.description))
+                        self.dbs
+                            .call(i, self.dbs.list[i].store.describe(biz, &import.description))
                             .await
                             .map_err(|e| failed_midway(report, name, biz, e))?;
                         if !changed.contains(&name.as_str()) {

@@ -141,10 +141,11 @@ impl Store {
             lease::Take::new(self.worker_ids_of(i), holder, grace_ms, TAKES_PER_DATABASE);
         loop {
             match take.need() {
-                TakeNeed::Read => take.read(&self.call(i, db.store.leases()).await?),
+                TakeNeed::Read => take.read(&self.dbs.call(i, db.store.leases()).await?),
                 TakeNeed::Elsewhere => take.elsewhere(&self.leases_elsewhere(i).await),
                 TakeNeed::Take(w) => take.taken(
-                    self.call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
+                    self.dbs
+                        .call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
                         .await?,
                 ),
                 TakeNeed::Done(row) => return Ok(row.map(|row| Lease::from_row(i, &row))),
@@ -194,7 +195,8 @@ impl Store {
                 }),
                 RenewNeed::Elsewhere => renew.elsewhere(&self.leases_elsewhere(i).await),
                 RenewNeed::Renew => renew.renewed(
-                    self.call(i, self.dbs.list[i].store.renew_lease(&renewal))
+                    self.dbs
+                        .call(i, self.dbs.list[i].store.renew_lease(&renewal))
                         .await?,
                 ),
                 RenewNeed::Done(Renewed::Kept(row)) => {
@@ -229,8 +231,8 @@ impl Store {
     /// is both, and its rows are the ones to see.
     async fn leases_elsewhere(&self, i: usize) -> Vec<LeaseRow> {
         let reads = (0..self.dbs.list.len())
-            .filter(|&j| j != i && self.is_reachable(j))
-            .map(|j| self.call(j, self.dbs.list[j].store.leases()));
+            .filter(|&j| j != i && self.dbs.is_reachable(j))
+            .map(|j| self.dbs.call(j, self.dbs.list[j].store.leases()));
         join_all(reads)
             .await
             .into_iter()
@@ -241,7 +243,7 @@ impl Store {
 
     /// Every lease row of every database, for status pages and tests.
     pub async fn list_leases(&self) -> Vec<(String, Result<Vec<LeaseRow>, DbError>)> {
-        let results = self.on_all(|db| db.leases()).await;
+        let results = self.dbs.on_all(|db| db.leases()).await;
         self.dbs.names.iter().cloned().zip(results).collect()
     }
 }

@@ -1,15 +1,18 @@
 //! Reservations over N independent databases. This file holds the [`Store`] and its
-//! construction; the rest is split by concern: `reserve` (reservation, hedging,
-//! witnesses of reservations), `health` (back-off, fencing, status), `refresh` (catalog
-//! refresh and its evidence checks), `give_back` (returning unissued IDs), `admin`
-//! (migrations, bizs, raising a database) and `tokens` (token administration and last
-//! uses).
+//! construction; the rest is split by concern: `handle` (the [`Cluster`]: the
+//! databases, their back-off, and carrying out a step on one; the sequence rows in
+//! `sequence` and the clocks in `clocks` are executed on it alone), `reserve`
+//! (reservation, hedging, witnesses of reservations), `health` (fencing, status),
+//! `refresh` (catalog refresh and its evidence checks), `give_back` (returning
+//! unissued IDs), `admin` (migrations, bizs, raising a database), `tokens` (token
+//! administration and last uses), and one module per operator command or protocol
+//! that carries out its machine (`layout`, `lease`, `import`, `recover`, …).
 //!
 //! # Locks
 //!
 //! The locks of the [`Store`] and what they protect. "Brief": held for a few field or
 //! map operations, never across an await. The state is split by concern, each part
-//! owning its locks: `Databases` (in `health`, `Store.dbs`: the databases, their health
+//! owning its locks: `Cluster` (in `handle`, `Store.dbs`: the databases, their health
 //! and back-off), `CatalogView` (in `refresh`, `Store.view`: the catalog, refresh and
 //! evidence), `Layouts` (in `layout`, `Store.layout`) and `Uses` (in `tokens`,
 //! `Store.uses`: token last uses). The locks of the server's cache are in the module
@@ -39,7 +42,7 @@
 //!   `Store::copy_witnesses` (a fence recorded) takes `health`, `view.evidence` and
 //!   `view.snapshots` under it and awaits the witness writes.
 //! - per (database, biz) queue → `view.evidence`, `health`: `Store::attempt_on` holds the
-//!   queue while `Store::attempt` takes `view.evidence`, and `Store::call` or
+//!   queue while `Store::attempt` takes `view.evidence`, and `Cluster::call` or
 //!   `Store::fence` take `health`, one at a time. `reserving` is released before the
 //!   queue lock is awaited.
 //! - `view.evidence` → `health`: `Store::check_rows` holds `view.evidence` and calls
@@ -76,6 +79,7 @@ mod agreement;
 mod clocks;
 mod early;
 mod give_back;
+mod handle;
 mod health;
 pub(super) mod import;
 pub(super) mod layout;
@@ -93,6 +97,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+pub use handle::Cluster;
 pub use health::DatabaseStatus;
 pub use reserve::Reservation;
 pub use shape::Decoded;
@@ -174,8 +179,8 @@ impl Health {
 
 /// All configured databases, with the merged catalog of bizs and tokens.
 ///
-/// The state is split by concern, each part owning its locks: `dbs` (`Databases`, in
-/// `health`: the databases, their health and back-off), `view` (`CatalogView`, in
+/// The state is split by concern, each part owning its locks: `dbs` ([`Cluster`], in
+/// `handle`: the databases, their health and back-off, and carrying out a step), `view` (`CatalogView`, in
 /// `refresh`: the catalog, refresh and evidence), `layout` (`Layouts`, in `layout`) and
 /// `uses` (`Uses`, in `tokens`: token last uses). The protocol, clock, step policy and
 /// metrics are shared configuration.
@@ -192,8 +197,9 @@ impl Health {
 /// is awaited. Each part states the rule for its own locks; this module's docs
 /// (Locks) name the code path behind each pair.
 pub struct Store {
-    /// The databases, their names, timings and health.
-    dbs: health::Databases,
+    /// The handle on the cluster: the databases, their names, timings and health, and
+    /// carrying out a step on one.
+    dbs: handle::Cluster,
     /// The catalog, the rows last read and the evidence checked against them.
     view: Arc<refresh::CatalogView>,
     /// The layouts read and each database's class.
@@ -311,7 +317,7 @@ impl Store {
             })
             .collect();
         Store {
-            dbs: health::Databases::new(list, timing),
+            dbs: handle::Cluster::new(list, timing, Protocol::default(), Arc::new(RuntimeClock)),
             view,
             layout: layout::Layouts::configured(configured),
             uses: tokens::Uses::default(),
@@ -339,12 +345,14 @@ impl Store {
     #[must_use]
     pub fn with_protocol(mut self, protocol: Protocol) -> Store {
         self.protocol = protocol;
+        self.dbs.protocol = protocol;
         self
     }
 
     /// This store reading the time from `clock`.
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Store {
+        self.dbs.clock = clock.clone();
         self.clock = clock;
         self
     }
@@ -382,6 +390,12 @@ impl Store {
 
     pub fn database_names(&self) -> &[String] {
         &self.dbs.names
+    }
+
+    /// The handle on the cluster: its databases, their health and the steps the
+    /// sequence rows and the clocks take on them.
+    pub fn cluster(&self) -> &Cluster {
+        &self.dbs
     }
 
     /// The bizs and tokens as last read.

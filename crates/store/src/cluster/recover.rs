@@ -31,7 +31,7 @@ impl Store {
         let members: Vec<usize> = entry.classes.iter().map(|&(i, _)| i).collect();
         let (rows, shape) = self.rows_to_recover(biz, &members).await?;
         // The current period, by the latest database clock read.
-        let ahead = self.clock_ahead_ms().unwrap_or(0);
+        let ahead = self.dbs.clock_ahead_ms().unwrap_or(0);
         let now = period.code_at(self.clock.unix_ms().saturating_sub(ahead));
         let read: Vec<recover::Row> = rows
             .iter()
@@ -65,7 +65,8 @@ impl Store {
         recovered.period = plan.marked(&recovered.period);
         for &i in &members {
             let db = &self.dbs.list[i];
-            self.timed(db.store.put_shape(&recovered))
+            self.dbs
+                .timed(db.store.put_shape(&recovered))
                 .await
                 .map_err(|e| {
                     StoreError::from(
@@ -100,8 +101,9 @@ impl Store {
         let mut shapes: Vec<ShapeRow> = Vec::new();
         for &i in members {
             let db = &self.dbs.list[i];
-            self.read_clock(i).await;
+            self.dbs.read_clock(i).await;
             let read = self
+                .dbs
                 .timed(db.store.catalog_of(biz.as_str(), None, &[]))
                 .await
                 .map_err(|e| {

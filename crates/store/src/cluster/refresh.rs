@@ -380,7 +380,7 @@ impl Store {
         *turn = Some(now);
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.list.len())
-            .filter(|&i| self.is_reachable(i))
+            .filter(|&i| self.dbs.is_reachable(i))
             .collect();
         let fenced: Vec<bool> = live
             .iter()
@@ -415,12 +415,12 @@ impl Store {
                 Some(_) => self.dbs.timing.fetch_timeout,
                 None => full_bound,
             };
-            // The database's clock is read beside its rows (see `Store::may_begin`).
+            // The database's clock is read beside its rows (see `Cluster::may_begin`).
             async move {
-                let catalog = self.timed_within(bound, async move {
+                let catalog = self.dbs.timed_within(bound, async move {
                     self.dbs.list[i].store.catalog(since.as_ref()).await
                 });
-                tokio::join!(self.read_clock(i), catalog).1
+                tokio::join!(self.dbs.read_clock(i), catalog).1
             }
         }))
         .await;
@@ -466,7 +466,7 @@ impl Store {
             };
             if self.heal(&whole).await {
                 for &(i, _) in &read {
-                    if let Ok(bizs) = self.timed(self.dbs.list[i].store.bizs()).await
+                    if let Ok(bizs) = self.dbs.timed(self.dbs.list[i].store.bizs()).await
                         && let Some(snap) = &mut self.view.snapshots.lock()[i]
                     {
                         snap.bizs = bizs.into_iter().map(ByName).collect();
@@ -510,7 +510,7 @@ impl Store {
     pub(super) async fn copy_witnesses(&self, of: &[usize]) -> Vec<usize> {
         let turn = self.view.refreshed.clone().lock_owned().await;
         let reachable = (0..self.dbs.list.len())
-            .filter(|&k| self.is_reachable(k))
+            .filter(|&k| self.dbs.is_reachable(k))
             .map(|k| (k, false))
             .collect();
         let Some(turn) = self.write_lacking(turn, reachable).await else {
@@ -609,7 +609,7 @@ impl Store {
     async fn write_witnesses(&self, lacking: &[(usize, Vec<Witness>)]) {
         let writes = lacking.iter().map(|(k, rows)| async move {
             for rows in rows.chunks(WITNESSES_PER_WRITE) {
-                if let Err(e) = self.timed(self.dbs.list[*k].store.witness(rows)).await {
+                if let Err(e) = self.dbs.timed(self.dbs.list[*k].store.witness(rows)).await {
                     tracing::warn!(database = %self.dbs.list[*k].name, error = %e, "could not record witnesses");
                     self.view.evidence.lock().unsettle(*k);
                     return;

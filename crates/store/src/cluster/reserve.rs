@@ -233,7 +233,7 @@ impl Store {
         }];
         let witness = &witness;
         let writes: Vec<_> = (0..self.dbs.list.len())
-            .filter(|&k| k != r.database && self.is_reachable(k))
+            .filter(|&k| k != r.database && self.dbs.is_reachable(k))
             .map(|k| Box::pin(self.dbs.list[k].store.witness(witness)))
             .collect();
         if writes.is_empty() {
@@ -315,7 +315,7 @@ impl Store {
                     for &db in &tried {
                         let stuck = trips[db].stuck_for();
                         if db != i && hedge.is_some_and(|h| stuck >= h) {
-                            self.failed(
+                            self.dbs.failed(
                                 db,
                                 &format!(
                                     "no answer within {stuck:?} while database \"{}\" reserved",
@@ -408,6 +408,7 @@ impl Store {
         };
         let started = self.clock.now();
         let result = self
+            .dbs
             .call(i, self.attempt(i, biz, request, known, trip))
             .await;
         let took = self.clock.now().saturating_duration_since(started);

@@ -14,14 +14,14 @@ use futures_util::future::join_all;
 use segmint_core::sequence::carry::{Carry, Need as CarryNeed, Side};
 use segmint_core::sequence::claim::{Claim, Need, Read, SectionRow, Write, Written};
 
-use super::Store;
+use super::Cluster;
 use super::layout::InForce;
 use crate::store::SectionWrite;
 
 /// Every section row one member holds, by biz and section.
 pub type SectionRows = BTreeMap<(String, u32), SectionRow>;
 
-/// One claim of a section, carried out by [`Store::run_claims`].
+/// One claim of a section, carried out by [`Cluster::run_claims`].
 #[derive(Debug)]
 pub struct SectionClaim {
     pub biz: String,
@@ -120,16 +120,13 @@ impl Rows for Carrying<'_> {
     }
 }
 
-impl Store {
+impl Cluster {
     /// Every section row of every sequence biz on each member of `layout`, one
     /// statement per member: `None` for a member that did not answer.
     pub async fn read_sections(&self, layout: &InForce) -> Vec<Option<SectionRows>> {
         let reads = layout.index.iter().map(|&i| async move {
             let i = i.filter(|&i| self.is_reachable(i))?;
-            let rows = self
-                .call(i, self.dbs.list[i].store.all_sections())
-                .await
-                .ok()?;
+            let rows = self.call(i, self.list[i].store.all_sections()).await.ok()?;
             Some(
                 rows.into_iter()
                     .map(|(biz, section, row)| ((biz, section), row))
@@ -254,7 +251,7 @@ impl Store {
         let Some(i) = i.filter(|&i| self.is_reachable(i)) else {
             return Read::Down;
         };
-        let db = &self.dbs.list[i];
+        let db = &self.list[i];
         match self.call(i, db.store.section(&biz, section)).await {
             Ok(Some(row)) => Read::Row(row),
             Ok(None) => Read::Absent,
@@ -275,7 +272,7 @@ impl Store {
         };
         let writes: Vec<SectionWrite> = batch.iter().map(|(_, _, w)| w.clone()).collect();
         match self
-            .call(i, self.dbs.list[i].store.write_sections(&writes))
+            .call(i, self.list[i].store.write_sections(&writes))
             .await
         {
             Ok(rows) if rows.len() == writes.len() => rows

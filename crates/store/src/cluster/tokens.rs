@@ -107,7 +107,7 @@ impl Store {
             return;
         };
         let targets: Vec<(String, Arc<dyn crate::store::SegmentStore>)> = (0..self.dbs.list.len())
-            .filter(|&i| self.is_reachable(i))
+            .filter(|&i| self.dbs.is_reachable(i))
             .map(|i| {
                 (
                     self.dbs.list[i].name.clone(),
@@ -134,7 +134,7 @@ impl Store {
     pub async fn list_tokens(&self) -> TokenList {
         let mut rows = Vec::new();
         let mut unreachable = Vec::new();
-        let reads = self.on_all(|db| db.tokens()).await;
+        let reads = self.dbs.on_all(|db| db.tokens()).await;
         for ((i, name), read) in self.dbs.names.iter().enumerate().zip(reads) {
             match read {
                 Ok(read) => rows.extend(read.into_iter().map(|r| (i, r))),
@@ -321,7 +321,7 @@ impl Store {
         let (token, _) = self.find_token(prefix).await?;
         let now = self.unix_now();
         let hash = &token.hash;
-        let results = self.on_all(|db| db.revoke_tokens(hash, now)).await;
+        let results = self.dbs.on_all(|db| db.revoke_tokens(hash, now)).await;
         let mut report = Vec::with_capacity(results.len());
         let (mut changed, mut failed) = (Vec::new(), Vec::new());
         for ((i, name), result) in self.dbs.names.iter().enumerate().zip(results) {
@@ -401,7 +401,7 @@ impl Store {
             .await?;
         let until = after(self.unix_now(), grace);
         let hash = &old.hash;
-        let results = self.on_all(|db| db.expire_token(hash, until)).await;
+        let results = self.dbs.on_all(|db| db.expire_token(hash, until)).await;
         let (mut changed, mut failed) = (Vec::new(), Vec::new());
         for (name, result) in self.dbs.names.iter().zip(results) {
             report.push(match result {

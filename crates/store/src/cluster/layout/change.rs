@@ -110,7 +110,8 @@ impl Store {
                     // The configured classes become epoch 0, as a claim: a command that
                     // raced this one wrote the same or its claim below fails.
                     let i = parts[part];
-                    self.step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
+                    self.dbs
+                        .step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
                     change.claimed(true);
@@ -118,6 +119,7 @@ impl Store {
                 ChangeNeed::Claim { part, layout, .. } => {
                     let i = parts[part];
                     let claimed = self
+                        .dbs
                         .step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
@@ -138,7 +140,8 @@ impl Store {
                         });
                     }
                     let i = parts[part];
-                    self.step(i, self.dbs.list[i].store.put_layout(&layout.row(now)))
+                    self.dbs
+                        .step(i, self.dbs.list[i].store.put_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.put();
@@ -388,6 +391,7 @@ impl Store {
                 ChangeNeed::SetLeases { part, rows, .. } => {
                     let i = parts[part];
                     let written = self
+                        .dbs
                         .step(i, self.dbs.list[i].store.set_leases(epoch, &rows))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
@@ -413,14 +417,15 @@ impl Store {
                     }
                     finishing.store(true, Ordering::SeqCst);
                     let i = parts[part];
-                    self.step(
-                        i,
-                        self.dbs.list[i]
-                            .store
-                            .put_layout(&layout.row(self.unix_ms())),
-                    )
-                    .await
-                    .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    self.dbs
+                        .step(
+                            i,
+                            self.dbs.list[i]
+                                .store
+                                .put_layout(&layout.row(self.unix_ms())),
+                        )
+                        .await
+                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.put();
                 }
                 ChangeNeed::Done(ChangeOutcome::Done { layout, .. }) => {
@@ -463,7 +468,9 @@ impl Store {
             m.iter().map(|p| p.map(|p| parts[p])).collect()
         };
         let (from, to) = (at(from), at(to));
-        self.run_carries(biz, change.carries(), (&from, &to)).await;
+        self.dbs
+            .run_carries(biz, change.carries(), (&from, &to))
+            .await;
         change.carried();
         let epoch = change.decision().to.epoch;
         match change.need() {
@@ -645,7 +652,7 @@ impl Store {
         join_all(
             parts
                 .iter()
-                .map(|&i| self.step(i, op(self.dbs.list[i].store.as_ref()))),
+                .map(|&i| self.dbs.step(i, op(self.dbs.list[i].store.as_ref()))),
         )
         .await
     }
@@ -723,7 +730,10 @@ impl Store {
             let mut copied = (0, 0);
             for (biz, shape) in &all_shapes {
                 if !shapes[k].iter().any(|s| s.biz_type == *biz) {
-                    self.step(i, store.put_shape(shape)).await.map_err(fail)?;
+                    self.dbs
+                        .step(i, store.put_shape(shape))
+                        .await
+                        .map_err(fail)?;
                     copied.0 += 1;
                 }
             }
@@ -733,14 +743,16 @@ impl Store {
                         .iter()
                         .any(|r| r.token_hash.eq_ignore_ascii_case(&t.hash) && r.biz_type == *biz);
                     if !held {
-                        self.step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
+                        self.dbs
+                            .step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
                             .await
                             .map_err(fail)?;
                         copied.1 += 1;
                     }
                 }
                 if let Some(at) = t.revoked {
-                    self.step(i, store.revoke_tokens(&t.hash, at))
+                    self.dbs
+                        .step(i, store.revoke_tokens(&t.hash, at))
                         .await
                         .map_err(fail)?;
                 }

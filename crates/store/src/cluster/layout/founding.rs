@@ -15,6 +15,7 @@ impl Store {
     /// another membership found on a database.
     pub async fn record_membership(&self) -> Result<Option<Layout>, StoreError> {
         let read: Vec<(String, Option<Vec<LayoutRow>>)> = self
+            .dbs
             .on_all(|db| db.layouts())
             .await
             .into_iter()
@@ -29,15 +30,18 @@ impl Store {
         loop {
             match machine.next() {
                 Need::Claim { database, row } => {
-                    let answer = self.on(&database, |db| db.claim_layout(&row)).await;
+                    let answer = self
+                        .dbs
+                        .on_named(&database, |db| db.claim_layout(&row))
+                        .await;
                     machine.claimed(answer);
                 }
                 Need::Read { database } => {
-                    let answer = self.on(&database, |db| db.layouts()).await;
+                    let answer = self.dbs.on_named(&database, |db| db.layouts()).await;
                     machine.read(answer);
                 }
                 Need::MarkDone { database, row } => {
-                    let answer = self.on(&database, |db| db.put_layout(&row)).await;
+                    let answer = self.dbs.on_named(&database, |db| db.put_layout(&row)).await;
                     machine.marked(answer);
                 }
                 Need::Recorded(layout) => {
@@ -48,26 +52,6 @@ impl Store {
                 Need::Failed(e) => return Err(refusal(e)),
             }
         }
-    }
-
-    /// Runs `op` on the configured database `name`, bounded; the error as text.
-    async fn on<'a, T, F>(
-        &'a self,
-        name: &str,
-        op: impl FnOnce(&'a dyn crate::store::SegmentStore) -> F,
-    ) -> Result<T, String>
-    where
-        F: std::future::Future<Output = Result<T, DbError>> + 'a,
-    {
-        let i = self
-            .dbs
-            .names
-            .iter()
-            .position(|n| n == name)
-            .ok_or_else(|| format!("database \"{name}\" is not configured"))?;
-        self.step(i, op(self.dbs.list[i].store.as_ref()))
-            .await
-            .map_err(|e| e.to_string())
     }
 }
 

@@ -28,8 +28,8 @@ impl Store {
                 let row = l.row(self.unix_ms());
                 let store = &self.dbs.list[*i].store;
                 let written = match held {
-                    None => self.timed(store.claim_layout(&row)).await,
-                    Some(_) => self.timed(store.put_layout(&row)).await,
+                    None => self.dbs.timed(store.claim_layout(&row)).await,
+                    Some(_) => self.dbs.timed(store.put_layout(&row)).await,
                 };
                 match written {
                     Ok(true) => {

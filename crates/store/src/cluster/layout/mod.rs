@@ -351,6 +351,7 @@ impl Store {
     /// need the classes in force.
     pub async fn load_layout(&self) {
         let read: Vec<(usize, Vec<LayoutRow>)> = self
+            .dbs
             .on_all(|db| db.layouts())
             .await
             .into_iter()
@@ -363,7 +364,7 @@ impl Store {
     /// The layouts and every database's state in them, for `segmint db list`.
     pub async fn layout_report(&self) -> LayoutReport {
         self.load_layout().await;
-        let bizs = self.on_all(|db| db.bizs()).await;
+        let bizs = self.dbs.on_all(|db| db.bizs()).await;
         let (current, pending) = self.layouts();
         let databases = bizs
             .into_iter()

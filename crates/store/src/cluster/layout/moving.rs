@@ -70,6 +70,7 @@ impl Store {
                         ..template
                     };
                     match self
+                        .dbs
                         .step(i, self.dbs.list[i].store.insert_biz(&placeholder))
                         .await
                     {
@@ -88,7 +89,11 @@ impl Store {
                 } => {
                     let i = parts[part];
                     let store = &self.dbs.list[i].store;
-                    match self.step(i, store.reclass(biz, version, max_id, &to)).await {
+                    match self
+                        .dbs
+                        .step(i, store.reclass(biz, version, max_id, &to))
+                        .await
+                    {
                         Ok(done) => machine.written(done.as_ref().map(Reclass::of)),
                         Err(e) if machine.thawing() => {
                             tracing::warn!(biz, database = %self.dbs.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
@@ -111,8 +116,8 @@ impl Store {
                         })
                         .collect();
                     let store = &self.dbs.list[i].store;
-                    let read = match self.step(i, store.witness(&marks)).await {
-                        Ok(()) => self.step(i, store.witnesses_of(biz)).await,
+                    let read = match self.dbs.step(i, store.witness(&marks)).await {
+                        Ok(()) => self.dbs.step(i, store.witnesses_of(biz)).await,
                         Err(e) => Err(e),
                     };
                     match read {
