@@ -210,113 +210,36 @@ impl BizMetrics {
     /// Registers the biz metrics with `r`; at most `max_bizs` bizs get series of
     /// their own.
     pub(super) fn new(r: &Registry, max_bizs: usize) -> BizMetrics {
-        let biz = &["biz"];
-        let by_reason = &["biz", "reason"];
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            registered(r, IntCounterVec::new(Opts::new(name, help), labels))
-        };
-        let gauge =
-            |name: &str, help: &str| registered(r, GaugeVec::new(Opts::new(name, help), biz));
-        let int_gauge =
-            |name: &str, help: &str| registered(r, IntGaugeVec::new(Opts::new(name, help), biz));
+        // Registered in this order: issue counters, state gauges, the cache's step
+        // and give-back counters, the client's, then the count of bizs.
+        let [ids_issued, cache_waits, segment_ids] = issue_counters(r);
+        let (rate, peak, step, recommended, cached, runway) = state_gauges(r);
+        let (period_issued, period_ratio) = period_gauges(r);
+        let [step_choices, given_back, wasted] = cache_counters(r);
+        let (client_step, [client_steps, client_given_back, client_wasted]) = client_metrics(r);
         BizMetrics {
             max_bizs,
             counts: Mutex::new(HashMap::new()),
             exported: Mutex::new(Exported::default()),
-            ids_issued: counter(
-                "segmint_ids_issued_total",
-                "IDs issued from the server's cache (nextId, nextIdSimple, /v1/ids)",
-                biz,
-            ),
-            cache_waits: counter(
-                "segmint_cache_waits_total",
-                "Requests that found the cache short and waited for a segment fetch \
-                 (the first request of a biz always does)",
-                biz,
-            ),
-            segment_ids: counter(
-                "segmint_segment_ids_total",
-                "IDs in segments handed to clients (nextSegmentId, /v1/segments)",
-                biz,
-            ),
-            rate: gauge(
-                "segmint_biz_rate_ids_per_second",
-                "IDs issued per second over the last minute",
-            ),
-            peak: gauge(
-                "segmint_biz_peak_rate_ids_per_second",
-                "Highest one-minute issue rate over the last 24 hours",
-            ),
-            step: int_gauge(
-                "segmint_biz_step",
-                "Step of the last segment reserved for the cache (0 before the first)",
-            ),
-            recommended: int_gauge(
-                "segmint_biz_recommended_step",
-                "Step lasting step_target_secs at the peak rate",
-            ),
-            cached: int_gauge("segmint_biz_cached_ids", "IDs left in the cache"),
-            runway: gauge(
-                "segmint_biz_runway_seconds",
-                "Seconds the cache lasts at the current rate (+Inf when idle)",
-            ),
-            period_issued: int_gauge(
-                "segmint_biz_period_issued",
-                "IDs issued by this server in the current period (bizs whose counter \
-                 restarts each period)",
-            ),
-            period_ratio: gauge(
-                "segmint_biz_period_used_ratio",
-                "Share of the period's counter range reached by this server's highest \
-                 segment (1: used up until the next period)",
-            ),
-            step_choices: counter(
-                "segmint_step_choices_total",
-                "Segments reserved for the cache, by why their step was chosen",
-                by_reason,
-            ),
-            given_back: counter(
-                "segmint_ids_given_back_total",
-                "Unissued IDs returned to the databases at a graceful stop",
-                biz,
-            ),
-            wasted: counter(
-                "segmint_ids_wasted_total",
-                "Cached IDs abandoned at a graceful stop (never reissued)",
-                biz,
-            ),
-            client_step: int_gauge(
-                "segmint_client_segment_step",
-                "Step of the last segment handed to a client that asked for a size \
-                 (0 before the first; none for `_other`)",
-            ),
-            client_steps: counter(
-                "segmint_client_steps_total",
-                "Segments handed to clients that asked for a size, by how the ask \
-                 was bounded",
-                by_reason,
-            ),
-            client_given_back: counter(
-                "segmint_client_ids_given_back_total",
-                "Unissued IDs clients gave back that returned to the databases",
-                biz,
-            ),
-            client_wasted: counter(
-                "segmint_client_ids_wasted_total",
-                "Unissued IDs clients gave back that could not return (never reissued)",
-                biz,
-            ),
-            bizs: registered(
-                r,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "segmint_bizs",
-                        "Bizs the catalog knows (known), with a cache here (in_use), and \
-                         with series of their own in these metrics (own_series)",
-                    ),
-                    &["state"],
-                ),
-            ),
+            ids_issued,
+            cache_waits,
+            segment_ids,
+            rate,
+            peak,
+            step,
+            recommended,
+            cached,
+            runway,
+            period_issued,
+            period_ratio,
+            step_choices,
+            given_back,
+            wasted,
+            client_step,
+            client_steps,
+            client_given_back,
+            client_wasted,
+            bizs: bizs_gauge(r),
         }
     }
 
@@ -586,4 +509,189 @@ impl BizMetrics {
             self.period_ratio.with_label_values(&l).set(p.counter_ratio);
         }
     }
+}
+
+/// Labels of a biz's series.
+const BIZ: &[&str] = &["biz"];
+
+/// Labels of a biz's series by why a step was chosen.
+const BY_REASON: &[&str] = &["biz", "reason"];
+
+/// A counter family `name` labelled `labels`, registered with `r`.
+fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    registered(r, IntCounterVec::new(Opts::new(name, help), labels))
+}
+
+/// A gauge family `name` labelled by biz, registered with `r`.
+fn gauge(r: &Registry, name: &str, help: &str) -> GaugeVec {
+    registered(r, GaugeVec::new(Opts::new(name, help), BIZ))
+}
+
+/// An integer gauge family `name` labelled by biz, registered with `r`.
+fn int_gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    registered(r, IntGaugeVec::new(Opts::new(name, help), BIZ))
+}
+
+/// The counters of what a biz issued: IDs from the cache, requests that waited for
+/// it, and IDs handed to clients in segments.
+fn issue_counters(r: &Registry) -> [IntCounterVec; 3] {
+    [
+        counter(
+            r,
+            "segmint_ids_issued_total",
+            "IDs issued from the server's cache (nextId, nextIdSimple, /v1/ids)",
+            BIZ,
+        ),
+        counter(
+            r,
+            "segmint_cache_waits_total",
+            "Requests that found the cache short and waited for a segment fetch \
+             (the first request of a biz always does)",
+            BIZ,
+        ),
+        counter(
+            r,
+            "segmint_segment_ids_total",
+            "IDs in segments handed to clients (nextSegmentId, /v1/segments)",
+            BIZ,
+        ),
+    ]
+}
+
+/// A biz's state gauges, in the order [`state_gauges`] registers them: rate, peak
+/// rate, step, recommended step, cached IDs, runway.
+type StateGauges = (
+    GaugeVec,
+    GaugeVec,
+    IntGaugeVec,
+    IntGaugeVec,
+    IntGaugeVec,
+    GaugeVec,
+);
+
+/// The state gauges of a biz's cache: its rate and peak rate, its last and
+/// recommended steps, the IDs it holds and how long they last.
+fn state_gauges(r: &Registry) -> StateGauges {
+    (
+        gauge(
+            r,
+            "segmint_biz_rate_ids_per_second",
+            "IDs issued per second over the last minute",
+        ),
+        gauge(
+            r,
+            "segmint_biz_peak_rate_ids_per_second",
+            "Highest one-minute issue rate over the last 24 hours",
+        ),
+        int_gauge(
+            r,
+            "segmint_biz_step",
+            "Step of the last segment reserved for the cache (0 before the first)",
+        ),
+        int_gauge(
+            r,
+            "segmint_biz_recommended_step",
+            "Step lasting step_target_secs at the peak rate",
+        ),
+        int_gauge(r, "segmint_biz_cached_ids", "IDs left in the cache"),
+        gauge(
+            r,
+            "segmint_biz_runway_seconds",
+            "Seconds the cache lasts at the current rate (+Inf when idle)",
+        ),
+    )
+}
+
+/// The period gauges of a biz whose counter restarts each period: the IDs issued
+/// in the current period, and how far its counter got.
+fn period_gauges(r: &Registry) -> (IntGaugeVec, GaugeVec) {
+    (
+        int_gauge(
+            r,
+            "segmint_biz_period_issued",
+            "IDs issued by this server in the current period (bizs whose counter \
+             restarts each period)",
+        ),
+        gauge(
+            r,
+            "segmint_biz_period_used_ratio",
+            "Share of the period's counter range reached by this server's highest \
+             segment (1: used up until the next period)",
+        ),
+    )
+}
+
+/// The counters of a biz's cache: segments reserved by why their step was chosen,
+/// and the IDs given back or abandoned at a graceful stop.
+fn cache_counters(r: &Registry) -> [IntCounterVec; 3] {
+    [
+        counter(
+            r,
+            "segmint_step_choices_total",
+            "Segments reserved for the cache, by why their step was chosen",
+            BY_REASON,
+        ),
+        counter(
+            r,
+            "segmint_ids_given_back_total",
+            "Unissued IDs returned to the databases at a graceful stop",
+            BIZ,
+        ),
+        counter(
+            r,
+            "segmint_ids_wasted_total",
+            "Cached IDs abandoned at a graceful stop (never reissued)",
+            BIZ,
+        ),
+    ]
+}
+
+/// The metrics of the segments clients asked a size for: the last step gauge, then
+/// the counters of steps by how the ask was bounded, and of the IDs clients gave
+/// back that returned to the databases or could not.
+fn client_metrics(r: &Registry) -> (IntGaugeVec, [IntCounterVec; 3]) {
+    let step = int_gauge(
+        r,
+        "segmint_client_segment_step",
+        "Step of the last segment handed to a client that asked for a size \
+         (0 before the first; none for `_other`)",
+    );
+    let counters = [
+        counter(
+            r,
+            "segmint_client_steps_total",
+            "Segments handed to clients that asked for a size, by how the ask \
+             was bounded",
+            BY_REASON,
+        ),
+        counter(
+            r,
+            "segmint_client_ids_given_back_total",
+            "Unissued IDs clients gave back that returned to the databases",
+            BIZ,
+        ),
+        counter(
+            r,
+            "segmint_client_ids_wasted_total",
+            "Unissued IDs clients gave back that could not return (never reissued)",
+            BIZ,
+        ),
+    ];
+    (step, counters)
+}
+
+/// The gauge of how many bizs the catalog knows, are in use, and have series of
+/// their own.
+fn bizs_gauge(r: &Registry) -> IntGaugeVec {
+    registered(
+        r,
+        IntGaugeVec::new(
+            Opts::new(
+                "segmint_bizs",
+                "Bizs the catalog knows (known), with a cache here (in_use), and \
+                 with series of their own in these metrics (own_series)",
+            ),
+            &["state"],
+        ),
+    )
 }

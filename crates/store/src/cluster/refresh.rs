@@ -378,6 +378,51 @@ impl Store {
         }
         let now = self.clock.now();
         *turn = Some(now);
+        let (live, resume) = self.feed_positions(now);
+        // Rows are checked against what was known before they were read: a mark learnt
+        // meanwhile (a reservation elsewhere) may be newer than a row read earlier.
+        self.view.evidence.lock().begin_read();
+        let read = self.read_catalogs(live, &resume).await;
+        self.check_rows(&read).await;
+        for (i, rows) in &read {
+            self.dbs.list[*i].metrics.catalog_read(
+                rows.full,
+                rows.bizs.len() + rows.shapes.len() + rows.tokens.len() + rows.witnesses.len(),
+            );
+        }
+        let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
+        let layout_was = (self.layout_epochs().0, self.layout_classes());
+        self.apply_layouts(&layouts);
+        self.share_layouts(&layouts).await;
+        let view = self.view.clone();
+        let (turn, read) = off_thread(turn, move || view.apply(read, now)).await?;
+        // A change cut off midway: its bizs are finished from here (it reads and writes
+        // the rows again, so the catalog below sees where they got).
+        if self.layout_epochs().1.is_some() {
+            self.heal_cut_off(&read).await;
+        }
+        let floor = self.layout_epochs().0;
+        let classes = self.layout_classes();
+        if (floor, &classes) != (layout_was.0, &layout_was.1) {
+            self.view.unbuilt.lock().full = true;
+        }
+        let (view, names) = (self.view.clone(), self.dbs.names.clone());
+        let (turn, catalog) = off_thread(turn, move || view.build(&names, floor, &classes)).await?;
+        if catalog.is_read() {
+            self.view.early.forget();
+        }
+        self.write_uses();
+        if witnesses {
+            drop(self.write_lacking(turn, read).await?);
+        }
+        Some(catalog)
+    }
+
+    /// The databases a refresh reads at `now`: every reachable one, and where the
+    /// change feed of each resumes (`None`: it is read in full, being never read, not
+    /// read in full within [`Protocol::full_refresh`](crate::config::Protocol::full_refresh),
+    /// fenced, or without a position to resume from).
+    fn feed_positions(&self, now: Instant) -> (Vec<usize>, Vec<Option<FeedPosition>>) {
         // Fenced databases are read too: their rows tell when the fence can be lifted.
         let live: Vec<usize> = (0..self.dbs.list.len())
             .filter(|&i| self.dbs.is_reachable(i))
@@ -399,9 +444,19 @@ impl Store {
                 })
                 .collect()
         };
-        // Rows are checked against what was known before they were read: a mark learnt
-        // meanwhile (a reservation elsewhere) may be newer than a row read earlier.
-        self.view.evidence.lock().begin_read();
+        (live, resume)
+    }
+
+    /// Reads the rows of each database of `live` at once, each beside its clock: from
+    /// where its feed resumes (`resume`, by database of `live`), or in full. A failed
+    /// read is logged and kept as the database's last error, and the database keeps its
+    /// last rows; after a failed read of its feed, it is next read in full. Returns the
+    /// rows read, by database.
+    async fn read_catalogs(
+        &self,
+        live: Vec<usize>,
+        resume: &[Option<FeedPosition>],
+    ) -> Vec<(usize, CatalogRows)> {
         // A slow catalog read does not back a database off: only reservations and
         // pings judge its health, so that a read starved under load cannot take a
         // healthy database out of the reservations. A read of the feed is bounded by
@@ -410,7 +465,7 @@ impl Store {
             .protocol
             .step_timeout
             .max(self.dbs.timing.fetch_timeout);
-        let reads = join_all(live.iter().zip(&resume).map(|(&i, since)| {
+        let reads = join_all(live.iter().zip(resume).map(|(&i, since)| {
             let bound = match since {
                 Some(_) => self.dbs.timing.fetch_timeout,
                 None => full_bound,
@@ -424,7 +479,7 @@ impl Store {
             }
         }))
         .await;
-        for ((&i, read), since) in live.iter().zip(&reads).zip(&resume) {
+        for ((&i, read), since) in live.iter().zip(&reads).zip(resume) {
             if let Err(e) = read {
                 tracing::warn!(database = %self.dbs.list[i].name, error = %e, "catalog read failed; keeping the last one");
                 self.dbs.list[i].health.lock().last_error = Some(e.to_string());
@@ -437,59 +492,32 @@ impl Store {
                 }
             }
         }
-        let read: Vec<(usize, CatalogRows)> = live
-            .into_iter()
+        live.into_iter()
             .zip(reads)
             .filter_map(|(i, r)| Some((i, r.ok()?)))
-            .collect();
-        self.check_rows(&read).await;
-        for (i, rows) in &read {
-            self.dbs.list[*i].metrics.catalog_read(
-                rows.full,
-                rows.bizs.len() + rows.shapes.len() + rows.tokens.len() + rows.witnesses.len(),
-            );
-        }
-        let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
-        let layout_was = (self.layout_epochs().0, self.layout_classes());
-        self.apply_layouts(&layouts);
-        self.share_layouts(&layouts).await;
-        let view = self.view.clone();
-        let (turn, read) = off_thread(turn, move || view.apply(read, now)).await?;
-        // A change cut off midway: its bizs are finished from here (it reads and writes
-        // the rows again, so the catalog below sees where they got).
-        if self.layout_epochs().1.is_some() {
-            let whole: Vec<(usize, Snapshot)> = {
-                let snapshots = self.view.snapshots.lock();
-                read.iter()
-                    .filter_map(|&(i, _)| Some((i, snapshots[i].clone()?)))
-                    .collect()
-            };
-            if self.heal(&whole).await {
-                for &(i, _) in &read {
-                    if let Ok(bizs) = self.dbs.timed(self.dbs.list[i].store.bizs()).await
-                        && let Some(snap) = &mut self.view.snapshots.lock()[i]
-                    {
-                        snap.bizs = bizs.into_iter().map(ByName).collect();
-                    }
+            .collect()
+    }
+
+    /// Finishes the bizs of a change cut off midway ([`Store::heal`]) from the last rows
+    /// of the databases just `read`. When it moved any, their bizs are read again
+    /// (those that answer) and the next catalog is built in full.
+    async fn heal_cut_off(&self, read: &[(usize, bool)]) {
+        let whole: Vec<(usize, Snapshot)> = {
+            let snapshots = self.view.snapshots.lock();
+            read.iter()
+                .filter_map(|&(i, _)| Some((i, snapshots[i].clone()?)))
+                .collect()
+        };
+        if self.heal(&whole).await {
+            for &(i, _) in read {
+                if let Ok(bizs) = self.dbs.timed(self.dbs.list[i].store.bizs()).await
+                    && let Some(snap) = &mut self.view.snapshots.lock()[i]
+                {
+                    snap.bizs = bizs.into_iter().map(ByName).collect();
                 }
-                self.view.unbuilt.lock().full = true;
             }
-        }
-        let floor = self.layout_epochs().0;
-        let classes = self.layout_classes();
-        if (floor, &classes) != (layout_was.0, &layout_was.1) {
             self.view.unbuilt.lock().full = true;
         }
-        let (view, names) = (self.view.clone(), self.dbs.names.clone());
-        let (turn, catalog) = off_thread(turn, move || view.build(&names, floor, &classes)).await?;
-        if catalog.is_read() {
-            self.view.early.forget();
-        }
-        self.write_uses();
-        if witnesses {
-            drop(self.write_lacking(turn, read).await?);
-        }
-        Some(catalog)
     }
 
     /// Writes into each database of `read` (with whether a witness it held went missing
@@ -674,91 +702,150 @@ pub(super) fn check_classes(
             // checked against each other's): the membership `segmint migrate` records
             // names the databases, not the bizs' classes.
             let stored = row.epoch > 0 && layouts.iter().any(|(epoch, ..)| *epoch == row.epoch);
-            if stored {
-                let db = layouts
-                    .iter()
-                    .find(|(epoch, name, _)| *epoch == row.epoch && *name == names[i])
-                    .map(|(.., c)| *c);
-                if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
-                    refusals.push((
-                        biz.to_owned(),
-                        StoreError::InvalidRow {
-                            biz: biz.to_owned(),
-                            database: names[i].clone(),
-                            reason: format!(
-                                "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
-                                row.epoch,
-                                names[i],
-                                db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
-                            ),
-                        },
-                    ));
-                    continue;
-                }
-            }
-            let mark = |k: usize| evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id));
-            let Some(was) = seen.get(i, biz) else {
-                seen.put(i, biz, SeenRow::first(class, row));
-                continue;
-            };
-            if was.class == class {
-                seen.put(
-                    i,
-                    biz,
-                    SeenRow {
-                        epoch: was.epoch.max(row.epoch),
-                        top: was.top.max(row.max_id).max(mark(i).unwrap_or(i64::MIN)),
-                        ..was
-                    },
-                );
+            if stored && let Some(why) = off_layout(names, biz, (i, row, class), layouts) {
+                refusals.push((biz.to_owned(), why));
                 continue;
             }
-            // A stored layout names the row's epoch with a class holding the row's
-            // (checked above): the layout change moved it.
-            let by_layout = row.epoch > was.epoch && stored;
-            let tops = (0..names.len()).filter_map(|k| {
-                let other = snapshots[k]
-                    .as_ref()
-                    .and_then(|s| s.bizs.get(biz))
-                    .map(|r| &r.0);
-                let s = seen.get(k, biz);
-                let top = if by_layout {
-                    // Rows moved by the same change issue from disjoint classes.
-                    match (k == i, other) {
-                        (true, _) => s.map(|s| s.top.max(s.earlier)),
-                        (false, Some(o)) if o.epoch < row.epoch => Some(o.max_id),
-                        _ => None,
-                    }
-                } else {
-                    let other = other.filter(|_| k != i).map(|o| o.max_id);
-                    let s = s.map(|s| s.top.max(s.earlier));
-                    other.max(s).max(mark(k))
-                };
-                top.map(|top| (k, top))
-            });
-            match tops.max_by_key(|&(_, top)| top) {
-                Some((k, top)) if row.max_id < top || row.epoch < was.epoch => refusals.push((
-                    biz.to_owned(),
-                    StoreError::InvalidRow {
-                        biz: biz.to_owned(),
-                        database: names[i].clone(),
-                        reason: format!(
-                            "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
-                            was.class, was.epoch, row.epoch, row.max_id, names[k], names[i]
-                        ),
-                    },
-                )),
-                _ => {
-                    tracing::info!(%biz, database = %names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
-                    seen.put(i, biz, SeenRow {
-                        earlier: was.top.max(was.earlier),
-                        ..SeenRow::first(class, row)
-                    });
-                }
+            let looked = (names, evidence, snapshots);
+            if let Some(why) = accept_class(looked, biz, (i, row, class), stored, seen) {
+                refusals.push((biz.to_owned(), why));
             }
         }
     }
     refusals
+}
+
+/// The refusal of the row of `biz` on database `i` (of class `class`) when its class
+/// is not the one the stored layout of its epoch (among `layouts`) gives its database,
+/// narrowed to the biz's restriction; `None` when it is.
+fn off_layout(
+    names: &[String],
+    biz: &str,
+    (i, row, class): (usize, &BizRow, Residue),
+    layouts: &[(i64, String, Residue)],
+) -> Option<StoreError> {
+    let db = layouts
+        .iter()
+        .find(|(epoch, name, _)| *epoch == row.epoch && *name == names[i])
+        .map(|(.., c)| *c);
+    if db.is_none_or(|db| crate::layout::restriction(class, db).is_none()) {
+        return Some(StoreError::InvalidRow {
+            biz: biz.to_owned(),
+            database: names[i].clone(),
+            reason: format!(
+                "its class {class} is not the class layout epoch {} gives database \"{}\" ({}): changed by hand? Move databases with `segmint db add` / `db remove`",
+                row.epoch,
+                names[i],
+                db.map_or_else(|| "none: not in that layout".into(), |c| c.to_string())
+            ),
+        });
+    }
+    None
+}
+
+/// The highest ID that the mark of `biz` on database `k` says was issued, if a mark is
+/// known.
+fn marked(evidence: &Evidence, k: usize, biz: &str) -> Option<i64> {
+    evidence.mark(k, biz).map(|m| m.high_id.max(m.max_id))
+}
+
+/// Accepts the class of the row of `biz` on database `i` (of class `class`; `stored`:
+/// a stored layout names its epoch) into `seen`: a row seen first or in the class
+/// accepted before, or a row whose class changed above every ID issued before.
+/// Returns the refusal of a row whose class changed without a fence, which names the
+/// row it is not above. `looked` are the databases' names, the evidence and the last
+/// rows read.
+fn accept_class(
+    looked: (&[String], &Evidence, &[Option<Snapshot>]),
+    biz: &str,
+    (i, row, class): (usize, &BizRow, Residue),
+    stored: bool,
+    seen: &mut impl Seen,
+) -> Option<StoreError> {
+    let (names, evidence, _) = looked;
+    let Some(was) = seen.get(i, biz) else {
+        seen.put(i, biz, SeenRow::first(class, row));
+        return None;
+    };
+    if was.class == class {
+        seen.put(
+            i,
+            biz,
+            SeenRow {
+                epoch: was.epoch.max(row.epoch),
+                top: was
+                    .top
+                    .max(row.max_id)
+                    .max(marked(evidence, i, biz).unwrap_or(i64::MIN)),
+                ..was
+            },
+        );
+        return None;
+    }
+    // A stored layout names the row's epoch with a class holding the row's
+    // (checked before): the layout change moved it.
+    let by_layout = row.epoch > was.epoch && stored;
+    match highest_issued(looked, biz, (i, row), by_layout, seen) {
+        Some((k, top)) if row.max_id < top || row.epoch < was.epoch => {
+            Some(StoreError::InvalidRow {
+                biz: biz.to_owned(),
+                database: names[i].clone(),
+                reason: format!(
+                    "its class changed from {} to {class} (layout epoch {} to {}) without a fence: its max_id {} is not above max_id {top} of the row on database \"{}\", so it could issue IDs issued before; raise it with `segmint db fence {} --above {top}`, or move databases with `segmint db add` / `db remove`",
+                    was.class, was.epoch, row.epoch, row.max_id, names[k], names[i]
+                ),
+            })
+        }
+        _ => {
+            tracing::info!(%biz, database = %names[i], from = %was.class, to = %class, max_id = row.max_id, by_layout, "row class changed above every ID issued before; using it");
+            seen.put(
+                i,
+                biz,
+                SeenRow {
+                    earlier: was.top.max(was.earlier),
+                    ..SeenRow::first(class, row)
+                },
+            );
+            None
+        }
+    }
+}
+
+/// The highest ID known issued of `biz` that the row on database `i`, whose class
+/// changed, must be above, and the database it was issued from: when the change was
+/// a layout change's (`by_layout`), the highest `max_id` this row was accepted at (in
+/// any class) and the `max_id` of every other row still in an earlier epoch (rows moved
+/// by the same change issue from disjoint classes); else the highest of every other
+/// row's `max_id`, every row's accepted one, and every mark. `looked` as for
+/// [`accept_class`].
+fn highest_issued(
+    (names, evidence, snapshots): (&[String], &Evidence, &[Option<Snapshot>]),
+    biz: &str,
+    (i, row): (usize, &BizRow),
+    by_layout: bool,
+    seen: &impl Seen,
+) -> Option<(usize, i64)> {
+    let tops = (0..names.len()).filter_map(|k| {
+        let other = snapshots[k]
+            .as_ref()
+            .and_then(|s| s.bizs.get(biz))
+            .map(|r| &r.0);
+        let s = seen.get(k, biz);
+        let top = if by_layout {
+            // Rows moved by the same change issue from disjoint classes.
+            match (k == i, other) {
+                (true, _) => s.map(|s| s.top.max(s.earlier)),
+                (false, Some(o)) if o.epoch < row.epoch => Some(o.max_id),
+                _ => None,
+            }
+        } else {
+            let other = other.filter(|_| k != i).map(|o| o.max_id);
+            let s = s.map(|s| s.top.max(s.earlier));
+            other.max(s).max(marked(evidence, k, biz))
+        };
+        top.map(|top| (k, top))
+    });
+    tops.max_by_key(|&(_, top)| top)
 }
 
 #[cfg(test)]

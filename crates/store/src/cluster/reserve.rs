@@ -99,6 +99,25 @@ enum Attempt {
     Window(WindowMiss),
 }
 
+/// What the attempts of one pass over the databases met, when none reserved.
+#[derive(Default)]
+struct Misses {
+    /// The first refusal of the biz.
+    refused: Option<StoreError>,
+    /// Databases without the biz's row.
+    missing: usize,
+    /// Attempts that lost every race on the row.
+    contended: usize,
+    /// Rows frozen or moved by a layout change, or of a class the catalog does not know.
+    moving: usize,
+    /// Rows whose window's counter is used up.
+    full: usize,
+    /// Rows past the window.
+    passed: usize,
+    /// The failures, each naming its database.
+    failed: Vec<String>,
+}
+
 /// Why nothing is served before a layout done is read.
 pub(crate) const NO_MEMBERSHIP: &str = "no database is used yet: no layout done was read from the databases that answered (the cluster's membership is recorded in them by `segmint migrate`, which needs every configured database to answer)";
 
@@ -271,8 +290,7 @@ impl Store {
             .filter(|&i| self.is_live(i))
             .collect();
         order.shuffle(&mut rand::rng());
-        let (mut refused, mut missing, mut contended, mut failed) = (None, 0, 0, Vec::new());
-        let (mut moving, mut full, mut passed) = (0, 0, 0);
+        let mut misses = Misses::default();
         // One round-trip tracker per database, declared before the attempts borrow them.
         let trips: Vec<RoundTrip> = (0..self.dbs.list.len())
             .map(|_| RoundTrip::new(&self.clock))
@@ -310,36 +328,66 @@ impl Store {
             let Some((i, result)) = outcome else { continue };
             match result {
                 Ok(Attempt::Reserved(r)) => {
-                    // The attempts left behind are dropped; those stuck in a round trip
-                    // are the stalled databases, backed off.
-                    for &db in &tried {
-                        let stuck = trips[db].stuck_for();
-                        if db != i && hedge.is_some_and(|h| stuck >= h) {
-                            self.dbs.failed(
-                                db,
-                                &format!(
-                                    "no answer within {stuck:?} while database \"{}\" reserved",
-                                    self.dbs.list[i].name
-                                ),
-                            );
-                            self.dbs.list[db].metrics.outcome(FetchOutcome::Error);
-                        }
-                    }
+                    self.back_off_stalled(i, &tried, &trips, hedge);
                     return Ok(r);
                 }
-                Ok(Attempt::Missing) => missing += 1,
-                Ok(Attempt::Contended) => contended += 1,
-                Ok(Attempt::Moving | Attempt::Stale) => moving += 1,
-                Ok(Attempt::Window(WindowMiss::Full)) => full += 1,
-                Ok(Attempt::Window(WindowMiss::Passed)) => passed += 1,
+                Ok(Attempt::Missing) => misses.missing += 1,
+                Ok(Attempt::Contended) => misses.contended += 1,
+                Ok(Attempt::Moving | Attempt::Stale) => misses.moving += 1,
+                Ok(Attempt::Window(WindowMiss::Full)) => misses.full += 1,
+                Ok(Attempt::Window(WindowMiss::Passed)) => misses.passed += 1,
                 Ok(Attempt::Refused(e @ StoreError::ResidueConflict { .. })) => return Err(e),
-                Ok(Attempt::Refused(e)) => refused = refused.or(Some(e)),
+                Ok(Attempt::Refused(e)) => misses.refused = misses.refused.or(Some(e)),
                 // A transaction that lost to another is a lost race: retried.
-                Err(e) if e.verdict() == Verdict::Transient => contended += 1,
-                Err(e) => failed.push(format!("\"{}\": {e}", self.dbs.list[i].name)),
+                Err(e) if e.verdict() == Verdict::Transient => misses.contended += 1,
+                Err(e) => misses
+                    .failed
+                    .push(format!("\"{}\": {e}", self.dbs.list[i].name)),
             }
         }
-        Err(if let Some(e) = refused {
+        Err(self.pass_failed(biz, known.2, misses))
+    }
+
+    /// After database `i` reserved: backs off each other database of `tried` whose
+    /// attempt, left behind and dropped, is stuck in a round trip of at least the
+    /// `hedge` delay (its round trip in `trips`): the stalled databases.
+    fn back_off_stalled(
+        &self,
+        i: usize,
+        tried: &[usize],
+        trips: &[RoundTrip],
+        hedge: Option<Duration>,
+    ) {
+        for &db in tried {
+            let stuck = trips[db].stuck_for();
+            if db != i && hedge.is_some_and(|h| stuck >= h) {
+                self.dbs.failed(
+                    db,
+                    &format!(
+                        "no answer within {stuck:?} while database \"{}\" reserved",
+                        self.dbs.list[i].name
+                    ),
+                );
+                self.dbs.list[db].metrics.outcome(FetchOutcome::Error);
+            }
+        }
+    }
+
+    /// Why a pass over the databases reserved nothing of `biz` (within `window`, if
+    /// given), from what its attempts met (`misses`): a refusal first, then a row
+    /// moving or contended (both retried), then the window passed or used up, the biz
+    /// missing, and last the databases unavailable.
+    fn pass_failed(&self, biz: &BizTag, window: Option<Window>, misses: Misses) -> StoreError {
+        let Misses {
+            refused,
+            missing,
+            contended,
+            moving,
+            full,
+            passed,
+            failed,
+        } = misses;
+        if let Some(e) = refused {
             e
         } else if moving > 0 {
             StoreError::Moving(biz.to_string())
@@ -348,7 +396,7 @@ impl Store {
         } else if passed > 0 && failed.is_empty() {
             StoreError::PeriodPassed(biz.to_string())
         } else if full > 0 && failed.is_empty() {
-            let (period, modulus) = self.period_named(biz, known.2);
+            let (period, modulus) = self.period_named(biz, window);
             StoreError::PeriodFull {
                 biz: biz.to_string(),
                 period,
@@ -365,7 +413,7 @@ impl Store {
             ))
         } else {
             StoreError::Unavailable(failed.join("; "))
-        })
+        }
     }
 
     /// How long one round trip may go unanswered before another database is tried
