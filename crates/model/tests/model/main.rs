@@ -107,18 +107,26 @@ where
     M::Action: Clone + std::fmt::Debug + Eq + std::hash::Hash + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let mut builder = model.checker().threads(threads());
+    let builder = model.checker().threads(threads());
     if expect_bug {
-        builder = builder.finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
+        // Depth first for a known bug, as [`finds`] says why.
+        let checker = builder
+            .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])))
+            .spawn_dfs()
+            .join();
+        counts(title, &checker, started);
+        match checker.discovery(property) {
+            Some(path) => eprintln!("{title}: counterexample, as expected:\n{path:?}"),
+            None => panic!("{title}: expected a counterexample to \"{property}\", found none"),
+        }
+        return;
     }
     let checker = builder.spawn_bfs().join();
     counts(title, &checker, started);
-    match (checker.discovery(property), expect_bug) {
-        (Some(path), true) => eprintln!("{title}: counterexample, as expected:\n{path:?}"),
-        (None, true) => panic!("{title}: expected a counterexample to \"{property}\", found none"),
-        (Some(path), false) => panic!("{title}: counterexample to \"{property}\":\n{path:?}"),
-        (None, false) => checker.assert_properties(),
+    if let Some(path) = checker.discovery(property) {
+        panic!("{title}: counterexample to \"{property}\":\n{path:?}");
     }
+    checker.assert_properties();
 }
 
 /// Checks every reachable state of `sys`: no property may fail, and every `sometimes`
@@ -145,13 +153,21 @@ fn holds(sys: Sys) {
 
 /// Checks `sys` until a counterexample to `property` is found, and prints it; fails
 /// when every reachable state was explored without one.
+///
+/// Depth first: a known bug lies deep (a restore after a change, a claim in flight
+/// past a lease), and a breadth-first search explores every shorter interleaving
+/// before it. Measured on 2026-12-07 (`cargo nextest run -p segmint-model -E
+/// 'test(/caught|twice|goes_back/)'`, 2 cores, 31 tests: every known bug and a few
+/// checks that hold): 38 s instead of 76 s; the fence that raises rows live is found
+/// in 3.0 s instead of 16.3 s. The trace printed is a path to the bug, not the
+/// shortest one.
 fn finds(sys: Sys, property: &'static str) {
     let builder = sys
         .checker()
         .threads(threads())
         .finish_when(HasDiscoveries::AnyOf(BTreeSet::from([property])));
     let started = Instant::now();
-    let checker = builder.spawn_bfs().join();
+    let checker = builder.spawn_dfs().join();
     let title = checker.model().spec.title;
     counts(title, &checker, started);
     let path = checker.discovery(property).unwrap_or_else(|| {
