@@ -145,6 +145,48 @@ pub fn plan(
             });
         }
     }
+    let gone = gone(layouts, before, (&from, pending, newest), lost)?;
+    if let Some(p) = pending {
+        if p.names() == target && p.lost == gone {
+            return Ok(Plan::Change {
+                from,
+                to: p.clone(),
+                supersede: None,
+                finishing: true,
+            });
+        }
+    } else if from.names() == target && from.lost == gone {
+        return Ok(Plan::Already(from));
+    }
+    let epoch = layouts
+        .iter()
+        .map(|l| l.epoch)
+        .max()
+        .unwrap_or(from.epoch)
+        .max(from.epoch)
+        + 1;
+    let to = next_layout(epoch, &from, target, lost, gone)?;
+    Ok(Plan::Change {
+        from,
+        to,
+        supersede: pending.cloned(),
+        finishing: false,
+    })
+}
+
+/// The members the change's layout declares lost: those `newest` (the newest layout
+/// stored) declares, and every class each database of `lost` held in `layouts` or
+/// `before`. `from` is the layout in force (or `before`), `pending` a change under way.
+///
+/// # Errors
+/// [`PlanError::NotInLayout`] when a database of `lost` is in neither `from` nor
+/// `pending`.
+fn gone(
+    layouts: &[Layout],
+    before: &Layout,
+    (from, pending, newest): (&Layout, Option<&Layout>, &Layout),
+    lost: &[String],
+) -> Result<Vec<Member>, PlanError> {
     let mut gone = newest.lost.clone();
     for name in lost {
         let named =
@@ -169,25 +211,23 @@ pub fn plan(
             }
         }
     }
-    if let Some(p) = pending {
-        if p.names() == target && p.lost == gone {
-            return Ok(Plan::Change {
-                from,
-                to: p.clone(),
-                supersede: None,
-                finishing: true,
-            });
-        }
-    } else if from.names() == target && from.lost == gone {
-        return Ok(Plan::Already(from));
-    }
-    let epoch = layouts
-        .iter()
-        .map(|l| l.epoch)
-        .max()
-        .unwrap_or(from.epoch)
-        .max(from.epoch)
-        + 1;
+    Ok(gone)
+}
+
+/// The layout a change from `from` moves to: epoch `epoch`, `moving`, the databases of
+/// `target` as members and `gone` lost. When the change declares databases `lost`, each
+/// member keeps its class in `from` if every member has one there that overlaps no lost
+/// class; else the classes are allocated afresh.
+///
+/// # Errors
+/// [`PlanError::Classes`] when no classes can be allocated.
+fn next_layout(
+    epoch: i64,
+    from: &Layout,
+    target: &[String],
+    lost: &[String],
+    gone: Vec<Member>,
+) -> Result<Layout, PlanError> {
     // Declaring a database lost keeps the others' classes where they avoid every lost
     // class: no biz moves to new classes, and no worker ID changes hands.
     let kept = (!lost.is_empty())
@@ -204,7 +244,7 @@ pub fn plan(
                 .collect::<Option<Vec<Member>>>()
         })
         .flatten();
-    let to = match kept {
+    Ok(match kept {
         Some(members) => Layout {
             epoch,
             members,
@@ -213,12 +253,6 @@ pub fn plan(
         },
         None => Layout::allocate(epoch, target, gone, LayoutState::Moving)
             .map_err(PlanError::Classes)?,
-    };
-    Ok(Plan::Change {
-        from,
-        to,
-        supersede: pending.cloned(),
-        finishing: false,
     })
 }
 

@@ -514,25 +514,10 @@ impl Move {
     /// The first read of a round: decides what the round does.
     fn decide(&mut self, rows: &[Option<Reclass>]) -> Phase {
         let stop = |s| Phase::Ended(Outcome::Stopped(s));
-        if self.safeguards.fresh_witnesses {
-            for (k, row) in rows.iter().enumerate() {
-                let back = match (self.seen[k], row) {
-                    (Some(m), Some(r)) if r.is_behind(&m) => Some(Back::Behind {
-                        found: (r.version, r.max_id),
-                        known: m,
-                    }),
-                    (Some(m), None) => Some(Back::Gone {
-                        version: Some(m.version),
-                    }),
-                    _ => None,
-                };
-                if let Some(back) = back {
-                    return stop(Stop::Back { part: k, back });
-                }
-                if let Some(r) = row {
-                    learn(&mut self.seen[k], r.mark());
-                }
-            }
+        if self.safeguards.fresh_witnesses
+            && let Some(back) = self.gone_back(rows)
+        {
+            return stop(back);
         }
         if self.safeguards.claimed_by
             && let Some(r) = rows
@@ -542,21 +527,10 @@ impl Move {
         {
             return stop(Stop::Superseded { by: r.claimed_by });
         }
-        let within = match self.restriction(rows) {
+        let wanted = match self.wanted(rows) {
             Ok(w) => w,
             Err(e) => return stop(Stop::Invalid(e)),
         };
-        let mut wanted = Vec::with_capacity(rows.len());
-        for (part, to) in self.frame.to.iter().enumerate() {
-            match to.map(|c| c.restrict(within)) {
-                Some(Ok(c)) => wanted.push(Some(c)),
-                Some(Err(e)) => {
-                    let why = e.to_string();
-                    return stop(Stop::Invalid(Invalid::Class { part, why }));
-                }
-                None => wanted.push(None),
-            }
-        }
         if settled(rows, &wanted, self.frame.epoch) {
             return Phase::Ended(Outcome::Already);
         }
@@ -569,39 +543,9 @@ impl Move {
         // A part without a row gets a frozen placeholder first: a change superseded
         // meanwhile can then no longer insert a live row there.
         if rows.iter().any(Option::is_none) {
-            let Some(like) = rows.iter().position(Option::is_some) else {
-                return stop(Stop::Invalid(Invalid::NoRow));
-            };
-            let template = rows[like].expect("a row");
-            let mut place = Vec::new();
-            for (part, want) in wanted.iter().enumerate() {
-                if rows[part].is_some() {
-                    continue;
-                }
-                let class = match want.map_or_else(|| template.class(), Ok) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let why = e.to_string();
-                        return stop(Stop::Invalid(Invalid::Class { part: like, why }));
-                    }
-                };
-                place.push((
-                    part,
-                    Reclass {
-                        version: newest + 1,
-                        max_id: fence,
-                        delta: class.delta(),
-                        remainder: class.remainder(),
-                        epoch: self.frame.epoch,
-                        frozen: true,
-                        claimed_by: self.frame.epoch,
-                    },
-                ));
-            }
-            return Phase::Place {
-                k: 0,
-                rows: place,
-                like,
+            return match self.place(rows, &wanted, (fence, newest)) {
+                Ok(place) => place,
+                Err(e) => stop(Stop::Invalid(e)),
             };
         }
         Phase::Freeze {
@@ -612,6 +556,95 @@ impl Move {
                 wanted,
             },
         }
+    }
+
+    /// Checks the rows of a round's first read against what the move saw of each
+    /// part's row, learning each row up to the first found gone back in time. Returns
+    /// the stop for that row, if any.
+    fn gone_back(&mut self, rows: &[Option<Reclass>]) -> Option<Stop> {
+        for (k, row) in rows.iter().enumerate() {
+            let back = match (self.seen[k], row) {
+                (Some(m), Some(r)) if r.is_behind(&m) => Some(Back::Behind {
+                    found: (r.version, r.max_id),
+                    known: m,
+                }),
+                (Some(m), None) => Some(Back::Gone {
+                    version: Some(m.version),
+                }),
+                _ => None,
+            };
+            if let Some(back) = back {
+                return Some(Stop::Back { part: k, back });
+            }
+            if let Some(r) = row {
+                learn(&mut self.seen[k], r.mark());
+            }
+        }
+        None
+    }
+
+    /// The class each part gets in the layout moved to (`None`: not a member), its
+    /// class there restricted as the biz's rows are ([`Move::restriction`]).
+    fn wanted(&self, rows: &[Option<Reclass>]) -> Result<Vec<Option<Residue>>, Invalid> {
+        let within = self.restriction(rows)?;
+        let mut wanted = Vec::with_capacity(rows.len());
+        for (part, to) in self.frame.to.iter().enumerate() {
+            match to.map(|c| c.restrict(within)) {
+                Some(Ok(c)) => wanted.push(Some(c)),
+                Some(Err(e)) => {
+                    let why = e.to_string();
+                    return Err(Invalid::Class { part, why });
+                }
+                None => wanted.push(None),
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// The phase that inserts a frozen placeholder on every part of `rows` without a
+    /// row: in its class of `wanted` (a part that is not a member: the class of the
+    /// first row read, which its other fields are modelled on), at `fence` and one
+    /// version above `newest`.
+    fn place(
+        &self,
+        rows: &[Option<Reclass>],
+        wanted: &[Option<Residue>],
+        (fence, newest): (i64, i64),
+    ) -> Result<Phase, Invalid> {
+        let Some(like) = rows.iter().position(Option::is_some) else {
+            return Err(Invalid::NoRow);
+        };
+        let template = rows[like].expect("a row");
+        let mut place = Vec::new();
+        for (part, want) in wanted.iter().enumerate() {
+            if rows[part].is_some() {
+                continue;
+            }
+            let class = match want.map_or_else(|| template.class(), Ok) {
+                Ok(c) => c,
+                Err(e) => {
+                    let why = e.to_string();
+                    return Err(Invalid::Class { part: like, why });
+                }
+            };
+            place.push((
+                part,
+                Reclass {
+                    version: newest + 1,
+                    max_id: fence,
+                    delta: class.delta(),
+                    remainder: class.remainder(),
+                    epoch: self.frame.epoch,
+                    frozen: true,
+                    claimed_by: self.frame.epoch,
+                },
+            ));
+        }
+        Ok(Phase::Place {
+            k: 0,
+            rows: place,
+            like,
+        })
     }
 
     /// The fence over `frozen`, the witnesses from before the change, and `fresh` (the

@@ -7,6 +7,7 @@ use segmint_core::layout::changing::{
     Need as ChangeNeed, Outcome as ChangeOutcome, Stop as ChangeStop,
 };
 use segmint_core::layout::moving::Outcome as MoveOutcome;
+use std::collections::BTreeMap;
 
 /// What [`Store::check_change`] found: the layouts stored, the change's target and the
 /// databases it declares lost, and the databases it needs (by index).
@@ -67,30 +68,7 @@ impl Store {
             };
         let names: Vec<String> = parts.iter().map(|&i| self.dbs.names[i].clone()).collect();
         if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
-            self.wait_silent(&parts, running, say).await?;
-            // What was decided holds only if nothing moved on meanwhile.
-            let rows: Vec<LayoutRow> = self
-                .all_parts(&parts, |db| db.layouts(), "nothing changed")
-                .await?
-                .into_iter()
-                .flatten()
-                .collect();
-            let key = |l: &[Layout]| {
-                let (done, pending) = layout::current(l);
-                (
-                    l.last().map(|l| l.epoch),
-                    done.map(|l| l.epoch),
-                    pending.map(|l| l.epoch),
-                )
-            };
-            if layout::merge(&rows).map(|l| key(&l)) != Ok(key(&layouts)) {
-                return Err(Refusal::new(
-                    Reason::ChangeClaimed,
-                    "the layouts changed while this command waited (another command ran); nothing changed",
-                )
-                .hint("run it again")
-                .into());
-            }
+            self.wait_unchanged(&parts, running, &layouts, say).await?;
         }
         let decision = layout::Decision {
             parts: names,
@@ -103,6 +81,77 @@ impl Store {
         let mut change = Change::new(decision, (WORKER_IDS, MOVE_ATTEMPTS), self.sequences);
         // The claims, before the heartbeat: the row is this command's only once
         // claimed.
+        self.claim_change(&parts, &mut change, &to, say).await?;
+        say(format!(
+            "layout epoch {} → {}: {}{}",
+            from.epoch,
+            to.epoch,
+            to.describe(),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!("; lost for good: {}", lost.join(", "))
+            }
+        ));
+        self.load_layout().await;
+        self.run_beating(&parts, change, &to, say).await
+    }
+
+    /// Waits until the change to `running` has been silent ([`Store::wait_silent`]),
+    /// then reads the layouts of `parts` again: what was decided from `layouts` holds
+    /// only if the newest epoch stored, the one done and the one pending are the same.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the change's row changed meanwhile, a database does
+    /// not answer, or the layouts changed (another command ran); nothing changed.
+    async fn wait_unchanged(
+        &self,
+        parts: &[usize],
+        running: &Layout,
+        layouts: &[Layout],
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
+        self.wait_silent(parts, running, say).await?;
+        // What was decided holds only if nothing moved on meanwhile.
+        let rows: Vec<LayoutRow> = self
+            .all_parts(parts, |db| db.layouts(), "nothing changed")
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        let key = |l: &[Layout]| {
+            let (done, pending) = layout::current(l);
+            (
+                l.last().map(|l| l.epoch),
+                done.map(|l| l.epoch),
+                pending.map(|l| l.epoch),
+            )
+        };
+        if layout::merge(&rows).map(|l| key(&l)) != Ok(key(layouts)) {
+            return Err(Refusal::new(
+                Reason::ChangeClaimed,
+                "the layouts changed while this command waited (another command ran); nothing changed",
+            )
+            .hint("run it again")
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Claims the epoch of `change`, the change to `to` over the databases `parts`,
+    /// and writes the rows of the change cut off before that it finishes or supersedes,
+    /// as `change` asks, until it asks for something else.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database fails, or another command claimed the
+    /// epoch first.
+    async fn claim_change(
+        &self,
+        parts: &[usize],
+        change: &mut Change,
+        to: &Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
         let now = self.unix_ms();
         loop {
             match change.need() {
@@ -147,48 +196,55 @@ impl Store {
                     change.put();
                 }
                 ChangeNeed::Done(ChangeOutcome::Stopped(ChangeStop::Claimed { part, first })) => {
-                    let name = &self.dbs.names[parts[part]];
-                    let refusal = if first {
-                        Refusal::new(
-                            Reason::ChangeClaimed,
-                            format!(
-                                "another `segmint db` command claimed layout epoch {} first (on database \"{name}\"): two changes never run at once; nothing changed",
-                                to.epoch
-                            ),
-                        )
-                        .hint("see `segmint db list`, and run this again once it is done")
-                    } else {
-                        Refusal::new(
-                            Reason::ChangeClaimed,
-                            format!(
-                                "layout epoch {} was claimed here but database \"{name}\" holds another row for it",
-                                to.epoch
-                            ),
-                        )
-                        .hint("see `segmint db list`")
-                    };
-                    return Err(refusal.into());
+                    return Err(self.claimed_refusal(parts[part], first, to.epoch));
                 }
                 _ => break,
             }
         }
-        say(format!(
-            "layout epoch {} → {}: {}{}",
-            from.epoch,
-            to.epoch,
-            to.describe(),
-            if lost.is_empty() {
-                String::new()
-            } else {
-                format!("; lost for good: {}", lost.join(", "))
-            }
-        ));
-        self.load_layout().await;
+        Ok(())
+    }
+
+    /// The refusal of a change whose claim of layout `epoch` found another row for it
+    /// on database `i`: `first`, the first database it tried (another command claimed
+    /// the epoch first, and nothing changed), or a later one.
+    fn claimed_refusal(&self, i: usize, first: bool, epoch: i64) -> StoreError {
+        let name = &self.dbs.names[i];
+        let refusal = if first {
+            Refusal::new(
+                Reason::ChangeClaimed,
+                format!(
+                    "another `segmint db` command claimed layout epoch {epoch} first (on database \"{name}\"): two changes never run at once; nothing changed"
+                ),
+            )
+            .hint("see `segmint db list`, and run this again once it is done")
+        } else {
+            Refusal::new(
+                Reason::ChangeClaimed,
+                format!(
+                    "layout epoch {epoch} was claimed here but database \"{name}\" holds another row for it"
+                ),
+            )
+            .hint("see `segmint db list`")
+        };
+        refusal.into()
+    }
+
+    /// Runs the rest of `change`, the change to `to` over the databases `parts` whose
+    /// row is claimed ([`Store::run_change`]), while its row is rewritten every
+    /// heartbeat ([`Store::heartbeat`]). Returns the layout done; a change stopped by an
+    /// error releases its row first, best effort.
+    async fn run_beating(
+        &self,
+        parts: &[usize],
+        change: Change,
+        to: &Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<Layout, StoreError> {
         // The moves run while the row is rewritten every second: another command, and
         // the servers, then know the change is alive.
         let finishing_flag = AtomicBool::new(false);
-        let change = self.run_change(&parts, change, &finishing_flag, say);
-        let beat = self.heartbeat(&parts, &to, &finishing_flag);
+        let change = self.run_change(parts, change, &finishing_flag, say);
+        let beat = self.heartbeat(parts, to, &finishing_flag);
         let result = tokio::select! {
             biased;
             r = change => r,
@@ -200,7 +256,7 @@ impl Store {
             let released = to.row(0);
             let released = &released;
             let _ = self
-                .on_parts(&parts, move |db| db.put_layout(released))
+                .on_parts(parts, move |db| db.put_layout(released))
                 .await;
         }
         result
@@ -309,80 +365,25 @@ impl Store {
         say: &mut (dyn FnMut(String) + Send),
     ) -> Result<Layout, StoreError> {
         let epoch = change.decision().to.epoch;
-        let superseded = || {
-            StoreError::from(Refusal::new(
-                Reason::ChangeSuperseded,
-                format!(
-                    "layout epoch {epoch} is no longer moving: a later change superseded this one; stopped"
-                ),
-            ))
-        };
         let mut told = false;
         loop {
             let need = change.need();
             if !told && matches!(need, ChangeNeed::ReadLeases | ChangeNeed::Put { .. }) {
                 told = true;
-                let (bizs, moved) = change.moves();
-                say(format!(
-                    "{moved} of {bizs} bizs moved, {} already in epoch {epoch}",
-                    bizs - moved
-                ));
+                say(moves_told(&change, epoch));
             }
             match need {
                 ChangeNeed::CopyCatalog => {
-                    let members: Vec<usize> = change
-                        .decision()
-                        .to
-                        .members
-                        .iter()
-                        .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
-                        .collect();
+                    let members = self.positions(&change.decision().to);
                     self.copy_catalog(parts, &members, say).await?;
                     change.copied();
                 }
                 ChangeNeed::Gather => {
-                    let bizs: BTreeSet<String> = self
-                        .all_parts(parts, |db| db.bizs(), "stopped")
-                        .await?
-                        .into_iter()
-                        .flatten()
-                        .map(|r| r.biz_type.to_string())
-                        .collect();
-                    let mut witnessed = witnessed(
-                        self.all_parts(parts, |db| db.witnesses(), "stopped")
-                            .await?
-                            .into_iter()
-                            .flatten(),
-                    );
-                    change.gathered(
-                        bizs.into_iter()
-                            .map(|b| {
-                                let w = witnessed.remove(&b).unwrap_or_default();
-                                (b, w)
-                            })
-                            .collect(),
-                    );
+                    let bizs = self.gather(parts).await?;
+                    change.gathered(bizs);
                 }
                 ChangeNeed::Move { biz } => {
-                    let (outcome, read_failed, db_failed) =
-                        self.drive_move(&biz, parts, change.mover()).await;
-                    match &outcome {
-                        MoveOutcome::Moved { fence, switched } => say(format!(
-                            "biz `{biz}`: {switched} rows moved above {fence} (epoch {epoch})"
-                        )),
-                        MoveOutcome::Stopped(stop) => {
-                            return Err(self.move_refusal(
-                                &biz,
-                                parts,
-                                epoch,
-                                stop.clone(),
-                                read_failed,
-                                &db_failed,
-                            ));
-                        }
-                        MoveOutcome::Already => {}
-                    }
-                    change.moved(outcome);
+                    self.run_move(&biz, parts, &mut change, epoch, say).await?;
                 }
                 ChangeNeed::ReadLeases => {
                     let rows = self.all_parts(parts, |db| db.leases(), "stopped").await?;
@@ -416,41 +417,130 @@ impl Store {
                         ));
                     }
                     finishing.store(true, Ordering::SeqCst);
-                    let i = parts[part];
-                    self.dbs
-                        .step(
-                            i,
-                            self.dbs.list[i]
-                                .store
-                                .put_layout(&layout.row(self.unix_ms())),
-                        )
-                        .await
-                        .map_err(|e| self.stopped(i, &e, "stopped"))?;
+                    self.put_done(parts[part], &layout).await?;
                     change.put();
                 }
                 ChangeNeed::Done(ChangeOutcome::Done { layout, .. }) => {
-                    self.load_layout().await;
-                    let changed: Vec<&str> =
-                        parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
-                    super::super::admin::audit(
-                        &format!("layout epoch {}", layout.epoch),
-                        "",
-                        "",
-                        &changed,
-                    );
-                    say(format!(
-                        "layout epoch {} is done: {}",
-                        layout.epoch,
-                        layout.describe()
-                    ));
-                    return Ok(layout);
+                    return Ok(self.change_done(parts, layout, say).await);
                 }
-                ChangeNeed::Done(ChangeOutcome::Stopped(_)) => return Err(superseded()),
+                ChangeNeed::Done(ChangeOutcome::Stopped(_)) => return Err(superseded(epoch)),
                 ChangeNeed::ClaimBefore { .. } | ChangeNeed::Claim { .. } => {
                     unreachable!("claimed before the change runs")
                 }
             }
         }
+    }
+
+    /// The members of `layout` that are configured, by their position in the
+    /// configuration.
+    fn positions(&self, layout: &Layout) -> Vec<usize> {
+        layout
+            .members
+            .iter()
+            .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+            .collect()
+    }
+
+    /// Reads the bizs and the witnesses of every database of `parts`. Returns each biz
+    /// with what the witnesses recorded of it.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] naming the first database that did not answer.
+    async fn gather(
+        &self,
+        parts: &[usize],
+    ) -> Result<BTreeMap<String, Vec<(i64, i64)>>, StoreError> {
+        let bizs: BTreeSet<String> = self
+            .all_parts(parts, |db| db.bizs(), "stopped")
+            .await?
+            .into_iter()
+            .flatten()
+            .map(|r| r.biz_type.to_string())
+            .collect();
+        let mut witnessed = witnessed(
+            self.all_parts(parts, |db| db.witnesses(), "stopped")
+                .await?
+                .into_iter()
+                .flatten(),
+        );
+        Ok(bizs
+            .into_iter()
+            .map(|b| {
+                let w = witnessed.remove(&b).unwrap_or_default();
+                (b, w)
+            })
+            .collect())
+    }
+
+    /// Moves `biz` to layout `epoch` over the databases `parts`, as `change`'s move
+    /// asks ([`Store::drive_move`]), and tells it how the move ended.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the move stopped ([`Store::move_refusal`]).
+    async fn run_move(
+        &self,
+        biz: &str,
+        parts: &[usize],
+        change: &mut Change,
+        epoch: i64,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Result<(), StoreError> {
+        let (outcome, read_failed, db_failed) = self.drive_move(biz, parts, change.mover()).await;
+        match &outcome {
+            MoveOutcome::Moved { fence, switched } => say(format!(
+                "biz `{biz}`: {switched} rows moved above {fence} (epoch {epoch})"
+            )),
+            MoveOutcome::Stopped(stop) => {
+                return Err(self.move_refusal(
+                    biz,
+                    parts,
+                    epoch,
+                    stop.clone(),
+                    read_failed,
+                    &db_failed,
+                ));
+            }
+            MoveOutcome::Already => {}
+        }
+        change.moved(outcome);
+        Ok(())
+    }
+
+    /// Writes `layout`'s row, the change done, on database `i`, stamped now.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when the database fails.
+    async fn put_done(&self, i: usize, layout: &Layout) -> Result<(), StoreError> {
+        self.dbs
+            .step(
+                i,
+                self.dbs.list[i]
+                    .store
+                    .put_layout(&layout.row(self.unix_ms())),
+            )
+            .await
+            .map_err(|e| self.stopped(i, &e, "stopped"))?;
+        Ok(())
+    }
+
+    /// Once the change over the databases `parts` marked `layout` done: reads the
+    /// layouts again, records the change in the audit log and says so. Returns
+    /// `layout`.
+    async fn change_done(
+        &self,
+        parts: &[usize],
+        layout: Layout,
+        say: &mut (dyn FnMut(String) + Send),
+    ) -> Layout {
+        self.load_layout().await;
+        let changed: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+        super::super::admin::audit(&format!("layout epoch {}", layout.epoch), "", "", &changed);
+        say(format!(
+            "layout epoch {} is done: {}",
+            layout.epoch,
+            layout.describe()
+        ));
+        layout
     }
 
     /// Carries the sections of sequence biz `biz` (the members `from` and `to` by their
@@ -504,18 +594,7 @@ impl Store {
         before: &Layout,
         fresh: Option<&str>,
     ) -> Result<Checked, StoreError> {
-        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
-        let mut reads = self.on_parts(&all, |db| db.layouts()).await;
-        let mut witnesses = self.on_parts(&all, |db| db.witnesses()).await;
-        // A database not migrated yet has no layout or witness rows, and need only
-        // answer.
-        if let Some(i) = fresh.and_then(|n| self.dbs.names.iter().position(|x| x == n))
-            && (reads[i].is_err() || witnesses[i].is_err())
-            && let Some(Ok(())) = self.on_parts(&[i], |db| db.ping()).await.pop()
-        {
-            reads[i] = Ok(Vec::new());
-            witnesses[i] = Ok(Vec::new());
-        }
+        let (reads, witnesses) = self.read_for_change(fresh).await;
         let rows: Vec<LayoutRow> = reads
             .iter()
             .filter_map(|r| r.as_ref().ok())
@@ -528,12 +607,6 @@ impl Store {
         })?;
         let (target, lost) =
             layout::target(change, &layouts, before, &self.dbs.names).map_err(Refusal::from)?;
-        // The way out for database `name`, needed by the change but not configured.
-        let configure = |name: &str| {
-            format!(
-                "configure it, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
-            )
-        };
         for name in &target {
             if !self.dbs.names.contains(name) {
                 return Err(Refusal::new(
@@ -558,6 +631,50 @@ impl Store {
                 need.push(name.clone());
             }
         }
+        self.check_configured(&need)?;
+        let parts: Vec<usize> = need
+            .iter()
+            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
+            .collect();
+        self.check_answers(&reads, &parts, &lost)?;
+        Ok(Checked {
+            layouts,
+            target,
+            lost,
+            parts,
+        })
+    }
+
+    /// Reads the layout rows and the witnesses of every configured database, each
+    /// read's error kept. `fresh` names a database not migrated yet: when either read
+    /// of it fails but it answers a ping, it is taken to hold neither.
+    async fn read_for_change(
+        &self,
+        fresh: Option<&str>,
+    ) -> (
+        Vec<Result<Vec<LayoutRow>, DbError>>,
+        Vec<Result<Vec<crate::store::Witness>, DbError>>,
+    ) {
+        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
+        let mut reads = self.on_parts(&all, |db| db.layouts()).await;
+        let mut witnesses = self.on_parts(&all, |db| db.witnesses()).await;
+        // A database not migrated yet has no layout or witness rows, and need only
+        // answer.
+        if let Some(i) = fresh.and_then(|n| self.dbs.names.iter().position(|x| x == n))
+            && (reads[i].is_err() || witnesses[i].is_err())
+            && let Some(Ok(())) = self.on_parts(&[i], |db| db.ping()).await.pop()
+        {
+            reads[i] = Ok(Vec::new());
+            witnesses[i] = Ok(Vec::new());
+        }
+        (reads, witnesses)
+    }
+
+    /// Checks that every database of `need`, those a change needs, is configured.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] naming those that are not; nothing changed.
+    fn check_configured(&self, need: &[String]) -> Result<(), StoreError> {
         let missing: Vec<&String> = need
             .iter()
             .filter(|n| !self.dbs.names.contains(n))
@@ -580,11 +697,22 @@ impl Store {
             }))
             .into());
         }
-        let parts: Vec<usize> = need
-            .iter()
-            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
-            .collect();
-        for &i in &parts {
+        Ok(())
+    }
+
+    /// Checks, from the layout `reads` of every configured database, that each of
+    /// `parts` (those a change needs) answered and that none declared `lost` did.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] naming the first database that failed the check; nothing
+    /// changed.
+    fn check_answers(
+        &self,
+        reads: &[Result<Vec<LayoutRow>, DbError>],
+        parts: &[usize],
+        lost: &[String],
+    ) -> Result<(), StoreError> {
+        for &i in parts {
             if let Err(e) = &reads[i] {
                 let name = &self.dbs.names[i];
                 return Err(Refusal::new(
@@ -599,7 +727,7 @@ impl Store {
                 .into());
             }
         }
-        for name in &lost {
+        for name in lost {
             if let Some(i) = self.dbs.names.iter().position(|n| n == name)
                 && reads[i].is_ok()
             {
@@ -613,12 +741,7 @@ impl Store {
                 .into());
             }
         }
-        Ok(Checked {
-            layouts,
-            target,
-            lost,
-            parts,
-        })
+        Ok(())
     }
 
     /// Checks, before `segmint db add` migrates the database `adding`, what the change
@@ -766,4 +889,32 @@ impl Store {
         }
         Ok(())
     }
+}
+
+/// The refusal of a change to layout `epoch` that a later change superseded while it
+/// ran.
+fn superseded(epoch: i64) -> StoreError {
+    StoreError::from(Refusal::new(
+        Reason::ChangeSuperseded,
+        format!(
+            "layout epoch {epoch} is no longer moving: a later change superseded this one; stopped"
+        ),
+    ))
+}
+
+/// The way out for database `name`, needed by a change but not configured.
+fn configure(name: &str) -> String {
+    format!(
+        "configure it, or if it is gone for good, declare it lost with `segmint db remove {name} --lost`"
+    )
+}
+
+/// How many of `change`'s bizs it moved, and how many were already in layout `epoch`,
+/// in the words of its progress report.
+fn moves_told(change: &Change, epoch: i64) -> String {
+    let (bizs, moved) = change.moves();
+    format!(
+        "{moved} of {bizs} bizs moved, {} already in epoch {epoch}",
+        bizs - moved
+    )
 }

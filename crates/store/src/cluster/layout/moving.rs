@@ -54,27 +54,11 @@ impl Store {
                     }
                 },
                 Need::Insert { part, row, like } => {
-                    let i = parts[part];
                     let Some(template) = rows.get(like).cloned().flatten() else {
                         unreachable!("a placeholder is modelled on a row read");
                     };
-                    let placeholder = BizRow {
-                        begin_id: row.max_id,
-                        max_id: row.max_id,
-                        delta: row.delta,
-                        remainder: row.remainder,
-                        version: row.version,
-                        epoch: row.epoch,
-                        frozen: row.frozen,
-                        claimed_by: row.claimed_by,
-                        ..template
-                    };
-                    match self
-                        .dbs
-                        .step(i, self.dbs.list[i].store.insert_biz(&placeholder))
-                        .await
-                    {
-                        Ok(_) => machine.inserted(),
+                    match self.insert_placeholder(parts[part], row, template).await {
+                        Ok(()) => machine.inserted(),
                         Err(e) => {
                             db_failed = e.to_string();
                             machine.failed(Some(part));
@@ -106,28 +90,8 @@ impl Store {
                     }
                 }
                 Need::Witness { part, marks } => {
-                    let i = parts[part];
-                    let marks: Vec<crate::store::Witness> = marks
-                        .iter()
-                        .map(|&(q, mark)| crate::store::Witness {
-                            database: names[q].to_owned(),
-                            biz: biz.to_owned(),
-                            mark,
-                        })
-                        .collect();
-                    let store = &self.dbs.list[i].store;
-                    let read = match self.dbs.step(i, store.witness(&marks)).await {
-                        Ok(()) => self.dbs.step(i, store.witnesses_of(biz)).await,
-                        Err(e) => Err(e),
-                    };
-                    match read {
-                        Ok(read) => {
-                            let read: Vec<(Option<usize>, Mark)> = read
-                                .iter()
-                                .map(|w| (names.iter().position(|n| *n == w.database), w.mark))
-                                .collect();
-                            machine.witnesses(&read);
-                        }
+                    match self.witness(biz, parts[part], &names, &marks).await {
+                        Ok(read) => machine.witnesses(&read),
                         Err(e) => {
                             db_failed = e.to_string();
                             machine.failed(Some(part));
@@ -137,6 +101,62 @@ impl Store {
                 Need::Done(outcome) => return (outcome, read_failed, db_failed),
             }
         }
+    }
+
+    /// Inserts on database `i` the frozen placeholder `row` where the biz has no row:
+    /// its other fields like `template`, a row read, and `begin_id` at its `max_id`.
+    async fn insert_placeholder(
+        &self,
+        i: usize,
+        row: Reclass,
+        template: BizRow,
+    ) -> Result<(), DbError> {
+        let placeholder = BizRow {
+            begin_id: row.max_id,
+            max_id: row.max_id,
+            delta: row.delta,
+            remainder: row.remainder,
+            version: row.version,
+            epoch: row.epoch,
+            frozen: row.frozen,
+            claimed_by: row.claimed_by,
+            ..template
+        };
+        self.dbs
+            .step(i, self.dbs.list[i].store.insert_biz(&placeholder))
+            .await
+            .map(|_| ())
+    }
+
+    /// On database `i`, records `marks` as witnesses of `biz` (each a part, by its
+    /// position in `names`, the move's databases, and the mark of its frozen row), then
+    /// reads its witnesses of `biz`. Returns each as the part it names (`None`: not one
+    /// of `names`) and its mark.
+    async fn witness(
+        &self,
+        biz: &str,
+        i: usize,
+        names: &[&str],
+        marks: &[(usize, Mark)],
+    ) -> Result<Vec<(Option<usize>, Mark)>, DbError> {
+        let marks: Vec<crate::store::Witness> = marks
+            .iter()
+            .map(|&(q, mark)| crate::store::Witness {
+                database: names[q].to_owned(),
+                biz: biz.to_owned(),
+                mark,
+            })
+            .collect();
+        let store = &self.dbs.list[i].store;
+        let read = match self.dbs.step(i, store.witness(&marks)).await {
+            Ok(()) => self.dbs.step(i, store.witnesses_of(biz)).await,
+            Err(e) => Err(e),
+        };
+        read.map(|read| {
+            read.iter()
+                .map(|w| (names.iter().position(|n| *n == w.database), w.mark))
+                .collect()
+        })
     }
 
     /// What the move of `biz` to `epoch` over `parts` came to (`outcome`), in the words of a refusal; `read_failed`: the
@@ -190,21 +210,7 @@ impl Store {
             )
         };
         match stop {
-            Stop::Back { part, back } => {
-                let why = match back {
-                    Back::Gone { version: Some(v) } => {
-                        format!("its row of biz `{biz}` (version {v}) is gone")
-                    }
-                    Back::Gone { version: None } => format!("its row of biz `{biz}` is gone"),
-                    Back::Behind { found, known } => evidence::Regression {
-                        biz: biz.to_owned(),
-                        found,
-                        known,
-                    }
-                    .to_string(),
-                };
-                self.went_back(biz, parts[part], &why)
-            }
+            Stop::Back { part, back } => self.went_back(biz, parts[part], &back_why(biz, back)),
             Stop::Superseded { by } => Refusal::new(
                 Reason::ChangeSuperseded,
                 format!(
@@ -213,33 +219,7 @@ impl Store {
             )
             .hint("run the command again")
             .into(),
-            Stop::Invalid(invalid) => {
-                let why = match invalid {
-                    Invalid::Class { why, .. } => why,
-                    Invalid::NotInEpoch { part, epoch } => format!(
-                        "its row on \"{0}\" is in layout epoch {epoch}, which does not name \"{0}\"",
-                        name(part)
-                    ),
-                    Invalid::NotWithin {
-                        part,
-                        class,
-                        db,
-                        epoch,
-                    } => format!(
-                        "its row on \"{}\" has class {class}, which is not within the database's class {db} of epoch {epoch}",
-                        name(part)
-                    ),
-                    Invalid::Disagree { first, then } => format!(
-                        "its rows disagree on its restriction: {} on \"{}\", {} on \"{}\"",
-                        first.1,
-                        name(first.0),
-                        then.1,
-                        name(then.0)
-                    ),
-                    Invalid::NoRow => "no database holds a row".into(),
-                };
-                fail(Reason::RowInvalid, why)
-            }
+            Stop::Invalid(invalid) => fail(Reason::RowInvalid, invalid_why(invalid, name)),
             Stop::RacesLost { rounds } => fail(
                 Reason::RacesLost,
                 format!("lost {rounds} races in a row against other writers"),
@@ -251,20 +231,7 @@ impl Store {
                 part: Some(part),
                 during,
             } => {
-                let what = match during {
-                    During::Inserting => "while inserting a frozen row",
-                    During::Freezing => "while freezing",
-                    During::Witnessing => "while recording the frozen rows",
-                    During::Switching => "while switching",
-                    During::Reading | During::Verifying => "while reading",
-                };
-                let after = match during {
-                    During::Freezing | During::Witnessing | During::Verifying => {
-                        "; the rows frozen so far were thawed"
-                    }
-                    During::Switching => "; the rows not switched stay frozen",
-                    During::Inserting | During::Reading => "",
-                };
+                let (what, after) = failed_during(during);
                 fail(
                     Reason::DatabaseUnanswered,
                     format!(
@@ -291,4 +258,67 @@ impl Store {
         ))
         .into()
     }
+}
+
+/// How the row of `biz` went back in time (`back`), in the words of a refusal.
+fn back_why(biz: &str, back: Back) -> String {
+    match back {
+        Back::Gone { version: Some(v) } => format!("its row of biz `{biz}` (version {v}) is gone"),
+        Back::Gone { version: None } => format!("its row of biz `{biz}` is gone"),
+        Back::Behind { found, known } => evidence::Regression {
+            biz: biz.to_owned(),
+            found,
+            known,
+        }
+        .to_string(),
+    }
+}
+
+/// Why rows cannot be moved as they are (`invalid`), in the words of a refusal; `name`
+/// gives a part's database name.
+fn invalid_why<'a>(invalid: Invalid, name: impl Fn(usize) -> &'a str) -> String {
+    match invalid {
+        Invalid::Class { why, .. } => why,
+        Invalid::NotInEpoch { part, epoch } => format!(
+            "its row on \"{0}\" is in layout epoch {epoch}, which does not name \"{0}\"",
+            name(part)
+        ),
+        Invalid::NotWithin {
+            part,
+            class,
+            db,
+            epoch,
+        } => format!(
+            "its row on \"{}\" has class {class}, which is not within the database's class {db} of epoch {epoch}",
+            name(part)
+        ),
+        Invalid::Disagree { first, then } => format!(
+            "its rows disagree on its restriction: {} on \"{}\", {} on \"{}\"",
+            first.1,
+            name(first.0),
+            then.1,
+            name(then.0)
+        ),
+        Invalid::NoRow => "no database holds a row".into(),
+    }
+}
+
+/// What a database that failed `during` a move was doing, and what that left of the
+/// rows, in the words of a refusal.
+fn failed_during(during: During) -> (&'static str, &'static str) {
+    let what = match during {
+        During::Inserting => "while inserting a frozen row",
+        During::Freezing => "while freezing",
+        During::Witnessing => "while recording the frozen rows",
+        During::Switching => "while switching",
+        During::Reading | During::Verifying => "while reading",
+    };
+    let after = match during {
+        During::Freezing | During::Witnessing | During::Verifying => {
+            "; the rows frozen so far were thawed"
+        }
+        During::Switching => "; the rows not switched stay frozen",
+        During::Inserting | During::Reading => "",
+    };
+    (what, after)
 }
