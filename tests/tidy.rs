@@ -6,10 +6,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// Production functions over [`LONG`] lines: a count that may only go down (lower it
-/// when a function is shortened; the goal is none).
-const MAX_LONG_FUNCTIONS: usize = 13;
-/// How long a function may be.
+/// How long a production function may be, from its `fn` line to its closing brace.
 const LONG: usize = 100;
 
 fn root() -> PathBuf {
@@ -323,10 +320,9 @@ fn no_production_function_grows_past_a_hundred_lines() {
         .iter()
         .map(|f| format!("{} lines: {} ({})", f.lines, f.name, f.file))
         .collect();
-    println!("functions over {LONG} lines:\n{}", shown.join("\n"));
     assert!(
-        long.len() <= MAX_LONG_FUNCTIONS,
-        "{} production functions are over {LONG} lines, more than the {MAX_LONG_FUNCTIONS} allowed: shorten the new one(s):\n{}",
+        long.is_empty(),
+        "{} production function(s) over {LONG} lines: split each into named steps:\n{}",
         long.len(),
         shown.join("\n")
     );
