@@ -94,7 +94,12 @@ pub fn clients_of(
                     let (key, server) = ((n >> 33) % keys, (n >> 20) % bases.len());
                     let sent = Instant::now();
                     match next(&http, &bases[server], &token, key).await {
-                        Ok(r) if r.status == 200 => ops.push(Op::answered(key, sent, &r)),
+                        Ok(r) if r.status == 200 => {
+                            ops.push(Op::answered(key, sent, &r));
+                            // Paced: unpaced, the clients take as much CPU as the
+                            // servers answer with, from every test running beside them.
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
                         Ok(r) => {
                             assert_eq!(r.status, 503, "{r:?}");
                             tokio::time::sleep(Duration::from_millis(20)).await;
