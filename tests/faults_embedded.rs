@@ -313,10 +313,19 @@ async fn survives(
     );
 
     fault_off();
+    // Ready first: the database's back-off after the fault's last failure is over (a
+    // request may be answered from IDs cached before it while it lasts, and the next
+    // one refused as unavailable until it ends).
     eventually(
         Duration::from_secs(20),
-        "IDs once the fault is lifted",
+        "the store ready and IDs once the fault is lifted",
         async || {
+            let ready = reqwest::get(format!("{}/readyz", server.base))
+                .await
+                .map_err(|e| e.to_string())?;
+            if !ready.status().is_success() {
+                return Err(format!("/readyz: {}", ready.status()));
+            }
             if issued.take(server, &setup.token).await {
                 Ok(())
             } else {

@@ -147,16 +147,20 @@ async fn every_key_goes_up_through_faults(kind: Kind) {
     let load = clients(bases.clone(), setup.token.clone(), stop.clone());
     let token = setup.token.as_str();
     let limit = Duration::from_secs(10);
-    let mut ops = until_every_key_answers(&bases[1], token, limit).await.1;
+    let (healthy, mut ops) = until_every_key_answers(&bases[1], token, limit).await;
 
     // An owner killed: its sections served again (through another server) within the
-    // bound: the lease (1.5 s) and grace (0.25 s), a round (0.375 s), and the claim.
+    // bound: the lease (1.5 s) and grace (0.25 s), a round (0.375 s), and the claim,
+    // and the pass over every key that sees them all answered, which takes as long as
+    // the healthy pass above on a machine as busy (a loaded machine stretches it, not
+    // the failover).
     servers[0].child.kill9();
     let (gap, answered) = until_every_key_answers(&bases[1], token, limit).await;
     ops.extend(answered);
+    let bound = Duration::from_secs(3) + healthy;
     assert!(
-        gap < Duration::from_secs(3),
-        "failover took {gap:?}, over 3 s"
+        gap < bound,
+        "failover took {gap:?}, over {bound:?} (3 s and the healthy pass, {healthy:?})"
     );
     eprintln!("failover gap after kill -9: {gap:?}");
     servers[0] = ServerProcess::start_on(&setup.toml, ports[0], &[]).await;
