@@ -66,7 +66,7 @@ impl Store {
         {
             return catalog;
         }
-        self.refresh_since(self.clock.now()).await
+        self.refresh_since(self.dbs.clock.now()).await
     }
 
     /// The catalog once one has been read: the operator views list every biz, so
@@ -75,7 +75,7 @@ impl Store {
         let catalog = self.catalog();
         match catalog.is_read() {
             true => catalog,
-            false => self.refresh_since(self.clock.now()).await,
+            false => self.refresh_since(self.dbs.clock.now()).await,
         }
     }
 
@@ -90,7 +90,7 @@ impl Store {
         let cached = || {
             let looked = self.view.early.looked.lock();
             let (at, catalog) = looked.get(biz)?;
-            let fresh = self.clock.now().saturating_duration_since(*at) < REUSE;
+            let fresh = self.dbs.clock.now().saturating_duration_since(*at) < REUSE;
             (fresh && serves(catalog)).then(|| catalog.clone())
         };
         if let Some(catalog) = cached() {
@@ -117,7 +117,7 @@ impl Store {
             .early
             .looked
             .lock()
-            .insert(biz.to_owned(), (self.clock.now(), catalog));
+            .insert(biz.to_owned(), (self.dbs.clock.now(), catalog));
         served
     }
 
@@ -171,7 +171,7 @@ impl Store {
         self.apply_layouts(&layouts);
         let floor = self.layout_epochs().0;
         let classes = self.layout_classes();
-        let now = self.clock.now();
+        let now = self.dbs.clock.now();
         let mut snapshots: Vec<Option<Snapshot>> = vec![None; count];
         for (i, rows) in read {
             snapshots[i]

@@ -78,7 +78,7 @@ impl Store {
     /// Also false for a database the layout in force does not name (removed, or not
     /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let up = self.dbs.list[i].health.lock().up(self.clock.now());
+        let up = self.dbs.list[i].health.lock().up(self.dbs.clock.now());
         up && self.class_of(i).is_some()
     }
 
@@ -124,7 +124,7 @@ impl Store {
                     residue: class.map(|c| c.to_string()),
                     in_layout: class.is_some(),
                     layout: self.standing_of(i).as_str(),
-                    up: health.up(self.clock.now()),
+                    up: health.up(self.dbs.clock.now()),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
                     clock_ahead_ms: health.clock.map(|r| r.server_ahead_ms()),

@@ -95,7 +95,7 @@ impl Store {
         // have been read (a worker ID leased by an earlier layout's classes is blocked
         // where it left, so a stale read costs worker IDs, never a duplicate).
         if !self.catalog().is_read() {
-            self.refresh_since(self.clock.now()).await;
+            self.refresh_since(self.dbs.clock.now()).await;
         }
         if !self.leases_allowed() {
             return Err(StoreError::Unavailable(

@@ -180,10 +180,10 @@ impl Health {
 /// All configured databases, with the merged catalog of bizs and tokens.
 ///
 /// The state is split by concern, each part owning its locks: `dbs` ([`Cluster`], in
-/// `handle`: the databases, their health and back-off, and carrying out a step), `view` (`CatalogView`, in
-/// `refresh`: the catalog, refresh and evidence), `layout` (`Layouts`, in `layout`) and
-/// `uses` (`Uses`, in `tokens`: token last uses). The protocol, clock, step policy and
-/// metrics are shared configuration.
+/// `handle`: the databases, their health and back-off, the protocol's timings and the
+/// clock, and carrying out a step), `view` (`CatalogView`, in `refresh`: the catalog,
+/// refresh and evidence), `layout` (`Layouts`, in `layout`) and `uses` (`Uses`, in
+/// `tokens`: token last uses). The step policy and metrics are shared configuration.
 ///
 /// # Lock order
 /// The plain (`parking_lot`) locks below are held for a few field or map operations,
@@ -206,11 +206,6 @@ pub struct Store {
     layout: layout::Layouts,
     /// Token uses noted and not yet written.
     uses: tokens::Uses,
-    /// The timings of the cluster protocol (layout heartbeat and silence, admin step
-    /// timeout, refresh gap, least hedge), shared by every process of the cluster.
-    protocol: Protocol,
-    /// Where the layout, heal and refresh paths read the time.
-    clock: Arc<dyn Clock>,
     /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
@@ -321,8 +316,6 @@ impl Store {
             view,
             layout: layout::Layouts::configured(configured),
             uses: tokens::Uses::default(),
-            protocol: Protocol::default(),
-            clock: Arc::new(RuntimeClock),
             policy,
             metrics,
             snowflake: Spec::default(),
@@ -344,7 +337,6 @@ impl Store {
     /// built: [`Config`] refuses timings that break their rules).
     #[must_use]
     pub fn with_protocol(mut self, protocol: Protocol) -> Store {
-        self.protocol = protocol;
         self.dbs.protocol = protocol;
         self
     }
@@ -352,30 +344,29 @@ impl Store {
     /// This store reading the time from `clock`.
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Store {
-        self.dbs.clock = clock.clone();
-        self.clock = clock;
+        self.dbs.clock = clock;
         self
     }
 
     /// The clock this store reads: every deadline of the store and of the server's
     /// parts built on it (worker-ID leases, token expiry) reads it too.
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.clock
+        &self.dbs.clock
     }
 
     /// Monotonic time by this store's clock.
     pub fn now(&self) -> Instant {
-        self.clock.now()
+        self.dbs.clock.now()
     }
 
     /// Wall time by this store's clock in Unix seconds, as token times are kept.
     pub fn unix_now(&self) -> i64 {
-        self.clock.unix_ms().div_euclid(1000)
+        self.dbs.clock.unix_ms().div_euclid(1000)
     }
 
     /// The protocol timings in use.
     pub fn protocol(&self) -> &Protocol {
-        &self.protocol
+        &self.dbs.protocol
     }
 
     /// The metrics of this store's databases, shared with the server.

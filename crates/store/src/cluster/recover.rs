@@ -22,7 +22,7 @@ impl Store {
         biz: &BizTag,
         above: Option<i64>,
     ) -> Result<Vec<String>, StoreError> {
-        let catalog = self.refresh_since(self.clock.now()).await;
+        let catalog = self.refresh_since(self.dbs.clock.now()).await;
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
@@ -32,7 +32,7 @@ impl Store {
         let (rows, shape) = self.rows_to_recover(biz, &members).await?;
         // The current period, by the latest database clock read.
         let ahead = self.dbs.clock_ahead_ms().unwrap_or(0);
-        let now = period.code_at(self.clock.unix_ms().saturating_sub(ahead));
+        let now = period.code_at(self.dbs.clock.unix_ms().saturating_sub(ahead));
         let read: Vec<recover::Row> = rows
             .iter()
             .map(|&(i, max_id, step)| recover::Row {

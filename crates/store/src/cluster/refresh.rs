@@ -357,7 +357,7 @@ impl Store {
     /// over a million bizs serves that much sooner; the witnesses it would write are
     /// the marks of rows it has not reserved from yet.
     pub async fn first_refresh(&self) -> Arc<Catalog> {
-        self.refresh_with(self.clock.now(), false).await
+        self.refresh_with(self.dbs.clock.now(), false).await
     }
 
     async fn refresh_with(&self, since: Instant, witnesses: bool) -> Arc<Catalog> {
@@ -374,9 +374,9 @@ impl Store {
             if last >= since {
                 return Some(self.catalog());
             }
-            tokio::time::sleep_until((last + self.protocol.min_refresh_gap).into()).await;
+            tokio::time::sleep_until((last + self.dbs.protocol.min_refresh_gap).into()).await;
         }
-        let now = self.clock.now();
+        let now = self.dbs.clock.now();
         *turn = Some(now);
         let (live, resume) = self.feed_positions(now);
         // Rows are checked against what was known before they were read: a mark learnt
@@ -438,7 +438,7 @@ impl Store {
                 .map(|(&i, fenced)| {
                     let snap = snapshots[i].as_ref()?;
                     let recent = snap.full_at.is_some_and(|t| {
-                        now.saturating_duration_since(t) < self.protocol.full_refresh
+                        now.saturating_duration_since(t) < self.dbs.protocol.full_refresh
                     });
                     snap.position.clone().filter(|_| recent && !fenced)
                 })
@@ -462,6 +462,7 @@ impl Store {
         // healthy database out of the reservations. A read of the feed is bounded by
         // the fetch timeout; a full read (a million bizs: seconds) by the step bound.
         let full_bound = self
+            .dbs
             .protocol
             .step_timeout
             .max(self.dbs.timing.fetch_timeout);

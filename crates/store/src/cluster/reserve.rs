@@ -189,7 +189,7 @@ impl Store {
         // Lost races are retried in passes over the databases until the fetch timeout:
         // a busy row slows a reservation down but does not fail it, nor does a layout
         // change moving the biz (the catalog is read again for its new classes).
-        let deadline = self.clock.now() + self.dbs.timing.fetch_timeout;
+        let deadline = self.dbs.clock.now() + self.dbs.timing.fetch_timeout;
         let reserved = loop {
             let entry = catalog
                 .biz(biz.as_str())
@@ -202,7 +202,7 @@ impl Store {
                 return Err(StoreError::Periodic(biz.to_string()));
             }
             let hedge = self.hedge_delay(runway);
-            let started = self.clock.now();
+            let started = self.dbs.clock.now();
             match self
                 .reserve_pass(
                     biz,
@@ -213,11 +213,11 @@ impl Store {
                 )
                 .await
             {
-                Err(StoreError::Contention(_)) if self.clock.now() < deadline => {
+                Err(StoreError::Contention(_)) if self.dbs.clock.now() < deadline => {
                     let pause = rand::rng().random_range(1..=5);
                     tokio::time::sleep(Duration::from_millis(pause)).await;
                 }
-                Err(StoreError::Moving(_)) if self.clock.now() < deadline => {
+                Err(StoreError::Moving(_)) if self.dbs.clock.now() < deadline => {
                     catalog = self.refresh_since(started).await;
                 }
                 result => break result?,
@@ -293,7 +293,7 @@ impl Store {
         let mut misses = Misses::default();
         // One round-trip tracker per database, declared before the attempts borrow them.
         let trips: Vec<RoundTrip> = (0..self.dbs.list.len())
-            .map(|_| RoundTrip::new(&self.clock))
+            .map(|_| RoundTrip::new(&self.dbs.clock))
             .collect();
         let mut running = futures_util::stream::FuturesUnordered::new();
         let mut tried: Vec<usize> = Vec::new();
@@ -429,7 +429,7 @@ impl Store {
         let usual = self.dbs.usual_fetch();
         let delay = (usual * 4).clamp(least, (self.dbs.timing.fetch_timeout / 2).max(least));
         Some(match runway {
-            Some(runway) => delay.min((runway / 2).max(usual * 2).max(self.protocol.min_hedge)),
+            Some(runway) => delay.min((runway / 2).max(usual * 2).max(self.dbs.protocol.min_hedge)),
             None => delay,
         })
     }
@@ -454,12 +454,12 @@ impl Store {
         let Ok(_queued) = tokio::time::timeout_at(deadline.into(), lock.lock()).await else {
             return (i, Ok(Attempt::Contended));
         };
-        let started = self.clock.now();
+        let started = self.dbs.clock.now();
         let result = self
             .dbs
             .call(i, self.attempt(i, biz, request, known, trip))
             .await;
-        let took = self.clock.now().saturating_duration_since(started);
+        let took = self.dbs.clock.now().saturating_duration_since(started);
         let db = &self.dbs.list[i].metrics;
         db.observe(took);
         match &result {

@@ -62,7 +62,7 @@ impl Store {
     /// [`StoreError::NotFound`] for an unknown biz; [`StoreError::Refused`] when
     /// `text` is not an ID of the biz's format or order.
     pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<Decoded, StoreError> {
-        let catalog = self.refresh_since(self.clock.now()).await;
+        let catalog = self.refresh_since(self.dbs.clock.now()).await;
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;

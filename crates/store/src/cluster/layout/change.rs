@@ -273,7 +273,7 @@ impl Store {
         finishing: &AtomicBool,
     ) -> StoreError {
         loop {
-            tokio::time::sleep(self.protocol.heartbeat).await;
+            tokio::time::sleep(self.dbs.protocol.heartbeat).await;
             if finishing.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
@@ -325,16 +325,16 @@ impl Store {
         if first == 0 {
             return Ok(());
         }
-        let silent = self.protocol.silent;
+        let silent = self.dbs.protocol.silent;
         say(format!(
             "a change to layout epoch {} ({}) is under way or was cut off: waiting {} s to see whether its command still runs",
             running.epoch,
             running.describe(),
             silent.as_secs_f64()
         ));
-        let until = self.clock.now() + silent;
-        while self.clock.now() < until {
-            tokio::time::sleep(self.protocol.silence_poll()).await;
+        let until = self.dbs.clock.now() + silent;
+        while self.dbs.clock.now() < until {
+            tokio::time::sleep(self.dbs.protocol.silence_poll()).await;
             let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
             if seen != first {
                 return Err(Refusal::new(

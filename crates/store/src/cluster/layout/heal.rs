@@ -67,7 +67,12 @@ impl Store {
                 .map(|r| r.changed_ms)
                 .max()
                 .unwrap_or(0);
-            if !view.cut_off(pending.epoch, beat, self.clock.now(), self.protocol.silent) {
+            if !view.cut_off(
+                pending.epoch,
+                beat,
+                self.dbs.clock.now(),
+                self.dbs.protocol.silent,
+            ) {
                 return false;
             }
             (pending, view.layouts.clone())

@@ -170,7 +170,7 @@ enum Moved {
 impl Store {
     /// The wall time stamped on a layout row: never 0, which says a row was released.
     fn unix_ms(&self) -> i64 {
-        self.clock.unix_ms().max(1)
+        self.dbs.clock.unix_ms().max(1)
     }
 
     /// Takes in the layout rows read from each database (`(index, rows)`: at a catalog
