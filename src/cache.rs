@@ -452,11 +452,11 @@ impl Cache {
             })
             .collect();
         let backs = futures_util::future::join_all(closed.iter().map(|(b, held)| {
-            futures_util::future::join_all(
-                plan_give_back(held)
-                    .into_iter()
-                    .map(|plan| self.store.give_back(&b.biz, plan, deadline, "server")),
-            )
+            futures_util::future::join_all(plan_give_back(held).into_iter().map(|plan| {
+                self.store
+                    .cluster()
+                    .give_back(&b.biz, plan, deadline, "server")
+            }))
         }))
         .await;
         let metrics = self.store.metrics().bizs();
@@ -745,13 +745,13 @@ mod tests {
         );
         let config = crate::config::Config::from_toml(&toml).unwrap();
         let store = Arc::new(Store::connect(&config).unwrap());
-        for (_, migrated) in store.migrate().await.results() {
+        for (_, migrated) in store.cluster().migrate().await.results() {
             migrated.unwrap();
         }
         let cache = Arc::new(Cache::new(store.clone(), 20, Duration::from_secs(3)));
         for biz in ["order", "user"] {
             let biz = BizTag::parse(biz).unwrap();
-            store.add_biz(&biz, 100, 1, None).await.unwrap();
+            store.cluster().add_biz(&biz, 100, 1, None).await.unwrap();
             assert_eq!(cache.next_ids(&biz, 5).await.unwrap(), [1, 2, 3, 4, 5]);
         }
         (store, cache)
@@ -785,6 +785,7 @@ mod tests {
         // `user` gave back its 95; `order`'s cache is neither given back nor counted.
         assert_eq!((given, wasted), (95, 0));
         let rows: HashMap<String, i64> = store
+            .cluster()
             .list_bizs()
             .await
             .into_iter()

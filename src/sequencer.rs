@@ -290,6 +290,7 @@ impl Sequencer {
     /// The layout whose members hold the sections.
     fn layout(&self) -> Result<InForce, Elsewhere> {
         self.store
+            .cluster()
             .in_force()
             .ok_or(Elsewhere::Unavailable { answered: 0 })
     }
@@ -414,7 +415,7 @@ impl Sequencer {
         if !self.store.with_catalog(|c| c.is_read()) {
             return;
         }
-        let Some(layout) = self.store.in_force() else {
+        let Some(layout) = self.store.cluster().in_force() else {
             return;
         };
         // Claims begun this round count their leases from before the read.
@@ -540,7 +541,7 @@ impl Sequencer {
     pub async fn release_all(&self) {
         self.joined.store(false, Ordering::SeqCst);
         *self.members.write() = Arc::new(Vec::new());
-        let Some(layout) = self.store.in_force() else {
+        let Some(layout) = self.store.cluster().in_force() else {
             return;
         };
         let now = self.now();

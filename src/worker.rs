@@ -337,7 +337,7 @@ impl Worker {
                 *self.refused.lock() = None;
                 tracing::info!(
                     worker_id = lease.worker_id,
-                    database = self.store.database_name(lease.database),
+                    database = self.store.cluster().database_name(lease.database),
                     floor_ms = lease.floor_ms,
                     wait_ms = self.lease_ms(),
                     "leased a snowflake worker ID; waiting out earlier holders before the first ID"
@@ -359,6 +359,7 @@ impl Worker {
         let bound_ms = SystemClock.now_ms().saturating_add(self.lease_ms());
         let renewed = self
             .store
+            .cluster()
             .renew_lease(lease, self.lease_ms(), last_ms, bound_ms)
             .await;
         let failed = renewed.as_ref().err().map(ToString::to_string);
@@ -474,6 +475,7 @@ impl Worker {
         let grace_ms = i64::try_from(self.config.grace.as_millis()).unwrap_or(i64::MAX);
         match self
             .store
+            .cluster()
             .renew_lease(&lease, -grace_ms.saturating_add(1), last_ms, bound_ms)
             .await
         {

@@ -34,7 +34,7 @@ fn tag(biz: &str) -> BizTag {
 /// (the layout row of epoch 0).
 async fn migrated(config: &segmint::config::Config) -> Store {
     let store = Store::connect(config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     store
@@ -51,14 +51,18 @@ async fn setup(kind: Kind, bizs: &[&str]) -> (Databases, segmint::config::Config
     let config = dbs.config("");
     let store = migrated(&config).await;
     for biz in bizs {
-        store.add_biz(&tag(biz), 10, 1, None).await.unwrap();
+        store
+            .cluster()
+            .add_biz(&tag(biz), 10, 1, None)
+            .await
+            .unwrap();
     }
     (dbs, config, store)
 }
 
 async fn migrations_are_idempotent(kind: Kind) {
     let (_dbs, _config, store) = setup(kind, &[]).await;
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         assert_eq!(
             r.unwrap(),
             Vec::<String>::new(),
@@ -229,6 +233,7 @@ async fn overlapping_rows_refuse_only_that_biz(kind: Kind) {
 async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
     let (dbs, _config, store) = setup(kind, &[]).await;
     store
+        .cluster()
         .add_biz(&tag("odd"), 8, 1, Some(Residue::new(2, 1).unwrap()))
         .await
         .unwrap();
@@ -236,6 +241,7 @@ async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
     assert_eq!(dbs.row(0, "odd"), "0|0|8|4|1");
     assert_eq!(dbs.row(1, "odd"), "0|0|8|4|3");
     let err = store
+        .cluster()
         .add_biz(&tag("odd"), 8, 1, None)
         .await
         .unwrap_err()
@@ -243,6 +249,7 @@ async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
     assert!(err.contains("already exists"), "{err}");
     dbs.sql(1, "DELETE FROM tiny_id_info WHERE biz_type = 'odd'");
     let err = store
+        .cluster()
         .add_biz(&tag("odd"), 8, 1, None)
         .await
         .unwrap_err()
@@ -253,6 +260,7 @@ async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
     );
     assert_eq!(dbs.sql(1, "SELECT count(*) FROM tiny_id_info"), "0");
     let err = store
+        .cluster()
         .add_biz(&tag("tiny"), 1, 1, None)
         .await
         .unwrap_err()
@@ -262,7 +270,11 @@ async fn add_biz_restricts_classes_and_refuses_partial_names(kind: Kind) {
         "step below delta is refused: {err}"
     );
     // --start: the first ID is the start itself when it is in the class.
-    store.add_biz(&tag("late"), 10, 1000, None).await.unwrap();
+    store
+        .cluster()
+        .add_biz(&tag("late"), 10, 1000, None)
+        .await
+        .unwrap();
     let r = store.reserve(&tag("late"), None, None).await.unwrap();
     assert_eq!(r.range.first_id(), Some(1000 + r.database as i64));
 }
@@ -401,7 +413,7 @@ async fn engine(kind: Kind) -> (Databases, Box<dyn SegmentStore>) {
     // The cluster creates an embedded file; the engine then opens it as it exists. The
     // schema alone: the layout rows are the contract's to write.
     let store = Store::connect(&config).unwrap();
-    for (db, r) in store.migrate_schema().await {
+    for (db, r) in store.cluster().migrate_schema().await {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     let raw = raw_store(&config, 0);
@@ -1510,7 +1522,11 @@ async fn mixed_kinds_share_a_biz_without_overlap() {
     let urls = [pg.urls()[0].clone(), files.urls()[0].clone()];
     let config = segmint::config::Config::from_toml(&config_toml_urls(&urls, "")).unwrap();
     let store = migrated(&config).await;
-    store.add_biz(&tag("mixed"), 10, 1, None).await.unwrap();
+    store
+        .cluster()
+        .add_biz(&tag("mixed"), 10, 1, None)
+        .await
+        .unwrap();
     let mut ids = Vec::new();
     let mut seen = [false; 2];
     for _ in 0..20 {

@@ -229,7 +229,7 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
     let token = setup_biz(&config, BIZ, STEP, false).await;
     block_in_place(|| b.stop());
     let app = spawn_app(config).await;
-    let status = app.state.store.status();
+    let status = app.state.store.cluster().status();
     assert!(
         status[1].last_error.is_some(),
         "pg1 is down, yet its startup read recorded no error: {status:?}"
@@ -246,7 +246,7 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
         eventually(
             Duration::from_secs(2),
             "pg1's back-off ends",
-            async || match &app.state.store.status()[1] {
+            async || match &app.state.store.cluster().status()[1] {
                 pg1 if pg1.up => Ok(()),
                 pg1 => Err(format!("{pg1:?}")),
             },
@@ -304,7 +304,7 @@ async fn database_down_at_startup_is_used_once_it_is_up() {
                     "{} IDs, pg1 version {}, status {:?}",
                     ids.len(),
                     block_in_place(|| b.version(BIZ)),
-                    app.state.store.status()
+                    app.state.store.cluster().status()
                 ))
             }
         },
@@ -392,7 +392,7 @@ async fn a_stall_is_hedged_before_the_cache_runs_dry() {
         let started = Instant::now();
         ids.extend(app.ids(BIZ, &token, 20).await);
         slowest = slowest.max(started.elapsed());
-        hedged |= app.state.store.status()[0]
+        hedged |= app.state.store.cluster().status()[0]
             .last_error
             .as_deref()
             .is_some_and(|e| e.contains("no answer within"));

@@ -331,7 +331,10 @@ async fn a_fence_found_by_a_reservation_is_witnessed_before_a_fresh_server_reads
     // and fences it (db1 still fails); then db1 answers again and serves.
     dbs[0].set_back(BIZ, 0, 0);
     running.reserve(&biz, None, None).await.unwrap_err();
-    assert!(running.status()[0].fenced.is_some(), "db0 is fenced");
+    assert!(
+        running.cluster().status()[0].fenced.is_some(),
+        "db0 is fenced"
+    );
     dbs[1].set_failing(false);
     tokio::time::advance(timing.backoff_max).await;
     for _ in 0..5 {
@@ -349,11 +352,11 @@ async fn a_fence_found_by_a_reservation_is_witnessed_before_a_fresh_server_reads
     for _ in 0..64 {
         let r = fresh.reserve(&biz, None, None).await.unwrap();
         issue(&r, "from a server started after the stop");
-        if fresh.status()[0].fenced.is_some() {
+        if fresh.cluster().status()[0].fenced.is_some() {
             break;
         }
     }
-    let db0 = &fresh.status()[0];
+    let db0 = &fresh.cluster().status()[0];
     assert!(
         db0.fenced
             .as_deref()

@@ -333,11 +333,11 @@ async fn a_database_behind_its_witnesses_is_caught_before_the_catalog_is_read() 
         ids.extend(v1_ids(&app, "early", &token, 20).await);
     }
     assert!(!app.state.store.catalog().is_read());
-    let fenced = app.state.store.status()[0].fenced.clone();
+    let fenced = app.state.store.cluster().status()[0].fenced.clone();
     assert!(
         fenced.is_some(),
         "pg0 not fenced: {:?}",
-        app.state.store.status()
+        app.state.store.cluster().status()
     );
     for client in held {
         client.batch_execute("ROLLBACK").await.expect("unlock");

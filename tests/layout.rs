@@ -443,13 +443,14 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     let urls = dbs.urls();
     let one = Config::from_toml(&toml_for(&dbs, &[0])).unwrap();
     let store = Store::connect(&one).unwrap();
-    for (name, r) in store.migrate().await.results() {
+    for (name, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let plain = BizTag::parse("plain").unwrap();
     let odd = BizTag::parse("odd").unwrap();
-    store.add_biz(&plain, 10, 1, None).await.unwrap();
+    store.cluster().add_biz(&plain, 10, 1, None).await.unwrap();
     store
+        .cluster()
         .add_biz(&odd, 10, 1, Some(Residue::new(2, 1).unwrap()))
         .await
         .unwrap();
@@ -474,7 +475,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     // The primitives, on a scratch row.
     let two = one.with_database("pg1", &urls[1]).unwrap();
     let both = Store::connect(&two).unwrap();
-    for (name, r) in both.migrate().await.results() {
+    for (name, r) in both.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let before = Layout {
@@ -489,6 +490,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
     let mut lines = Vec::new();
     let mut say = |l: String| lines.push(l);
     let done = both
+        .cluster()
         .change_layout(&LayoutChange::Add("pg1".into()), &before, &mut say)
         .await
         .unwrap();
@@ -533,6 +535,7 @@ async fn a_layout_change_moves_rows_on_either_engine(kind: Kind) {
 
     // Back to one: pg1's rows frozen, never reserved from again.
     let done = both
+        .cluster()
         .change_layout(&LayoutChange::Remove("pg1".into()), &before, &mut |_| {})
         .await
         .unwrap();

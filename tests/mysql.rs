@@ -344,7 +344,7 @@ async fn leafs_tables_record_the_snowflake_spec_once() {
     Tables::Leaf.create(dbs.maria(0));
     let config = Tables::Leaf.config(&dbs.urls(), "");
     let store = segmint::store::Store::connect(&config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     crate::contract::spec_recorded_once(raw_store(&config, 0).as_ref()).await;
@@ -709,7 +709,7 @@ async fn leaf_rows_keep_the_engine_contract() {
     server.sql(LEAF_DB_SQL);
     let config = config_for_urls(&[format!("{}?tables=leaf", server.url())]);
     let store = segmint::store::Store::connect(&config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     let raw = raw_store(&config, 0);
@@ -876,7 +876,7 @@ fn config_for_urls(urls: &[String]) -> segmint::config::Config {
 /// Migrates every database of `config`, then grants a new token `biz`.
 async fn add_token_after_migrate(config: &segmint::config::Config, biz: &str) -> String {
     let store = segmint::store::Store::connect(config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     add_token(config, biz).await

@@ -23,7 +23,7 @@ const TIMING: Timing = Timing {
 
 async fn migrated(config: &segmint::config::Config) -> Store {
     let store = Store::connect(config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     store
@@ -42,7 +42,12 @@ struct Claimer<'a> {
 
 impl<'a> Claimer<'a> {
     fn new(store: &'a Store, holder: &'static str) -> Claimer<'a> {
-        let members = store.in_force().expect("a layout done").names.len();
+        let members = store
+            .cluster()
+            .in_force()
+            .expect("a layout done")
+            .names
+            .len();
         Claimer {
             store,
             holder,
@@ -55,7 +60,7 @@ impl<'a> Claimer<'a> {
 
     /// A claim of `section` of `biz`, `step` above the highest bound read.
     async fn claim(&mut self, (biz, section): (&str, u32), step: i64) -> Outcome {
-        let layout = self.store.in_force().expect("a layout done");
+        let layout = self.store.cluster().in_force().expect("a layout done");
         let known = Known {
             versions: self.known.clone(),
             seen: self.seen.clone(),

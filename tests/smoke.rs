@@ -48,6 +48,6 @@ async fn a_biz_created_while_running_is_served_at_once() {
 async fn setup_biz_only(config: &segmint::config::Config, biz: &str, step: i64) -> String {
     let store = segmint::store::Store::connect(config).unwrap();
     let tag = segmint::biz::BizTag::parse(biz).unwrap();
-    store.add_biz(&tag, step, 1, None).await.unwrap();
+    store.cluster().add_biz(&tag, step, 1, None).await.unwrap();
     store.add_token(&tag, "").await.unwrap().0
 }

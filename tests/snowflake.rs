@@ -541,7 +541,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     let dbs = Databases::start(kind, n);
     let config: Config = dbs.config("");
     let store = Store::connect(&config).unwrap();
-    for (name, r) in store.migrate().await.results() {
+    for (name, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("{name}: {e}"));
     }
     let lease = Duration::from_millis(300);
@@ -567,6 +567,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     assert_eq!(usize::from(first.worker_id), first.database, "{first:?}");
     // Renewals: a stale version or another holder loses; last and bound only grow.
     let renewed = store
+        .cluster()
         .renew_lease(&first, 300, 1_000, 5_000)
         .await
         .unwrap()
@@ -574,6 +575,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     assert!(renewed.version > first.version);
     assert!(
         store
+            .cluster()
             .renew_lease(&first, 300, 1, 1)
             .await
             .unwrap()
@@ -583,17 +585,19 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     stranger.holder = "stranger".into();
     assert!(
         store
+            .cluster()
             .renew_lease(&stranger, 300, 1, 1)
             .await
             .unwrap()
             .is_none()
     );
     let lower = store
+        .cluster()
         .renew_lease(&renewed, 300, 10, 20)
         .await
         .unwrap()
         .unwrap();
-    let rows = store.list_leases().await;
+    let rows = store.cluster().list_leases().await;
     let row = rows[first.database]
         .1
         .as_ref()
@@ -628,6 +632,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     stranger.holder = "stranger".into();
     assert!(
         store
+            .cluster()
             .renew_lease(&stranger, -1001, 1, 1)
             .await
             .unwrap()
@@ -636,6 +641,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
     let mut stale = reused.clone();
     stale.version -= 1;
     store
+        .cluster()
         .renew_lease(&stale, -1001, 7_000, 8_000)
         .await
         .unwrap()
@@ -650,7 +656,7 @@ async fn leases_follow_classes_grace_and_compare_and_set(kind: Kind) {
 async fn until_leases_past(store: &Store, which: &[(usize, u16)], after: Duration, what: &str) {
     let after_ms = i64::try_from(after.as_millis()).unwrap();
     eventually(Duration::from_secs(10), what, async || {
-        let rows = store.list_leases().await;
+        let rows = store.cluster().list_leases().await;
         for &(db, worker) in which {
             let row = rows[db]
                 .1

@@ -164,7 +164,7 @@ async fn a_reservation_that_loses_every_race_ends_in_contention_at_the_fetch_tim
         assert_eq!(db.row(BIZ).version, 0);
     }
     // Lost races are no failure: both databases are still in use.
-    assert!(store.is_live(0) && store.is_live(1));
+    assert!(store.cluster().is_live(0) && store.cluster().is_live(1));
 }
 
 #[tokio::test(start_paused = true)]
@@ -199,8 +199,8 @@ async fn a_stalled_reservation_is_hedged_on_another_database_after_the_hedge_del
         );
         assert_eq!(dbs[0].calls("write_row"), 0);
         // The stalled database is backed off.
-        assert!(!store.is_live(0));
-        assert!(store.status()[0].last_error.is_some());
+        assert!(!store.cluster().is_live(0));
+        assert!(store.cluster().status()[0].last_error.is_some());
         return;
     }
     panic!("the stalled database never came first");
@@ -222,13 +222,16 @@ async fn a_transaction_lost_to_another_is_retried_without_backing_the_database_o
             db.calls("biz") > before + 1,
             "{code}: the reservation was retried"
         );
-        assert!(store.is_live(0), "{code}: the database is not backed off");
+        assert!(
+            store.cluster().is_live(0),
+            "{code}: the database is not backed off"
+        );
         assert!(
             started.elapsed() < timing().backoff_initial,
             "{code}: no back-off was waited out ({:?})",
             started.elapsed()
         );
-        assert!(store.status()[0].last_error.is_none(), "{code}");
+        assert!(store.cluster().status()[0].last_error.is_none(), "{code}");
     }
     let metrics = store
         .metrics()
@@ -244,7 +247,7 @@ async fn a_transaction_lost_to_another_is_retried_without_backing_the_database_o
     // Any other query error is a failure of the database: backed off.
     db.fail_next(1, Some(Injected::Query("57P01")));
     assert!(store.reserve(&biz(), None, None).await.is_err());
-    assert!(!store.is_live(0));
+    assert!(!store.cluster().is_live(0));
 }
 
 /// A database that answers but may not be used as it is (a durability setting, a
@@ -278,7 +281,7 @@ async fn a_database_unusable_as_it_is_is_backed_off_for_the_longest_back_off_at_
 /// Sleeps until `at`, then says whether database 0 is in use.
 async fn live_at(store: &Store, at: tokio::time::Instant) -> bool {
     tokio::time::sleep_until(at).await;
-    store.is_live(0)
+    store.cluster().is_live(0)
 }
 
 #[tokio::test(start_paused = true)]

@@ -27,7 +27,11 @@ pub fn embedded_config(dir: &Path, keys: &str) -> Config {
 /// Creates the biz `bench` (step [`STEP`]) and a token for it; returns both.
 pub async fn bench_biz(store: &Store) -> (BizTag, String) {
     let biz = BizTag::parse("bench").expect("biz name");
-    store.add_biz(&biz, STEP, 1, None).await.expect("biz");
+    store
+        .cluster()
+        .add_biz(&biz, STEP, 1, None)
+        .await
+        .expect("biz");
     let token = store.add_token(&biz, "bench").await.expect("token").0;
     (biz, token)
 }

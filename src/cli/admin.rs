@@ -88,6 +88,7 @@ async fn biz_add(store: &Store, add: Box<BizAdd>, out: reports::Output) -> Resul
         ))
     })?;
     let notes = store
+        .cluster()
         .add_shaped_biz(
             &biz,
             add.step,
@@ -200,7 +201,7 @@ async fn db(store: &Store, command: DbCommand, out: reports::Output) -> Result {
         DbCommand::Add { .. } | DbCommand::Remove { .. } => Ok(()),
         DbCommand::List => lists::list_layout(store, out.json).await,
         DbCommand::Fence { name, above } => {
-            let notes = store.raise_database(&name, above).await?;
+            let notes = store.cluster().raise_database(&name, above).await?;
             let report = reports::Changed {
                 command: "db fence",
                 target: name,

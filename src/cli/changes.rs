@@ -34,7 +34,10 @@ pub async fn change_layout(config: Config, change: DbCommand, out: reports::Outp
         }
         steps.push(line);
     };
-    let done = store.change_layout(&intent, &before, &mut say).await?;
+    let done = store
+        .cluster()
+        .change_layout(&intent, &before, &mut say)
+        .await?;
     let report = reports::LayoutChanged {
         change: kind,
         database: name.clone(),
@@ -105,12 +108,15 @@ async fn migrate_before_adding(
     // What the change checks before writing anything is checked before the new
     // database is touched: a database missing from the configuration or not
     // answering (the new one included) is named, and nothing changes.
-    store.check_layout_change(intent, before, name).await?;
+    store
+        .cluster()
+        .check_layout_change(intent, before, name)
+        .await?;
     // The new database gets the schema first; the others have it, or get what is
     // pending, as `segmint migrate` would. One that does not answer is left to the
     // change, which refuses if it needs it.
     let mut migrated = Vec::new();
-    for (db, result) in store.migrate_schema().await {
+    for (db, result) in store.cluster().migrate_schema().await {
         match result {
             Ok(applied) if applied.is_empty() => {}
             Err(e) if db == *name => {
@@ -166,7 +172,7 @@ fn layout_changed_lines(done: &Layout, r: &reports::LayoutChanged) -> Vec<String
 }
 
 pub async fn migrate(store: &Store, out: reports::Output) -> Result {
-    let migration = store.migrate().await;
+    let migration = store.cluster().migrate().await;
     let (membership, refused) = match migration.membership {
         Ok(recorded) => (
             Some(reports::MembershipRecorded {

@@ -60,7 +60,7 @@ fn standing(error: bool, class: Option<Residue>, standing: &Standing) -> &'stati
 }
 
 pub async fn list_layout(store: &Store, as_json: bool) -> Result {
-    let report = store.layout_report().await;
+    let report = store.cluster().layout_report().await;
     let unreachable = report
         .databases
         .iter()
@@ -143,7 +143,7 @@ pub async fn import(store: &Store, source: Source, file: &ImportFile, json: bool
         std::fs::read_to_string(&file.file).map_err(|e| format!("cannot read {path}: {e}"))?;
     let imports = segmint::import::parse(source, &text)
         .map_err(|e| format!("{path}: {e}; nothing changed"))?;
-    let report = store.import(&imports, file.dry_run).await?;
+    let report = store.cluster().import(&imports, file.dry_run).await?;
     let done = match (file.dry_run, report.changes, report.refused.is_empty()) {
         (true, ..) => "dry run: nothing changed",
         (false, 0, true) => "nothing to change: every biz is imported already",
@@ -186,7 +186,7 @@ pub async fn import(store: &Store, source: Source, file: &ImportFile, json: bool
 pub async fn list_bizs(store: &Store, as_json: bool) -> Result {
     let mut rows = Vec::new();
     let mut unreachable = Vec::new();
-    for (db, result) in store.list_bizs().await {
+    for (db, result) in store.cluster().list_bizs().await {
         match result {
             Ok(r) => rows.extend(r.into_iter().map(|r| (db.clone(), r))),
             Err(e) => {

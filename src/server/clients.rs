@@ -164,11 +164,11 @@ impl AppState {
             }
         }
         let deadline = tokio::time::Instant::now() + GIVE_BACK_LIMIT;
-        let backs = join_all(
-            plan_give_back(&held)
-                .into_iter()
-                .map(|plan| self.store.give_back(biz, plan, deadline, client.as_str())),
-        )
+        let backs = join_all(plan_give_back(&held).into_iter().map(|plan| {
+            self.store
+                .cluster()
+                .give_back(biz, plan, deadline, client.as_str())
+        }))
         .await;
         let cached = held
             .iter()

@@ -118,8 +118,8 @@ async fn report(state: &AppState, query: &Query) -> Report {
         bizs,
         next: page.next.map(|c| c.encode()),
         total: page.total,
-        databases: state.store.status(),
-        membership: state.store.membership(),
+        databases: state.store.cluster().status(),
+        membership: state.store.cluster().membership(),
         step_policy: StepPolicyReport {
             adaptive: policy.adaptive,
             target_secs: policy.target.as_secs(),
@@ -153,6 +153,7 @@ fn sequences_report(state: &AppState) -> SequencesReport {
 async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     let databases: Vec<crate::metrics::DatabaseState> = state
         .store
+        .cluster()
         .status()
         .into_iter()
         .map(|d| crate::metrics::DatabaseState {
@@ -165,9 +166,9 @@ async fn metrics(state: web::Data<AppState>) -> HttpResponse {
         })
         .collect();
     let metrics = state.store.metrics();
-    let (epoch, pending) = state.store.layout_epochs();
+    let (epoch, pending) = state.store.cluster().layout_epochs();
     metrics.layout().set(epoch, pending.is_some());
-    let membership = state.store.membership();
+    let membership = state.store.cluster().membership();
     metrics
         .layout()
         .set_membership(membership.epoch.is_some(), membership.unconfigured.len());
@@ -223,11 +224,11 @@ async fn status(req: HttpRequest, state: web::Data<AppState>) -> Result<HttpResp
 }
 
 async fn readyz(state: web::Data<AppState>) -> HttpResponse {
-    let ready = state.store.ready().await;
+    let ready = state.store.cluster().ready().await;
     let body = json!({
         "status": if ready { "ready" } else { "unavailable" },
-        "databases": state.store.status(),
-        "membership": state.store.membership(),
+        "databases": state.store.cluster().status(),
+        "membership": state.store.cluster().membership(),
         "clock": clock(&state.store),
     });
     if ready {

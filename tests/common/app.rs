@@ -17,12 +17,16 @@ use segmint::store::Store;
 /// token for it. Returns the token.
 pub async fn setup_biz(config: &Config, biz: &str, step: i64, odd: bool) -> String {
     let store = Store::connect(config).unwrap();
-    for (db, r) in store.migrate().await.results() {
+    for (db, r) in store.cluster().migrate().await.results() {
         r.unwrap_or_else(|e| panic!("migrate {db}: {e}"));
     }
     let within = odd.then(|| Residue::new(2, 1).unwrap());
     let biz = BizTag::parse(biz).unwrap();
-    store.add_biz(&biz, step, 1, within).await.unwrap();
+    store
+        .cluster()
+        .add_biz(&biz, step, 1, within)
+        .await
+        .unwrap();
     store.add_token(&biz, "test").await.unwrap().0
 }
 
@@ -39,6 +43,7 @@ pub async fn setup_daily_tick(config: &segmint::config::Config) -> String {
     );
     let biz = segmint::biz::BizTag::parse("tick").unwrap();
     store
+        .cluster()
         .add_shaped_biz(&biz, 10, 1, None, "", Some(shape))
         .await
         .unwrap();
@@ -51,6 +56,7 @@ pub async fn setup_sequence(config: &segmint::config::Config) -> String {
     let biz = segmint::biz::BizTag::parse("seq").unwrap();
     let shape = segmint::store::ShapeRow::sequence(8);
     store
+        .cluster()
         .add_shaped_biz(&biz, 100, 1, None, "", Some(shape))
         .await
         .unwrap();

@@ -336,7 +336,7 @@ pub fn config_for(url: &str) -> segmint::config::Config {
 /// The error of connecting to `url` (through `migrate`); panics if it connects.
 pub async fn connect_error(url: &str) -> String {
     let store = segmint::store::Store::connect(&config_for(url)).unwrap();
-    let (db, result) = store.migrate().await.results().remove(0);
+    let (db, result) = store.cluster().migrate().await.results().remove(0);
     match result {
         Ok(_) => panic!("database {db} at {url} accepted the connection"),
         Err(e) => e.to_string(),
@@ -346,7 +346,7 @@ pub async fn connect_error(url: &str) -> String {
 /// Asserts that a store connects to the database at `url` (through `migrate`).
 pub async fn assert_connects(url: &str) {
     let store = segmint::store::Store::connect(&config_for(url)).unwrap();
-    let (db, result) = store.migrate().await.results().remove(0);
+    let (db, result) = store.cluster().migrate().await.results().remove(0);
     if let Err(e) = result {
         panic!("database {db} at {url} refused: {e}");
     }

@@ -69,7 +69,7 @@ async fn a_store_at_rest_holds_less_than_a_kilobyte_a_biz() {
     let config = dbs.config("");
     {
         let store = Store::connect(&config).unwrap();
-        for (db, migrated) in store.migrate().await.results() {
+        for (db, migrated) in store.cluster().migrate().await.results() {
             migrated.unwrap_or_else(|e| panic!("migrating {db}: {e}"));
         }
     }

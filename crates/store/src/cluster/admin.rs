@@ -3,7 +3,7 @@
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::Cluster;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::evidence::{Evidence, Mark, Witness};
@@ -65,9 +65,9 @@ pub(super) fn unreachable(name: &str, e: &DbError) -> StoreError {
     .into()
 }
 
-impl Store {
+impl Cluster {
     /// Applies pending migrations to every database, then records the cluster's
-    /// membership if none is ([`Store::record_membership`]; only once every database
+    /// membership if none is ([`Cluster::record_membership`]; only once every database
     /// migrated).
     pub async fn migrate(&self) -> Migration {
         let databases = self.migrate_schema().await;
@@ -88,44 +88,14 @@ impl Store {
 
     /// Applies pending migrations to every database; one line per database.
     pub async fn migrate_schema(&self) -> Vec<(String, Result<Vec<String>, DbError>)> {
-        let results = self.dbs.on_all(|db| db.migrate()).await;
-        self.dbs.names.iter().cloned().zip(results).collect()
+        let results = self.on_all(|db| db.migrate()).await;
+        self.names.iter().cloned().zip(results).collect()
     }
 
     /// Every biz row of every database.
     pub async fn list_bizs(&self) -> Vec<(String, Result<Vec<BizRow>, DbError>)> {
-        let results = self.dbs.on_all(|db| db.bizs()).await;
-        self.dbs.names.iter().cloned().zip(results).collect()
-    }
-
-    /// Records the cluster's membership if none is (an embedded store is migrated when
-    /// opened: this is its `segmint migrate`). Then, on a store with no biz at all,
-    /// creates the biz `test` and a token for it, so that
-    /// a fresh `segmint serve` can be tried at once. Returns the token; `None` when a biz
-    /// exists already.
-    ///
-    /// # Errors
-    /// [`StoreError::Refused`] when a database cannot be read, or the biz or the token
-    /// cannot be added.
-    pub async fn first_start(&self) -> Result<Option<String>, StoreError> {
-        self.record_membership().await?;
-        for (db, rows) in self.list_bizs().await {
-            match rows {
-                Ok(rows) if rows.is_empty() => {}
-                Ok(_) => return Ok(None),
-                Err(e) => {
-                    return Err(Refusal::new(
-                        Reason::DatabaseUnanswered,
-                        format!("database \"{db}\": {e}"),
-                    )
-                    .into());
-                }
-            }
-        }
-        let biz = BizTag::parse("test")?;
-        self.add_biz(&biz, 1000, 1, None).await?;
-        let (token, _) = self.add_token(&biz, "created on first start").await?;
-        Ok(Some(token))
+        let results = self.on_all(|db| db.bizs()).await;
+        self.names.iter().cloned().zip(results).collect()
     }
 
     /// Reads `biz` on every database; every one must answer.
@@ -145,11 +115,10 @@ impl Store {
     where
         F: Future<Output = Result<T, DbError>> + 'a,
     {
-        self.dbs
-            .on_all(op)
+        self.on_all(op)
             .await
             .into_iter()
-            .zip(&self.dbs.names)
+            .zip(&self.names)
             .map(|(r, name)| r.map_err(|e| unreachable(name, &e)))
             .collect()
     }
@@ -171,10 +140,10 @@ impl Store {
         self.add_described_biz(biz, step, start, within, "").await
     }
 
-    /// [`Store::add_biz`] with a description stored in every row.
+    /// [`Cluster::add_biz`] with a description stored in every row.
     ///
     /// # Errors
-    /// As [`Store::add_biz`].
+    /// As [`Cluster::add_biz`].
     pub async fn add_described_biz(
         &self,
         biz: &BizTag,
@@ -187,14 +156,14 @@ impl Store {
             .await
     }
 
-    /// [`Store::add_described_biz`] with the look of its IDs: `shape` gives the order's
+    /// [`Cluster::add_described_biz`] with the look of its IDs: `shape` gives the order's
     /// name and domain and the format (its key, block and restriction are filled in
     /// here: a new random key, the step's worth of indexes, `within`). The shape row is
     /// written to every database before any biz row, so that no server ever reads the
     /// biz without its shape.
     ///
     /// # Errors
-    /// As [`Store::add_biz`]; also when the shape is invalid, the first segment does
+    /// As [`Cluster::add_biz`]; also when the shape is invalid, the first segment does
     /// not fit an opaque domain, or the format's width cannot hold the biz's IDs.
     pub async fn add_shaped_biz(
         &self,
@@ -216,14 +185,14 @@ impl Store {
         biz_add::check(&add).map_err(|e| refused(biz, e))?;
         let epoch = self.layout_for_writes().await?;
         // The databases of the layout in force, each with its class there.
-        let members: Vec<(usize, Residue)> = (0..self.dbs.list.len())
+        let members: Vec<(usize, Residue)> = (0..self.list.len())
             .filter_map(|i| Some((i, self.class_of(i)?)))
             .collect();
         let existing = self.biz_everywhere(biz).await?;
         let read: Vec<biz_add::Member> = members
             .iter()
             .map(|&(i, class)| biz_add::Member {
-                name: &self.dbs.names[i],
+                name: &self.names[i],
                 class,
                 has_biz: existing[i].is_some(),
             })
@@ -253,7 +222,7 @@ impl Store {
         shape: &ShapeRow,
         members: &[(usize, Residue)],
     ) -> Result<(), StoreError> {
-        for db in members.iter().map(|&(i, _)| &self.dbs.list[i]) {
+        for db in members.iter().map(|&(i, _)| &self.list[i]) {
             if let Err(e) = db.store.put_shape(shape).await {
                 return Err(Refusal::new(
                     Reason::WriteFailed,
@@ -282,7 +251,7 @@ impl Store {
     ) -> Result<Vec<String>, StoreError> {
         let (biz, start, step) = (add.biz, add.start, add.step);
         let mut changed = Vec::with_capacity(rows.len());
-        for (db, row) in dbs.iter().map(|&i| &self.dbs.list[i]).zip(rows) {
+        for (db, row) in dbs.iter().map(|&i| &self.list[i]).zip(rows) {
             let line = match db.store.insert_biz(row).await {
                 Ok(Inserted::Yes) => {
                     changed.push(db.name.as_str());
@@ -333,9 +302,8 @@ impl Store {
         members: &[(usize, Residue)],
     ) -> Result<(), StoreError> {
         for &(i, _) in members {
-            let db = &self.dbs.list[i];
+            let db = &self.list[i];
             let rows = self
-                .dbs
                 .call(i, db.store.sections(biz.as_str()))
                 .await
                 .map_err(|e| unreachable(&db.name, &e))?;
@@ -372,21 +340,15 @@ impl Store {
         name: &str,
         above: Option<i64>,
     ) -> Result<Vec<String>, StoreError> {
-        let t = self
-            .dbs
-            .names
-            .iter()
-            .position(|n| n == name)
-            .ok_or_else(|| {
-                Refusal::new(
-                    Reason::DatabaseUnknown,
-                    format!("no database named \"{name}\" is configured"),
-                )
-                .hint("`segmint db list` shows the databases configured")
-            })?;
+        let t = self.names.iter().position(|n| n == name).ok_or_else(|| {
+            Refusal::new(
+                Reason::DatabaseUnknown,
+                format!("no database named \"{name}\" is configured"),
+            )
+            .hint("`segmint db list` shows the databases configured")
+        })?;
         let mut evidence = Evidence::default();
         for (k, read) in self
-            .dbs
             .on_all(|db| db.witnesses())
             .await
             .into_iter()
@@ -395,7 +357,7 @@ impl Store {
             if k == t {
                 continue;
             }
-            for w in read.map_err(|e| unreachable(&self.dbs.names[k], &e))? {
+            for w in read.map_err(|e| unreachable(&self.names[k], &e))? {
                 if w.database == name {
                     evidence.learn(t, &w.biz, w.mark);
                 }
@@ -408,8 +370,7 @@ impl Store {
             pending: pending.map(|p| p.epoch),
         };
         let rows = self
-            .dbs
-            .call(t, self.dbs.list[t].store.bizs())
+            .call(t, self.list[t].store.bizs())
             .await
             .map_err(|e| unreachable(name, &e))?;
         let mut report = Vec::with_capacity(rows.len());
@@ -440,8 +401,8 @@ impl Store {
         }
         audit_fence(name, &raised);
         let raised = &raised;
-        let others = (0..self.dbs.list.len()).filter(|&k| k != t);
-        join_all(others.map(|k| self.dbs.call(k, self.dbs.list[k].store.witness(raised)))).await;
+        let others = (0..self.list.len()).filter(|&k| k != t);
+        join_all(others.map(|k| self.call(k, self.list[k].store.witness(raised)))).await;
         Ok(report)
     }
 
@@ -453,8 +414,8 @@ impl Store {
         row: &BizRow,
         plan: db_fence::RowPlan,
     ) -> Result<(String, Option<Witness>), DbError> {
-        let (name, biz) = (&self.dbs.names[t], &row.biz_type);
-        let store = &self.dbs.list[t].store;
+        let (name, biz) = (&self.names[t], &row.biz_type);
+        let store = &self.list[t].store;
         let (version, max_id, done) = match plan {
             db_fence::RowPlan::Keep => {
                 return Ok((
@@ -475,15 +436,11 @@ impl Store {
             }
             db_fence::RowPlan::Raise { version, max_id } => {
                 let write = store.raise(biz, row.version, row.max_id, version, max_id);
-                (version, max_id, self.dbs.call(t, write).await?.is_some())
+                (version, max_id, self.call(t, write).await?.is_some())
             }
             db_fence::RowPlan::RaiseFrozen(to) => {
                 let write = store.reclass(biz, row.version, row.max_id, &to);
-                (
-                    to.version,
-                    to.max_id,
-                    self.dbs.call(t, write).await?.is_some(),
-                )
+                (to.version, to.max_id, self.call(t, write).await?.is_some())
             }
         };
         if !done {

@@ -5,7 +5,7 @@
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::Cluster;
 use crate::snowflake::Spec;
 use crate::snowflake::agreement::{Outcome, Record, Step, Try};
 use crate::store::StoreError;
@@ -27,15 +27,7 @@ impl From<Disagreement> for StoreError {
     }
 }
 
-impl Store {
-    /// This store issuing snowflake IDs with `spec` (Leaf's epoch and layout unless
-    /// set): the spec it agrees on with the cluster, whose layout bounds the worker IDs.
-    #[must_use]
-    pub fn with_snowflake(mut self, spec: Spec) -> Store {
-        self.snowflake = spec;
-        self
-    }
-
+impl Cluster {
     /// The snowflake spec this store leases worker IDs for.
     pub fn snowflake(&self) -> &Spec {
         &self.snowflake
@@ -44,9 +36,8 @@ impl Store {
     /// The snowflake spec recorded in each database, by name (`None`: no record),
     /// for status pages and tests.
     pub async fn snowflake_specs(&self) -> Vec<(String, Result<Option<(String, bool)>, String>)> {
-        let results = self.dbs.on_all(|db| db.snowflake_spec()).await;
-        self.dbs
-            .names
+        let results = self.on_all(|db| db.snowflake_spec()).await;
+        self.names
             .iter()
             .cloned()
             .zip(results.into_iter().map(|r| r.map_err(|e| e.to_string())))
@@ -81,16 +72,16 @@ impl Store {
                     let Some(i) = members[k] else {
                         return (step, Record::Down);
                     };
-                    let db = &self.dbs.list[i].store;
-                    let name = &self.dbs.names[i];
+                    let db = &self.list[i].store;
+                    let name = &self.names[i];
                     let record = match step {
-                        Step::Read(_) => match self.dbs.call(i, db.snowflake_spec()).await {
+                        Step::Read(_) => match self.call(i, db.snowflake_spec()).await {
                             Ok(None) => Record::Empty,
                             Ok(Some((spec, confirmed))) => Record::Holds(spec, confirmed),
                             Err(_) => Record::Down,
                         },
                         Step::Insert(_) => {
-                            match self.dbs.call(i, db.record_snowflake_spec(own)).await {
+                            match self.call(i, db.record_snowflake_spec(own)).await {
                                 Ok(true) => tracing::info!(database = %name, spec = %own, "recorded the snowflake spec"),
                                 Ok(false) => {}
                                 // The read that follows finds what became of it.
@@ -99,7 +90,7 @@ impl Store {
                             Record::Down
                         }
                         Step::Confirm(_) => {
-                            if let Err(e) = self.dbs.call(i, db.confirm_snowflake_spec(own)).await {
+                            if let Err(e) = self.call(i, db.confirm_snowflake_spec(own)).await {
                                 // A later read confirms it.
                                 tracing::warn!(database = %name, error = %e, "could not confirm the snowflake spec");
                             }
@@ -123,7 +114,7 @@ impl Store {
                 .get(k)
                 .copied()
                 .flatten()
-                .map_or("(not configured here)", |i| self.dbs.names[i].as_str())
+                .map_or("(not configured here)", |i| self.names[i].as_str())
         };
         match agreement.outcome() {
             Some(Outcome::Lease) => Ok(()),
@@ -164,7 +155,7 @@ impl Store {
             .map(|(_, m)| {
                 m.map_or_else(
                     || "(not configured here)".to_owned(),
-                    |i| self.dbs.names[i].clone(),
+                    |i| self.names[i].clone(),
                 )
             })
             .collect()

@@ -155,7 +155,7 @@ impl Store {
         for (i, rows) in &read {
             for row in &rows.bizs {
                 match evidence::behind(before[*i], row) {
-                    Err(regression) => self.fence(*i, &regression),
+                    Err(regression) => self.dbs.fence(*i, &regression),
                     Ok(()) => {
                         self.view.evidence.lock().learn(*i, biz, Mark::of(row));
                     }
@@ -168,9 +168,9 @@ impl Store {
             );
         }
         let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
-        self.apply_layouts(&layouts);
-        let floor = self.layout_epochs().0;
-        let classes = self.layout_classes();
+        self.dbs.apply_layouts(&layouts);
+        let floor = self.dbs.layout_epochs().0;
+        let classes = self.dbs.layout_classes();
         let now = self.dbs.clock.now();
         let mut snapshots: Vec<Option<Snapshot>> = vec![None; count];
         for (i, rows) in read {

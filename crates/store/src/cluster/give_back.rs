@@ -1,12 +1,12 @@
 //! Giving unissued IDs back to a database: one compare-and-set per plan, for the
 //! server's own cache at stop and for the segments clients return alike.
 
-use super::Store;
+use super::Cluster;
 use crate::biz::BizTag;
 use crate::segment::GiveBack;
 use crate::store::DbError;
 
-impl Store {
+impl Cluster {
     /// Carries out `plan` (from [`plan_give_back`](crate::segment::plan_give_back)) for
     /// `biz` by `deadline`, on behalf of `by` (the server's cache or a client's id, for
     /// the log); returns the IDs given back. The row moves back only if it is still at
@@ -19,7 +19,7 @@ impl Store {
         deadline: tokio::time::Instant,
         by: &str,
     ) -> u64 {
-        let name = &self.dbs.names[plan.database];
+        let name = &self.names[plan.database];
         if !self.is_live(plan.database) {
             tracing::warn!(biz = %biz, database = %name, by, ids = plan.ids, "not giving back: the database is backing off after failures or fenced; the IDs are wasted");
             return 0;
@@ -64,10 +64,9 @@ impl Store {
         debug_assert!(plan.new_max_id <= plan.max_id);
         let i = plan.database;
         let updated = self
-            .dbs
             .call(
                 i,
-                self.dbs.list[i].store.advance(
+                self.list[i].store.advance(
                     biz.as_str(),
                     plan.version,
                     plan.max_id,

@@ -1,9 +1,8 @@
-//! The handle on the cluster: the configured databases, their health, and carrying out
-//! one step of a machine on one of them, bounded, its outcome recorded in the
-//! database's health. The modules that execute a machine reach the databases through
-//! it: the sequence rows (`sequence`) and the clocks (`clocks`) on it alone, the
-//! others through the [`Store`](super::Store), which holds it beside the catalog, the
-//! layouts and the token uses.
+//! The handle on the cluster: the configured databases, their health and layouts, and
+//! carrying out one step of a machine on one of them, bounded, its outcome recorded
+//! in the database's health. Each machine's executor is an `impl Cluster` in a module
+//! of its own (see the [`cluster`](super) module); the [`Store`](super::Store) holds
+//! the handle beside the catalog and the token uses.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,12 +11,16 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 
+use super::layout::Layouts;
 use super::{Database, Timing};
 use crate::backoff::Failures;
 use crate::config::Protocol;
+use crate::segment::Residue;
+use crate::snowflake::Spec;
 use crate::store::{Clock, DbError, SegmentStore, Verdict};
 
-/// The configured databases, their health, and the bounds of a step on one of them.
+/// The configured databases, their health and layouts, and the bounds of a step on one
+/// of them.
 ///
 /// # Lock order
 /// Each database's `health` is a plain (`parking_lot`) mutex held for a few field
@@ -38,22 +41,36 @@ pub struct Cluster {
     pub(super) clock: Arc<dyn Clock>,
     /// Moving average of successful reservation times, in microseconds.
     usual_fetch_us: AtomicU64,
+    /// The layouts read and each database's class and standing in them.
+    pub(super) layouts: Layouts,
+    /// The snowflake epoch and bit layout: agreed with the cluster before a worker ID is
+    /// leased, and bounding the worker IDs leased.
+    pub(super) snowflake: Spec,
+    /// The servers' leases of sequence sections: a layout change carrying the sections
+    /// waits them out.
+    pub(super) sequences: segmint_core::lease::Timing,
 }
 
 impl Cluster {
+    /// The databases `list` with their configured classes `configured` (the layout
+    /// before any is read), the default protocol, snowflake spec and sequence leases.
     pub(super) fn new(
         list: Vec<Database>,
+        configured: Vec<Residue>,
         timing: Timing,
-        protocol: Protocol,
         clock: Arc<dyn Clock>,
     ) -> Cluster {
+        let sequences = crate::config::SequencesConfig::default();
         Cluster {
             names: list.iter().map(|d| d.name.clone()).collect(),
             list,
             timing,
-            protocol,
+            protocol: Protocol::default(),
             clock,
             usual_fetch_us: AtomicU64::new(0),
+            layouts: Layouts::configured(configured),
+            snowflake: Spec::default(),
+            sequences: segmint_core::lease::Timing::new(sequences.lease, sequences.grace),
         }
     }
 

@@ -4,7 +4,7 @@
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::Cluster;
 use crate::store::evidence::Regression;
 
 /// How a database looks from here, for `/readyz` and status pages.
@@ -30,11 +30,11 @@ pub struct DatabaseStatus {
     pub clock_ahead_ms: Option<i64>,
 }
 
-impl Store {
+impl Cluster {
     /// Fences database `i`: it went back in time, and reserving from it could reissue
     /// IDs.
     pub(super) fn fence(&self, i: usize, regression: &Regression) {
-        let db = &self.dbs.list[i];
+        let db = &self.list[i];
         let reason = regression.to_string();
         let mut health = db.health.lock();
         if health.fenced.is_none() {
@@ -44,30 +44,9 @@ impl Store {
         health.fenced = Some(reason);
     }
 
-    /// Records in the other databases the evidence of every fence this process alone
-    /// knows of: the marks a fenced database's rows lie behind may have missed their
-    /// witnesses (the other databases slow or backed off), and a server started after
-    /// this one stops knows only what the databases hold. Copies what each reachable
-    /// database lacks ([`Store::copy_witnesses`]); a fence stays unrecorded, for the
-    /// next call, until another database holds every mark of the fenced one.
-    pub(super) async fn record_fences(&self) {
-        let unrecorded: Vec<usize> = (0..self.dbs.list.len())
-            .filter(|&i| {
-                let health = self.dbs.list[i].health.lock();
-                health.fenced.is_some() && health.unrecorded
-            })
-            .collect();
-        if unrecorded.is_empty() {
-            return;
-        }
-        for i in self.copy_witnesses(&unrecorded).await {
-            self.dbs.list[i].health.lock().unrecorded = false;
-        }
-    }
-
     /// Lifts the fence of database `i`, if any: its rows are at or above every mark.
     pub(super) fn unfence(&self, i: usize) {
-        let db = &self.dbs.list[i];
+        let db = &self.list[i];
         if db.health.lock().fenced.take().is_some() {
             tracing::warn!(database = %db.name, "database rows are above every mark again; fence lifted");
         }
@@ -78,7 +57,7 @@ impl Store {
     /// Also false for a database the layout in force does not name (removed, or not
     /// added yet): it is never used.
     pub fn is_live(&self, i: usize) -> bool {
-        let up = self.dbs.list[i].health.lock().up(self.dbs.clock.now());
+        let up = self.list[i].health.lock().up(self.clock.now());
         up && self.class_of(i).is_some()
     }
 
@@ -98,12 +77,10 @@ impl Store {
 
     /// Pings every database that is not backing off; true when one answers.
     pub async fn ready(&self) -> bool {
-        let live: Vec<usize> = (0..self.dbs.list.len())
-            .filter(|&i| self.is_live(i))
-            .collect();
+        let live: Vec<usize> = (0..self.list.len()).filter(|&i| self.is_live(i)).collect();
         join_all(
             live.into_iter()
-                .map(|i| self.dbs.call(i, self.dbs.list[i].store.ping())),
+                .map(|i| self.call(i, self.list[i].store.ping())),
         )
         .await
         .iter()
@@ -111,8 +88,7 @@ impl Store {
     }
 
     pub fn status(&self) -> Vec<DatabaseStatus> {
-        self.dbs
-            .list
+        self.list
             .iter()
             .enumerate()
             .map(|(i, db)| {
@@ -124,7 +100,7 @@ impl Store {
                     residue: class.map(|c| c.to_string()),
                     in_layout: class.is_some(),
                     layout: self.standing_of(i).as_str(),
-                    up: health.up(self.dbs.clock.now()),
+                    up: health.up(self.clock.now()),
                     last_error: health.last_error.clone(),
                     fenced: health.fenced.clone(),
                     clock_ahead_ms: health.clock.map(|r| r.server_ahead_ms()),

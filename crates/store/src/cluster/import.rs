@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::Store;
+use super::Cluster;
 use super::admin::{audit, change_began, layout_began, unreachable};
 use crate::import::{self, Import, Member, Plan};
 use crate::store::{BizRow, DbError, Inserted, Reason, Refusal, StoreError};
@@ -23,7 +23,7 @@ pub struct ImportReport {
 /// created in one statement per database, then raised and described one by one.
 const IMPORT_BATCH: usize = 2_000;
 
-impl Store {
+impl Cluster {
     /// Imports `imports` (see [`crate::import::parse`]) into every database: a missing
     /// row is created with the old `max_id` (its first ID is above it), in the database's
     /// class narrowed to the biz's old class; a row below the old `max_id` is raised to
@@ -41,13 +41,12 @@ impl Store {
         dry_run: bool,
     ) -> Result<ImportReport, StoreError> {
         let epoch = self.layout_for_writes().await?;
-        let mut existing: Vec<HashMap<String, BizRow>> = Vec::with_capacity(self.dbs.list.len());
+        let mut existing: Vec<HashMap<String, BizRow>> = Vec::with_capacity(self.list.len());
         for (result, name) in self
-            .dbs
             .on_all(|db| db.bizs())
             .await
             .into_iter()
-            .zip(&self.dbs.names)
+            .zip(&self.names)
         {
             let rows = result.map_err(|e| unreachable(name, &e))?;
             existing.push(
@@ -79,10 +78,10 @@ impl Store {
         let mut planned = Vec::with_capacity(chunk.len());
         for import in chunk {
             let biz = import.biz.as_str();
-            let members: Vec<Member> = (0..self.dbs.list.len())
+            let members: Vec<Member> = (0..self.list.len())
                 .zip(existing)
                 .map(|(i, rows)| Member {
-                    name: &self.dbs.names[i],
+                    name: &self.names[i],
                     class: self.class_of(i),
                     row: rows.get(biz),
                 })
@@ -103,7 +102,7 @@ impl Store {
     /// what became of each, by database and biz (every one `Yes` in a dry run).
     ///
     /// # Errors
-    /// As [`Store::import`]: a database that fails, or holds a layout claimed since.
+    /// As [`Cluster::import`]: a database that fails, or holds a layout claimed since.
     async fn create_chunk(
         &self,
         planned: &[(&Import, Vec<Plan>)],
@@ -111,7 +110,7 @@ impl Store {
         report: &mut ImportReport,
     ) -> Result<Vec<HashMap<String, Inserted>>, StoreError> {
         let mut created: Vec<HashMap<String, Inserted>> = Vec::new();
-        for (i, name) in self.dbs.names.iter().enumerate() {
+        for (i, name) in self.names.iter().enumerate() {
             let rows: Vec<BizRow> = planned
                 .iter()
                 .filter_map(|(_, plans)| match &plans[i] {
@@ -124,11 +123,7 @@ impl Store {
                 (true, _) => vec![Inserted::Yes; rows.len()],
                 (false, Some(first)) => {
                     let first = first.biz_type;
-                    match self
-                        .dbs
-                        .step(i, self.dbs.list[i].store.insert_bizs(&rows))
-                        .await
-                    {
+                    match self.step(i, self.list[i].store.insert_bizs(&rows)).await {
                         Ok(results) => results,
                         Err(e) => {
                             self.report_created(planned, &created, report);
@@ -170,7 +165,7 @@ impl Store {
                 if let (Plan::Create(row), Some(Inserted::Yes)) =
                     (&plans[i], done.get(import.biz.as_str()))
                 {
-                    report.lines.push(created_line(&self.dbs.names[i], row, ""));
+                    report.lines.push(created_line(&self.names[i], row, ""));
                 }
             }
         }
@@ -178,7 +173,7 @@ impl Store {
 
     /// Reports the bizs of `planned` in order, one line per database, raising and
     /// describing rows as planned (the rows to create were inserted by
-    /// [`Store::create_chunk`], which said what became of each in `created`).
+    /// [`Cluster::create_chunk`], which said what became of each in `created`).
     async fn finish_chunk(
         &self,
         planned: Vec<(&Import, Vec<Plan>)>,
@@ -191,7 +186,7 @@ impl Store {
             let biz = import.biz.as_str();
             let mut changed = Vec::new();
             for (i, plan) in plans.into_iter().enumerate() {
-                let name = &self.dbs.names[i];
+                let name = &self.names[i];
                 // A row that exists takes the old system's description too, when it has one.
                 let describe = match &plan {
                     Plan::Raise(row) | Plan::Unchanged(row)
@@ -227,10 +222,9 @@ impl Store {
                         let written = match dry_run {
                             true => true,
                             false => self
-                                .dbs
                                 .call(
                                     i,
-                                    self.dbs.list[i].store.raise(
+                                    self.list[i].store.raise(
                                         biz,
                                         row.version,
                                         row.max_id,
@@ -259,8 +253,7 @@ impl Store {
                 if let Some(old) = describe {
                     report.changes += 1;
                     if !dry_run {
-                        self.dbs
-                            .call(i, self.dbs.list[i].store.describe(biz, &import.description))
+                        self.call(i, self.list[i].store.describe(biz, &import.description))
                             .await
                             .map_err(|e| failed_midway(report, name, biz, e))?;
                         if !changed.contains(&name.as_str()) {

@@ -12,7 +12,7 @@ use rand::seq::SliceRandom;
 
 use segmint_core::snowflake::lease::{self, Agreed, RenewNeed, Renewed, TakeNeed};
 
-use super::Store;
+use super::Cluster;
 use crate::snowflake::MAX_WORKER_ID;
 use crate::store::{DbError, LeaseRenewal, LeaseRow, StoreError};
 
@@ -58,7 +58,7 @@ fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-impl Store {
+impl Cluster {
     /// The worker IDs database `i` may lease: those of its residue class below the
     /// snowflake layout's `2^worker_bits`. None for a database the layout in force does
     /// not name.
@@ -72,7 +72,7 @@ impl Store {
 
     /// The name of database `i`.
     pub fn database_name(&self, i: usize) -> &str {
-        &self.dbs.names[i]
+        &self.names[i]
     }
 
     /// Takes a free worker ID for `holder` on a random live database, lowest first: one
@@ -91,21 +91,13 @@ impl Store {
         lease: Duration,
         grace: Duration,
     ) -> Result<Lease, StoreError> {
-        // Which database may lease which worker ID follows the layout in force: it must
-        // have been read (a worker ID leased by an earlier layout's classes is blocked
-        // where it left, so a stale read costs worker IDs, never a duplicate).
-        if !self.catalog().is_read() {
-            self.refresh_since(self.dbs.clock.now()).await;
-        }
         if !self.leases_allowed() {
             return Err(StoreError::Unavailable(
                 "no worker ID could be leased: no layout done was read (the cluster's membership is recorded by `segmint migrate`; a database whose layout change is still moving does not say which worker IDs are its own)".into(),
             ));
         }
         self.agree_snowflake().await?;
-        let mut order: Vec<usize> = (0..self.dbs.list.len())
-            .filter(|&i| self.is_live(i))
-            .collect();
+        let mut order: Vec<usize> = (0..self.list.len()).filter(|&i| self.is_live(i)).collect();
         order.shuffle(&mut rand::rng());
         let mut why = Vec::new();
         for i in order {
@@ -113,9 +105,9 @@ impl Store {
                 Ok(Some(lease)) => return Ok(lease),
                 Ok(None) => why.push(format!(
                     "\"{}\": every worker ID of its class is leased",
-                    self.dbs.names[i]
+                    self.names[i]
                 )),
-                Err(e) => why.push(format!("\"{}\": {e}", self.dbs.names[i])),
+                Err(e) => why.push(format!("\"{}\": {e}", self.names[i])),
             }
         }
         if why.is_empty() {
@@ -136,16 +128,15 @@ impl Store {
         lease_ms: i64,
         grace_ms: i64,
     ) -> Result<Option<Lease>, DbError> {
-        let db = &self.dbs.list[i];
+        let db = &self.list[i];
         let mut take =
             lease::Take::new(self.worker_ids_of(i), holder, grace_ms, TAKES_PER_DATABASE);
         loop {
             match take.need() {
-                TakeNeed::Read => take.read(&self.dbs.call(i, db.store.leases()).await?),
+                TakeNeed::Read => take.read(&self.call(i, db.store.leases()).await?),
                 TakeNeed::Elsewhere => take.elsewhere(&self.leases_elsewhere(i).await),
                 TakeNeed::Take(w) => take.taken(
-                    self.dbs
-                        .call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
+                    self.call(i, db.store.take_lease(w, holder, lease_ms, grace_ms))
                         .await?,
                 ),
                 TakeNeed::Done(row) => return Ok(row.map(|row| Lease::from_row(i, &row))),
@@ -195,8 +186,7 @@ impl Store {
                 }),
                 RenewNeed::Elsewhere => renew.elsewhere(&self.leases_elsewhere(i).await),
                 RenewNeed::Renew => renew.renewed(
-                    self.dbs
-                        .call(i, self.dbs.list[i].store.renew_lease(&renewal))
+                    self.call(i, self.list[i].store.renew_lease(&renewal))
                         .await?,
                 ),
                 RenewNeed::Done(Renewed::Kept(row)) => {
@@ -210,11 +200,11 @@ impl Store {
                 // whose database is not used: behind, lost) is given up at once: a
                 // change may have freed it on its new database already.
                 RenewNeed::Done(Renewed::LeftClass) => {
-                    tracing::warn!(worker_id = lease.worker_id, database = %self.dbs.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
+                    tracing::warn!(worker_id = lease.worker_id, database = %self.names[i], "the worker ID is no longer in its database's class in the layout in force; giving it up");
                     return Ok(None);
                 }
                 RenewNeed::Done(Renewed::HeldElsewhere(row)) => {
-                    tracing::error!(worker_id = lease.worker_id, database = %self.dbs.names[i], other_holder = %row.holder, "another configured database leases this worker ID to a live holder (restored from a backup taken before a layout change?); giving it up");
+                    tracing::error!(worker_id = lease.worker_id, database = %self.names[i], other_holder = %row.holder, "another configured database leases this worker ID to a live holder (restored from a backup taken before a layout change?); giving it up");
                     return Ok(None);
                 }
                 RenewNeed::Done(Renewed::Differs(why)) => {
@@ -230,9 +220,9 @@ impl Store {
     /// but not one fenced or whose layout is behind: a database restored from a backup
     /// is both, and its rows are the ones to see.
     async fn leases_elsewhere(&self, i: usize) -> Vec<LeaseRow> {
-        let reads = (0..self.dbs.list.len())
-            .filter(|&j| j != i && self.dbs.is_reachable(j))
-            .map(|j| self.dbs.call(j, self.dbs.list[j].store.leases()));
+        let reads = (0..self.list.len())
+            .filter(|&j| j != i && self.is_reachable(j))
+            .map(|j| self.call(j, self.list[j].store.leases()));
         join_all(reads)
             .await
             .into_iter()
@@ -243,7 +233,7 @@ impl Store {
 
     /// Every lease row of every database, for status pages and tests.
     pub async fn list_leases(&self) -> Vec<(String, Result<Vec<LeaseRow>, DbError>)> {
-        let results = self.dbs.on_all(|db| db.leases()).await;
-        self.dbs.names.iter().cloned().zip(results).collect()
+        let results = self.on_all(|db| db.leases()).await;
+        self.names.iter().cloned().zip(results).collect()
     }
 }

@@ -1,12 +1,17 @@
-//! Reservations over N independent databases. This file holds the [`Store`] and its
-//! construction; the rest is split by concern: `handle` (the [`Cluster`]: the
-//! databases, their back-off, and carrying out a step on one; the sequence rows in
-//! `sequence` and the clocks in `clocks` are executed on it alone), `reserve`
-//! (reservation, hedging, witnesses of reservations), `health` (fencing, status),
-//! `refresh` (catalog refresh and its evidence checks), `give_back` (returning
-//! unissued IDs), `admin` (migrations, bizs, raising a database), `tokens` (token
-//! administration and last uses), and one module per operator command or protocol
-//! that carries out its machine (`layout`, `lease`, `import`, `recover`, …).
+//! Reservations over N independent databases, in two parts.
+//!
+//! - The [`Cluster`] (`handle`): the databases, their health (back-off, fences:
+//!   `health`), the layouts read and each database's class (`layout`), and carrying
+//!   out one step of a machine on one database. Every machine that coordinates
+//!   through the rows alone is executed on it, one module each: the layout change
+//!   (`layout`), worker-ID leases (`lease`) and the snowflake agreement
+//!   (`agreement`), sequence sections (`sequence`), the clocks (`clocks`), giving
+//!   IDs back (`give_back`), and the operator commands (`admin`: migrations, `biz
+//!   add`, `db raise`; `import`; `recover`; `shape`: decoding an ID).
+//! - The [`Store`] (this file): the cluster with what a server keeps beside it, the
+//!   catalog and its evidence (`refresh`, `early`), reservations and their witnesses
+//!   (`reserve`) and the tokens' last uses (`tokens`). The few commands that read the
+//!   catalog first do that here and hand the rest to the cluster.
 //!
 //! # Locks
 //!
@@ -14,7 +19,7 @@
 //! map operations, never across an await. The state is split by concern, each part
 //! owning its locks: `Cluster` (in `handle`, `Store.dbs`: the databases, their health
 //! and back-off), `CatalogView` (in `refresh`, `Store.view`: the catalog, refresh and
-//! evidence), `Layouts` (in `layout`, `Store.layout`) and `Uses` (in `tokens`,
+//! evidence), `Layouts` (in `layout`, `Store.dbs.layouts`) and `Uses` (in `tokens`,
 //! `Store.uses`: token last uses). The locks of the server's cache are in the module
 //! docs of `src/cache.rs`.
 //!
@@ -26,7 +31,7 @@
 //! | per (database, biz) queue | `tokio::sync::Mutex<()>` | one reservation of a biz per database per process; held across the attempt's round trips |
 //! | `dbs.list[i].health` | `parking_lot::Mutex<Health>` | back-off, last error, fence; brief |
 //! | `view.evidence` | `parking_lot::Mutex<Evidence>` | marks seen and witnessed; brief: a refresh holds it for one chunk of checks at a time (`CHECKS_PER_HOLD`) |
-//! | `layout.view` | `parking_lot::Mutex<LayoutView>` | layouts read, each database's class and standing; brief |
+//! | `dbs.layouts.view` | `parking_lot::Mutex<LayoutView>` | layouts read, each database's class and standing; brief |
 //! | biz names' table (`segmint_core::name`) | `parking_lot::RwLock` | the names by hash; read to find a name by its text, written to hold a new one (one insert); taken under any other lock, takes none |
 //! | `view.snapshots`, `view.classes_seen`, `view.refused`, `view.unbuilt` | `parking_lot::Mutex` | last rows read per database and its feed position; classes accepted per row; bizs refused by the class checks; what the reads changed that no catalog was built from yet; refresh only (held for a whole step on the blocking thread) |
 //! | `view.early.looked`, `view.early.flights` | `parking_lot::Mutex<HashMap>` | before the first catalog: the catalog of each biz looked at; the per-biz flight locks; brief, nest nothing |
@@ -36,39 +41,39 @@
 //! Nesting, as the code does it (outer → inner); any pair not listed is never held
 //! together (`health` and `reserving` are a database's, in `dbs.list`):
 //!
-//! - `view.refreshed` → `view.evidence`, `health`, `view.snapshots`, `layout.view`,
+//! - `view.refreshed` → `view.evidence`, `health`, `view.snapshots`, `dbs.layouts.view`,
 //!   `view.classes_seen`, `view.unbuilt`, `uses.pending`: `Store::refresh_since` takes
-//!   each while holding it, and awaits database calls under it, `Store::heal` included;
+//!   each while holding it, and awaits database calls under it, `Cluster::heal` included;
 //!   `Store::copy_witnesses` (a fence recorded) takes `health`, `view.evidence` and
 //!   `view.snapshots` under it and awaits the witness writes.
 //! - per (database, biz) queue → `view.evidence`, `health`: `Store::attempt_on` holds the
 //!   queue while `Store::attempt` takes `view.evidence`, and `Cluster::call` or
-//!   `Store::fence` take `health`, one at a time. `reserving` is released before the
+//!   `Cluster::fence` take `health`, one at a time. `reserving` is released before the
 //!   queue lock is awaited.
 //! - `view.evidence` → `health`: `Store::check_rows` holds `view.evidence` and calls
-//!   `Store::fence` / `Store::unfence`.
+//!   `Cluster::fence` / `Cluster::unfence`.
 //! - `view.evidence` → `view.snapshots`: `CatalogView::lacking_witnesses` holds both for
 //!   each chunk of marks it looks at, and `CatalogView::build` holds both for each chunk
 //!   of the class checks, which read the marks in place.
-//! - `health` → `layout.view`: `Store::status` holds a database's `health` while
-//!   `Store::standing_of` takes `layout.view`.
+//! - `health` → `dbs.layouts.view`: `Cluster::status` holds a database's `health` while
+//!   `Cluster::standing_of` takes `dbs.layouts.view`.
 //! - `view.snapshots` → `view.classes_seen`, `view.refused`, `view.unbuilt`: the refresh
-//!   reads the layouts' classes first (`layout.view` alone); `CatalogView::build` then
+//!   reads the layouts' classes first (`dbs.layouts.view` alone); `CatalogView::build` then
 //!   holds `view.evidence`, `view.snapshots` and `view.classes_seen` for each chunk of
 //!   `check_classes`, which takes no lock; then, holding `view.snapshots` alone, it
 //!   takes `view.refused`. `CatalogView::apply` holds `view.snapshots` and takes
 //!   `view.unbuilt`. A look (`Store::look_up`) holds `view.evidence` alone for its class
 //!   check.
-//! - per biz flight → `view.evidence`, `health`, `layout.view`, `view.early.looked`: a
+//! - per biz flight → `view.evidence`, `health`, `dbs.layouts.view`, `view.early.looked`: a
 //!   look holds its biz's flight across its reads and takes each one at a time.
 //!
-//! So the plain locks follow one order, `view.evidence` → `health` → `layout.view` and
-//! `view.evidence` → `view.snapshots` → `layout.view` / `view.classes_seen` /
+//! So the plain locks follow one order, `view.evidence` → `health` → `dbs.layouts.view` and
+//! `view.evidence` → `view.snapshots` → `dbs.layouts.view` / `view.classes_seen` /
 //! `view.refused` / `view.unbuilt`; no path takes them the other way, and none is held
 //! across an await.
 //!
 //! One long hold is worth knowing: `view.refreshed` is held for a whole refresh. While a
-//! cut-off change is being healed, that is every frozen biz's `Store::move_biz` (each
+//! cut-off change is being healed, that is every frozen biz's `Cluster::move_biz` (each
 //! step bounded by the protocol's `step_timeout`). Callers of `Store::refresh_since`
 //! wait meanwhile with no bound of their own: a reservation that met a frozen row, one
 //! that records a fence (`Store::record_fences`), and a request whose token or biz
@@ -105,7 +110,7 @@ pub use shape::Decoded;
 use super::mysql::MyStore;
 use super::postgres::PgStore;
 use super::sqlite::{OpenMode, SqliteStore};
-use super::{Catalog, Clock, RuntimeClock, SegmentStore, StoreError};
+use super::{Catalog, Clock, Reason, Refusal, RuntimeClock, SegmentStore, StoreError};
 use crate::backoff::{Backoff, Failures};
 use crate::biz::BizTag;
 use crate::config::{Config, DatabaseKind, Protocol};
@@ -180,16 +185,16 @@ impl Health {
 /// All configured databases, with the merged catalog of bizs and tokens.
 ///
 /// The state is split by concern, each part owning its locks: `dbs` ([`Cluster`], in
-/// `handle`: the databases, their health and back-off, the protocol's timings and the
-/// clock, and carrying out a step), `view` (`CatalogView`, in `refresh`: the catalog,
-/// refresh and evidence), `layout` (`Layouts`, in `layout`) and `uses` (`Uses`, in
-/// `tokens`: token last uses). The step policy and metrics are shared configuration.
+/// `handle`: the databases, their health and back-off, the layouts (`Layouts`, in
+/// `layout`), the protocol's timings and the clock, and carrying out a step), `view`
+/// (`CatalogView`, in `refresh`: the catalog, refresh and evidence) and `uses` (`Uses`,
+/// in `tokens`: token last uses). The step policy and metrics are shared configuration.
 ///
 /// # Lock order
 /// The plain (`parking_lot`) locks below are held for a few field or map operations,
 /// never across an await, and nest in one order only:
-/// `view.evidence` → a database's `health` (in `dbs.list`) → `layout.view`, and
-/// `view.snapshots` → `layout.view` / `view.classes_seen`; `uses.pending` nests
+/// `view.evidence` → a database's `health` (in `dbs.list`) → `dbs.layouts.view`, and
+/// `view.snapshots` → `dbs.layouts.view` / `view.classes_seen`; `uses.pending` nests
 /// nothing. Of the async locks, `view.refreshed` (one refresh at a time) is taken
 /// before any of them and held across the refresh's database calls (a heal's
 /// included); a database's per-biz queue (in its `reserving`) is taken before
@@ -197,24 +202,16 @@ impl Health {
 /// is awaited. Each part states the rule for its own locks; this module's docs
 /// (Locks) name the code path behind each pair.
 pub struct Store {
-    /// The handle on the cluster: the databases, their names, timings and health, and
-    /// carrying out a step on one.
+    /// The handle on the cluster: the databases, their names, timings, health and
+    /// layouts, and carrying out a step on one.
     dbs: handle::Cluster,
     /// The catalog, the rows last read and the evidence checked against them.
     view: Arc<refresh::CatalogView>,
-    /// The layouts read and each database's class.
-    layout: layout::Layouts,
     /// Token uses noted and not yet written.
     uses: tokens::Uses,
     /// How the step of a segment is chosen from its [`StepRequest`](crate::step::StepRequest).
     policy: StepPolicy,
     metrics: Arc<Metrics>,
-    /// The snowflake epoch and bit layout: agreed with the cluster before a worker ID is
-    /// leased, and bounding the worker IDs leased.
-    snowflake: Spec,
-    /// The servers' leases of sequence sections: a layout change carrying the sections
-    /// waits them out.
-    sequences: segmint_core::lease::Timing,
 }
 
 impl Store {
@@ -312,24 +309,26 @@ impl Store {
             })
             .collect();
         Store {
-            dbs: handle::Cluster::new(list, timing, Protocol::default(), Arc::new(RuntimeClock)),
+            dbs: handle::Cluster::new(list, configured, timing, Arc::new(RuntimeClock)),
             view,
-            layout: layout::Layouts::configured(configured),
             uses: tokens::Uses::default(),
             policy,
             metrics,
-            snowflake: Spec::default(),
-            sequences: {
-                let defaults = crate::config::SequencesConfig::default();
-                segmint_core::lease::Timing::new(defaults.lease, defaults.grace)
-            },
         }
     }
 
     /// This store with the servers' leases of sequence sections `timing`.
     #[must_use]
     pub fn with_sequences(mut self, timing: segmint_core::lease::Timing) -> Store {
-        self.sequences = timing;
+        self.dbs.sequences = timing;
+        self
+    }
+
+    /// This store issuing snowflake IDs with `spec` (Leaf's epoch and layout unless
+    /// set): the spec it agrees on with the cluster, whose layout bounds the worker IDs.
+    #[must_use]
+    pub fn with_snowflake(mut self, spec: Spec) -> Store {
+        self.dbs.snowflake = spec;
         self
     }
 
@@ -383,8 +382,8 @@ impl Store {
         &self.dbs.names
     }
 
-    /// The handle on the cluster: its databases, their health and the steps the
-    /// sequence rows and the clocks take on them.
+    /// The handle on the cluster: its databases, their health and layouts, and the
+    /// executors of the machines that coordinate through its rows alone.
     pub fn cluster(&self) -> &Cluster {
         &self.dbs
     }
@@ -399,5 +398,80 @@ impl Store {
     /// which is what every ID request needs.
     pub fn with_catalog<R>(&self, f: impl FnOnce(&Catalog) -> R) -> R {
         f(&self.view.catalog.load())
+    }
+
+    // The commands that read the catalog (or write a token) beside the cluster's rows:
+    // each does that part here and hands the rest to the cluster's executor.
+
+    /// Records the cluster's membership if none is (an embedded store is migrated when
+    /// opened: this is its `segmint migrate`). Then, on a store with no biz at all,
+    /// creates the biz `test` and a token for it, so that
+    /// a fresh `segmint serve` can be tried at once. Returns the token; `None` when a biz
+    /// exists already.
+    ///
+    /// # Errors
+    /// [`StoreError::Refused`] when a database cannot be read, or the biz or the token
+    /// cannot be added.
+    pub async fn first_start(&self) -> Result<Option<String>, StoreError> {
+        self.dbs.record_membership().await?;
+        for (db, rows) in self.dbs.list_bizs().await {
+            match rows {
+                Ok(rows) if rows.is_empty() => {}
+                Ok(_) => return Ok(None),
+                Err(e) => {
+                    return Err(Refusal::new(
+                        Reason::DatabaseUnanswered,
+                        format!("database \"{db}\": {e}"),
+                    )
+                    .into());
+                }
+            }
+        }
+        let biz = BizTag::parse("test")?;
+        self.dbs.add_biz(&biz, 1000, 1, None).await?;
+        let (token, _) = self.add_token(&biz, "created on first start").await?;
+        Ok(Some(token))
+    }
+
+    /// Takes a free worker ID for `holder` ([`Cluster::take_lease`]) once the layout in
+    /// force was read: which database may lease which worker ID follows it (a worker ID
+    /// leased by an earlier layout's classes is blocked where it left, so a stale read
+    /// costs worker IDs, never a duplicate).
+    ///
+    /// # Errors
+    /// As [`Cluster::take_lease`].
+    pub async fn take_lease(
+        &self,
+        holder: &str,
+        lease: Duration,
+        grace: Duration,
+    ) -> Result<lease::Lease, StoreError> {
+        if !self.catalog().is_read() {
+            self.refresh_since(self.dbs.clock.now()).await;
+        }
+        self.dbs.take_lease(holder, lease, grace).await
+    }
+
+    /// Recovers `biz` on the catalog read now ([`Cluster::recover_period`]).
+    ///
+    /// # Errors
+    /// As [`Cluster::recover_period`].
+    pub async fn recover_period(
+        &self,
+        biz: &BizTag,
+        above: Option<i64>,
+    ) -> Result<Vec<String>, StoreError> {
+        let catalog = self.refresh_since(self.dbs.clock.now()).await;
+        self.dbs.recover_period(&catalog, biz, above).await
+    }
+
+    /// What `text`, an ID of `biz`, stands for, by the catalog read now
+    /// ([`Cluster::decode_id`]).
+    ///
+    /// # Errors
+    /// As [`Cluster::decode_id`].
+    pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<Decoded, StoreError> {
+        let catalog = self.refresh_since(self.dbs.clock.now()).await;
+        self.dbs.decode_id(&catalog, biz, text).await
     }
 }

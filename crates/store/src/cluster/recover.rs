@@ -2,12 +2,13 @@
 //! clocks, [`recover`](crate::recover) checks and plans (its docs say what a recovery
 //! is), and the store writes the interim rows and the marked shape.
 
-use super::Store;
+use super::Cluster;
+use crate::Catalog;
 use crate::biz::BizTag;
 use crate::recover::{self, Refused};
 use crate::store::{Reason, Refusal, ShapeRow, StoreError};
 
-impl Store {
+impl Cluster {
     /// Recovers `biz` (see [`recover`](crate::recover)). `above`: the highest number
     /// of the current period the operator's system holds (the interim rows start above
     /// it); `None`: the current period issues nothing more, the next ones do.
@@ -19,10 +20,10 @@ impl Store {
     /// (the command is run again: each step it finds done is skipped).
     pub async fn recover_period(
         &self,
+        catalog: &Catalog,
         biz: &BizTag,
         above: Option<i64>,
     ) -> Result<Vec<String>, StoreError> {
-        let catalog = self.refresh_since(self.dbs.clock.now()).await;
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
@@ -31,12 +32,12 @@ impl Store {
         let members: Vec<usize> = entry.classes.iter().map(|&(i, _)| i).collect();
         let (rows, shape) = self.rows_to_recover(biz, &members).await?;
         // The current period, by the latest database clock read.
-        let ahead = self.dbs.clock_ahead_ms().unwrap_or(0);
-        let now = period.code_at(self.dbs.clock.unix_ms().saturating_sub(ahead));
+        let ahead = self.clock_ahead_ms().unwrap_or(0);
+        let now = period.code_at(self.clock.unix_ms().saturating_sub(ahead));
         let read: Vec<recover::Row> = rows
             .iter()
             .map(|&(i, max_id, step)| recover::Row {
-                name: &self.dbs.names[i],
+                name: &self.names[i],
                 max_id,
                 step,
             })
@@ -64,9 +65,8 @@ impl Store {
         let mut recovered = shape;
         recovered.period = plan.marked(&recovered.period);
         for &i in &members {
-            let db = &self.dbs.list[i];
-            self.dbs
-                .timed(db.store.put_shape(&recovered))
+            let db = &self.list[i];
+            self.timed(db.store.put_shape(&recovered))
                 .await
                 .map_err(|e| {
                     StoreError::from(
@@ -100,10 +100,9 @@ impl Store {
         let mut rows = Vec::with_capacity(members.len());
         let mut shapes: Vec<ShapeRow> = Vec::new();
         for &i in members {
-            let db = &self.dbs.list[i];
-            self.dbs.read_clock(i).await;
+            let db = &self.list[i];
+            self.read_clock(i).await;
             let read = self
-                .dbs
                 .timed(db.store.catalog_of(biz.as_str(), None, &[]))
                 .await
                 .map_err(|e| {

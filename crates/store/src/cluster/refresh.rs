@@ -148,7 +148,7 @@ impl CatalogView {
 
     /// The catalog after the changes applied since the last one was built (`unbuilt`),
     /// under a layout in force of epoch `floor` whose classes are `layouts`
-    /// ([`Store::layout_classes`]): the rows of the bizs touched are checked again
+    /// ([`Cluster::layout_classes`]): the rows of the bizs touched are checked again
     /// ([`check_classes`]), and the catalog is built again only if what it holds
     /// changed (else the current one is kept, generation and all). Seconds after a
     /// full read of a million bizs: run on a blocking thread.
@@ -391,18 +391,18 @@ impl Store {
             );
         }
         let layouts: Vec<_> = read.iter().map(|(i, r)| (*i, r.layouts.clone())).collect();
-        let layout_was = (self.layout_epochs().0, self.layout_classes());
-        self.apply_layouts(&layouts);
-        self.share_layouts(&layouts).await;
+        let layout_was = (self.dbs.layout_epochs().0, self.dbs.layout_classes());
+        self.dbs.apply_layouts(&layouts);
+        self.dbs.share_layouts(&layouts).await;
         let view = self.view.clone();
         let (turn, read) = off_thread(turn, move || view.apply(read, now)).await?;
         // A change cut off midway: its bizs are finished from here (it reads and writes
         // the rows again, so the catalog below sees where they got).
-        if self.layout_epochs().1.is_some() {
+        if self.dbs.layout_epochs().1.is_some() {
             self.heal_cut_off(&read).await;
         }
-        let floor = self.layout_epochs().0;
-        let classes = self.layout_classes();
+        let floor = self.dbs.layout_epochs().0;
+        let classes = self.dbs.layout_classes();
         if (floor, &classes) != (layout_was.0, &layout_was.1) {
             self.view.unbuilt.lock().full = true;
         }
@@ -499,7 +499,7 @@ impl Store {
             .collect()
     }
 
-    /// Finishes the bizs of a change cut off midway ([`Store::heal`]) from the last rows
+    /// Finishes the bizs of a change cut off midway ([`Cluster::heal`]) from the last rows
     /// of the databases just `read`. When it moved any, their bizs are read again
     /// (those that answer) and the next catalog is built in full.
     async fn heal_cut_off(&self, read: &[(usize, bool)]) {
@@ -509,7 +509,7 @@ impl Store {
                 .filter_map(|&(i, _)| Some((i, snapshots[i].clone()?)))
                 .collect()
         };
-        if self.heal(&whole).await {
+        if self.dbs.heal(&whole).await {
             for &(i, _) in read {
                 if let Ok(bizs) = self.dbs.timed(self.dbs.list[i].store.bizs()).await
                     && let Some(snap) = &mut self.view.snapshots.lock()[i]
@@ -530,6 +530,27 @@ impl Store {
             off_thread(turn, move || view.lacking_witnesses(&names, &read)).await?;
         self.write_witnesses(&lacking).await;
         Some(turn)
+    }
+
+    /// Records in the other databases the evidence of every fence this process alone
+    /// knows of: the marks a fenced database's rows lie behind may have missed their
+    /// witnesses (the other databases slow or backed off), and a server started after
+    /// this one stops knows only what the databases hold. Copies what each reachable
+    /// database lacks ([`Store::copy_witnesses`]); a fence stays unrecorded, for the
+    /// next call, until another database holds every mark of the fenced one.
+    pub(super) async fn record_fences(&self) {
+        let unrecorded: Vec<usize> = (0..self.dbs.list.len())
+            .filter(|&i| {
+                let health = self.dbs.list[i].health.lock();
+                health.fenced.is_some() && health.unrecorded
+            })
+            .collect();
+        if unrecorded.is_empty() {
+            return;
+        }
+        for i in self.copy_witnesses(&unrecorded).await {
+            self.dbs.list[i].health.lock().unrecorded = false;
+        }
     }
 
     /// Copies into every reachable database the marks it lacks, as a refresh does after
@@ -593,8 +614,8 @@ impl Store {
             ok.push(fine);
             let fencing = self.view.evidence.lock();
             match behind {
-                Some(regression) => self.fence(*i, &regression),
-                None if rows.full => self.unfence(*i),
+                Some(regression) => self.dbs.fence(*i, &regression),
+                None if rows.full => self.dbs.unfence(*i),
                 None => {}
             }
             drop(fencing);
@@ -668,7 +689,7 @@ pub(super) fn learn_witnesses(names: &[String], evidence: &mut Evidence, witness
 ///   every ID known issued of the biz: every row's `max_id`, and every mark seen or
 ///   witnessed. Else the biz is refused, naming both rows, until the row is raised.
 ///
-/// `names` are the databases' names; `layouts` are [`Store::layout_classes`]; `seen` what was accepted before, by
+/// `names` are the databases' names; `layouts` are [`Cluster::layout_classes`]; `seen` what was accepted before, by
 /// database (`view.classes_seen`, or a scratch one for a look at one biz).
 pub(super) fn check_classes(
     names: &[String],
@@ -871,11 +892,11 @@ mod tests {
             .build()
             .unwrap();
         runtime.block_on(async {
-            for (_, migrated) in store.migrate().await.results() {
+            for (_, migrated) in store.cluster().migrate().await.results() {
                 migrated.unwrap();
             }
             let biz = BizTag::parse("order").unwrap();
-            store.add_biz(&biz, 100, 1, None).await.unwrap();
+            store.cluster().add_biz(&biz, 100, 1, None).await.unwrap();
         });
         store
     }

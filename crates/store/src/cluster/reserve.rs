@@ -287,7 +287,7 @@ impl Store {
     ) -> Result<Reservation, StoreError> {
         use futures_util::StreamExt;
         let mut order: Vec<usize> = (0..self.dbs.list.len())
-            .filter(|&i| self.is_live(i))
+            .filter(|&i| self.dbs.is_live(i))
             .collect();
         order.shuffle(&mut rand::rng());
         let mut misses = Misses::default();
@@ -404,12 +404,12 @@ impl Store {
             }
         } else if missing > 0 && failed.is_empty() {
             StoreError::NotFound(biz.to_string())
-        } else if failed.is_empty() && self.membership().epoch.is_none() {
+        } else if failed.is_empty() && self.dbs.membership().epoch.is_none() {
             StoreError::Unavailable(NO_MEMBERSHIP.to_owned())
         } else if failed.is_empty() {
             StoreError::Unavailable(format!(
                 "every database is backing off after failures ({})",
-                self.last_errors()
+                self.dbs.last_errors()
             ))
         } else {
             StoreError::Unavailable(failed.join("; "))
@@ -549,7 +549,7 @@ impl Store {
             Outcome::Window(miss) => Ok(Attempt::Window(miss)),
             Outcome::Behind { row, known } => {
                 let regression = evidence::Regression::at(biz.as_str(), &row, known);
-                self.fence(i, &regression);
+                self.dbs.fence(i, &regression);
                 Err(DbError::Fenced {
                     reason: regression.to_string(),
                 })

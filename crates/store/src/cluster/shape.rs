@@ -1,6 +1,7 @@
 //! Reading an issued ID back: `segmint id decode`.
 
-use super::Store;
+use super::Cluster;
+use crate::Catalog;
 use crate::biz::BizTag;
 use crate::segment::Residue;
 use crate::store::{Reason, Refusal, StoreError};
@@ -54,15 +55,19 @@ impl std::fmt::Display for Decoded {
     }
 }
 
-impl Store {
+impl Cluster {
     /// What `text`, an ID of `biz` as issued, stands for: its number, its sequential
     /// value (the biz's format and order undone) and the database whose class holds it.
     ///
     /// # Errors
     /// [`StoreError::NotFound`] for an unknown biz; [`StoreError::Refused`] when
     /// `text` is not an ID of the biz's format or order.
-    pub async fn decode_id(&self, biz: &BizTag, text: &str) -> Result<Decoded, StoreError> {
-        let catalog = self.refresh_since(self.dbs.clock.now()).await;
+    pub async fn decode_id(
+        &self,
+        catalog: &Catalog,
+        biz: &BizTag,
+        text: &str,
+    ) -> Result<Decoded, StoreError> {
         let entry = catalog
             .biz(biz.as_str())
             .ok_or_else(|| StoreError::NotFound(biz.to_string()))?;
@@ -122,7 +127,7 @@ impl Store {
             id: text.to_string(),
             number,
             sequential,
-            database: holder.map(|(db, _)| self.dbs.names[*db].clone()),
+            database: holder.map(|(db, _)| self.names[*db].clone()),
             class: holder.map(|(_, class)| *class),
         })
     }

@@ -248,7 +248,7 @@ impl Store {
         expires_in: Option<Duration>,
         needs_row: bool,
     ) -> Result<(String, Vec<String>), StoreError> {
-        let existing = self.biz_everywhere(biz).await?;
+        let existing = self.dbs.biz_everywhere(biz).await?;
         if needs_row && existing.iter().all(Option::is_none) {
             return Err(StoreError::NotFound(biz.to_string()));
         }

@@ -9,7 +9,7 @@ use segmint_core::layout::changing::{
 use segmint_core::layout::moving::Outcome as MoveOutcome;
 use std::collections::BTreeMap;
 
-/// What [`Store::check_change`] found: the layouts stored, the change's target and the
+/// What [`Cluster::check_change`] found: the layouts stored, the change's target and the
 /// databases it declares lost, and the databases it needs (by index).
 struct Checked {
     layouts: Vec<Layout>,
@@ -18,7 +18,7 @@ struct Checked {
     parts: Vec<usize>,
 }
 
-impl Store {
+impl Cluster {
     /// Moves the cluster to the layout `change` asks for (see [`layout::target`]),
     /// worked out from the layouts it reads itself. `before` is the layout before any change
     /// (the configured classes), used when no layout was ever stored. Reports progress
@@ -66,7 +66,7 @@ impl Store {
                     finishing,
                 } => (from, to, supersede, finishing),
             };
-        let names: Vec<String> = parts.iter().map(|&i| self.dbs.names[i].clone()).collect();
+        let names: Vec<String> = parts.iter().map(|&i| self.names[i].clone()).collect();
         if let Some(running) = supersede.as_ref().or(finishing.then_some(&to)) {
             self.wait_unchanged(&parts, running, &layouts, say).await?;
         }
@@ -97,7 +97,7 @@ impl Store {
         self.run_beating(&parts, change, &to, say).await
     }
 
-    /// Waits until the change to `running` has been silent ([`Store::wait_silent`]),
+    /// Waits until the change to `running` has been silent ([`Cluster::wait_silent`]),
     /// then reads the layouts of `parts` again: what was decided from `layouts` holds
     /// only if the newest epoch stored, the one done and the one pending are the same.
     ///
@@ -159,8 +159,7 @@ impl Store {
                     // The configured classes become epoch 0, as a claim: a command that
                     // raced this one wrote the same or its claim below fails.
                     let i = parts[part];
-                    self.dbs
-                        .step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
+                    self.step(i, self.list[i].store.claim_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "nothing changed"))?;
                     change.claimed(true);
@@ -168,8 +167,7 @@ impl Store {
                 ChangeNeed::Claim { part, layout, .. } => {
                     let i = parts[part];
                     let claimed = self
-                        .dbs
-                        .step(i, self.dbs.list[i].store.claim_layout(&layout.row(now)))
+                        .step(i, self.list[i].store.claim_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.claimed(claimed);
@@ -189,8 +187,7 @@ impl Store {
                         });
                     }
                     let i = parts[part];
-                    self.dbs
-                        .step(i, self.dbs.list[i].store.put_layout(&layout.row(now)))
+                    self.step(i, self.list[i].store.put_layout(&layout.row(now)))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.put();
@@ -208,7 +205,7 @@ impl Store {
     /// on database `i`: `first`, the first database it tried (another command claimed
     /// the epoch first, and nothing changed), or a later one.
     fn claimed_refusal(&self, i: usize, first: bool, epoch: i64) -> StoreError {
-        let name = &self.dbs.names[i];
+        let name = &self.names[i];
         let refusal = if first {
             Refusal::new(
                 Reason::ChangeClaimed,
@@ -230,8 +227,8 @@ impl Store {
     }
 
     /// Runs the rest of `change`, the change to `to` over the databases `parts` whose
-    /// row is claimed ([`Store::run_change`]), while its row is rewritten every
-    /// heartbeat ([`Store::heartbeat`]). Returns the layout done; a change stopped by an
+    /// row is claimed ([`Cluster::run_change`]), while its row is rewritten every
+    /// heartbeat ([`Cluster::heartbeat`]). Returns the layout done; a change stopped by an
     /// error releases its row first, best effort.
     async fn run_beating(
         &self,
@@ -273,7 +270,7 @@ impl Store {
         finishing: &AtomicBool,
     ) -> StoreError {
         loop {
-            tokio::time::sleep(self.dbs.protocol.heartbeat).await;
+            tokio::time::sleep(self.protocol.heartbeat).await;
             if finishing.load(Ordering::SeqCst) {
                 std::future::pending::<()>().await;
             }
@@ -290,7 +287,7 @@ impl Store {
                         Reason::ChangeSuperseded,
                         format!(
                             "layout epoch {} is no longer moving on database \"{}\": a later change superseded this one; stopped",
-                            to.epoch, self.dbs.names[parts[k]]
+                            to.epoch, self.names[parts[k]]
                         ),
                     )
                     .into();
@@ -325,16 +322,16 @@ impl Store {
         if first == 0 {
             return Ok(());
         }
-        let silent = self.dbs.protocol.silent;
+        let silent = self.protocol.silent;
         say(format!(
             "a change to layout epoch {} ({}) is under way or was cut off: waiting {} s to see whether its command still runs",
             running.epoch,
             running.describe(),
             silent.as_secs_f64()
         ));
-        let until = self.dbs.clock.now() + silent;
-        while self.dbs.clock.now() < until {
-            tokio::time::sleep(self.dbs.protocol.silence_poll()).await;
+        let until = self.clock.now() + silent;
+        while self.clock.now() < until {
+            tokio::time::sleep(self.protocol.silence_poll()).await;
             let seen = beat(self.on_parts(parts, |db| db.layouts()).await);
             if seen != first {
                 return Err(Refusal::new(
@@ -392,8 +389,7 @@ impl Store {
                 ChangeNeed::SetLeases { part, rows, .. } => {
                     let i = parts[part];
                     let written = self
-                        .dbs
-                        .step(i, self.dbs.list[i].store.set_leases(epoch, &rows))
+                        .step(i, self.list[i].store.set_leases(epoch, &rows))
                         .await
                         .map_err(|e| self.stopped(i, &e, "stopped"))?;
                     change.set(written);
@@ -437,7 +433,7 @@ impl Store {
         layout
             .members
             .iter()
-            .filter_map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+            .filter_map(|m| self.names.iter().position(|n| *n == m.name))
             .collect()
     }
 
@@ -473,10 +469,10 @@ impl Store {
     }
 
     /// Moves `biz` to layout `epoch` over the databases `parts`, as `change`'s move
-    /// asks ([`Store::drive_move`]), and tells it how the move ended.
+    /// asks ([`Cluster::drive_move`]), and tells it how the move ended.
     ///
     /// # Errors
-    /// [`StoreError::Refused`] when the move stopped ([`Store::move_refusal`]).
+    /// [`StoreError::Refused`] when the move stopped ([`Cluster::move_refusal`]).
     async fn run_move(
         &self,
         biz: &str,
@@ -511,15 +507,12 @@ impl Store {
     /// # Errors
     /// [`StoreError::Refused`] when the database fails.
     async fn put_done(&self, i: usize, layout: &Layout) -> Result<(), StoreError> {
-        self.dbs
-            .step(
-                i,
-                self.dbs.list[i]
-                    .store
-                    .put_layout(&layout.row(self.unix_ms())),
-            )
-            .await
-            .map_err(|e| self.stopped(i, &e, "stopped"))?;
+        self.step(
+            i,
+            self.list[i].store.put_layout(&layout.row(self.unix_ms())),
+        )
+        .await
+        .map_err(|e| self.stopped(i, &e, "stopped"))?;
         Ok(())
     }
 
@@ -533,7 +526,7 @@ impl Store {
         say: &mut (dyn FnMut(String) + Send),
     ) -> Layout {
         self.load_layout().await;
-        let changed: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+        let changed: Vec<&str> = parts.iter().map(|&i| self.names[i].as_str()).collect();
         super::super::admin::audit(&format!("layout epoch {}", layout.epoch), "", "", &changed);
         say(format!(
             "layout epoch {} is done: {}",
@@ -558,9 +551,7 @@ impl Store {
             m.iter().map(|p| p.map(|p| parts[p])).collect()
         };
         let (from, to) = (at(from), at(to));
-        self.dbs
-            .run_carries(biz, change.carries(), (&from, &to))
-            .await;
+        self.run_carries(biz, change.carries(), (&from, &to)).await;
         change.carried();
         let epoch = change.decision().to.epoch;
         match change.need() {
@@ -606,9 +597,9 @@ impl Store {
                 .hint("run `segmint db list` and mend the layout rows by hand")
         })?;
         let (target, lost) =
-            layout::target(change, &layouts, before, &self.dbs.names).map_err(Refusal::from)?;
+            layout::target(change, &layouts, before, &self.names).map_err(Refusal::from)?;
         for name in &target {
-            if !self.dbs.names.contains(name) {
+            if !self.names.contains(name) {
                 return Err(Refusal::new(
                     Reason::DatabaseMissingFromConfig,
                     format!("database \"{name}\" is not configured; nothing changed"),
@@ -634,7 +625,7 @@ impl Store {
         self.check_configured(&need)?;
         let parts: Vec<usize> = need
             .iter()
-            .filter_map(|n| self.dbs.names.iter().position(|x| x == n))
+            .filter_map(|n| self.names.iter().position(|x| x == n))
             .collect();
         self.check_answers(&reads, &parts, &lost)?;
         Ok(Checked {
@@ -655,12 +646,12 @@ impl Store {
         Vec<Result<Vec<LayoutRow>, DbError>>,
         Vec<Result<Vec<crate::store::Witness>, DbError>>,
     ) {
-        let all: Vec<usize> = (0..self.dbs.list.len()).collect();
+        let all: Vec<usize> = (0..self.list.len()).collect();
         let mut reads = self.on_parts(&all, |db| db.layouts()).await;
         let mut witnesses = self.on_parts(&all, |db| db.witnesses()).await;
         // A database not migrated yet has no layout or witness rows, and need only
         // answer.
-        if let Some(i) = fresh.and_then(|n| self.dbs.names.iter().position(|x| x == n))
+        if let Some(i) = fresh.and_then(|n| self.names.iter().position(|x| x == n))
             && (reads[i].is_err() || witnesses[i].is_err())
             && let Some(Ok(())) = self.on_parts(&[i], |db| db.ping()).await.pop()
         {
@@ -675,10 +666,7 @@ impl Store {
     /// # Errors
     /// [`StoreError::Refused`] naming those that are not; nothing changed.
     fn check_configured(&self, need: &[String]) -> Result<(), StoreError> {
-        let missing: Vec<&String> = need
-            .iter()
-            .filter(|n| !self.dbs.names.contains(n))
-            .collect();
+        let missing: Vec<&String> = need.iter().filter(|n| !self.names.contains(n)).collect();
         if !missing.is_empty() {
             let names = missing
                 .iter()
@@ -714,7 +702,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         for &i in parts {
             if let Err(e) = &reads[i] {
-                let name = &self.dbs.names[i];
+                let name = &self.names[i];
                 return Err(Refusal::new(
                     Reason::DatabaseUnanswered,
                     format!(
@@ -728,7 +716,7 @@ impl Store {
             }
         }
         for name in lost {
-            if let Some(i) = self.dbs.names.iter().position(|n| n == name)
+            if let Some(i) = self.names.iter().position(|n| n == name)
                 && reads[i].is_ok()
             {
                 return Err(Refusal::new(
@@ -745,12 +733,12 @@ impl Store {
     }
 
     /// Checks, before `segmint db add` migrates the database `adding`, what the change
-    /// would check before writing anything ([`Store::change_layout`]): a change refused
+    /// would check before writing anything ([`Cluster::change_layout`]): a change refused
     /// for a database missing or not answering is refused before the new database is
     /// touched.
     ///
     /// # Errors
-    /// [`StoreError::Refused`] as [`Store::change_layout`] refuses before writing.
+    /// [`StoreError::Refused`] as [`Cluster::change_layout`] refuses before writing.
     pub async fn check_layout_change(
         &self,
         change: &LayoutChange,
@@ -775,12 +763,12 @@ impl Store {
         join_all(
             parts
                 .iter()
-                .map(|&i| self.dbs.step(i, op(self.dbs.list[i].store.as_ref()))),
+                .map(|&i| self.step(i, op(self.list[i].store.as_ref()))),
         )
         .await
     }
 
-    /// [`Store::on_parts`], every database answering: the error names the first that
+    /// [`Cluster::on_parts`], every database answering: the error names the first that
     /// did not, followed by `then` (what that means for the change).
     pub(super) async fn all_parts<'a, T, F>(
         &'a self,
@@ -817,7 +805,7 @@ impl Store {
             Reason::DatabaseUnanswered,
             format!(
                 "database \"{}\" failed ({e}); {then}; what was done is safe to serve from",
-                self.dbs.names[i]
+                self.names[i]
             ),
         )
         .hint("run the command again once it answers")
@@ -848,15 +836,12 @@ impl Store {
             let Some(k) = parts.iter().position(|&p| p == i) else {
                 continue;
             };
-            let store = &self.dbs.list[i].store;
+            let store = &self.list[i].store;
             let fail = |e: DbError| self.stopped(i, &e, "stopped");
             let mut copied = (0, 0);
             for (biz, shape) in &all_shapes {
                 if !shapes[k].iter().any(|s| s.biz_type == *biz) {
-                    self.dbs
-                        .step(i, store.put_shape(shape))
-                        .await
-                        .map_err(fail)?;
+                    self.step(i, store.put_shape(shape)).await.map_err(fail)?;
                     copied.0 += 1;
                 }
             }
@@ -866,16 +851,14 @@ impl Store {
                         .iter()
                         .any(|r| r.token_hash.eq_ignore_ascii_case(&t.hash) && r.biz_type == *biz);
                     if !held {
-                        self.dbs
-                            .step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
+                        self.step(i, store.insert_token(&t.hash, biz, &t.remark, t.expires))
                             .await
                             .map_err(fail)?;
                         copied.1 += 1;
                     }
                 }
                 if let Some(at) = t.revoked {
-                    self.dbs
-                        .step(i, store.revoke_tokens(&t.hash, at))
+                    self.step(i, store.revoke_tokens(&t.hash, at))
                         .await
                         .map_err(fail)?;
                 }
@@ -883,7 +866,7 @@ impl Store {
             if copied != (0, 0) {
                 say(format!(
                     "\"{}\": copied {} shape rows and {} token grants",
-                    self.dbs.names[i], copied.0, copied.1
+                    self.names[i], copied.0, copied.1
                 ));
             }
         }

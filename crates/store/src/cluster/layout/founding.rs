@@ -4,7 +4,7 @@
 use super::*;
 use crate::layout::{Founding, FoundingError, Need};
 
-impl Store {
+impl Cluster {
     /// Records the configured databases and classes as the cluster's membership (the
     /// layout of epoch 0, `done`) on every configured database, unless a layout is
     /// recorded already (then `Ok(None)`). Every configured database must answer.
@@ -15,11 +15,10 @@ impl Store {
     /// another membership found on a database.
     pub async fn record_membership(&self) -> Result<Option<Layout>, StoreError> {
         let read: Vec<(String, Option<Vec<LayoutRow>>)> = self
-            .dbs
             .on_all(|db| db.layouts())
             .await
             .into_iter()
-            .zip(&self.dbs.names)
+            .zip(&self.names)
             .map(|(rows, name)| (name.clone(), rows.ok()))
             .collect();
         let Some(mut machine) =
@@ -30,18 +29,15 @@ impl Store {
         loop {
             match machine.next() {
                 Need::Claim { database, row } => {
-                    let answer = self
-                        .dbs
-                        .on_named(&database, |db| db.claim_layout(&row))
-                        .await;
+                    let answer = self.on_named(&database, |db| db.claim_layout(&row)).await;
                     machine.claimed(answer);
                 }
                 Need::Read { database } => {
-                    let answer = self.dbs.on_named(&database, |db| db.layouts()).await;
+                    let answer = self.on_named(&database, |db| db.layouts()).await;
                     machine.read(answer);
                 }
                 Need::MarkDone { database, row } => {
-                    let answer = self.dbs.on_named(&database, |db| db.put_layout(&row)).await;
+                    let answer = self.on_named(&database, |db| db.put_layout(&row)).await;
                     machine.marked(answer);
                 }
                 Need::Recorded(layout) => {

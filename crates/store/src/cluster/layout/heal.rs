@@ -4,7 +4,7 @@
 use super::*;
 use crate::layout::Heal;
 
-impl Store {
+impl Cluster {
     /// Writes the final layout rows (`done`, `superseded`) known here into each
     /// database just `read` that lacks them (or holds them as `moving`): a database
     /// that missed the end of a change, or one declared lost that came back, learns it,
@@ -13,7 +13,7 @@ impl Store {
     /// effort: a failed write is written again at a later refresh.
     pub(in crate::cluster) async fn share_layouts(&self, read: &[(usize, Vec<LayoutRow>)]) {
         let (layouts, standing) = {
-            let view = self.layout.view.lock();
+            let view = self.layouts.view.lock();
             (view.layouts.clone(), view.standing.clone())
         };
         for (i, rows) in read {
@@ -26,18 +26,18 @@ impl Store {
                     continue;
                 }
                 let row = l.row(self.unix_ms());
-                let store = &self.dbs.list[*i].store;
+                let store = &self.list[*i].store;
                 let written = match held {
-                    None => self.dbs.timed(store.claim_layout(&row)).await,
-                    Some(_) => self.dbs.timed(store.put_layout(&row)).await,
+                    None => self.timed(store.claim_layout(&row)).await,
+                    Some(_) => self.timed(store.put_layout(&row)).await,
                 };
                 match written {
                     Ok(true) => {
-                        tracing::info!(database = %self.dbs.names[*i], epoch = l.epoch, state = l.state.as_str(), "wrote a layout row the database lacked")
+                        tracing::info!(database = %self.names[*i], epoch = l.epoch, state = l.state.as_str(), "wrote a layout row the database lacked")
                     }
                     Ok(false) => {}
                     Err(e) => {
-                        tracing::warn!(database = %self.dbs.names[*i], error = %e, "could not write a layout row the database lacks")
+                        tracing::warn!(database = %self.names[*i], error = %e, "could not write a layout row the database lacks")
                     }
                 }
             }
@@ -55,7 +55,7 @@ impl Store {
     /// whether a biz was moved.
     pub(in crate::cluster) async fn heal(&self, read: &[(usize, Snapshot)]) -> bool {
         let (pending, layouts) = {
-            let mut view = self.layout.view.lock();
+            let mut view = self.layouts.view.lock();
             let Some(pending) = layout::current(&view.layouts).1.cloned() else {
                 view.watched = None;
                 return false;
@@ -67,12 +67,7 @@ impl Store {
                 .map(|r| r.changed_ms)
                 .max()
                 .unwrap_or(0);
-            if !view.cut_off(
-                pending.epoch,
-                beat,
-                self.dbs.clock.now(),
-                self.dbs.protocol.silent,
-            ) {
+            if !view.cut_off(pending.epoch, beat, self.clock.now(), self.protocol.silent) {
                 return false;
             }
             (pending, view.layouts.clone())
@@ -93,7 +88,7 @@ impl Store {
         names.sort();
         names.dedup();
         let read_at: Vec<usize> = read.iter().map(|(i, _)| *i).collect();
-        let parts = match layout::healing(&layouts, &before, &self.dbs.names, &read_at, &names) {
+        let parts = match layout::healing(&layouts, &before, &self.names, &read_at, &names) {
             Heal::Move { parts, .. } => parts,
             Heal::Nothing => return false,
             Heal::Lacks(need) => {
@@ -104,7 +99,7 @@ impl Store {
         let mut bizs: BTreeSet<&str> = BTreeSet::new();
         for (i, snap) in read {
             for r in &snap.bizs {
-                if layout::frozen_by(&pending, &self.dbs.names[*i], r.frozen, r.claimed_by) {
+                if layout::frozen_by(&pending, &self.names[*i], r.frozen, r.claimed_by) {
                     bizs.insert(&r.biz_type);
                 }
             }

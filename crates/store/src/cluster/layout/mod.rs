@@ -24,7 +24,7 @@
 //! see [`Protocol`](crate::config::Protocol)). A change whose row has not changed for the
 //! silence (3 s; watched by the reader's own monotonic clock: no two hosts' clocks are
 //! compared) was cut off: servers finish its bizs themselves
-//! ([`Store::heal`]), and running the command again (or the opposite one) finishes it.
+//! ([`Cluster::heal`]), and running the command again (or the opposite one) finishes it.
 //! Worker IDs move last, under the same epoch (a lease write checks in its transaction
 //! that the epoch is still `moving`): blocked where they leave (the holder's renewals
 //! then fail), freed where they arrive with the last holder's bound, so the next holder
@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
 
-use super::Store;
+use super::Cluster;
 use super::lease::WORKER_IDS;
 use crate::layout::{self, Layout, LayoutChange, LayoutState, Plan, Standing};
 use crate::segment::Residue;
@@ -56,7 +56,7 @@ const MOVE_ATTEMPTS: u32 = 50;
 /// What the witnesses recorded, by biz: `(highest max_id, version)` per witness.
 type Witnessed = HashMap<String, Vec<(i64, i64)>>;
 
-/// The layout part of the [`Store`]: the layouts read and each database's class.
+/// The layout part of the [`Cluster`]: the layouts read and each database's class.
 ///
 /// # Lock order
 /// `view` is a plain (`parking_lot`) mutex held to read or replace it, never across
@@ -167,10 +167,10 @@ enum Moved {
     Moved { fence: i64, rows: usize },
 }
 
-impl Store {
+impl Cluster {
     /// The wall time stamped on a layout row: never 0, which says a row was released.
     fn unix_ms(&self) -> i64 {
-        self.dbs.clock.unix_ms().max(1)
+        self.clock.unix_ms().max(1)
     }
 
     /// Takes in the layout rows read from each database (`(index, rows)`: at a catalog
@@ -179,10 +179,10 @@ impl Store {
     /// another's, whose newest epoch is behind another's, or that was declared lost is
     /// not used (see [`layout::read`]).
     pub(super) fn apply_layouts(&self, per_db: &[(usize, Vec<LayoutRow>)]) {
-        let mut view = self.layout.view.lock();
+        let mut view = self.layouts.view.lock();
         let named: Vec<(String, Vec<LayoutRow>)> = per_db
             .iter()
-            .map(|(i, rows)| (self.dbs.names[*i].clone(), rows.clone()))
+            .map(|(i, rows)| (self.names[*i].clone(), rows.clone()))
             .collect();
         let reading = match layout::read(&view.layouts, &named) {
             Ok(r) => r,
@@ -193,7 +193,7 @@ impl Store {
         };
         for ((i, _), standing) in per_db.iter().zip(reading.standing) {
             if standing != view.standing[*i] {
-                tracing::warn!(database = %self.dbs.names[*i], standing = standing.as_str(), detail = ?standing, "database layout standing changed");
+                tracing::warn!(database = %self.names[*i], standing = standing.as_str(), detail = ?standing, "database layout standing changed");
             }
             view.standing[*i] = standing;
         }
@@ -204,12 +204,12 @@ impl Store {
         // Only a layout done names the members: before one is read (a cluster whose
         // membership `segmint migrate` has not recorded, or a record cut off), no
         // database is used.
-        let classes: Vec<Option<Residue>> = (0..self.dbs.names.len())
+        let classes: Vec<Option<Residue>> = (0..self.names.len())
             .map(|i| {
                 if view.standing[i] != Standing::Current {
                     return None;
                 }
-                current.and_then(|l| l.class_of(&self.dbs.names[i]))
+                current.and_then(|l| l.class_of(&self.names[i]))
             })
             .collect();
         if classes != view.classes {
@@ -225,21 +225,21 @@ impl Store {
 
     /// Whether worker IDs may be leased now ([`layout::leases_allowed`]).
     pub fn leases_allowed(&self) -> bool {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         layout::leases_allowed(&view.layouts)
     }
 
     /// The class plain bizs get on database `i` in the layout in force; `None` when the
     /// layout does not name it, or its standing is not current: it is then never used.
     pub fn class_of(&self, i: usize) -> Option<Residue> {
-        self.layout.view.lock().classes[i]
+        self.layouts.view.lock().classes[i]
     }
 
     /// The layout done in force, whose members hold the sequence sections and the
     /// snowflake spec; `None` before one was read (the cluster's membership is recorded
     /// by `segmint migrate`).
     pub fn in_force(&self) -> Option<InForce> {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         let done = layout::current(&view.layouts).0?;
         Some(InForce {
             epoch: done.epoch,
@@ -247,26 +247,25 @@ impl Store {
             index: done
                 .members
                 .iter()
-                .map(|m| self.dbs.names.iter().position(|n| *n == m.name))
+                .map(|m| self.names.iter().position(|n| *n == m.name))
                 .collect(),
         })
     }
 
     /// The membership as this server sees it, for `/readyz`, status pages and metrics.
     pub fn membership(&self) -> Membership {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         let done = layout::current(&view.layouts).0;
         Membership {
             epoch: done.map(|l| l.epoch),
             unconfigured: done.map_or_else(Vec::new, |l| {
                 l.names()
                     .into_iter()
-                    .filter(|m| !self.dbs.names.contains(m))
+                    .filter(|m| !self.names.contains(m))
                     .collect()
             }),
             not_members: done.map_or_else(Vec::new, |l| {
-                self.dbs
-                    .names
+                self.names
                     .iter()
                     .filter(|n| l.class_of(n).is_none() && !l.is_lost(n))
                     .cloned()
@@ -277,12 +276,12 @@ impl Store {
 
     /// The standing of database `i` among the layouts last read.
     pub fn standing_of(&self, i: usize) -> Standing {
-        self.layout.view.lock().standing[i].clone()
+        self.layouts.view.lock().standing[i].clone()
     }
 
     /// Every `(epoch, database, class)` of the layouts read.
     pub(super) fn layout_classes(&self) -> Vec<(i64, String, Residue)> {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         view.layouts
             .iter()
             .flat_map(|l| l.members.iter().map(|m| (l.epoch, m.name.clone(), m.class)))
@@ -292,25 +291,24 @@ impl Store {
     /// The layout in force (`None` before any change) and the change under way above
     /// it, as last read.
     pub fn layouts(&self) -> (Option<Layout>, Option<Layout>) {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         let (done, pending) = layout::current(&view.layouts);
         (done.cloned(), pending.cloned())
     }
 
     /// The epoch in force (0 before any change) and the change under way, if any.
     pub fn layout_epochs(&self) -> (i64, Option<i64>) {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         let (done, pending) = layout::current(&view.layouts);
         (done.map_or(0, |l| l.epoch), pending.map(|l| l.epoch))
     }
 
     /// The layout of the configured classes: the layout before any change.
     pub fn configured_layout(&self) -> Layout {
-        let view = self.layout.view.lock();
+        let view = self.layouts.view.lock();
         Layout {
             epoch: 0,
             members: self
-                .dbs
                 .names
                 .iter()
                 .zip(&view.configured)
@@ -351,7 +349,6 @@ impl Store {
     /// need the classes in force.
     pub async fn load_layout(&self) {
         let read: Vec<(usize, Vec<LayoutRow>)> = self
-            .dbs
             .on_all(|db| db.layouts())
             .await
             .into_iter()
@@ -364,7 +361,7 @@ impl Store {
     /// The layouts and every database's state in them, for `segmint db list`.
     pub async fn layout_report(&self) -> LayoutReport {
         self.load_layout().await;
-        let bizs = self.dbs.on_all(|db| db.bizs()).await;
+        let bizs = self.on_all(|db| db.bizs()).await;
         let (current, pending) = self.layouts();
         let databases = bizs
             .into_iter()
@@ -375,7 +372,7 @@ impl Store {
                     Err(e) => (Some(e.to_string()), Vec::new()),
                 };
                 DatabaseLayout {
-                    name: self.dbs.names[i].clone(),
+                    name: self.names[i].clone(),
                     class: self.class_of(i),
                     error,
                     rows: rows.len(),

@@ -5,7 +5,7 @@ use super::*;
 use segmint_core::layout::moving::{Back, During, Invalid, Need, Outcome, Stop};
 use segmint_core::layout::{Frame, Move};
 
-impl Store {
+impl Cluster {
     /// Moves `biz` to layout `to` over the databases `parts`: carries out the steps of
     /// [`Move`] (freeze every row, a placeholder where one is missing; fence; switch;
     /// lost races re-read the rows and start over) on the engines.
@@ -17,7 +17,7 @@ impl Store {
         witnessed: &Witnessed,
         parts: &[usize],
     ) -> Result<Moved, StoreError> {
-        let names: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+        let names: Vec<&str> = parts.iter().map(|&i| self.names[i].as_str()).collect();
         let witnessed = witnessed.get(biz).map_or(&[][..], Vec::as_slice).to_vec();
         let mut machine = Move::new(Frame::new(to, layouts, &names), witnessed, MOVE_ATTEMPTS);
         let (outcome, read_failed, db_failed) = self.drive_move(biz, parts, &mut machine).await;
@@ -33,7 +33,7 @@ impl Store {
         parts: &[usize],
         machine: &mut Move,
     ) -> (Outcome, Option<StoreError>, String) {
-        let names: Vec<&str> = parts.iter().map(|&i| self.dbs.names[i].as_str()).collect();
+        let names: Vec<&str> = parts.iter().map(|&i| self.names[i].as_str()).collect();
         // The rows last read (a placeholder takes the fields a change does not write
         // from one of them), and what failed: a read's error, or a database's.
         let mut rows: Vec<Option<BizRow>> = Vec::new();
@@ -72,15 +72,11 @@ impl Store {
                     to,
                 } => {
                     let i = parts[part];
-                    let store = &self.dbs.list[i].store;
-                    match self
-                        .dbs
-                        .step(i, store.reclass(biz, version, max_id, &to))
-                        .await
-                    {
+                    let store = &self.list[i].store;
+                    match self.step(i, store.reclass(biz, version, max_id, &to)).await {
                         Ok(done) => machine.written(done.as_ref().map(Reclass::of)),
                         Err(e) if machine.thawing() => {
-                            tracing::warn!(biz, database = %self.dbs.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
+                            tracing::warn!(biz, database = %self.names[i], error = %e, "could not thaw a row: it stays frozen until the change is run again");
                             machine.failed(Some(part));
                         }
                         Err(e) => {
@@ -122,8 +118,7 @@ impl Store {
             claimed_by: row.claimed_by,
             ..template
         };
-        self.dbs
-            .step(i, self.dbs.list[i].store.insert_biz(&placeholder))
+        self.step(i, self.list[i].store.insert_biz(&placeholder))
             .await
             .map(|_| ())
     }
@@ -147,9 +142,9 @@ impl Store {
                 mark,
             })
             .collect();
-        let store = &self.dbs.list[i].store;
-        let read = match self.dbs.step(i, store.witness(&marks)).await {
-            Ok(()) => self.dbs.step(i, store.witnesses_of(biz)).await,
+        let store = &self.list[i].store;
+        let read = match self.step(i, store.witness(&marks)).await {
+            Ok(()) => self.step(i, store.witnesses_of(biz)).await,
             Err(e) => Err(e),
         };
         read.map(|read| {
@@ -194,7 +189,7 @@ impl Store {
         read_failed: Option<StoreError>,
         db_failed: &str,
     ) -> StoreError {
-        let name = |part: usize| self.dbs.names[parts[part]].as_str();
+        let name = |part: usize| self.names[parts[part]].as_str();
         let fail = |reason: Reason, why: String| {
             let hint = match reason {
                 // Rows that no run of the command can move as they are.
@@ -246,7 +241,7 @@ impl Store {
     /// The error of a move that found database `i`'s row of `biz` gone back in time
     /// (`why`): servers fence that database too; nothing is switched.
     pub(super) fn went_back(&self, biz: &str, i: usize, why: &str) -> StoreError {
-        let name = &self.dbs.names[i];
+        let name = &self.names[i];
         Refusal::new(
             Reason::RowBehindWitness,
             format!(
