@@ -362,11 +362,11 @@ enum IdCommand {
 
 #[derive(Subcommand)]
 enum TokenCommand {
-    /// Create a token for a biz; prints it once on stdout.
+    /// Create a token for one or more bizs; prints it once on stdout.
     Add {
-        /// The biz the token may use.
-        #[arg(long)]
-        biz: String,
+        /// A biz the token may use; repeat for several (`--biz order --biz msg_seq`).
+        #[arg(long, required = true)]
+        biz: Vec<String>,
         /// A note stored beside the token.
         #[arg(long, default_value = "")]
         remark: String,

@@ -520,3 +520,65 @@ async fn hand_written_embedded_times_fail_closed() {
     assert!(list_line(&setup, &revoked).contains(" revoked "));
     assert!(list_line(&setup, &expired).contains(" expired "));
 }
+
+/// One token for several bizs: `token add --biz order --biz msg` grants both (a biz
+/// named twice once), every biz is checked before anything is written, the token
+/// serves each biz and no other, and a rotation keeps them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_token_is_granted_many_bizs() {
+    let setup = TokenSetup::start(Kind::Embedded, &refresh_toml());
+    setup.ok(&["biz", "add", "msg", "--step", "1000"]);
+    setup.ok(&["biz", "add", "other", "--step", "1000"]);
+    let issued: serde_json::Value = serde_json::from_str(
+        &setup
+            .ok(&[
+                "token", "add", "--biz", "order", "--biz", "msg", "--biz", "order", "--json",
+            ])
+            .stdout,
+    )
+    .expect("token add --json");
+    assert_eq!(
+        issued["bizs"],
+        serde_json::json!(["order", "msg"]),
+        "{issued}"
+    );
+    assert_eq!(issued["biz"], serde_json::Value::Null, "{issued}");
+    let token = issued["token"].as_str().expect("the token").to_owned();
+    assert_eq!(
+        summary(&setup, &token)
+            .await
+            .bizs
+            .iter()
+            .collect::<Vec<_>>(),
+        ["msg", "order"]
+    );
+
+    // A biz no database has refuses the whole command: no token is written.
+    let before = setup.ok(&["token", "list"]).stdout.lines().count();
+    let run = setup.cli(&["token", "add", "--biz", "order", "--biz", "nosuch"]);
+    assert!(!run.ok(), "an unknown biz is refused: {}", run.stdout);
+    assert!(run.stdout.is_empty(), "no token shown: {}", run.stdout);
+    assert!(run.stderr.contains("nosuch"), "{}", run.stderr);
+    let after = setup.ok(&["token", "list"]).stdout.lines().count();
+    assert_eq!(before, after, "nothing written");
+
+    let app = spawn_app(setup.config.clone()).await;
+    for biz in ["order", "msg"] {
+        assert_eq!(app.ids(biz, &token, 3).await.len(), 3, "{biz}");
+    }
+    let (status, body) = app.get_v1("/v1/ids/other", Some(&token)).await;
+    assert_eq!(status, 403, "a biz the token lacks: {body}");
+
+    let rotated = setup.ok(&["token", "rotate", &prefix(&token), "--json"]);
+    let rotated: serde_json::Value = serde_json::from_str(&rotated.stdout).expect("json");
+    assert_eq!(
+        rotated["bizs"],
+        serde_json::json!(["msg", "order"]),
+        "{rotated}"
+    );
+    let new = rotated["token"].as_str().expect("the new token").to_owned();
+    for biz in ["order", "msg"] {
+        assert_eq!(app.ids(biz, &new, 3).await.len(), 3, "{biz}, rotated");
+    }
+    app.stop().await;
+}

@@ -127,15 +127,26 @@ async fn token(
             remark,
             expires_in,
         } => {
-            let tag = BizTag::parse(&biz).map_err(StoreError::from)?;
+            let tags = biz
+                .iter()
+                .map(|b| BizTag::parse(b))
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .map_err(StoreError::from)?;
             // A biz of snowflake IDs alone needs no row, only a token.
-            let needs_row = !config.snowflake.bizs.contains(&tag);
+            let needs_row = |tag: &BizTag| !config.snowflake.bizs.contains(tag);
             let (token, notes) = store
-                .add_token_for(&tag, &remark, expires_in, needs_row)
+                .add_token_for(&tags, &remark, expires_in, needs_row)
                 .await?;
+            let mut bizs: Vec<String> = Vec::with_capacity(biz.len());
+            for b in biz {
+                if !bizs.contains(&b) {
+                    bizs.push(b);
+                }
+            }
             let report = reports::TokenIssued {
                 token,
-                biz: Some(biz),
+                biz: (bizs.len() == 1).then(|| bizs[0].clone()),
+                bizs,
                 rotated: None,
                 expires_in_seconds: expires_in.map(|d| d.as_secs()),
                 grace_seconds: None,
@@ -162,6 +173,7 @@ async fn token(
             let report = reports::TokenIssued {
                 token: rotation.token,
                 biz: None,
+                bizs: rotation.bizs,
                 rotated: Some(prefix),
                 expires_in_seconds: expires_in.map(|d| d.as_secs()),
                 grace_seconds: Some(grace.as_secs()),

@@ -195,7 +195,10 @@ impl BizAdded {
 #[derive(Debug, Serialize)]
 pub struct TokenIssued {
     pub token: String,
+    /// The biz granted, when `token add` was given one.
     pub biz: Option<String>,
+    /// Every biz granted, in the order given.
+    pub bizs: Vec<String>,
     /// The prefix of the token rotated, for `token rotate`.
     pub rotated: Option<String>,
     pub expires_in_seconds: Option<u64>,

@@ -36,6 +36,8 @@ pub struct TokenList {
 pub struct Rotation {
     /// The new token: shown once, only its hash is stored.
     pub token: String,
+    /// The bizs the new token is granted: the old token's.
+    pub bizs: Vec<String>,
     /// One line per database and step.
     pub report: Vec<String>,
     /// Databases where the old token's expiry could not be lowered.
@@ -233,26 +235,42 @@ impl Store {
         remark: &str,
         expires_in: Option<Duration>,
     ) -> Result<(String, Vec<String>), StoreError> {
-        self.add_token_for(biz, remark, expires_in, true).await
+        self.add_token_for(std::slice::from_ref(biz), remark, expires_in, |_| true)
+            .await
     }
 
-    /// [`Store::add_token_expiring`]; `needs_row`: whether the biz must have a row (a
-    /// biz of snowflake IDs alone, named in `[snowflake] bizs`, has none).
+    /// One token for every biz of `bizs` (each granted once, in the order given; at
+    /// least one), as [`Store::add_token_expiring`]. `needs_row`: whether a biz must
+    /// have a row (a biz of snowflake IDs alone, named in `[snowflake] bizs`, has
+    /// none). Every biz is checked before anything is written.
     ///
     /// # Errors
-    /// As [`Store::add_token_expiring`].
+    /// As [`Store::add_token_expiring`], naming the first biz no database has; a
+    /// [`Refusal`] when `bizs` is empty.
     pub async fn add_token_for(
         &self,
-        biz: &BizTag,
+        bizs: &[BizTag],
         remark: &str,
         expires_in: Option<Duration>,
-        needs_row: bool,
+        needs_row: impl Fn(&BizTag) -> bool,
     ) -> Result<(String, Vec<String>), StoreError> {
-        let existing = self.dbs.biz_everywhere(biz).await?;
-        if needs_row && existing.iter().all(Option::is_none) {
-            return Err(StoreError::NotFound(biz.to_string()));
+        let mut granted: Vec<String> = Vec::with_capacity(bizs.len());
+        for biz in bizs {
+            if granted.iter().any(|b| b == biz.as_str()) {
+                continue;
+            }
+            let existing = self.dbs.biz_everywhere(biz).await?;
+            if needs_row(biz) && existing.iter().all(Option::is_none) {
+                return Err(StoreError::NotFound(biz.to_string()));
+            }
+            granted.push(biz.to_string());
         }
-        let bizs = [biz.to_string()];
+        if granted.is_empty() {
+            return Err(
+                Refusal::new(Reason::InvalidArgument, "a token needs at least one biz").into(),
+            );
+        }
+        let bizs = granted;
         self.grant_token(
             "token add",
             &bizs,
@@ -426,6 +444,7 @@ impl Store {
         audit("token rotate", &bizs.join(","), short(hash), &changed);
         Ok(Rotation {
             token,
+            bizs,
             report,
             failed,
         })
