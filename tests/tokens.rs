@@ -582,3 +582,40 @@ async fn one_token_is_granted_many_bizs() {
     }
     app.stop().await;
 }
+
+/// A wrong token asked again and again is refused from memory: the first miss reads
+/// the catalog again (a token created since the last refresh must work at once), the
+/// repeats do not, until the catalog changes. A token created after the misses works
+/// at its first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_retried_never_reaches_the_databases() {
+    // No periodic refresh during the test: every read counted is a miss's.
+    let setup = TokenSetup::start(Kind::Embedded, "catalog_refresh_ms = 600000");
+    let good = setup.add_token(&[]);
+    let app = spawn_app(setup.config.clone()).await;
+    assert_eq!(app.ids("order", &good, 1).await.len(), 1);
+
+    let before = catalog_reads(&app, "pg0").await;
+    for _ in 0..30 {
+        let (status, body) = app.get_v1("/v1/ids/order", Some(UNKNOWN)).await;
+        assert_eq!(status, 401, "{body}");
+    }
+    let reads = catalog_reads(&app, "pg0").await - before;
+    assert!(
+        reads <= 1.0,
+        "30 requests with one wrong token read the catalog {reads} times"
+    );
+
+    // A token created now, never missed, is read by its first request.
+    let new = setup.add_token(&[]);
+    assert_eq!(app.ids("order", &new, 1).await.len(), 1);
+    // The catalog changed: the wrong token is read for once more, then from memory.
+    let before = catalog_reads(&app, "pg0").await;
+    for _ in 0..10 {
+        let (status, _) = app.get_v1("/v1/ids/order", Some(UNKNOWN)).await;
+        assert_eq!(status, 401);
+    }
+    let reads = catalog_reads(&app, "pg0").await - before;
+    assert!(reads <= 1.0, "read {reads} times after the change");
+    app.stop().await;
+}

@@ -31,6 +31,22 @@ use crate::store::{Catalog, CatalogRows};
 /// meanwhile is refused within this, well within `catalog_refresh_ms`.
 const REUSE: Duration = Duration::from_secs(1);
 
+/// Tokens remembered as unknown at once; past it the record starts again (a flood of
+/// distinct unknown tokens is bounded by the refreshes' least gap instead).
+const MISSES_KEPT: usize = 4096;
+
+/// Tokens a catalog read for them did not grant, each with the generation of that
+/// catalog: the same token asked again before the catalog changes is refused from
+/// memory, without reading the databases. A token created since is read by the next
+/// refresh, which changes the catalog's generation.
+///
+/// # Lock order
+/// A plain (`parking_lot`) mutex held for one map operation, nesting no other lock.
+#[derive(Default)]
+pub(super) struct Misses {
+    by_digest: Mutex<HashMap<TokenDigest, u64>>,
+}
+
 /// What was read of single bizs before the first catalog was read.
 ///
 /// # Lock order
@@ -60,13 +76,49 @@ impl Store {
     /// refresh are found. Before any catalog is read (a server's first read runs for
     /// seconds over a million bizs), a catalog of `biz` alone when it serves the
     /// request; else the wait is for the full read.
+    ///
+    /// A token that such a read did not grant is remembered with the catalog's
+    /// generation ([`Misses`]): asked again before the catalog changes, it is refused
+    /// from memory, so a client retrying a wrong password never reaches the databases.
     pub async fn look_up(&self, biz: &str, digest: Option<&TokenDigest>) -> Arc<Catalog> {
         if !self.catalog().is_read()
             && let Some(catalog) = self.early_catalog(biz, digest).await
         {
             return catalog;
         }
-        self.refresh_since(self.dbs.clock.now()).await
+        if let Some(digest) = digest
+            && let Some(catalog) = self.known_miss(digest)
+        {
+            return catalog;
+        }
+        let catalog = self.refresh_since(self.dbs.clock.now()).await;
+        if let Some(digest) = digest {
+            self.note_miss(&catalog, digest);
+        }
+        catalog
+    }
+
+    /// The current catalog, when it was read and the token of `digest` was not granted
+    /// by it nor by a read for it since it was built.
+    fn known_miss(&self, digest: &TokenDigest) -> Option<Arc<Catalog>> {
+        let catalog = self.catalog();
+        let missed = self.view.misses.by_digest.lock().get(digest).copied();
+        (catalog.is_read()
+            && missed == Some(catalog.generation())
+            && catalog.grant(digest, self.unix_now()).is_none())
+        .then_some(catalog)
+    }
+
+    /// Remembers the token of `digest` as unknown to `catalog`, if it is.
+    fn note_miss(&self, catalog: &Catalog, digest: &TokenDigest) {
+        if !catalog.is_read() || catalog.grant(digest, self.unix_now()).is_some() {
+            return;
+        }
+        let mut misses = self.view.misses.by_digest.lock();
+        if misses.len() >= MISSES_KEPT && !misses.contains_key(digest) {
+            misses.clear();
+        }
+        misses.insert(*digest, catalog.generation());
     }
 
     /// The catalog once one has been read: the operator views list every biz, so

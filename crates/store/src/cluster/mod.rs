@@ -35,6 +35,7 @@
 //! | biz names' table (`segmint_core::name`) | `parking_lot::RwLock` | the names by hash; read to find a name by its text, written to hold a new one (one insert); taken under any other lock, takes none |
 //! | `view.snapshots`, `view.classes_seen`, `view.refused`, `view.unbuilt` | `parking_lot::Mutex` | last rows read per database and its feed position; classes accepted per row; bizs refused by the class checks; what the reads changed that no catalog was built from yet; refresh only (held for a whole step on the blocking thread) |
 //! | `view.early.looked`, `view.early.flights` | `parking_lot::Mutex<HashMap>` | before the first catalog: the catalog of each biz looked at; the per-biz flight locks; brief, nest nothing |
+//! | `view.misses` | `parking_lot::Mutex<HashMap>` | tokens a read did not grant, by catalog generation; brief, nests nothing |
 //! | per biz flight | `tokio::sync::Mutex<()>` | one look at a biz at a time; held across the look's database reads |
 //! | `uses.pending`; `uses.writing`, `dbs.usual_fetch_us` | `parking_lot::Mutex`; atomics | token last uses noted, brief; one use-write at a time; mean reservation time |
 //!

@@ -65,6 +65,8 @@ pub(super) struct CatalogView {
     /// Before the first catalog is read: what was read of single bizs, for the
     /// requests that came meanwhile (see `Store::look_up`).
     pub(super) early: super::early::Early,
+    /// Tokens a read did not grant, by the catalog generation that refused them.
+    pub(super) misses: super::early::Misses,
 }
 
 impl CatalogView {
@@ -79,6 +81,7 @@ impl CatalogView {
             classes_seen: Mutex::new(ClassesSeen::default()),
             refused: Mutex::new(HashMap::new()),
             early: super::early::Early::default(),
+            misses: super::early::Misses::default(),
         }
     }
 
