@@ -132,7 +132,13 @@ impl Rollover {
 /// sent and answered, and the formatted IDs or the response.
 type Answer = (usize, i64, i64, Result<Vec<String>, common::http::Resp>);
 
-/// `tasks` loops per server asking `/v1/ids/ord?count=20` until `until` (true ms).
+/// The pause between two requests of one [`http_load`] loop: some hundreds a second
+/// each, as the layout tests' streams (`common::traffic`). Unpaced, each loop takes as
+/// much CPU as its server answers with, from every test running beside it.
+const PACE: Duration = Duration::from_millis(2);
+
+/// `tasks` loops per server asking `/v1/ids/ord?count=20` until `until` (true ms), each
+/// pausing [`PACE`] after an answer.
 async fn http_load(
     servers: &[ServerProcess],
     token: &str,
@@ -150,6 +156,7 @@ async fn http_load(
                 let sent = now_ms();
                 let ids = formatted(remote, "ord", token, 20).await;
                 out.push((s, sent, now_ms(), ids));
+                tokio::time::sleep(PACE).await;
             }
             out
         })
