@@ -868,6 +868,39 @@ async fn segmints_transactions_are_repeatable_read_whatever_the_server_default()
     pool.disconnect().await.unwrap();
 }
 
+/// The store keeps its MariaDB connections between uses: thirty reservations one after
+/// the other open at most a pool's worth of connections, not one each (the driver's
+/// default closes every connection handed back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_keeps_its_connections_between_uses() {
+    let server = MariaServer::start();
+    let config = config_for_urls(&[server.url()]);
+    setup_biz(&config, "order", 10, false).await;
+    let store = segmint::store::Store::connect(&config).unwrap();
+    let biz = segmint::biz::BizTag::parse("order").unwrap();
+    store.reserve(&biz, None, None).await.unwrap();
+    let connections = || -> u64 {
+        let sql = "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                   WHERE VARIABLE_NAME = 'CONNECTIONS'";
+        let value = tokio::task::block_in_place(|| server.sql(sql));
+        value
+            .trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{value:?}: {e}"))
+    };
+    let before = connections();
+    for _ in 0..30 {
+        store.reserve(&biz, None, None).await.unwrap();
+    }
+    // The count read above is one connection of its own.
+    let opened = connections() - before - 1;
+    assert!(
+        opened <= config.pool_size as u64,
+        "30 reservations opened {opened} connections (pool size {})",
+        config.pool_size
+    );
+}
+
 /// A configuration of the databases at `urls`.
 fn config_for_urls(urls: &[String]) -> segmint::config::Config {
     segmint::config::Config::from_toml(&config_toml_urls(urls, "")).expect("test configuration")

@@ -179,6 +179,9 @@ pub struct MyStore {
     table: &'static BizTable,
 }
 
+/// How long an idle pooled connection is kept before it is closed.
+const IDLE_KEPT: Duration = Duration::from_secs(60);
+
 impl MyStore {
     /// A pool for `target` that connects lazily. Waiting on a row lock is bounded by
     /// `timeout`; the caller bounds every call.
@@ -203,9 +206,14 @@ impl MyStore {
             // A connection goes back to the pool with no transaction open (the driver
             // rolls back one left open) and no state of ours but the settings below: no
             // reset (a round trip, and a reset would drop them) on each return.
+            //
+            // Idle connections are kept for `IDLE_KEPT` (the driver's default, 0, closes
+            // every connection handed back above the pool's minimum: a new connection,
+            // its settings and prepared statements, for every operation).
             .pool_opts(
                 PoolOpts::default()
                     .with_constraints(constraints)
+                    .with_inactive_connection_ttl(IDLE_KEPT)
                     .with_reset_connection(false),
             )
             // Run on every new connection (and after a reset, were there one).
@@ -1512,19 +1520,29 @@ impl SegmentStore for MyStore {
             // every other server from claiming those sections until it resumed. The
             // database closes the connection (rolling the batch back) once it has waited
             // `IN_BATCH_WAIT_S` for the next statement; the usual wait is restored after.
-            conn.query_drop(format!("SET SESSION wait_timeout = {IN_BATCH_WAIT_S}"))
-                .await
-                .map_err(db_error)?;
-            let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
-            let now = db_now(&mut tx).await?;
-            let mut made = update_sections(&mut tx, &writes, &updates, now).await?;
-            made.extend(insert_sections(&mut tx, &writes, &inserts, now).await?);
-            let written = sections_as_written(&mut tx, &writes, &made, now).await?;
-            tx.commit().await.map_err(db_error)?;
-            conn.query_drop("SET SESSION wait_timeout = @@GLOBAL.wait_timeout")
-                .await
-                .map_err(db_error)?;
-            Ok(written)
+            // A connection that fails on the way is closed, never pooled with the
+            // short wait.
+            let batch = async {
+                conn.query_drop(format!("SET SESSION wait_timeout = {IN_BATCH_WAIT_S}"))
+                    .await
+                    .map_err(db_error)?;
+                let mut tx = conn.start_transaction(write_tx()).await.map_err(db_error)?;
+                let now = db_now(&mut tx).await?;
+                let mut made = update_sections(&mut tx, &writes, &updates, now).await?;
+                made.extend(insert_sections(&mut tx, &writes, &inserts, now).await?);
+                let written = sections_as_written(&mut tx, &writes, &made, now).await?;
+                tx.commit().await.map_err(db_error)?;
+                conn.query_drop("SET SESSION wait_timeout = @@GLOBAL.wait_timeout")
+                    .await
+                    .map_err(db_error)?;
+                Ok(written)
+            }
+            .await;
+            if batch.is_err() {
+                // Closing is best effort: a connection already broken is dropped alike.
+                let _ = conn.disconnect().await;
+            }
+            batch
         })
         .await
     }
