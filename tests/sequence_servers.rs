@@ -74,13 +74,18 @@ fn backup(dbs: &Databases, i: usize) -> Vec<String> {
     .collect()
 }
 
+/// Writes `rows` back as the whole table of database `i`, in one transaction: a
+/// server's insert between the delete and the insert would otherwise collide with a
+/// row written back (MariaDB's client commits each statement of its own).
 fn restore(dbs: &Databases, i: usize, rows: &[String]) {
     dbs.sql(
         i,
         &format!(
-            "DELETE FROM segmint_sequence_section; \
+            "START TRANSACTION; \
+             DELETE FROM segmint_sequence_section; \
              INSERT INTO segmint_sequence_section \
-             (biz_type, section, holder, version, bound, expires_ms) VALUES {}",
+             (biz_type, section, holder, version, bound, expires_ms) VALUES {}; \
+             COMMIT",
             rows.join(", ")
         ),
     );
