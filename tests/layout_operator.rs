@@ -577,9 +577,8 @@ async fn race(race: Race, stagger: Duration) {
         &c.plain_token,
         &c.odd_token,
     );
-    // Traffic for a while, not a condition: the servers serve, and then the IDs are
-    // checked.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The servers serve: each stream gets enough answers to judge (`finish` waits for
+    // them), and then the IDs are checked.
     streams.extend(traffic.finish().await);
     check_streams(&streams);
 }

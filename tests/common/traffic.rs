@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use segmint::client::Client;
@@ -26,7 +26,16 @@ pub struct Stream {
 pub struct Traffic {
     stop: Arc<AtomicBool>,
     tasks: Vec<tokio::task::JoinHandle<Stream>>,
+    /// Each stream's answers so far, as its task counts them.
+    answered: Vec<Arc<AtomicU64>>,
 }
+
+/// The answers [`check_streams`] asks of every stream, and that [`Traffic::finish`]
+/// waits for: a stream that got fewer says little about the change it ran through.
+const ENOUGH_ANSWERS: u64 = 51;
+
+/// How long [`Traffic::finish`] waits for every stream to have had enough answers.
+const ENOUGH_WITHIN: Duration = Duration::from_secs(30);
 
 /// The HTTP routes under traffic.
 #[derive(Clone, Copy)]
@@ -88,7 +97,7 @@ async fn requests(
     mut s: Stream,
     bases: Vec<String>,
     token: String,
-    stop: Arc<AtomicBool>,
+    (stop, answered): (Arc<AtomicBool>, Arc<AtomicU64>),
 ) -> Stream {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
@@ -116,6 +125,7 @@ async fn requests(
         s.longest_gap = s.longest_gap.max(last.elapsed());
         last = Instant::now();
         s.answered += 1;
+        answered.store(s.answered, Ordering::Relaxed);
         s.ids.extend(ids);
         // Paced, as the client library's stream is: unpaced, each stream takes as much
         // CPU as the servers answer with, from every test running beside it.
@@ -130,7 +140,8 @@ const PACE: Duration = Duration::from_millis(2);
 impl Traffic {
     pub fn start(bases: Vec<String>, plain_token: &str, odd_token: &str) -> Traffic {
         let stop = Arc::new(AtomicBool::new(false));
-        let http = |route, what: &str, biz, token: &str| {
+        let answered: Vec<Arc<AtomicU64>> = (0..3).map(|_| Arc::default()).collect();
+        let http = |route, what: &str, biz, token: &str, count: &Arc<AtomicU64>| {
             let stream = Stream {
                 what: what.into(),
                 biz,
@@ -141,16 +152,29 @@ impl Traffic {
                 stream,
                 bases.clone(),
                 token.to_owned(),
-                stop.clone(),
+                (stop.clone(), count.clone()),
             ))
         };
         let mut tasks = vec![
-            http(Route::Tinyid, "nextIdSimple", "plain", plain_token),
-            http(Route::V1, "/v1/ids (odd-only biz)", "odd", odd_token),
+            http(
+                Route::Tinyid,
+                "nextIdSimple",
+                "plain",
+                plain_token,
+                &answered[0],
+            ),
+            http(
+                Route::V1,
+                "/v1/ids (odd-only biz)",
+                "odd",
+                odd_token,
+                &answered[1],
+            ),
         ];
         // The client library, caching segments of `plain` and failing over by itself.
         {
             let stop = stop.clone();
+            let count = answered[2].clone();
             let client = Client::builder()
                 .servers(bases.clone())
                 .token(plain_token)
@@ -173,6 +197,7 @@ impl Traffic {
                             s.longest_gap = s.longest_gap.max(last.elapsed());
                             last = Instant::now();
                             s.answered += 1;
+                            count.store(s.answered, Ordering::Relaxed);
                             s.ids.extend(ids);
                         }
                         Err(e) => panic!("client library: {e}"),
@@ -185,10 +210,27 @@ impl Traffic {
                 s
             }));
         }
-        Traffic { stop, tasks }
+        Traffic {
+            stop,
+            tasks,
+            answered,
+        }
     }
 
+    /// Stops the traffic, once every stream has had enough answers to judge it by
+    /// ([`ENOUGH_ANSWERS`]; waiting at most [`ENOUGH_WITHIN`], after which
+    /// [`check_streams`] says which stream fell short): on a loaded machine a phase of
+    /// a test may end before a stream got them.
     pub async fn finish(self) -> Vec<Stream> {
+        let deadline = Instant::now() + ENOUGH_WITHIN;
+        while Instant::now() < deadline
+            && self
+                .answered
+                .iter()
+                .any(|a| a.load(Ordering::Relaxed) < ENOUGH_ANSWERS)
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         self.stop.store(true, Ordering::Relaxed);
         let mut streams = Vec::new();
         for t in self.tasks {
@@ -204,7 +246,12 @@ impl Traffic {
 pub fn check_streams(streams: &[Stream]) {
     let mut by_biz: std::collections::HashMap<&str, HashSet<i64>> = Default::default();
     for s in streams {
-        assert!(s.answered > 50, "{}: only {} answers", s.what, s.answered);
+        assert!(
+            s.answered >= ENOUGH_ANSWERS,
+            "{}: only {} answers",
+            s.what,
+            s.answered
+        );
         let set = by_biz.entry(s.biz).or_default();
         for &id in &s.ids {
             assert!(
