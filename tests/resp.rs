@@ -12,105 +12,14 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::common::cli::{config_file, segmint_ok};
 use crate::common::http::{Remote, metric, try_v1_ids};
 use crate::common::python::{redis_python, run_script};
+use crate::common::resp::{RESP_THREADS, Setup, cli, command, exchange};
 use crate::common::*;
-
-/// Databases, bizs `order` (IDs), `chat` and `counter` (sequences) and `other` (IDs),
-/// a token for each, and the configuration of a server with a Redis listener.
-struct Setup {
-    _dbs: Databases,
-    _file: tempfile::NamedTempFile,
-    /// The configuration without the listener's address, which each server adds.
-    toml: String,
-    tokens: std::collections::HashMap<&'static str, String>,
-}
-
-impl Setup {
-    fn start() -> Setup {
-        let dbs = Databases::start(Kind::Postgres, 1);
-        let toml = config_toml_urls(&dbs.urls(), "");
-        let file = config_file(&toml);
-        let cli = |args: &[&str]| segmint_ok(file.path(), args, &[]);
-        cli(&["migrate"]);
-        cli(&["biz", "add", "order", "--step", "100"]);
-        cli(&["biz", "add", "other", "--step", "100"]);
-        cli(&["biz", "add", "chat", "--sequence", "--step", "100"]);
-        cli(&["biz", "add", "counter", "--sequence", "--step", "1000"]);
-        let tokens = ["order", "other", "chat", "counter"]
-            .into_iter()
-            .map(|biz| (biz, cli(&["token", "add", "--biz", biz]).trim().to_owned()))
-            .collect();
-        Setup {
-            _dbs: dbs,
-            _file: file,
-            toml,
-            tokens,
-        }
-    }
-
-    /// A server whose Redis listener is on a port of its own; the port.
-    async fn server(&self) -> (ServerProcess, u16) {
-        let port = free_port();
-        let resp = format!(
-            "resp = {{ bind = \"127.0.0.1:{port}\", threads = {RESP_THREADS}, keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }} }}\n"
-        );
-        (
-            ServerProcess::start(&format!("{resp}{}", self.toml)).await,
-            port,
-        )
-    }
-}
-
-/// Threads of every test server's Redis listener: more than this machine's cores, so
-/// that connections are dealt to several.
-const RESP_THREADS: usize = 3;
-
-/// `redis-cli -p PORT [-a TOKEN] ARGS…`'s output, trimmed.
-fn cli(port: u16, token: Option<&str>, args: &[&str]) -> String {
-    let mut cmd = Command::new("redis-cli");
-    cmd.args(["-p", &port.to_string()]);
-    if let Some(token) = token {
-        cmd.args(["-a", token, "--no-auth-warning"]);
-    }
-    let out = cmd
-        .args(args)
-        .output()
-        .expect("redis-cli (Debian's redis-tools)");
-    assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// Sends `request` on a new connection and reads until `replies` lines came back (or
-/// the server closed); the text read.
-async fn exchange(port: u16, request: &[u8], lines: usize) -> String {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    stream.write_all(request).await.unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65_536];
-    while got.iter().filter(|&&b| b == b'\n').count() < lines {
-        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
-            Ok(Ok(0)) => break,
-            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
-            other => panic!("read: {other:?} after {:?}", String::from_utf8_lossy(&got)),
-        }
-    }
-    String::from_utf8(got).unwrap()
-}
-
-/// A command as a client library sends it.
-fn command(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
-    let setup = Setup::start();
+    let setup = Setup::start(Kind::Postgres);
     let (server, port) = setup.server().await;
     let (order, chat) = (
         Some(setup.tokens["order"].as_str()),
@@ -201,7 +110,7 @@ async fn redis_cli_takes_ids_and_numbers_by_the_key_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipelined_commands_are_answered_in_order_and_bad_input_keeps_the_connection() {
-    let setup = Setup::start();
+    let setup = Setup::start(Kind::Postgres);
     let (_server, port) = setup.server().await;
     let token = &setup.tokens["chat"];
     let mut request = command(&["AUTH", token]);
@@ -238,7 +147,7 @@ async fn pipelined_commands_are_answered_in_order_and_bad_input_keeps_the_connec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_benchmark_runs_against_segmint() {
-    let setup = Setup::start();
+    let setup = Setup::start(Kind::Postgres);
     let (server, port) = setup.server().await;
     // Its INCR is of `counter:__rand_int__`: keys of the sequence biz `counter`.
     for pipeline in ["1", "16"] {
@@ -283,7 +192,7 @@ async fn redis_benchmark_runs_against_segmint() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_py_runs_unchanged_against_segmint() {
     let python = redis_python().await;
-    let setup = Setup::start();
+    let setup = Setup::start(Kind::Postgres);
     let (server, port) = setup.server().await;
     // A few seconds on an idle machine.
     let report = run_script(
@@ -339,7 +248,7 @@ async fn redis_py_runs_unchanged_against_segmint() {
 /// unique.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_id_twice_across_redis_and_http_clients_with_a_server_killed() {
-    let setup = Setup::start();
+    let setup = Setup::start(Kind::Postgres);
     let (mut a, port_a) = setup.server().await;
     let (b, port_b) = setup.server().await;
     let token = setup.tokens["order"].clone();

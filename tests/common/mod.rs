@@ -20,6 +20,7 @@ pub mod operator;
 pub mod pg;
 pub mod process;
 pub mod python;
+pub mod resp;
 pub mod sequences;
 pub mod stop;
 pub mod tls;
