@@ -45,6 +45,7 @@ mod preload;
 mod quickstart;
 mod redis_failover;
 mod resp;
+mod resp_clients;
 mod sequence_layout;
 mod sequence_servers;
 mod sequences;

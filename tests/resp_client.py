@@ -213,12 +213,19 @@ def commands(host, port, order, chat, protocol, decode):
     assert r.connection.read_response() == raw("hello"), "PING hello"
     assert r.select(0) is True
     expect_error(ResponseError, "ERR DB index is out of range", r.select, 1)
-    assert isinstance(r.command_count(), int)
-    assert r.command() == {}, repr(r.command())
-    assert r.config_get("save") == {}, repr(r.config_get("save"))
+    assert r.command_count() == len(r.command()), "COMMAND COUNT and COMMAND agree"
+    assert {"incr", "incrby", "get", "ids", "info"} <= {text(c) for c in r.command()}
+    assert {text(k): text(v) for k, v in r.config_get("save").items()} == {"save": ""}
+    info = r.info()
+    assert info["redis_mode"] == "standalone" and info["loading"] == 0, repr(info)
+    assert r.info("server")["tcp_port"] == port, repr(r.info("server"))
+    me = r.client_id()
+    listed = r.client_list()
+    assert str(me) in [text(c["id"]) for c in listed], repr(listed)
+    assert text(r.client_info()["name"]) == f"{name}-renamed", repr(r.client_info())
     check(
         f"{p}: handshake (username, password, client_name, db=0), PING, HELLO, CLIENT, "
-        "SELECT, COMMAND, CONFIG GET"
+        "SELECT, COMMAND, CONFIG GET, INFO, CLIENT LIST/INFO"
     )
 
     # IDs: `order_id` by the key table, `order` by the biz's own name.

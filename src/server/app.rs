@@ -473,11 +473,12 @@ fn resp_listener(
         source,
     };
     listener.set_nonblocking(true).map_err(io)?;
-    let shared = Arc::new(resp::Shared {
-        service: service.clone(),
-        config: config.resp.clone(),
-        metrics: service.store.metrics().resp().clone(),
-    });
+    let shared = Arc::new(resp::Shared::new(
+        service.clone(),
+        config.resp.clone(),
+        service.store.metrics().resp().clone(),
+        port,
+    ));
     let threads = match config.resp.threads {
         0 => std::thread::available_parallelism().map_or(1, usize::from),
         n => n,

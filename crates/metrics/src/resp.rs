@@ -7,9 +7,9 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 use super::registered;
 
 /// The commands counted by name; any other counts as `other`.
-pub const RESP_COMMANDS: [&str; 16] = [
+pub const RESP_COMMANDS: [&str; 17] = [
     "auth", "client", "command", "config", "discard", "exec", "get", "hello", "ids", "incr",
-    "incrby", "multi", "ping", "quit", "select", "other",
+    "incrby", "info", "multi", "ping", "quit", "select", "other",
 ];
 
 /// The metrics of the Redis-protocol listener. Cheap to clone: handles to the

@@ -122,6 +122,11 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// RESP3's map; a flat array of keys and values in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// RESP3's set; an array in RESP2.
+    Set(Vec<Reply>),
+    /// RESP3's verbatim text (`=`, marked `txt`); a bulk string in RESP2. What Redis
+    /// answers `INFO` and `CLIENT LIST` with.
+    Text(String),
 }
 
 impl Reply {
@@ -151,16 +156,22 @@ impl Reply {
                 out.push(b':');
                 out.extend_from_slice(n.to_string().as_bytes());
             }
-            Reply::Bulk(b) => {
-                out.push(b'$');
-                out.extend_from_slice(b.len().to_string().as_bytes());
-                out.extend_from_slice(b"\r\n");
-                out.extend_from_slice(b);
-            }
+            Reply::Bulk(b) => bulk(b, out),
             Reply::Null if resp3 => out.push(b'_'),
             Reply::Null => out.extend_from_slice(b"$-1"),
-            Reply::Array(items) => {
-                out.push(b'*');
+            Reply::Text(text) if resp3 => {
+                out.push(b'=');
+                out.extend_from_slice((text.len() + 4).to_string().as_bytes());
+                out.extend_from_slice(b"\r\ntxt:");
+                out.extend_from_slice(text.as_bytes());
+            }
+            Reply::Text(text) => bulk(text.as_bytes(), out),
+            Reply::Array(items) | Reply::Set(items) => {
+                let marker = match (self, resp3) {
+                    (Reply::Set(_), true) => b'~',
+                    _ => b'*',
+                };
+                out.push(marker);
                 out.extend_from_slice(items.len().to_string().as_bytes());
                 out.extend_from_slice(b"\r\n");
                 for item in items {
@@ -185,6 +196,14 @@ impl Reply {
         }
         out.extend_from_slice(b"\r\n");
     }
+}
+
+/// A bulk string's head and bytes (without the final CRLF).
+fn bulk(bytes: &[u8], out: &mut Vec<u8>) {
+    out.push(b'$');
+    out.extend_from_slice(bytes.len().to_string().as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(bytes);
 }
 
 #[cfg(test)]
@@ -250,6 +269,12 @@ mod tests {
         let map = Reply::Map(vec![(Reply::bulk("proto"), Reply::Integer(3))]);
         assert_eq!(text(&map, true), "%1\r\n$5\r\nproto\r\n:3\r\n");
         assert_eq!(text(&map, false), "*2\r\n$5\r\nproto\r\n:3\r\n");
+        let info = Reply::Text("# Server\r\n".into());
+        assert_eq!(text(&info, true), "=14\r\ntxt:# Server\r\n\r\n");
+        assert_eq!(text(&info, false), "$10\r\n# Server\r\n\r\n");
+        let set = Reply::Set(vec![Reply::Simple("fast")]);
+        assert_eq!(text(&set, true), "~1\r\n+fast\r\n");
+        assert_eq!(text(&set, false), "*1\r\n+fast\r\n");
         let nested = Reply::Array(vec![Reply::Integer(1), Reply::Array(vec![])]);
         assert_eq!(text(&nested, false), "*2\r\n:1\r\n*0\r\n");
         assert_eq!(

@@ -2,11 +2,17 @@
 //! server's state. Keys name bizs by the `[resp] keys` table, else by themselves
 //! ([`Session::place`]).
 
-use crate::biz::{BatchSize, BizTag};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::biz::{BatchSize, BizTag, token_digest};
 use crate::sequence::MAX_COUNT;
 
 use super::Shared;
+use super::client::{client, valid};
+use super::clients::Client;
 use super::codec::Reply;
+use super::{info, table};
 use crate::service::{Caller, Error, Service, live_token};
 
 /// A command as the client sent it, parsed.
@@ -22,8 +28,11 @@ enum Command {
     Select(String),
     Client(String, Vec<String>),
     Quit,
-    Commands(Option<String>),
+    /// `COMMAND [sub [name …]]`.
+    Commands(Option<String>, Vec<String>),
+    /// `CONFIG GET pattern …`.
     Config(Vec<String>),
+    Info(Vec<String>),
     Incr(String),
     IncrBy(String, String),
     Get(String),
@@ -50,8 +59,9 @@ fn label(command: &Command) -> &'static str {
         Command::Select(_) => "select",
         Command::Client(..) => "client",
         Command::Quit => "quit",
-        Command::Commands(_) => "command",
+        Command::Commands(..) => "command",
         Command::Config(_) => "config",
+        Command::Info(_) => "info",
         Command::Incr(_) => "incr",
         Command::IncrBy(..) => "incrby",
         Command::Get(_) => "get",
@@ -62,9 +72,35 @@ fn label(command: &Command) -> &'static str {
     }
 }
 
-/// An argument as text (invalid UTF-8 replaced), its bytes reused when valid.
-fn text(arg: Vec<u8>) -> String {
-    String::from_utf8(arg).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+/// The arguments as text. A key is text, and is never altered: two keys that differ
+/// in their bytes never share a counter, so bytes that are not UTF-8 are refused, not
+/// replaced.
+///
+/// # Errors
+/// The reply naming the argument (the key, for a command's first) and its first bad
+/// byte.
+fn strings(name: &str, args: Vec<Vec<u8>>) -> Result<Vec<String>, Reply> {
+    let keyed = table::takes_key(name);
+    args.into_iter()
+        .enumerate()
+        .map(|(i, arg)| {
+            String::from_utf8(arg).map_err(|e| {
+                let at = e.utf8_error().valid_up_to();
+                let bytes = e.as_bytes();
+                let what = match (keyed, i) {
+                    (true, 0) => format!("key '{}'", bytes.escape_ascii()),
+                    _ => format!("argument {} of '{name}'", i + 1),
+                };
+                Reply::error(
+                    "ERR",
+                    format!(
+                        "{what} is not valid UTF-8 (byte 0x{:02x} at offset {at}): keys and arguments are UTF-8 text, never altered",
+                        bytes[at]
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// The `i`th argument, moved out.
@@ -75,60 +111,89 @@ fn moved(rest: &mut [String], i: usize) -> String {
 /// Parses `args` (the command name first; at least one).
 ///
 /// # Errors
-/// The reply for an unknown command or a wrong number of arguments.
+/// The reply for an unknown command, a wrong number of arguments, or an argument that
+/// is not UTF-8.
 fn parse(args: Vec<Vec<u8>>) -> Result<Command, Reply> {
-    let mut words = args.into_iter().map(text);
-    let given = words.next().unwrap_or_default();
-    let mut name = given.clone();
-    name.make_ascii_lowercase();
-    let mut rest: Vec<String> = words.collect();
-    let command = match (name.as_str(), rest.len()) {
+    let mut args = args.into_iter();
+    let given = args.next().unwrap_or_default();
+    let name = String::from_utf8_lossy(&given).to_ascii_lowercase();
+    let raw: Vec<Vec<u8>> = args.collect();
+    if !table::known(&name) {
+        let shown: Vec<String> = raw
+            .iter()
+            .take(8)
+            .map(|a| format!("'{}' ", a.escape_ascii()))
+            .collect();
+        return Err(Reply::error(
+            "ERR",
+            format!(
+                "unknown command '{}', with args beginning with: {}",
+                given.escape_ascii(),
+                shown.concat()
+            ),
+        ));
+    }
+    // PING's message is answered as it came, bytes and all.
+    if let ("ping", [message]) = (name.as_str(), &raw[..]) {
+        return Ok(Command::Ping(Some(message.clone())));
+    }
+    let rest = strings(&name, raw)?;
+    let wrong = || {
+        Reply::error(
+            "ERR",
+            format!("wrong number of arguments for '{name}' command"),
+        )
+    };
+    match name.as_str() {
+        "hello" => hello(&rest),
+        "config" => config(rest).ok_or_else(wrong)?,
+        _ => command(&name, rest).ok_or_else(wrong),
+    }
+}
+
+/// `CONFIG GET pattern …`, the only `CONFIG` answered; `None` for a wrong number of
+/// arguments.
+fn config(mut rest: Vec<String>) -> Option<Result<Command, Reply>> {
+    let sub = rest.first()?.to_ascii_lowercase();
+    match (sub.as_str(), rest.len()) {
+        ("get", 1) => None,
+        ("get", _) => Some(Ok(Command::Config(rest.split_off(1)))),
+        _ => Some(Err(Reply::error(
+            "ERR",
+            format!(
+                "CONFIG {} is not supported: segmint answers CONFIG GET, and is configured by its configuration file",
+                sub.to_ascii_uppercase()
+            ),
+        ))),
+    }
+}
+
+/// The command `name` (known, lower case) with its arguments `rest`; `None` for a
+/// wrong number of them.
+fn command(name: &str, mut rest: Vec<String>) -> Option<Command> {
+    let command = match (name, rest.len()) {
         ("incr", 1) => Command::Incr(moved(&mut rest, 0)),
         ("incrby", 2) => Command::IncrBy(moved(&mut rest, 0), moved(&mut rest, 1)),
         ("get", 1) => Command::Get(moved(&mut rest, 0)),
         ("ids", 2) => Command::Ids(moved(&mut rest, 0), moved(&mut rest, 1)),
         ("ping", 0) => Command::Ping(None),
-        ("ping", 1) => Command::Ping(Some(moved(&mut rest, 0).into_bytes())),
         ("auth", 1) => Command::Auth(None, moved(&mut rest, 0)),
         ("auth", 2) => Command::Auth(Some(moved(&mut rest, 0)), moved(&mut rest, 1)),
-        ("hello", _) => hello(&rest)?,
         ("select", 1) => Command::Select(moved(&mut rest, 0)),
         ("client", n) if n > 0 => {
-            let mut sub = moved(&mut rest, 0);
-            sub.make_ascii_lowercase();
+            let sub = moved(&mut rest, 0).to_ascii_lowercase();
             Command::Client(sub, rest.split_off(1))
         }
         ("quit", _) => Command::Quit,
-        ("command", 0) => Command::Commands(None),
-        ("command", _) => Command::Commands(Some(moved(&mut rest, 0).to_ascii_lowercase())),
-        ("config", n) if n > 0 && rest[0].eq_ignore_ascii_case("get") => {
-            Command::Config(rest.split_off(1))
-        }
+        ("command", 0) => Command::Commands(None, Vec::new()),
+        ("command", _) => Command::Commands(Some(moved(&mut rest, 0)), rest.split_off(1)),
+        ("info", _) => Command::Info(rest),
         ("multi", 0) => Command::Multi,
         ("exec", 0) => Command::Exec,
         ("discard", 0) => Command::Discard,
-        (
-            "ping" | "auth" | "select" | "client" | "incr" | "incrby" | "get" | "ids" | "multi"
-            | "exec" | "discard",
-            _,
-        ) => {
-            return Err(Reply::error(
-                "ERR",
-                format!("wrong number of arguments for '{name}' command"),
-            ));
-        }
-        _ => {
-            let shown: Vec<String> = rest.iter().take(8).map(|a| format!("'{a}' ")).collect();
-            return Err(Reply::error(
-                "ERR",
-                format!(
-                    "unknown command '{given}', with args beginning with: {}",
-                    shown.concat()
-                ),
-            ));
-        }
+        _ => return None,
     };
-    Ok(command)
+    Some(command)
 }
 
 /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
@@ -149,6 +214,7 @@ fn hello(rest: &[String]) -> Result<Command, Reply> {
                 at += 3;
             }
             ("setname", [n, ..]) => {
+                valid("Client names", n)?;
                 *name = Some(n.clone());
                 at += 2;
             }
@@ -170,25 +236,35 @@ pub(super) struct Session<'a> {
     token: Option<String>,
     /// Whether replies are RESP3 (`HELLO 3`).
     resp3: bool,
-    name: Option<String>,
+    /// This connection as `CLIENT` and `INFO` show it.
+    client: Arc<Client>,
+    /// The last command run (its label), for `CLIENT LIST`.
+    last: &'static str,
     /// The commands queued since `MULTI`, and whether one of them was refused as it
     /// was queued (then `EXEC` runs none).
     queued: Option<(Vec<Command>, bool)>,
 }
 
 impl<'a> Session<'a> {
-    pub(super) fn new(shared: &'a Shared) -> Session<'a> {
+    pub(super) fn new(shared: &'a Shared, client: Arc<Client>) -> Session<'a> {
         Session {
             shared,
             token: None,
             resp3: false,
-            name: None,
+            client,
+            last: "NULL",
             queued: None,
         }
     }
 
     pub(super) fn resp3(&self) -> bool {
         self.resp3
+    }
+
+    /// Records the last command of a batch in this connection's `CLIENT LIST` line.
+    pub(super) fn touch(&self, now: Instant) {
+        let multi = self.queued.as_ref().map(|(queue, _)| queue.len());
+        self.client.touch(self.last, multi, now);
     }
 
     fn service(&self) -> &Service {
@@ -218,6 +294,7 @@ impl<'a> Session<'a> {
             }
         };
         let name = label(&command);
+        self.last = name;
         let quit = command == Command::Quit;
         let reply = match self.token.is_some() || before_auth(&command) {
             true => self.transact(command).await,
@@ -300,18 +377,20 @@ impl<'a> Session<'a> {
                 "0" => Reply::Simple("OK"),
                 _ => Reply::error("ERR", "DB index is out of range"),
             },
-            Command::Client(sub, args) => self.client(&sub, &args),
-            Command::Commands(sub) => match sub.as_deref() {
-                Some("count") => Reply::Integer(15),
-                Some("docs") | Some("info") | Some("list") | None => Reply::Array(Vec::new()),
-                Some(other) => Reply::error(
-                    "ERR",
-                    format!("unknown subcommand '{other}'. Try COMMAND HELP."),
-                ),
-            },
-            // No setting of Redis's applies; clients that read some (redis-benchmark
-            // reads `save` and `appendonly`) get none.
-            Command::Config(_) => Reply::Map(Vec::new()),
+            Command::Client(sub, args) => client(self.shared, &self.client, &sub, &args),
+            Command::Commands(sub, names) => {
+                table::command(sub.as_deref(), &names).unwrap_or_else(|| {
+                    Reply::error(
+                        "ERR",
+                        format!(
+                            "unknown subcommand '{}'. Try COMMAND HELP.",
+                            sub.unwrap_or_default()
+                        ),
+                    )
+                })
+            }
+            Command::Config(patterns) => info::config_get(self.shared, &patterns),
+            Command::Info(sections) => info::info(self.shared, &sections, Instant::now()),
             Command::Incr(key) => self.increment(&key, None).await,
             Command::IncrBy(key, n) => self.increment(&key, Some(&n)).await,
             Command::Get(key) => self.get(&key).await,
@@ -331,6 +410,7 @@ impl<'a> Session<'a> {
         let live = live_token(&self.service().store, token).await;
         if live {
             self.token = Some(token.to_owned());
+            self.client.state().token = Some(token_digest(token));
         }
         live
     }
@@ -358,46 +438,25 @@ impl<'a> Session<'a> {
             );
         }
         self.resp3 = resp3;
-        if name.is_some() {
-            self.name = name;
+        {
+            let mut state = self.client.state();
+            state.resp3 = resp3;
+            if let Some(name) = name {
+                state.name = Some(name).filter(|n| !n.is_empty());
+            }
         }
         let proto = if resp3 { 3 } else { 2 };
         Reply::Map(vec![
             (Reply::bulk("server"), Reply::bulk("segmint")),
-            (
-                Reply::bulk("version"),
-                Reply::bulk(env!("CARGO_PKG_VERSION")),
-            ),
+            // The version of Redis whose commands are answered: clients (Lettuce)
+            // choose what to send by it. `INFO` has segmint's own.
+            (Reply::bulk("version"), Reply::bulk(info::REDIS_VERSION)),
             (Reply::bulk("proto"), Reply::Integer(proto)),
-            (Reply::bulk("id"), Reply::Integer(1)),
+            (Reply::bulk("id"), Reply::Integer(self.client.id as i64)),
             (Reply::bulk("mode"), Reply::bulk("standalone")),
             (Reply::bulk("role"), Reply::bulk("master")),
             (Reply::bulk("modules"), Reply::Array(Vec::new())),
         ])
-    }
-
-    fn client(&mut self, sub: &str, args: &[String]) -> Reply {
-        match (sub, args) {
-            ("setname", [name]) => {
-                self.name = Some(name.clone());
-                Reply::Simple("OK")
-            }
-            ("getname", []) => match &self.name {
-                Some(name) => Reply::bulk(name.clone()),
-                None => Reply::Null,
-            },
-            ("setinfo", [_, _]) => Reply::Simple("OK"),
-            // Asked by clients (redis-py 8) at connect: segmint never moves a
-            // connection's endpoint, so there is nothing to notify and nothing to refuse.
-            ("maint_notifications", _) => Reply::Simple("OK"),
-            ("id", []) => Reply::Integer(1),
-            _ => Reply::error(
-                "ERR",
-                format!(
-                    "unknown subcommand or wrong number of arguments for '{sub}'. Try CLIENT HELP."
-                ),
-            ),
-        }
     }
 
     /// The biz a key names, and the key within it for a sequence biz: an exact key of
@@ -614,5 +673,12 @@ mod tests {
             parse(args(&["HELLO", "3", "BOGUS"])),
             Err(Reply::Error(_))
         ));
+        let key = vec![b"INCR".to_vec(), b"msg_seq:\xff".to_vec()];
+        assert!(matches!(
+            parse(key),
+            Err(Reply::Error(e)) if e.starts_with("ERR key 'msg_seq:\\xff' is not valid UTF-8 (byte 0xff at offset 8)")
+        ));
+        let ping = vec![b"PING".to_vec(), b"\xff".to_vec()];
+        assert_eq!(parse(ping), Ok(Command::Ping(Some(b"\xff".to_vec()))));
     }
 }

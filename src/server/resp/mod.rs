@@ -9,10 +9,15 @@
 //! and the connection is closed, as Redis does. Connections are served by `[resp]
 //! threads` of their own, not by the HTTP workers ([`start`]). See `docs/redis.md`.
 
+mod client;
+mod clients;
 mod codec;
 mod command;
+mod info;
+mod table;
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -22,14 +27,37 @@ use tokio::task::JoinSet;
 use crate::config::RespConfig;
 use crate::metrics::RespMetrics;
 use crate::service::Service;
+use clients::Clients;
 pub use codec::Reply;
 use command::Session;
+use info::Host;
 
 /// What every connection shares.
 pub(super) struct Shared {
     pub service: Arc<Service>,
     pub config: RespConfig,
     pub metrics: RespMetrics,
+    /// The connections open, and the counts `INFO` reports.
+    clients: Clients,
+    host: Host,
+}
+
+impl Shared {
+    /// What the connections of the listener on `port` share.
+    pub fn new(
+        service: Arc<Service>,
+        config: RespConfig,
+        metrics: RespMetrics,
+        port: u16,
+    ) -> Shared {
+        Shared {
+            service,
+            config,
+            metrics,
+            clients: Clients::new(),
+            host: Host::new(port),
+        }
+    }
 }
 
 /// The listener's threads; dropping it stops them (and closes their connections).
@@ -69,7 +97,8 @@ pub(super) fn start(
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        // The first thread accepts and deals to all (itself too).
+        // The first thread accepts and deals to all (itself too), and samples the
+        // rate of commands.
         let acceptor = acceptor.take();
         let shared = shared.clone();
         let mut stopped = stopped.clone();
@@ -77,9 +106,15 @@ pub(super) fn start(
             .name(format!("segmint-resp-{i}"))
             .spawn(move || {
                 runtime.block_on(async move {
+                    let sampled = shared.clone();
                     let accepting = async move {
                         match acceptor {
-                            Some((listener, deal)) => accept(listener, deal).await,
+                            // Sampling never ends: the thread stops when the
+                            // acceptor does.
+                            Some((listener, deal)) => tokio::select! {
+                                () = accept(listener, deal) => {}
+                                () = sampled.clients.sample() => {}
+                            },
                             None => std::future::pending().await,
                         }
                     };
@@ -147,18 +182,35 @@ async fn serve(mut dealt: mpsc::UnboundedReceiver<std::net::TcpStream>, shared: 
     }
 }
 
-/// Serves one connection until the client closes it, sends `QUIT`, or breaks the
-/// protocol.
+/// Registers a connection with the others: its id, addresses and descriptor.
+fn register<'a>(stream: &TcpStream, shared: &'a Shared) -> clients::Registered<'a> {
+    let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    #[cfg(unix)]
+    let fd = i64::from(std::os::fd::AsRawFd::as_raw_fd(stream));
+    #[cfg(not(unix))]
+    let fd = -1;
+    shared.clients.register(
+        stream.peer_addr().unwrap_or(unknown),
+        stream.local_addr().unwrap_or(unknown),
+        fd,
+    )
+}
+
+/// Serves one connection until the client closes it, sends `QUIT`, breaks the
+/// protocol, or `CLIENT KILL` closes it.
 async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
     // Answers go out as soon as they are written, as the HTTP server's do.
     let _ = stream.set_nodelay(true);
     shared.metrics.connection(1);
-    let mut session = Session::new(&shared);
+    let registered = register(&stream, &shared);
+    let me = registered.client.clone();
+    let mut session = Session::new(&shared, me.clone());
     let mut input: Vec<u8> = Vec::with_capacity(4_096);
     let mut output: Vec<u8> = Vec::with_capacity(4_096);
     loop {
         let mut used = 0;
         let mut close = false;
+        let mut answered = 0;
         loop {
             match codec::parse(&input[used..]) {
                 Ok(Some((args, n))) => {
@@ -168,7 +220,8 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
                     }
                     let (reply, quit) = session.run(args).await;
                     reply.write(session.resp3(), &mut output);
-                    if quit {
+                    answered += 1;
+                    if quit || me.closing() {
                         close = true;
                         break;
                     }
@@ -182,6 +235,10 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
             }
         }
         input.drain(..used);
+        if answered > 0 {
+            shared.clients.answered(answered);
+            session.touch(Instant::now());
+        }
         if !output.is_empty() {
             // The thread's other connections whose commands have come are answered
             // before this one's replies go out: a write wakes the client, which then
@@ -196,10 +253,15 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
         if close {
             break;
         }
-        match stream.read_buf(&mut input).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+        tokio::select! {
+            biased;
+            () = me.killed.notified() => break,
+            read = stream.read_buf(&mut input) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            },
         }
     }
+    drop(registered);
     shared.metrics.connection(-1);
 }
