@@ -182,6 +182,17 @@ ensure_redis() {
     fi
 }
 
+# Node.js 18.19 or newer and npm: the tests of the Redis protocol install Node's Redis
+# clients (ioredis, node-redis) with `npm ci` and run them against segmint.
+ensure_node() {
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        say "node or npm not found; installing Debian's nodejs and npm"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm
+        command -v npm >/dev/null 2>&1 || die "nodejs and npm were installed but npm is still missing"
+    fi
+}
+
 # Prints N free loopback TCP ports, distinct (all bound at once while they are chosen).
 free_ports() {
     python3 - "$1" <<'EOF'

@@ -1,13 +1,17 @@
 //! Every Redis client unchanged, in its default configuration: what clients ask of a
 //! server beside `INCR` (`INFO`, `CLIENT`, `CONFIG GET`, `COMMAND`), answered in Redis's
 //! format with true figures, over raw sockets on a real `segmint serve`; keys that are
-//! not UTF-8 refused, never merged with another key. One server on one embedded
+//! not UTF-8 refused, never merged with another key; and Node.js's two clients, ioredis
+//! with its default options (its ready check sends `INFO`) and node-redis 5 in RESP2
+//! and RESP3, running `tests/resp_clients.js` unchanged. One server on one embedded
 //! database each.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::common::http::{Remote, metric};
+use crate::common::http::{Remote, metric, try_v1_ids};
+use crate::common::node::node_clients;
+use crate::common::python::run_script;
 use crate::common::resp::{Connection, Setup, cli};
 use crate::common::*;
 
@@ -324,5 +328,50 @@ async fn keys_that_are_not_utf8_are_refused_and_change_nothing() {
     assert_eq!(
         chat.call_bytes(&[b"PING", b"\xff"]).await.as_bytes(),
         b"$1\r\n\xef\xbf\xbd\r\n"
+    );
+}
+
+/// ioredis and node-redis 5, unchanged, run `tests/resp_clients.js` (see its header);
+/// then the server's counts match what the script took, and the next ID is above all it
+/// saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ioredis_and_node_redis_run_unchanged_in_their_defaults() {
+    let modules = node_clients().await;
+    let setup = Setup::start(Kind::Embedded);
+    let (server, port) = setup.server().await;
+    let report = run_script(
+        std::path::Path::new("node"),
+        "tests/resp_clients.js",
+        |c| {
+            c.env("NODE_PATH", &modules)
+                .env("SEGMINT_RESP_PORT", port.to_string())
+                .env("SEGMINT_ORDER_TOKEN", &setup.tokens["order"])
+                .env("SEGMINT_CHAT_TOKEN", &setup.tokens["chat"])
+        },
+        Duration::from_secs(120),
+    )
+    .await;
+    print!("{report}");
+    let summary: serde_json::Value = report
+        .lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .map(|s| serde_json::from_str(s).unwrap())
+        .unwrap_or_else(|| panic!("no summary line:\n{report}"));
+    let remote = Remote::new(&server.base, Duration::from_secs(5));
+    for (series, field) in [
+        ("segmint_ids_issued_total{biz=\"order\"}", "ids"),
+        ("segmint_sequence_numbers_total{biz=\"chat\"}", "numbers"),
+    ] {
+        let want = summary[field].as_u64().unwrap() as f64;
+        assert_eq!(metric(&remote, series).await, want, "{series}");
+    }
+    assert!(summary["ids"].as_u64().unwrap() > 1_500, "{summary}");
+    let next = try_v1_ids(&remote, "order", &setup.tokens["order"], 1)
+        .await
+        .unwrap()[0];
+    let max = summary["max_id"].as_i64().unwrap();
+    assert!(
+        next > max,
+        "HTTP's next ID {next} is not above the script's {max}"
     );
 }

@@ -16,6 +16,7 @@ pub mod ids;
 pub mod layout;
 pub mod maria;
 pub mod memory;
+pub mod node;
 pub mod operator;
 pub mod pg;
 pub mod process;

@@ -30,12 +30,12 @@ pub fn run(what: &str, cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Held while a virtualenv is being checked or installed, so that two tests (or two
-/// runs) at once do not install into it together.
-struct InstallLock(PathBuf);
+/// Held while a virtualenv (or another install under `target/`) is being checked or
+/// installed, so that two tests (or two runs) at once do not install into it together.
+pub struct InstallLock(PathBuf);
 
 impl InstallLock {
-    async fn acquire(path: PathBuf) -> InstallLock {
+    pub async fn acquire(path: PathBuf) -> InstallLock {
         // Another run's install takes minutes: twice a second is often enough.
         eventually_every(
             Duration::from_millis(500),
