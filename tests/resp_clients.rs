@@ -9,10 +9,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt;
+
 use crate::common::http::{Remote, metric, try_v1_ids};
 use crate::common::node::node_clients;
 use crate::common::python::run_script;
-use crate::common::resp::{Connection, Setup, cli};
+use crate::common::resp::{Connection, Setup, cli, command};
 use crate::common::*;
 
 /// The `field:value` lines of an `INFO` reply, and its `# Section` headers in order.
@@ -174,7 +176,7 @@ async fn info_reports_the_server_and_its_connections_truly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_lists_and_kills_the_connections_of_its_token_only() {
     let setup = Setup::start(Kind::Embedded);
-    let (_server, port) = setup.server().await;
+    let (server, port) = setup.server().await;
     let (order, chat) = (&setup.tokens["order"], &setup.tokens["chat"]);
     let mut a = Connection::open(port, Some(order)).await;
     let mut b = Connection::open(port, Some(order)).await;
@@ -263,6 +265,65 @@ async fn client_lists_and_kills_the_connections_of_its_token_only() {
     assert!(c.closed().await);
     let by_addr = ["CLIENT", "KILL", "ADDR", "127.0.0.1:1", "SKIPME", "yes"];
     assert_eq!(a.call(&by_addr).await, ":0\r\n");
+    // A client that sends and never reads is closed too, its replies unsent: far more
+    // of them than the sockets' buffers hold.
+    let one = a.call(&["COMMAND"]).await.len();
+    let mut stuck = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut request = command(&["AUTH", order]);
+    request.extend(command(&["CLIENT", "SETNAME", "stuck"]));
+    request.extend(command(&["COMMAND"]).repeat(64 * 1024 * 1024 / one));
+    let sending = tokio::spawn(async move {
+        let _ = stuck.write_all(&request).await;
+        stuck
+    });
+    let remote = Remote::new(&server.base, Duration::from_secs(5));
+    let open = async || metric(&remote, "segmint_resp_connections").await;
+    let stuck_id = eventually(
+        Duration::from_secs(10),
+        "the stuck client listed",
+        async || {
+            let list = a.call(&["CLIENT", "LIST"]).await;
+            let line = list.lines().find(|l| l.contains(" name=stuck "));
+            line.map(|l| listed(l)[0]).ok_or(list)
+        },
+    )
+    .await;
+    assert_eq!(open().await, 3.0);
+    // Killed once the server has stopped answering it: its replies fill the buffers,
+    // and it waits to write them (the count of its commands no longer moves).
+    let answered = "segmint_resp_commands_total{command=\"command\",outcome=\"ok\"}";
+    let mut last = 0.0;
+    eventually_every(
+        Duration::from_millis(200),
+        Duration::from_secs(20),
+        "the server stuck writing",
+        async || {
+            let now = metric(&remote, answered).await;
+            let stalled = now == last && now > 1.0;
+            last = now;
+            match stalled {
+                true => Ok(()),
+                false => Err(format!("{now} answered")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        a.call(&["CLIENT", "KILL", "ID", &kill(stuck_id)]).await,
+        ":1\r\n"
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the stuck client closed",
+        async || match open().await {
+            2.0 => Ok(()),
+            n => Err(format!("{n} open")),
+        },
+    )
+    .await;
+    drop(sending);
     // A connection may close itself.
     let me = a.addr();
     assert_eq!(

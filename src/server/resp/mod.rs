@@ -245,7 +245,15 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
             // competes for the core; an event loop's worth of commands between writes
             // costs fewer switches per command than a write after each.
             tokio::task::yield_now().await;
-            if stream.write_all(&output).await.is_err() {
+            // A client that reads nothing can be closed by `CLIENT KILL` while its
+            // replies wait; the replies go first when they can (a connection that
+            // closed itself still gets its answer).
+            let wrote = tokio::select! {
+                biased;
+                wrote = stream.write_all(&output) => wrote,
+                () = me.killed.notified() => break,
+            };
+            if wrote.is_err() {
                 break;
             }
             output.clear();
