@@ -78,7 +78,7 @@ impl Store {
     /// request; else the wait is for the full read.
     ///
     /// A token that such a read did not grant is remembered with the catalog's
-    /// generation ([`Misses`]): asked again before the catalog changes, it is refused
+    /// generation (`Misses`): asked again before the catalog changes, it is refused
     /// from memory, so a client retrying a wrong password never reaches the databases.
     pub async fn look_up(&self, biz: &str, digest: Option<&TokenDigest>) -> Arc<Catalog> {
         if !self.catalog().is_read()
