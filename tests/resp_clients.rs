@@ -436,3 +436,56 @@ async fn ioredis_and_node_redis_run_unchanged_in_their_defaults() {
         "HTTP's next ID {next} is not above the script's {max}"
     );
 }
+
+/// The limits of one connection: a `MULTI` queue past `resp.max_queued` discards the
+/// transaction (nothing of it runs, the queue is dropped), and wrong passwords in a
+/// row are answered later and later while a right one still works at once after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_is_held_to_its_queue_and_slowed_after_wrong_passwords() {
+    let setup = Setup::start(Kind::Embedded);
+    let (server, port) = setup.server_with(", max_queued = 3").await;
+    let mut chat = Connection::open(port, Some(&setup.tokens["chat"])).await;
+    assert_eq!(chat.call(&["MULTI"]).await, "+OK\r\n");
+    for _ in 0..3 {
+        assert_eq!(chat.call(&["INCR", "msg_seq:q"]).await, "+QUEUED\r\n");
+    }
+    let full = chat.call(&["INCR", "msg_seq:q"]).await;
+    assert!(
+        full.starts_with("-ERR MULTI holds at most 3 commands (resp.max_queued)"),
+        "{full}"
+    );
+    assert_eq!(chat.call(&["INCR", "msg_seq:q"]).await, "+QUEUED\r\n");
+    assert!(chat.call(&["EXEC"]).await.starts_with("-EXECABORT"));
+    assert_eq!(
+        chat.call(&["GET", "msg_seq:q"]).await,
+        "$1\r\n0\r\n",
+        "none ran"
+    );
+    // A queue within the bound runs whole.
+    assert_eq!(chat.call(&["MULTI"]).await, "+OK\r\n");
+    for _ in 0..3 {
+        assert_eq!(chat.call(&["INCR", "msg_seq:q"]).await, "+QUEUED\r\n");
+    }
+    assert_eq!(chat.call(&["EXEC"]).await, "*3\r\n:1\r\n:2\r\n:3\r\n");
+
+    // Four wrong passwords in a row: the second waits 100 ms, the third 200, the
+    // fourth 400.
+    let mut guess = Connection::open(port, None).await;
+    let started = std::time::Instant::now();
+    for _ in 0..4 {
+        assert!(
+            guess
+                .call(&["AUTH", "wrong"])
+                .await
+                .starts_with("-WRONGPASS")
+        );
+    }
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(700), "4 refusals in {took:?}");
+    assert_eq!(
+        guess.call(&["AUTH", &setup.tokens["chat"]]).await,
+        "+OK\r\n"
+    );
+    assert_eq!(guess.call(&["INCR", "msg_seq:q"]).await, ":4\r\n");
+    drop(server);
+}

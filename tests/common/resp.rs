@@ -46,9 +46,14 @@ impl Setup {
 
     /// A server whose Redis listener is on a port of its own; the port.
     pub async fn server(&self) -> (ServerProcess, u16) {
+        self.server_with("").await
+    }
+
+    /// [`Setup::server`] with `extra` keys of `[resp]` (`, max_queued = 3`).
+    pub async fn server_with(&self, extra: &str) -> (ServerProcess, u16) {
         let port = free_port();
         let resp = format!(
-            "resp = {{ bind = \"127.0.0.1:{port}\", threads = {RESP_THREADS}, keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }} }}\n"
+            "resp = {{ bind = \"127.0.0.1:{port}\", threads = {RESP_THREADS}, keys = {{ \"order_id\" = \"order\", \"msg_seq:\" = \"chat\" }}{extra} }}\n"
         );
         (
             ServerProcess::start(&format!("{resp}{}", self.toml)).await,

@@ -12,17 +12,36 @@ use crate::{ConfigError, invalid};
 /// The most threads `resp.threads` may ask for.
 const MAX_THREADS: usize = 256;
 
+/// `resp.max_queued` unless set: a transaction of many commands fits, a client queueing
+/// without end is stopped at a few megabytes.
+const MAX_QUEUED: usize = 10_000;
+
+/// The most `resp.max_queued` may be.
+const MAX_QUEUED_BOUND: usize = 1_000_000;
+
 /// `[resp]` as written.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(super) struct RawResp {
     bind: Option<String>,
     threads: usize,
     keys: BTreeMap<String, String>,
+    max_queued: usize,
+}
+
+impl Default for RawResp {
+    fn default() -> RawResp {
+        RawResp {
+            bind: None,
+            threads: 0,
+            keys: BTreeMap::new(),
+            max_queued: MAX_QUEUED,
+        }
+    }
 }
 
 /// The Redis-protocol listener: where, and which keys name which bizs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RespConfig {
     /// Where Redis clients connect; `None`: no listener (the default).
     pub bind: Option<String>,
@@ -33,6 +52,20 @@ pub struct RespConfig {
     /// keys (`order_id`, `msg_seq:{conversation}`) keep their names. A key not listed
     /// names a biz itself: `order` is biz `order`, `chat:1041` key `1041` of biz `chat`.
     pub keys: Vec<(String, BizTag)>,
+    /// The most commands one `MULTI` may queue; the command past it discards the
+    /// transaction (its `EXEC` answers `EXECABORT`).
+    pub max_queued: usize,
+}
+
+impl Default for RespConfig {
+    fn default() -> RespConfig {
+        RespConfig {
+            bind: None,
+            threads: 0,
+            keys: Vec::new(),
+            max_queued: MAX_QUEUED,
+        }
+    }
 }
 
 impl RawResp {
@@ -45,6 +78,12 @@ impl RawResp {
             return Err(invalid(
                 "resp.threads",
                 format!("at most {MAX_THREADS} (0: one per CPU core)"),
+            ));
+        }
+        if !(1..=MAX_QUEUED_BOUND).contains(&self.max_queued) {
+            return Err(invalid(
+                "resp.max_queued",
+                format!("from 1 to {MAX_QUEUED_BOUND} commands"),
             ));
         }
         let mut keys = Vec::with_capacity(self.keys.len());
@@ -63,6 +102,7 @@ impl RawResp {
             bind: self.bind,
             threads: self.threads,
             keys,
+            max_queued: self.max_queued,
         })
     }
 }
@@ -75,11 +115,11 @@ mod tests {
     fn keys_name_bizs_and_the_address_is_its_own() {
         let raw = |bind: Option<&str>, keys: &[(&str, &str)]| RawResp {
             bind: bind.map(str::to_owned),
-            threads: 0,
             keys: keys
                 .iter()
                 .map(|(k, b)| (k.to_string(), b.to_string()))
                 .collect(),
+            ..RawResp::default()
         };
         let ok = raw(
             Some("127.0.0.1:6380"),
@@ -101,6 +141,13 @@ mod tests {
             ..RawResp::default()
         };
         assert_eq!(key(many.validate(&[]).unwrap_err()), "resp.threads");
+        for max_queued in [0, MAX_QUEUED_BOUND + 1] {
+            let queue = RawResp {
+                max_queued,
+                ..RawResp::default()
+            };
+            assert_eq!(key(queue.validate(&[]).unwrap_err()), "resp.max_queued");
+        }
         assert_eq!(
             RawResp::default().validate(&[]).unwrap(),
             RespConfig::default()

@@ -243,6 +243,20 @@ pub(super) struct Session<'a> {
     /// The commands queued since `MULTI`, and whether one of them was refused as it
     /// was queued (then `EXEC` runs none).
     queued: Option<(Vec<Command>, bool)>,
+    /// `AUTH`s refused in a row: from the second on, each refusal is answered later
+    /// ([`auth_delay`]).
+    refused_auths: u32,
+}
+
+/// How long the `n`th refused `AUTH` in a row waits before it is answered: nothing for
+/// the first (a typo), then 100 ms doubling to 2 s, so that one connection guesses
+/// tokens at most a few times a second.
+fn auth_delay(n: u32) -> std::time::Duration {
+    let ms = match n {
+        0 | 1 => 0,
+        n => 100u64.saturating_mul(1 << (n - 2).min(5)).min(2_000),
+    };
+    std::time::Duration::from_millis(ms)
 }
 
 impl<'a> Session<'a> {
@@ -254,6 +268,7 @@ impl<'a> Session<'a> {
             client,
             last: "NULL",
             queued: None,
+            refused_auths: 0,
         }
     }
 
@@ -351,6 +366,19 @@ impl<'a> Session<'a> {
                 Reply::Array(replies)
             }
             (Command::Quit, _) => self.execute(Command::Quit).await,
+            // A transaction already refused keeps no more commands: `EXEC` runs none.
+            (_, Some((_, true))) => Reply::Simple("QUEUED"),
+            (_, Some((queue, refused))) if queue.len() >= self.shared.config.max_queued => {
+                *queue = Vec::new();
+                *refused = true;
+                Reply::error(
+                    "ERR",
+                    format!(
+                        "MULTI holds at most {} commands (resp.max_queued); the transaction is discarded",
+                        self.shared.config.max_queued
+                    ),
+                )
+            }
             (command, Some((queue, _))) => {
                 queue.push(command);
                 Reply::Simple("QUEUED")
@@ -402,15 +430,18 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Whether `token` is a live token (`user`, if given, must be `default`).
+    /// Whether `token` is a live token (`user`, if given, must be `default`). A refusal
+    /// after another is answered later ([`auth_delay`]).
     async fn authenticate(&mut self, user: Option<&str>, token: &str) -> bool {
-        if user.is_some_and(|u| u != "default") {
-            return false;
-        }
-        let live = live_token(&self.service().store, token).await;
+        let live =
+            user.is_none_or(|u| u == "default") && live_token(&self.service().store, token).await;
         if live {
             self.token = Some(token.to_owned());
             self.client.state().token = Some(token_digest(token));
+            self.refused_auths = 0;
+        } else {
+            self.refused_auths = self.refused_auths.saturating_add(1);
+            tokio::time::sleep(auth_delay(self.refused_auths)).await;
         }
         live
     }
