@@ -489,3 +489,82 @@ async fn a_connection_is_held_to_its_queue_and_slowed_after_wrong_passwords() {
     assert_eq!(guess.call(&["INCR", "msg_seq:q"]).await, ":4\r\n");
     drop(server);
 }
+
+/// The CPU time the process has used, in clock ticks, from `/proc/PID/stat`.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command's closing parenthesis; utime and stime are the
+    // 14th and 15th of the line.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// The server's resident memory in bytes, from `/proc/PID/status`.
+fn resident(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in {status}"));
+    kb * 1024
+}
+
+/// The memory a client can make the server hold: a transaction's IDs are bounded
+/// (`resp.max_queued_ids`), and a client that pipelines large `IDS` without reading
+/// its replies makes the server wait on the socket instead of holding every reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_asks_much_and_reads_nothing_holds_little_memory() {
+    let setup = Setup::start(Kind::Embedded);
+    let (server, port) = setup.server_with(", max_queued_ids = 250").await;
+    let pid = server.child.0.id();
+    let mut order = Connection::open(port, Some(&setup.tokens["order"])).await;
+    assert_eq!(order.call(&["MULTI"]).await, "+OK\r\n");
+    for _ in 0..2 {
+        assert_eq!(order.call(&["IDS", "order_id", "100"]).await, "+QUEUED\r\n");
+    }
+    let over = order.call(&["IDS", "order_id", "100"]).await;
+    assert!(
+        over.starts_with("-ERR MULTI asks for at most 250 IDs (resp.max_queued_ids)"),
+        "{over}"
+    );
+    assert!(order.call(&["EXEC"]).await.starts_with("-EXECABORT"));
+
+    // 100 × 100,000 IDs, some 130 MB of replies, never read.
+    let before = resident(pid);
+    let mut greedy = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut request = command(&["AUTH", &setup.tokens["bulk"]]);
+    for _ in 0..100 {
+        request.extend(command(&["IDS", "bulk", "100000"]));
+    }
+    greedy.write_all(&request).await.unwrap();
+    // Until the server is at rest (it waits on the full socket: at most 50 ms of CPU
+    // over half a second, what its catalog refresh may take), its memory at every look.
+    let mut ticks = std::collections::VecDeque::from([cpu_ticks(pid)]);
+    let (mut rest, mut peak) = (false, 0);
+    let started = std::time::Instant::now();
+    while !rest && started.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        peak = peak.max(resident(pid));
+        ticks.push_back(cpu_ticks(pid));
+        if ticks.len() > 6 {
+            ticks.pop_front();
+            rest = ticks[5] - ticks[0] <= 5;
+        }
+    }
+    assert!(rest, "the server kept working for 30 s");
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < 64 << 20,
+        "the server grew by {} MB for a client that reads nothing",
+        grown >> 20
+    );
+    // The others are served meanwhile.
+    assert_eq!(order.call(&["PING"]).await, "+PONG\r\n");
+    drop(greedy);
+    drop(server);
+}

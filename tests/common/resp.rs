@@ -32,7 +32,9 @@ impl Setup {
         cli(&["biz", "add", "other", "--step", "100"]);
         cli(&["biz", "add", "chat", "--sequence", "--step", "100"]);
         cli(&["biz", "add", "counter", "--sequence", "--step", "1000"]);
-        let tokens = ["order", "other", "chat", "counter"]
+        // IDs by the hundred thousand without a reservation each.
+        cli(&["biz", "add", "bulk", "--step", "10000000"]);
+        let tokens = ["order", "other", "chat", "counter", "bulk"]
             .into_iter()
             .map(|biz| (biz, cli(&["token", "add", "--biz", biz]).trim().to_owned()))
             .collect();

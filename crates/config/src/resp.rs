@@ -19,6 +19,12 @@ const MAX_QUEUED: usize = 10_000;
 /// The most `resp.max_queued` may be.
 const MAX_QUEUED_BOUND: usize = 1_000_000;
 
+/// `resp.max_queued_ids` unless set: the IDs of one `EXEC`'s reply, some 20 MB of it.
+const MAX_QUEUED_IDS: usize = 1_000_000;
+
+/// The most `resp.max_queued_ids` may be.
+const MAX_QUEUED_IDS_BOUND: usize = 100_000_000;
+
 /// `[resp]` as written.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -27,6 +33,7 @@ pub(super) struct RawResp {
     threads: usize,
     keys: BTreeMap<String, String>,
     max_queued: usize,
+    max_queued_ids: usize,
 }
 
 impl Default for RawResp {
@@ -36,6 +43,7 @@ impl Default for RawResp {
             threads: 0,
             keys: BTreeMap::new(),
             max_queued: MAX_QUEUED,
+            max_queued_ids: MAX_QUEUED_IDS,
         }
     }
 }
@@ -55,6 +63,10 @@ pub struct RespConfig {
     /// The most commands one `MULTI` may queue; the command past it discards the
     /// transaction (its `EXEC` answers `EXECABORT`).
     pub max_queued: usize,
+    /// The most IDs the commands of one `MULTI` may ask for together (`IDS key n`
+    /// counts `n`, any other command one): the command past it discards the
+    /// transaction, as past `max_queued`.
+    pub max_queued_ids: usize,
 }
 
 impl Default for RespConfig {
@@ -64,6 +76,7 @@ impl Default for RespConfig {
             threads: 0,
             keys: Vec::new(),
             max_queued: MAX_QUEUED,
+            max_queued_ids: MAX_QUEUED_IDS,
         }
     }
 }
@@ -86,6 +99,12 @@ impl RawResp {
                 format!("from 1 to {MAX_QUEUED_BOUND} commands"),
             ));
         }
+        if !(1..=MAX_QUEUED_IDS_BOUND).contains(&self.max_queued_ids) {
+            return Err(invalid(
+                "resp.max_queued_ids",
+                format!("from 1 to {MAX_QUEUED_IDS_BOUND} IDs"),
+            ));
+        }
         let mut keys = Vec::with_capacity(self.keys.len());
         for (key, biz) in self.keys {
             let name = format!("resp.keys.{key}");
@@ -103,6 +122,7 @@ impl RawResp {
             threads: self.threads,
             keys,
             max_queued: self.max_queued,
+            max_queued_ids: self.max_queued_ids,
         })
     }
 }
@@ -147,6 +167,13 @@ mod tests {
                 ..RawResp::default()
             };
             assert_eq!(key(queue.validate(&[]).unwrap_err()), "resp.max_queued");
+        }
+        for max_queued_ids in [0, MAX_QUEUED_IDS_BOUND + 1] {
+            let ids = RawResp {
+                max_queued_ids,
+                ..RawResp::default()
+            };
+            assert_eq!(key(ids.validate(&[]).unwrap_err()), "resp.max_queued_ids");
         }
         assert_eq!(
             RawResp::default().validate(&[]).unwrap(),

@@ -243,9 +243,21 @@ pub(super) struct Session<'a> {
     /// The commands queued since `MULTI`, and whether one of them was refused as it
     /// was queued (then `EXEC` runs none).
     queued: Option<(Vec<Command>, bool)>,
+    /// The IDs the queued commands ask for together ([`ids_asked`]).
+    queued_ids: usize,
     /// `AUTH`s refused in a row: from the second on, each refusal is answered later
     /// ([`auth_delay`]).
     refused_auths: u32,
+}
+
+/// The IDs `command` asks for, as a transaction's bound counts them: `IDS key n` its
+/// `n` (read as it will be run; a count it will refuse counts one), any other command
+/// one.
+fn ids_asked(command: &Command) -> usize {
+    match command {
+        Command::Ids(_, n) => BatchSize::parse("count", Some(n)).map_or(1, |n| n.get()),
+        _ => 1,
+    }
 }
 
 /// How long the `n`th refused `AUTH` in a row waits before it is answered: nothing for
@@ -268,6 +280,7 @@ impl<'a> Session<'a> {
             client,
             last: "NULL",
             queued: None,
+            queued_ids: 0,
             refused_auths: 0,
         }
     }
@@ -336,6 +349,7 @@ impl<'a> Session<'a> {
             (Command::Multi, Some(_)) => Reply::error("ERR", "MULTI calls can not be nested"),
             (Command::Multi, None) => {
                 self.queued = Some((Vec::new(), false));
+                self.queued_ids = 0;
                 Reply::Simple("OK")
             }
             (Command::Exec, None) => Reply::error("ERR", "EXEC without MULTI"),
@@ -379,7 +393,20 @@ impl<'a> Session<'a> {
                     ),
                 )
             }
-            (command, Some((queue, _))) => {
+            (command, Some((queue, refused))) => {
+                let ids = self.queued_ids.saturating_add(ids_asked(&command));
+                if ids > self.shared.config.max_queued_ids {
+                    *queue = Vec::new();
+                    *refused = true;
+                    return Reply::error(
+                        "ERR",
+                        format!(
+                            "MULTI asks for at most {} IDs (resp.max_queued_ids); the transaction is discarded",
+                            self.shared.config.max_queued_ids
+                        ),
+                    );
+                }
+                self.queued_ids = ids;
                 queue.push(command);
                 Reply::Simple("QUEUED")
             }

@@ -196,6 +196,11 @@ fn register<'a>(stream: &TcpStream, shared: &'a Shared) -> clients::Registered<'
     )
 }
 
+/// The replies a connection holds before it writes them and answers the next commands
+/// read: a client that pipelines large `IDS` without reading its replies makes the
+/// server wait on the socket, not hold the replies of everything it sent.
+const FLUSH_AT: usize = 1 << 20;
+
 /// Serves one connection until the client closes it, sends `QUIT`, breaks the
 /// protocol, or `CLIENT KILL` closes it.
 async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
@@ -211,7 +216,14 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
         let mut used = 0;
         let mut close = false;
         let mut answered = 0;
+        // Set when the replies reached `FLUSH_AT` with commands still read: they are
+        // answered once the replies are out, without waiting for more input.
+        let mut more = false;
         loop {
+            if output.len() >= FLUSH_AT {
+                more = true;
+                break;
+            }
             match codec::parse(&input[used..]) {
                 Ok(Some((args, n))) => {
                     used += n;
@@ -260,6 +272,9 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
         }
         if close {
             break;
+        }
+        if more {
+            continue;
         }
         tokio::select! {
             biased;
