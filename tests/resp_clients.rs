@@ -568,3 +568,49 @@ async fn a_client_that_asks_much_and_reads_nothing_holds_little_memory() {
     drop(greedy);
     drop(server);
 }
+
+/// `resp.max_clients`: a connection past it is answered as by Redis and closed, the
+/// others go on, and a place freed is taken again; `INFO` and `CONFIG GET` say the
+/// bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_max_clients_are_refused_as_by_redis() {
+    let setup = Setup::start(Kind::Embedded);
+    let (server, port) = setup.server_with(", max_clients = 2").await;
+    let mut first = Connection::open(port, Some(&setup.tokens["chat"])).await;
+    let second = Connection::open(port, Some(&setup.tokens["chat"])).await;
+    let mut third = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::io::AsyncReadExt::read_to_end(&mut third, &mut answer),
+    )
+    .await
+    .expect("the third connection is closed")
+    .unwrap();
+    assert_eq!(answer, b"-ERR max number of clients reached\r\n");
+    assert_eq!(first.call(&["INCR", "msg_seq:m"]).await, ":1\r\n");
+    let info = first.call(&["INFO", "clients"]).await;
+    assert!(info.contains("maxclients:2\r\n"), "{info}");
+    let config = first.call(&["CONFIG", "GET", "maxclients"]).await;
+    assert!(
+        config.contains("$10\r\nmaxclients\r\n$1\r\n2\r\n"),
+        "{config}"
+    );
+    // A place freed is taken again, once the server has seen the close.
+    drop(second);
+    crate::common::wait::eventually(
+        Duration::from_secs(10),
+        "a new connection once one closed",
+        async || {
+            let mut again = Connection::open(port, None).await;
+            match again.call(&["AUTH", &setup.tokens["chat"]]).await.as_str() {
+                "+OK\r\n" => Ok(()),
+                other => Err(other.to_owned()),
+            }
+        },
+    )
+    .await;
+    drop(server);
+}

@@ -19,6 +19,12 @@ const MAX_QUEUED: usize = 10_000;
 /// The most `resp.max_queued` may be.
 const MAX_QUEUED_BOUND: usize = 1_000_000;
 
+/// `resp.max_clients` unless set, as Redis's `maxclients`.
+const MAX_CLIENTS: usize = 10_000;
+
+/// The most `resp.max_clients` may be.
+const MAX_CLIENTS_BOUND: usize = 1_000_000;
+
 /// `resp.max_queued_ids` unless set: the IDs of one `EXEC`'s reply, some 20 MB of it.
 const MAX_QUEUED_IDS: usize = 1_000_000;
 
@@ -34,6 +40,7 @@ pub(super) struct RawResp {
     keys: BTreeMap<String, String>,
     max_queued: usize,
     max_queued_ids: usize,
+    max_clients: usize,
 }
 
 impl Default for RawResp {
@@ -44,6 +51,7 @@ impl Default for RawResp {
             keys: BTreeMap::new(),
             max_queued: MAX_QUEUED,
             max_queued_ids: MAX_QUEUED_IDS,
+            max_clients: MAX_CLIENTS,
         }
     }
 }
@@ -67,6 +75,9 @@ pub struct RespConfig {
     /// counts `n`, any other command one): the command past it discards the
     /// transaction, as past `max_queued`.
     pub max_queued_ids: usize,
+    /// The most connections open at once; one past it is answered `-ERR max number of
+    /// clients reached` and closed, as by Redis.
+    pub max_clients: usize,
 }
 
 impl Default for RespConfig {
@@ -77,6 +88,7 @@ impl Default for RespConfig {
             keys: Vec::new(),
             max_queued: MAX_QUEUED,
             max_queued_ids: MAX_QUEUED_IDS,
+            max_clients: MAX_CLIENTS,
         }
     }
 }
@@ -105,6 +117,12 @@ impl RawResp {
                 format!("from 1 to {MAX_QUEUED_IDS_BOUND} IDs"),
             ));
         }
+        if !(1..=MAX_CLIENTS_BOUND).contains(&self.max_clients) {
+            return Err(invalid(
+                "resp.max_clients",
+                format!("from 1 to {MAX_CLIENTS_BOUND} connections"),
+            ));
+        }
         let mut keys = Vec::with_capacity(self.keys.len());
         for (key, biz) in self.keys {
             let name = format!("resp.keys.{key}");
@@ -123,6 +141,7 @@ impl RawResp {
             keys,
             max_queued: self.max_queued,
             max_queued_ids: self.max_queued_ids,
+            max_clients: self.max_clients,
         })
     }
 }
@@ -175,6 +194,11 @@ mod tests {
             };
             assert_eq!(key(ids.validate(&[]).unwrap_err()), "resp.max_queued_ids");
         }
+        let clients = RawResp {
+            max_clients: 0,
+            ..RawResp::default()
+        };
+        assert_eq!(key(clients.validate(&[]).unwrap_err()), "resp.max_clients");
         assert_eq!(
             RawResp::default().validate(&[]).unwrap(),
             RespConfig::default()

@@ -20,13 +20,13 @@ pub(super) struct Host {
     run_id: String,
     /// The listener's port.
     port: u16,
-    /// `maxclients`: the process's limit of open files (no other limit applies to
-    /// connections), when it can be read.
-    max_clients: Option<u64>,
+    /// `maxclients`: `resp.max_clients`, or the process's limit of open files when
+    /// that is lower.
+    pub max_clients: usize,
 }
 
 impl Host {
-    pub fn new(port: u16) -> Host {
+    pub fn new(port: u16, max_clients: usize) -> Host {
         let proc = |name: &str| {
             std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
                 .map(|s| s.trim().to_owned())
@@ -40,7 +40,9 @@ impl Host {
             os,
             run_id: hex::encode(rand::random::<[u8; 20]>()),
             port,
-            max_clients: open_files_limit(),
+            max_clients: open_files_limit()
+                .and_then(|fds| usize::try_from(fds).ok())
+                .map_or(max_clients, |fds| fds.min(max_clients)),
         }
     }
 }
@@ -122,10 +124,10 @@ fn fields(shared: &Shared, section: &str, now: Instant) -> Vec<(&'static str, St
             ]
         }
         "clients" => {
-            let mut fields = vec![("connected_clients", connected.to_string())];
-            if let Some(max) = shared.host.max_clients {
-                fields.push(("maxclients", max.to_string()));
-            }
+            let mut fields = vec![
+                ("connected_clients", connected.to_string()),
+                ("maxclients", shared.host.max_clients.to_string()),
+            ];
             fields.push(("blocked_clients", "0".to_owned()));
             fields
         }
@@ -158,7 +160,7 @@ fn multiplexing() -> &'static str {
 /// `CONFIG GET pattern …`: the settings of Redis's that are true of segmint, as a map
 /// of those matching any pattern (Redis's glob, case-insensitive).
 pub(super) fn config_get(shared: &Shared, patterns: &[String]) -> Reply {
-    let max = shared.host.max_clients.map(|m| m.to_string());
+    let max = Some(shared.host.max_clients.to_string());
     let settings = [
         // Only database 0 exists.
         ("databases", Some("1".to_owned())),

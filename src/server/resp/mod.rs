@@ -51,11 +51,11 @@ impl Shared {
         port: u16,
     ) -> Shared {
         Shared {
+            host: Host::new(port, config.max_clients),
             service,
             config,
             metrics,
             clients: Clients::new(),
-            host: Host::new(port),
         }
     }
 }
@@ -208,6 +208,19 @@ async fn connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     shared.metrics.connection(1);
     let registered = register(&stream, &shared);
+    if shared.clients.counts().0 > shared.host.max_clients {
+        // As Redis answers a connection past `maxclients`.
+        tracing::warn!(
+            max = shared.host.max_clients,
+            "resp: a connection past resp.max_clients refused"
+        );
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        drop(registered);
+        shared.metrics.connection(-1);
+        return;
+    }
     let me = registered.client.clone();
     let mut session = Session::new(&shared, me.clone());
     let mut input: Vec<u8> = Vec::with_capacity(4_096);
