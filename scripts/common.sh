@@ -1,4 +1,5 @@
-# Helpers shared by scripts/test and scripts/quickstart. Source it; do not run it.
+# Helpers shared by scripts/test, scripts/quickstart and the benchmark harnesses. Source it;
+# do not run it.
 # shellcheck shell=bash
 
 # Prints a step header on stderr, so that captured stdout stays clean.
@@ -204,4 +205,66 @@ for _ in range(int(sys.argv[1])):
     socks.append(s)
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
+}
+
+# pg TOOL ARGS...: runs PostgreSQL's TOOL from $PG_BIN (ensure_postgresql sets it) as the
+# `postgres` user when we are root (PostgreSQL refuses root), from a directory that user
+# can read, to spare a warning.
+pg() {
+    if is_root; then
+        (cd / && runuser -u postgres -- env LC_ALL=C "$PG_BIN/$1" "${@:2}")
+    else
+        (cd / && env LC_ALL=C "$PG_BIN/$1" "${@:2}")
+    fi
+}
+
+# Stops a process this script started: SIGTERM, then SIGKILL after 15 s.
+stop_pid() {
+    local pid=$1 i
+    [[ $pid =~ ^[1-9][0-9]*$ ]] || return 0
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 150; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+
+# wait_for_ping PID LOG PORT [REDIS-CLI ARGS...]: waits until the Redis-protocol server
+# PID answers PING on 127.0.0.1:PORT; fails when it exits (see LOG) or after 30 s.
+wait_for_ping() {
+    local pid=$1 log=$2 port=$3 i
+    shift 3
+    for ((i = 0; ; i++)); do
+        [ "$(redis-cli -h 127.0.0.1 -p "$port" --no-auth-warning "$@" ping 2>/dev/null)" = PONG ] && return 0
+        kill -0 "$pid" 2>/dev/null || die "the server on port $port exited; see $log"
+        [ "$i" -lt 300 ] || die "the server on port $port did not answer PING within 30 s; see $log"
+        sleep 0.1
+    done
+}
+
+# start_redis_server PORT DIR LOG: starts redis-server on 127.0.0.1:PORT without
+# persistence, its files in DIR, and waits for its PONG; sets REDIS_PID and
+# REDIS_CMD (the command, for a report). Call it in the script's own shell (not in
+# $(…)), so that the script can stop the server.
+start_redis_server() {
+    REDIS_CMD=(redis-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no
+        --dir "$2" --logfile "$3")
+    mkdir -p "$2"
+    "${REDIS_CMD[@]}" &
+    REDIS_PID=$!
+    wait_for_ping "$REDIS_PID" "$3" "$1"
+}
+
+# proc_cpu_ticks PID: the CPU time the process has used so far, user plus system
+# (utime + stime of /proc/PID/stat), in clock ticks (getconf CLK_TCK a second).
+proc_cpu_ticks() {
+    local stat fields
+    stat=$(<"/proc/$1/stat")
+    # The command name, in parentheses, may hold spaces: the fields follow its last `)`.
+    read -r -a fields <<<"${stat##*) }"
+    echo $((fields[11] + fields[12]))
 }
