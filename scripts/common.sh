@@ -211,10 +211,14 @@ EOF
 # `postgres` user when we are root (PostgreSQL refuses root), from a directory that user
 # can read, to spare a warning.
 pg() {
+    # The server's tools are in PG_BIN; a client such as psql may be only on the PATH
+    # (Debian's postgresql-client beside a server elsewhere).
+    local tool=$PG_BIN/$1
+    [ -x "$tool" ] || tool=$(command -v "$1") || die "$1 not found (looked in $PG_BIN and PATH)"
     if is_root; then
-        (cd / && runuser -u postgres -- env LC_ALL=C "$PG_BIN/$1" "${@:2}")
+        (cd / && runuser -u postgres -- env LC_ALL=C "$tool" "${@:2}")
     else
-        (cd / && env LC_ALL=C "$PG_BIN/$1" "${@:2}")
+        (cd / && env LC_ALL=C "$tool" "${@:2}")
     fi
 }
 
